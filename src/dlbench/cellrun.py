@@ -1,0 +1,93 @@
+"""What every runner does around its measurement: record, classify failures, write.
+
+A runner builds a result with ``result.new_result``, then runs its measurement inside
+``recorded(...)``. Whatever happens (success, out-of-memory, any exception) a result file
+is written atomically and the DLBS-style summary lines are printed, so DLBS log parsers
+and the workflow both see every cell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+from dlbench import result as R
+
+log = logging.getLogger("dlbench")
+
+_OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory",
+                "failed to allocate", "cudaerrormemoryallocation", "std::bad_alloc")
+
+
+class CellError(RuntimeError):
+    """A failure to report in one line (bad input, missing framework, bad dataset)."""
+
+
+def is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError):
+        return True
+    name = type(exc).__name__.lower()
+    if "outofmemory" in name:
+        return True
+    text = str(exc).lower()
+    return any(marker in text for marker in _OOM_MARKERS)
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}" if not isinstance(exc, CellError) else first
+
+
+def print_dlbs_summary(res: dict[str, Any], stream: Any = None) -> None:
+    """The ``__results.*__=`` lines DLBS's log parser reads (times in ms, as DLBS)."""
+    stream = stream or sys.stdout
+    print(f"__results.status__={res['status']}", file=stream)
+    if res.get("error"):
+        print(f"__results.status_msg__={res['error']!r}", file=stream)
+    for m in res["measurements"][:1]:
+        print(f"__results.time__={m['time_s']['mean'] * 1000.0:.6f}", file=stream)
+        print(f"__results.time_std__={m['time_s']['std'] * 1000.0:.6f}", file=stream)
+        print(f"__results.throughput__={m['throughput']:.6f}", file=stream)
+        print(f"__results.time_data__={[round(t * 1000.0, 6) for t in m['times_s']]}",
+              file=stream)
+    stream.flush()
+
+
+@contextlib.contextmanager
+def recorded(res: dict[str, Any], output: str | None, *, write: bool = True) -> Iterator[dict]:
+    """Run the body; on exit classify the outcome, stamp times and write ``output``.
+
+    The body sets ``res['status']`` to ``ok`` (or ``skipped``) when it succeeds; an
+    exception becomes ``oom`` or ``failed`` with a one-line error, and its traceback goes
+    to the log. The exception is not re-raised: the caller decides the exit code from the
+    status."""
+    start = time.perf_counter()
+    try:
+        yield res
+        if res["status"] == "failed" and not res["error"]:
+            res["status"] = "ok"
+    except KeyboardInterrupt:
+        R.finish(res, "failed", "interrupted")
+        raise
+    except BaseException as exc:  # every failure must become a recorded result
+        log.error("cell failed:\n%s", traceback.format_exc())
+        R.finish(res, "oom" if is_oom(exc) else "failed", one_line(exc))
+    finally:
+        if res["finished_at"] is None:
+            R.finish(res, res["status"], res["error"])
+        res["wall_time_s"] = time.perf_counter() - start
+        if write:
+            print_dlbs_summary(res)
+            if output:
+                R.write(res, output)
+
+
+def exit_code(res: dict[str, Any]) -> int:
+    """0 for ok and skipped, 1 otherwise (the result file tells the workflow the rest)."""
+    return 0 if res["status"] in ("ok", "skipped") else 1

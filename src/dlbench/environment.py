@@ -1,0 +1,97 @@
+"""What a cell ran on: host, CPU, GPUs, Python and dlbench revision.
+
+Framework-specific facts (framework version, CUDA/cuDNN, library flags) are added by the
+runner, which is the only process that imports its framework.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import dlbench
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def memory_gib() -> float | None:
+    try:
+        import psutil
+
+        return round(psutil.virtual_memory().total / 2**30, 2)
+    except ImportError:
+        return None
+
+
+@cache
+def git_revision() -> str | None:
+    """The dlbench checkout's commit, when dlbench runs from a git checkout."""
+    root = Path(dlbench.__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return os.environ.get("DLBENCH_GIT_REVISION")
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def gpus_from_nvml() -> dict[str, Any]:
+    """GPU models and driver through NVML; empty where there is no NVIDIA driver."""
+    try:
+        import pynvml
+    except ImportError:
+        return {}
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver: NVMLError_LibraryNotFound and friends
+        return {}
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        names = []
+        for i in range(count):
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+            names.append(name.decode() if isinstance(name, bytes) else name)
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        return {"gpu_models": names,
+                "gpu_driver": driver.decode() if isinstance(driver, bytes) else driver}
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def collect() -> dict[str, Any]:
+    env: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "os": platform.platform(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "memory_gib": memory_gib(),
+        "python_version": platform.python_version(),
+        "dlbench_version": dlbench.__version__,
+        "dlbench_git_revision": git_revision(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "container": os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER"),
+        "framework": None,
+        "framework_version": None,
+        "library_flags": {},
+        "gpu_models": [],
+        "gpu_driver": None,
+    }
+    env.update(gpus_from_nvml())
+    return env

@@ -1,0 +1,111 @@
+"""The model registry: every model any runner can benchmark, in one place.
+
+The registry is plain data so that the workflow driver can validate a study without
+importing a framework. Each entry names, per framework, the builder function that makes
+the network (``"module:function"``), imported only inside that framework's process.
+
+To add a model: add one ``ModelSpec`` to ``CATALOG`` below and write its builder.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+_TV = "dlbench.pytorch.zoo.torchvision_models:build"
+_DLBS = "dlbench.pytorch.zoo.dlbs_models:build"
+_BERT = "dlbench.pytorch.zoo.transformers:build"
+_PARADNN = "dlbench.pytorch.zoo.paradnn:build"
+_MX = "dlbench.mxnet.zoo:build"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    # Input of one sample, without the batch dimension: (C, H, W) for images, (features,)
+    # for fully-connected nets, (sequence_length,) for token models.
+    input_shape: tuple[int, ...]
+    num_classes: int
+    input_kind: str  # "image" | "features" | "tokens"
+    builders: dict[str, str] = field(default_factory=dict)
+    # Options a study may set through model_opts, with their defaults.
+    default_opts: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    @property
+    def frameworks(self) -> tuple[str, ...]:
+        return tuple(self.builders)
+
+    def builder(self, framework: str) -> Callable[..., Any]:
+        if framework not in self.builders:
+            raise KeyError(f"model {self.name!r} is not available for {framework}")
+        module_name, func = self.builders[framework].split(":")
+        return getattr(importlib.import_module(module_name), func)
+
+    def opts(self, overrides: dict[str, Any] | None) -> dict[str, Any]:
+        """Default options updated by ``overrides``; unknown option names are an error."""
+        overrides = dict(overrides or {})
+        unknown = sorted(set(overrides) - set(self.default_opts))
+        if unknown:
+            valid = ", ".join(sorted(self.default_opts)) or "none"
+            raise ValueError(
+                f"model {self.name}: unknown model_opts {', '.join(unknown)} (valid: {valid})"
+            )
+        return {**self.default_opts, **overrides}
+
+
+def _image(name: str, size: int, *, builders: dict[str, str], desc: str = "") -> ModelSpec:
+    return ModelSpec(name, (3, size, size), 1000, "image", builders, {}, desc)
+
+
+_TV_MX = {"pytorch": _TV, "mxnet": _MX}
+
+CATALOG: tuple[ModelSpec, ...] = (
+    # DLBS's image models; input sizes as DLBS feeds them.
+    _image("alexnet", 227, builders={"pytorch": _DLBS, "mxnet": _MX}, desc="AlexNet (DLBS)"),
+    _image("alexnet_owt", 224, builders={"pytorch": _TV}, desc="AlexNet, one weird trick"),
+    _image("googlenet", 224, builders=_TV_MX, desc="GoogLeNet / Inception v1"),
+    _image("inception3", 299, builders=_TV_MX, desc="Inception v3"),
+    _image("inception4", 299, builders={"pytorch": _DLBS}, desc="Inception v4"),
+    _image("overfeat", 231, builders={"pytorch": _DLBS}, desc="OverFeat (fast)"),
+    *(_image(f"vgg{d}", 224, builders=_TV_MX, desc=f"VGG-{d}") for d in (11, 13, 16, 19)),
+    *(_image(f"resnet{d}", 224, builders=_TV_MX, desc=f"ResNet-{d}") for d in (18, 34, 50, 101, 152)),
+    *(_image(f"resnet{d}", 224, builders={"pytorch": _DLBS}, desc=f"ResNet-{d}") for d in (200, 269)),
+    ModelSpec("deep_mnist", (1, 28, 28), 10, "image", {"pytorch": _DLBS, "mxnet": _MX}, {},
+              "DLBS's DeepMNIST: two conv layers and two FC layers"),
+    ModelSpec("sensor_net", (784,), 16, "features", {"pytorch": _DLBS}, {},
+              "DLBS's SensorNet: three FC layers of 1024"),
+    ModelSpec("acoustic_model", (540,), 8192, "features", {"pytorch": _DLBS}, {},
+              "DLBS's acoustic model: five FC layers of 2048"),
+    # Transformer encoders with a masked-LM head over synthetic tokens.
+    ModelSpec("bert_base", (128,), 30522, "tokens", {"pytorch": _BERT},
+              {"sequence_length": 128, "vocab_size": 30522}, "BERT-Base, masked-LM head"),
+    ModelSpec("bert_large", (128,), 30522, "tokens", {"pytorch": _BERT},
+              {"sequence_length": 128, "vocab_size": 30522}, "BERT-Large, masked-LM head"),
+    # ParaDnn's parameterized families (seed 004), shaped by model_opts.
+    ModelSpec("paradnn_fc", (2000,), 1000, "features", {"pytorch": _PARADNN},
+              {"layers": 4, "nodes": 512, "input_size": 2000, "output_size": 1000,
+               "optimizer": "rmsprop"}, "ParaDnn fully-connected family"),
+    ModelSpec("paradnn_cnn", (3, 200, 200), 1000, "image", {"pytorch": _PARADNN},
+              {"filters": 32, "blocks": 1, "block_fn": "residual", "input_size": 200,
+               "output_size": 1000, "optimizer": "rmsprop"}, "ParaDnn ResNet family"),
+)
+
+_BY_NAME = {spec.name: spec for spec in CATALOG}
+
+
+def names() -> list[str]:
+    return [spec.name for spec in CATALOG]
+
+
+def get(name: str) -> ModelSpec:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown model {name!r} (valid: {', '.join(names())})") from None
+
+
+def for_framework(framework: str) -> list[str]:
+    return [spec.name for spec in CATALOG if framework in spec.builders]

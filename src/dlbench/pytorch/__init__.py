@@ -1,0 +1,1 @@
+"""PyTorch runner: ``python -m dlbench.pytorch --model resnet50 --batch_size 64 ...``."""

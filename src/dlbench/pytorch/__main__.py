@@ -1,0 +1,5 @@
+import sys
+
+from dlbench.pytorch.runner import main
+
+sys.exit(main())

@@ -1,0 +1,38 @@
+"""PyTorch builders for the models in ``dlbench.models.CATALOG``.
+
+A builder has the signature ``build(spec: ModelSpec, opts: dict) -> BuiltModel`` and is
+named in the catalog entry; this module only dispatches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from dlbench import models
+
+
+@dataclass
+class BuiltModel:
+    module: torch.nn.Module
+    # One sample's input, without the batch dimension.
+    input_shape: tuple[int, ...]
+    num_classes: int
+    input_kind: str  # "image" | "features" | "tokens" (int64 ids below vocab_size)
+    vocab_size: int | None = None
+    # Optimizer used for training cells: "sgd" (DLBS), "rmsprop" (ParaDnn), "adam".
+    optimizer: str = "sgd"
+    optimizer_kwargs: dict[str, Any] = field(default_factory=dict)
+    # Facts recorded in the measurement's extra (e.g. ParaDnn's phi).
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+def build(name: str, opts: dict[str, Any] | None = None) -> BuiltModel:
+    spec = models.get(name)
+    return spec.builder("pytorch")(spec, spec.opts(opts))
+
+
+def parameter_count(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
