@@ -22,7 +22,7 @@ from dlbench.stats import SUMMARY_KEYS
 CELL_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("framework", pa.string()), ("model", pa.string()), ("phase", pa.string()),
     ("precision", pa.string()), ("batch_size", pa.int64()), ("num_gpus", pa.int64()),
-    ("device", pa.string()), ("data", pa.string()), ("num_batches", pa.int64()),
+    ("device", pa.string()), ("data", pa.string()), ("data_backend", pa.string()), ("num_batches", pa.int64()),
     ("num_warmup_batches", pa.int64()), ("cudnn_benchmark", pa.bool_()),
     ("cudnn_fastest", pa.bool_()), ("data_shuffle", pa.bool_()),
     ("num_loader_threads", pa.int64()), ("kv_store", pa.string()),

@@ -9,6 +9,7 @@ Every problem is reported as one line naming the study and the field.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import itertools
 import json
 import re
@@ -28,6 +29,7 @@ PRECISIONS = {
 PRECISION_ALIASES = {"float": "float32", "f32": "float32", "f16": "float16",
                      "bf16": "bfloat16", "f64": "float64"}
 KV_STORES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_async")
+DATA_BACKENDS = ("caffe_lmdb", "image_folder")
 EXEC_MODES = ("discrete", "continuous", "continuous_events")
 
 # Axis name -> default; a study may give any of these a scalar or a list of values.
@@ -40,6 +42,7 @@ MODEL_AXES: dict[str, Any] = {
     "num_gpus": 1,
     "device": "gpu",
     "data": "synthetic",
+    "data_backend": "caffe_lmdb",  # how the PyTorch runner reads a dataset (DLBS's default)
     "num_batches": 100,
     "num_warmup_batches": 10,
     "cudnn_benchmark": True,
@@ -163,6 +166,7 @@ def _check_cell(study: str, kind: str, p: dict[str, Any], datasets: Mapping[str,
     _enum(study, "phase", p["phase"], PHASES)
     _enum(study, "precision", p["precision"], PRECISIONS[p["framework"]])
     _enum(study, "kv_store", p["kv_store"], KV_STORES)
+    _enum(study, "data_backend", p["data_backend"], DATA_BACKENDS)
     if p["precision"] == "tf32" and p["device"] != "gpu":
         raise _fail(study, "precision", "tf32 exists on device gpu only")
     if p["data"] != "synthetic" and p["data"] not in datasets:
@@ -171,7 +175,11 @@ def _check_cell(study: str, kind: str, p: dict[str, Any], datasets: Mapping[str,
     if not isinstance(p["model_opts"], dict):
         raise _fail(study, "model_opts", f"must be a mapping, got {p['model_opts']!r}")
     try:
-        spec.opts(p["model_opts"])
+        opts = spec.opts(p["model_opts"])
+        check = getattr(spec, "check_opts", None)
+        if check:
+            module_name, func = check.split(":")
+            getattr(importlib.import_module(module_name), func)(opts)
     except ValueError as exc:
         raise _fail(study, "model_opts", str(exc)) from None
 
@@ -183,6 +191,17 @@ def _matches(cell: Mapping[str, Any], rule: Mapping[str, Any]) -> bool:
 def _normalise(p: dict[str, Any]) -> dict[str, Any]:
     if isinstance(p.get("precision"), str):
         p["precision"] = PRECISION_ALIASES.get(p["precision"], p["precision"])
+    return p
+
+
+def _without_unused(kind: str, p: dict[str, Any]) -> dict[str, Any]:
+    """Blank the axes a cell does not use, so that their values do not change its id."""
+    if kind != "model":
+        return p
+    if p["framework"] != "mxnet":
+        p["kv_store"] = None
+    if p["framework"] != "pytorch" or p["data"] == "synthetic":
+        p["data_backend"] = None
     return p
 
 
@@ -232,7 +251,7 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any])
         if any(_matches(params, rule) for rule in rules):
             continue
         _check_cell(name, kind, params, datasets)
-        cell = Cell(name, kind, params)
+        cell = Cell(name, kind, _without_unused(kind, params))
         if cell.id not in seen:
             seen.add(cell.id)
             cells.append(cell)

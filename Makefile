@@ -1,0 +1,49 @@
+# Set-up and entry points. `make run` runs the default study and writes the report;
+# `make test` runs the test suite. Both build their environments first.
+PYTHON ?= python3
+VENV := .venv
+MXNET_VENV := .venvs/mxnet
+BIN := $(VENV)/bin
+
+.PHONY: setup mxnet-env system-deps run test lint bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[driver,pytorch,data,test]'
+	touch $@
+
+# MXNet 1.9.1 needs numpy < 1.24, so it lives in its own environment.
+mxnet-env: $(MXNET_VENV)/.installed
+
+$(MXNET_VENV)/.installed: envs/mxnet.txt pyproject.toml
+	$(PYTHON) -m venv $(MXNET_VENV)
+	$(MXNET_VENV)/bin/pip install --quiet --upgrade pip
+	$(MXNET_VENV)/bin/pip install --quiet -r envs/mxnet.txt
+	$(MXNET_VENV)/bin/pip install --quiet --no-deps -e .
+	touch $@
+
+# Programs the tests drive for real: headless Chromium (report rendering). Installed
+# when we may (root with apt); the tests that need them say so when they are absent.
+system-deps:
+	@bash tests/system-deps.sh
+
+run: setup mxnet-env
+	$(BIN)/snakemake --cores all
+	@echo "report: results/report/index.html"
+
+test: setup mxnet-env system-deps
+	$(BIN)/python -m pytest -q -rs
+
+lint: setup
+	$(BIN)/ruff check src tests benchmarks workflow/scripts
+	$(BIN)/snakefmt --check Snakefile workflow/rules
+	$(BIN)/snakemake --lint
+
+bench: setup mxnet-env
+	$(BIN)/python benchmarks/harness_overhead.py
+
+clean:
+	rm -rf results .snakemake

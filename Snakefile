@@ -1,0 +1,24 @@
+# dlbench: benchmark deep-learning frameworks over a grid of cells.
+#   snakemake --cores all                      # the study in config/config.yaml
+#   snakemake --cores all --configfile my.yaml # another study
+#   snakemake --cores all --use-singularity    # each cell in its framework's container
+#   snakemake --profile profiles/slurm         # on a Slurm cluster
+
+
+# A config given with --configfile replaces the default study instead of extending it.
+if not config:
+
+    configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/datasets.smk"
+include: "workflow/rules/benchmark.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        "results/benchmarks.parquet",
+        "results/report/index.html",

@@ -1,0 +1,122 @@
+"""``python -m dlbench.launch``: run one workflow cell in its framework's interpreter.
+
+The workflow hands over the cell as JSON; this turns it into the runner's own command line
+(the seeds' flags, an argument list: nothing passes through a shell), runs it, and makes
+sure a result file exists afterwards. If the runner could not write one (its interpreter
+is missing, the framework does not import, the process was killed), a ``failed`` result
+with the runner's last error line is written, so the study goes on and the cell shows up
+in the table. It imports no framework.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from dlbench import environment, subproc
+from dlbench import result as R
+
+RUNNER_MODULES = {"pytorch": "dlbench.pytorch", "mxnet": "dlbench.mxnet"}
+
+
+def _flag(value: Any) -> str:
+    return "true" if value else "false"
+
+
+def model_argv(p: dict[str, Any], data_dir: str | None) -> list[str]:
+    argv = [
+        f"--model={p['model']}",
+        f"--forward_only={_flag(p['phase'] == 'inference')}",
+        f"--batch_size={p['batch_size']}",
+        f"--num_batches={p['num_batches']}",
+        f"--num_warmup_batches={p['num_warmup_batches']}",
+        f"--num_gpus={p['num_gpus']}",
+        f"--device={p['device']}",
+        f"--dtype={p['precision']}",
+    ]
+    if p.get("model_opts"):
+        argv.append(f"--model_opts={json.dumps(p['model_opts'], sort_keys=True)}")
+    if data_dir:
+        argv += [f"--data_dir={data_dir}", f"--data_name={p['data']}"]
+    if p["framework"] == "pytorch":
+        argv += [
+            f"--cudnn_benchmark={_flag(p['cudnn_benchmark'])}",
+            f"--cudnn_fastest={_flag(p['cudnn_fastest'])}",
+            f"--data_shuffle={_flag(p['data_shuffle'])}",
+            f"--num_loader_threads={p['num_loader_threads']}",
+        ]
+        if data_dir:
+            argv.append(f"--data_backend={p['data_backend']}")
+    elif p["framework"] == "mxnet":
+        argv += [f"--kv_store={p['kv_store']}",
+                 f"--preprocess_threads={p['num_loader_threads']}"]
+    return argv
+
+
+def ops_argv(p: dict[str, Any], output: Path) -> list[str]:
+    device = "cuda" if p["device"] == "gpu" else "cpu"
+    argv = ["-c", p["op_config"], "-w", str(p["warmup"]), "-i", str(p["iterations"]),
+            "-d", device, "--exec-mode", p["exec_mode"], "--cuda-l2-cache", p["cuda_l2_cache"],
+            "-o", str(output.with_suffix(""))]
+    if p["backward"]:
+        argv.append("-b")
+    return argv
+
+
+def runner_command(cell: dict[str, Any], output: Path, python: str,
+                   data_dir: str | None = None) -> list[str]:
+    p = cell["params"]
+    if cell["kind"] == "ops":
+        cmd = [python, "-m", "dlbench.ops", *ops_argv(p, output)]
+    else:
+        cmd = [python, "-m", RUNNER_MODULES[p["framework"]], *model_argv(p, data_dir)]
+    return [*cmd, f"--output={output}", f"--study={cell['study']}",
+            f"--cell_id={cell['cell_id']}"]
+
+
+def record_launch_failure(cell: dict[str, Any], output: Path, message: str) -> None:
+    kind = "op" if cell["kind"] == "ops" else "model"
+    res = R.new_result(kind=kind, cell=cell["params"], study=cell["study"],
+                       cell_id=cell["cell_id"])
+    res["environment"] = environment.collect()
+    R.write(R.finish(res, "failed", message), output)
+
+
+def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None = None,
+           env: dict[str, str] | None = None) -> int:
+    output.unlink(missing_ok=True)  # a stale result must not pass for this run's
+    cmd = runner_command(cell, output, python, data_dir)
+    print("dlbench.launch:", " ".join(cmd), file=sys.stderr, flush=True)
+    rc, stderr_tail = subproc.run_tee(cmd, env={**os.environ, **(env or {})})
+    if not output.exists():
+        why = subproc.last_error_line(stderr_tail) or f"runner exited with code {rc}"
+        record_launch_failure(cell, output, f"{Path(python).name} -m {cmd[2]}: {why}")
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dlbench.launch", description=__doc__)
+    parser.add_argument("--cell", required=True, help="the cell as JSON (study.Cell.to_json)")
+    parser.add_argument("--output", required=True, type=Path, help="result JSON to write")
+    parser.add_argument("--python", default=sys.executable,
+                        help="interpreter of the framework's environment")
+    parser.add_argument("--data_dir", default="", help="prepared dataset for this cell")
+    args = parser.parse_args(argv)
+    try:
+        cell = json.loads(args.cell)
+    except json.JSONDecodeError as exc:
+        parser.error(f"--cell: not valid JSON ({exc.msg})")
+    rc = launch(cell, args.output, args.python, args.data_dir or None)
+    # The cell's outcome lives in its result file; a recorded failure is not a job failure.
+    status = R.read(args.output)["status"]
+    print(f"dlbench.launch: cell {cell['cell_id']}: {status} (runner exit code {rc})",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Precision modes: plain float32/float64, TF32 math, and autocast float16/bfloat16."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class PrecisionMode:
+    name: str
+    # dtype of parameters and floating inputs (autocast keeps float32 master weights)
+    param_dtype: torch.dtype
+    autocast_dtype: torch.dtype | None
+    use_grad_scaler: bool
+
+    def autocast(self, device_type: str) -> contextlib.AbstractContextManager[Any]:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device_type, dtype=self.autocast_dtype)
+
+    def grad_scaler(self, device_type: str) -> Any:
+        if not self.use_grad_scaler:
+            return None
+        return torch.amp.GradScaler(device_type)
+
+
+def setup(precision: str, device_type: str) -> PrecisionMode:
+    """Select the math mode. TF32 is its own precision: float32 cells disable it so that
+    'float32' means IEEE float32 on every GPU generation."""
+    if device_type == "cuda":
+        allow_tf32 = precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+        torch.backends.cudnn.allow_tf32 = allow_tf32
+    if precision in ("float32", "tf32"):
+        return PrecisionMode(precision, torch.float32, None, False)
+    if precision == "float64":
+        return PrecisionMode(precision, torch.float64, None, False)
+    if precision == "float16":
+        # float16 training needs loss scaling to keep small gradients representable.
+        return PrecisionMode(precision, torch.float32, torch.float16, True)
+    if precision == "bfloat16":
+        return PrecisionMode(precision, torch.float32, torch.bfloat16, False)
+    raise ValueError(f"unknown precision {precision!r}")
+
+
+def apply_cudnn_flags(benchmark: bool, fastest: bool) -> dict[str, Any]:
+    """cuDNN options as DLBS exposes them. PyTorch has no 'fastest' switch; its nearest
+    equivalent is letting the autotuner try every algorithm (benchmark_limit 0) instead of
+    the default few, which favours speed over workspace size."""
+    torch.backends.cudnn.benchmark = benchmark
+    if fastest and hasattr(torch.backends.cudnn, "benchmark_limit"):
+        torch.backends.cudnn.benchmark_limit = 0
+    return library_flags()
+
+
+def library_flags() -> dict[str, Any]:
+    flags: dict[str, Any] = {
+        "cudnn.enabled": torch.backends.cudnn.enabled,
+        "cudnn.benchmark": torch.backends.cudnn.benchmark,
+        "cudnn.deterministic": torch.backends.cudnn.deterministic,
+        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "num_threads": torch.get_num_threads(),
+    }
+    if hasattr(torch.backends.cudnn, "benchmark_limit"):
+        flags["cudnn.benchmark_limit"] = torch.backends.cudnn.benchmark_limit
+    return flags
+
+
+def synchronizer(device: torch.device) -> Callable[[], None]:
+    """A function that waits for all queued work on ``device`` (a no-op on CPU, where
+    operators run synchronously)."""
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None

@@ -1,0 +1,233 @@
+"""``python -m dlbench.pytorch``: benchmark one PyTorch model cell (DLBS's flags, seed 000).
+
+Warmup iterations are excluded; every measured iteration is timed on its own, after the
+device has finished it (CUDA synchronisation), and includes the wait for its input batch,
+which is also recorded apart from compute. Inference runs under ``torch.inference_mode``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from dlbench import cellrun, cli, environment, models, subproc
+from dlbench import result as R
+
+log = logging.getLogger("dlbench.pytorch")
+
+DTYPES = ["float", "float32", "tf32", "float16", "bfloat16", "float64"]
+_ERROR_MARK = "dlbench-cell-error:"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = cli.model_runner_parser("python -m dlbench.pytorch", "pytorch", DTYPES)
+    cli.add_bool(p, "--cudnn_benchmark", True, "let cuDNN autotune convolution algorithms")
+    cli.add_bool(p, "--cudnn_fastest", False, "let the autotuner try every algorithm")
+    cli.add_bool(p, "--data_shuffle", False, "shuffle real datasets")
+    p.add_argument("--num_loader_threads", type=int, default=4, help="DataLoader workers")
+    p.add_argument("--data_backend", choices=["caffe_lmdb", "image_folder"],
+                   default="caffe_lmdb", help="storage format of --data_dir")
+    cli.add_bool(p, "--data_loader_only", False, "time the input pipeline alone")
+    cli.add_bool(p, "--count_flops", True, "count FLOPs of one iteration (untimed)")
+    p.add_argument("--rdzv_endpoint", default=None,
+                   help="torchrun rendezvous host:port for multi-node runs (default: standalone)")
+    return p
+
+
+def cell_of(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "framework": "pytorch", "model": args.model,
+        "phase": "inference" if args.forward_only else "training",
+        "precision": cli.precision(args.dtype), "batch_size": args.batch_size,
+        "num_gpus": args.num_gpus, "device": args.device,
+        "data": args.data_name or (Path(args.data_dir).name if args.data_dir else "synthetic"),
+        "data_backend": args.data_backend if args.data_dir else None,
+        "num_batches": args.num_batches, "num_warmup_batches": args.num_warmup_batches,
+        "cudnn_benchmark": args.cudnn_benchmark, "cudnn_fastest": args.cudnn_fastest,
+        "data_shuffle": args.data_shuffle, "num_loader_threads": args.num_loader_threads,
+        "model_opts": args.model_opts,
+    }
+
+
+def timed_loop(batches: Iterator[Any], step: Callable[..., None], sync: Callable[[], None],
+               warmup: int, measured: int, *, nvtx: Any) -> tuple[list[float], float, float]:
+    """Per-iteration wall times of the measured iterations, total data wait and compute."""
+    times: list[float] = []
+    data_wait = compute = 0.0
+    clock = time.perf_counter
+    nvtx.push("warmup")
+    for i in range(warmup + measured):
+        if i == warmup:
+            nvtx.pop()
+            nvtx.push("measure")
+        if i >= warmup:
+            nvtx.push(f"batch {i - warmup}")
+        t0 = clock()
+        batch = next(batches)
+        t1 = clock()
+        step(*batch)
+        sync()
+        t2 = clock()
+        if i >= warmup:
+            nvtx.pop()
+            times.append(t2 - t0)
+            data_wait += t1 - t0
+            compute += t2 - t1
+    nvtx.pop()
+    return times, data_wait, compute
+
+
+def framework_environment(device: Any) -> dict[str, Any]:
+    import torch
+
+    from dlbench.pytorch.precision import library_flags
+
+    env = environment.collect()
+    env.update({
+        "framework": "pytorch", "framework_version": torch.__version__,
+        "cuda_version": torch.version.cuda, "library_flags": library_flags(),
+        "cudnn_version": str(torch.backends.cudnn.version())
+        if torch.backends.cudnn.is_available() else None,
+    })
+    if device.type == "cuda":
+        env["gpu_models"] = [torch.cuda.get_device_name(i)
+                             for i in range(torch.cuda.device_count())]
+        env["device_name"] = torch.cuda.get_device_name(device)
+    return env
+
+
+def count_flops(step: Callable[..., None], batch: Any) -> float | None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        step(*batch)
+    total = counter.get_total_flops()
+    return float(total) if total else None
+
+
+def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
+    import torch
+
+    from dlbench.pytorch import data, distributed, nvtx, precision, steps, zoo
+
+    topo = distributed.topology()
+    if args.device == "gpu" and not torch.cuda.is_available():
+        raise cellrun.CellError("--device gpu requested but CUDA is not available to torch "
+                                f"{torch.__version__}")
+    if args.device == "gpu" and args.num_gpus > torch.cuda.device_count() * max(
+            1, topo.world_size if topo.distributed else 1):
+        raise cellrun.CellError(f"--num_gpus {args.num_gpus} but {torch.cuda.device_count()} "
+                                "GPUs are visible")
+    device_type = "cuda" if args.device == "gpu" else "cpu"
+    device = distributed.init(topo, device_type)
+    torch.manual_seed(1234 + topo.rank)
+    mode = precision.setup(cli.precision(args.dtype), device_type)
+    if device_type == "cuda":
+        precision.apply_cudnn_flags(args.cudnn_benchmark, args.cudnn_fastest)
+    res["environment"] = framework_environment(device)
+
+    built = zoo.build(args.model, args.model_opts)
+    model = built.module.to(device=device, dtype=mode.param_dtype)
+    n_params = zoo.parameter_count(model)
+    if args.data_dir:
+        source, manifest = data.real(
+            built, data_dir=args.data_dir, backend=args.data_backend,
+            batch_size=args.batch_size, shuffle=args.data_shuffle,
+            workers=args.num_loader_threads, rank=topo.rank, world_size=topo.world_size,
+            device=device, dtype=mode.param_dtype)
+        res["extra"]["data_manifest"] = manifest
+        batches = iter(source)
+    else:
+        batches = data.synthetic(built, args.batch_size, device, mode.param_dtype,
+                                 seed=topo.rank)
+    sync = precision.synchronizer(device)
+    items = args.batch_size * topo.world_size
+
+    if args.data_loader_only:
+        res["kind"] = "loader"
+        times, wait, _ = timed_loop(batches, lambda *b: None, sync, args.num_warmup_batches,
+                                    args.num_batches, nvtx=nvtx)
+        times = distributed.slowest_rank_times(times, device)
+        res["measurements"] = [R.measurement(name=args.model, pass_="loader", times_s=times,
+                                             items_per_iteration=items, data_wait_s=wait)]
+        return
+
+    if topo.distributed:
+        ids = [device.index] if device_type == "cuda" else None
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    if args.forward_only:
+        step = steps.inference_step(model, mode, device_type)
+    else:
+        step = steps.training_step(model, built, mode, device_type)
+
+    flops = None
+    if args.count_flops:
+        flops = count_flops(step, next(batches))
+        sync()
+    times, wait, compute = timed_loop(batches, step, sync, args.num_warmup_batches,
+                                      args.num_batches, nvtx=nvtx)
+    times = distributed.slowest_rank_times(times, device)
+    extra = dict(built.facts)
+    if device_type == "cuda":
+        extra["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+    res["measurements"] = [R.measurement(
+        name=args.model, pass_="inference" if args.forward_only else "training",
+        times_s=times, items_per_iteration=items, parameters=n_params,
+        flops_per_iteration=flops * topo.world_size if flops else None,
+        data_wait_s=wait, compute_s=compute, extra=extra)]
+    distributed.shutdown()
+
+
+def _launch_distributed(args: argparse.Namespace, argv: list[str]) -> int:
+    """Parent of a data-parallel cell: run torchrun; rank 0 writes the result. If the
+    workers die before rank 0 could write it, record the first error a worker reported."""
+    from dlbench.pytorch import distributed
+
+    output = Path(args.output) if args.output else None
+    if output:
+        output.unlink(missing_ok=True)
+    cmd = distributed.torchrun_command(args.num_gpus, argv, args.rdzv_endpoint)
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.num_gpus)))
+    rc, lines = subproc.run_tee(cmd, env)
+    errors = [ln[len(_ERROR_MARK):].strip() for ln in lines if ln.startswith(_ERROR_MARK)]
+    if output and not output.exists():
+        res = R.new_result(kind="model", cell=cell_of(args), study=args.study,
+                           cell_id=args.cell_id)
+        status, _, message = (errors[0] if errors else "").partition(" ")
+        if status not in ("oom", "failed"):
+            status, message = "failed", f"torchrun exited with code {rc}"
+        R.finish(res, status, message)
+        res["environment"] = environment.collect()
+        R.write(res, output)
+        cellrun.print_dlbs_summary(res)
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = parser()
+    args = p.parse_args(argv)
+    cli.check_positive(p, args)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if not args.model or args.model not in models.names():
+        p.error(f"--model: unknown model {args.model!r} (valid: {', '.join(models.names())})")
+    from dlbench.pytorch import distributed
+
+    if args.num_gpus > 1 and not distributed.is_worker():
+        return _launch_distributed(args, argv)
+    topo = distributed.topology()
+    res = R.new_result(kind="model", cell=cell_of(args), study=args.study, cell_id=args.cell_id)
+    is_rank0 = topo.rank == 0
+    with cellrun.recorded(res, args.output if is_rank0 else None, write=is_rank0):
+        run(args, res)
+    if res["status"] in ("oom", "failed"):
+        print(f"{_ERROR_MARK} {res['status']} rank {topo.rank}: {res['error']}", file=sys.stderr)
+    return cellrun.exit_code(res)

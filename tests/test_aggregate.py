@@ -1,0 +1,49 @@
+
+import json
+
+import pyarrow.parquet as pq
+
+from dlbench import aggregate
+from dlbench import result as R
+
+
+def write_cell(path, status="ok", n_measurements=1):
+    res = R.new_result(kind="model", study="s", cell_id=path.stem,
+                       cell={"framework": "pytorch", "model": "resnet18", "batch_size": 8,
+                             "precision": "float32", "phase": "training", "device": "cpu",
+                             "num_gpus": 1, "model_opts": {}})
+    res["environment"] = {"hostname": "h", "gpu_models": ["H200", "H200"]}
+    for i in range(n_measurements):
+        res["measurements"].append(R.measurement(
+            name=f"m{i}", pass_="training", times_s=[0.1, 0.2], items_per_iteration=8,
+            extra={"phi": 1234}))
+    R.finish(res, status, None if status == "ok" else "RuntimeError: boom")
+    R.write(res, path)
+    return path
+
+
+def test_rows_per_measurement_and_failed_cells_keep_a_row(tmp_path):
+    files = [write_cell(tmp_path / "a.json"), write_cell(tmp_path / "b.json", n_measurements=2),
+             write_cell(tmp_path / "c.json", status="failed", n_measurements=0)]
+    parquet, csv = tmp_path / "out.parquet", tmp_path / "out.csv"
+    aggregate.write(files, parquet, csv)
+    table = pq.read_table(parquet)
+    assert table.schema.equals(aggregate.SCHEMA)
+    rows = table.to_pylist()
+    assert len(rows) == 4
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert len(failed) == 1 and failed[0]["throughput"] is None
+    assert failed[0]["error"] == "RuntimeError: boom"
+    ok = [r for r in rows if r["cell_id"] == "a"][0]
+    assert abs(ok["throughput"] - 8 / 0.15) < 1e-9 and ok["phi"] == 1234
+    assert ok["times_s"] == [0.1, 0.2] and ok["gpu_model"] == "H200"
+    assert json.loads(ok["environment"])["hostname"] == "h"
+    assert csv.read_text().count("\n") == 5  # header + 4 rows
+
+
+def test_bad_result_file_is_named(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    rc = aggregate.main([str(bad), "--parquet", str(tmp_path / "x.parquet")])
+    assert rc == 2
+    assert "bad.json: not a dlbench result" in capsys.readouterr().err

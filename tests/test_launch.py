@@ -1,0 +1,68 @@
+"""The launcher: the runner command line it builds, and the result it guarantees."""
+
+import json
+import sys
+
+from dlbench import launch, study
+from dlbench import result as R
+
+
+def one_cell(**grid):
+    (cell,) = study.expand_config({"studies": {"s": {"grid": {"model": "deep_mnist", **grid}}}})
+    return json.loads(cell.to_json())
+
+
+def test_pytorch_command_uses_the_seed_flags(tmp_path):
+    cell = one_cell(phase="inference", precision="bfloat16", batch_size=16, device="cpu",
+                    num_batches=7, num_warmup_batches=2, cudnn_fastest=True)
+    cmd = launch.runner_command(cell, tmp_path / "r.json", "/env/bin/python")
+    assert cmd[:3] == ["/env/bin/python", "-m", "dlbench.pytorch"]
+    assert cmd[3:] == [
+        "--model=deep_mnist", "--forward_only=true", "--batch_size=16", "--num_batches=7",
+        "--num_warmup_batches=2", "--num_gpus=1", "--device=cpu", "--dtype=bfloat16",
+        "--cudnn_benchmark=true", "--cudnn_fastest=true", "--data_shuffle=false",
+        "--num_loader_threads=4", f"--output={tmp_path / 'r.json'}", "--study=s",
+        f"--cell_id={cell['cell_id']}"]
+
+
+def test_mxnet_command_has_kv_store_and_data(tmp_path):
+    config = {"datasets": {"tiny": {"synthetic": {}}},
+              "studies": {"s": {"grid": {"model": "resnet50", "framework": "mxnet",
+                                          "kv_store": "nccl", "data": "tiny"}}}}
+    (cell,) = study.expand_config(config)
+    cmd = launch.runner_command(json.loads(cell.to_json()), tmp_path / "r.json", "py",
+                                data_dir="results/datasets/tiny/recordio")
+    assert cmd[2] == "dlbench.mxnet"
+    assert "--kv_store=nccl" in cmd and "--data_dir=results/datasets/tiny/recordio" in cmd
+    assert "--data_name=tiny" in cmd and not any(a.startswith("--cudnn") for a in cmd)
+
+
+def test_model_opts_travel_as_one_json_argument(tmp_path):
+    cell = one_cell(model="bert_base", model_opts={"sequence_length": 64})
+    cmd = launch.runner_command(cell, tmp_path / "r.json", "py")
+    assert '--model_opts={"sequence_length": 64}' in cmd
+
+
+def test_missing_interpreter_still_leaves_a_failed_result(tmp_path):
+    cell = one_cell(device="cpu")
+    out = tmp_path / "r.json"
+    launch.launch(cell, out, str(tmp_path / "no" / "python"))
+    res = R.read(out)
+    assert res["status"] == "failed" and res["cell_id"] == cell["cell_id"]
+    assert "cannot start" in res["error"] and "No such file" in res["error"]
+
+
+def test_runner_crash_without_result_is_recorded_with_its_last_error_line(tmp_path):
+    """An interpreter without dlbench: the runner module cannot even be found."""
+    cell = one_cell(device="cpu")
+    out = tmp_path / "r.json"
+    out.write_text("stale")
+    # -I -S: a Python that sees no site-packages, so dlbench is not importable.
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\nexec {sys.executable} -I -S \"$@\"\n")
+    fake.chmod(0o755)
+    rc = launch.launch(cell, out, str(fake))
+    assert rc != 0
+    res = R.read(out)
+    assert res["status"] == "failed"
+    assert "No module named dlbench" in res["error"] or "No module named 'dlbench'" in res["error"]

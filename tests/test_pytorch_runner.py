@@ -1,0 +1,168 @@
+"""The PyTorch runner on the CPU: real subprocesses with the seeds' command line."""
+
+import itertools
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from dlbench import result as R
+from dlbench.pytorch import precision, runner, steps
+from dlbench.pytorch.zoo import BuiltModel
+
+
+def run_runner(tmp_path, *args, name="r.json"):
+    out = tmp_path / name
+    proc = subprocess.run([sys.executable, "-m", "dlbench.pytorch", *args, f"--output={out}"],
+                          capture_output=True, text=True, timeout=300)
+    return proc, (R.read(out) if out.exists() else None)
+
+
+class _Nvtx:
+    def __init__(self):
+        self.events = []
+
+    def push(self, name):
+        self.events.append(("push", name))
+
+    def pop(self):
+        self.events.append(("pop",))
+
+
+def test_timed_loop_excludes_warmup_and_splits_data_wait_from_compute():
+    durations = iter([0.05, 0.05, 0.01, 0.01, 0.01])  # two slow warmup steps
+
+    def batches():
+        while True:
+            time.sleep(0.002)
+            yield (None,)
+
+    def step(_):
+        time.sleep(next(durations))
+
+    nvtx = _Nvtx()
+    times, wait, compute = runner.timed_loop(batches(), step, lambda: None, 2, 3, nvtx=nvtx)
+    assert len(times) == 3
+    assert all(0.011 <= t < 0.04 for t in times)
+    assert 0.005 <= wait < 0.03 and 0.03 <= compute < 0.1
+    assert wait + compute == pytest.approx(sum(times))
+    assert nvtx.events[0] == ("push", "warmup") and ("push", "measure") in nvtx.events
+    assert sum(1 for e in nvtx.events if e[0] == "push") == sum(1 for e in nvtx.events if e[0] == "pop")
+
+
+def test_training_cell_writes_a_valid_result_and_dlbs_lines(tmp_path):
+    proc, res = run_runner(tmp_path, "--model", "deep_mnist", "--batch_size", "4",
+                           "--num_batches", "5", "--num_warmup_batches", "2", "--device", "cpu",
+                           "--forward_only", "false", "--study", "s", "--cell_id", "c")
+    assert proc.returncode == 0, proc.stderr
+    R.validate(res)
+    assert res["status"] == "ok" and (res["study"], res["cell_id"]) == ("s", "c")
+    (m,) = res["measurements"]
+    assert m["pass"] == "training" and m["iterations"] == 5 and len(m["times_s"]) == 5
+    assert m["parameters"] == res["measurements"][0]["parameters"] > 0
+    assert m["flops_per_iteration"] > 0 and m["tflops"] > 0
+    assert m["throughput"] == pytest.approx(4 / m["time_s"]["median"])
+    assert res["environment"]["framework"] == "pytorch"
+    assert res["environment"]["framework_version"] == torch.__version__
+    lines = dict(line.split("=", 1) for line in proc.stdout.splitlines()
+                 if line.startswith("__results."))
+    assert float(lines["__results.throughput__"]) == pytest.approx(m["throughput"], rel=1e-5)
+    assert float(lines["__results.time__"]) == pytest.approx(m["time_s"]["mean"] * 1000, rel=1e-5)
+
+
+def test_inference_bfloat16_cell_with_dlbs_style_flags(tmp_path):
+    proc, res = run_runner(tmp_path, "--model=deep_mnist", "--forward_only=true",
+                           "--batch_size=8", "--num_batches=3", "--num_warmup_batches=1",
+                           "--device=cpu", "--dtype=bfloat16", "--cudnn_benchmark=false")
+    assert proc.returncode == 0, proc.stderr
+    assert res["cell"]["phase"] == "inference" and res["cell"]["precision"] == "bfloat16"
+    assert res["measurements"][0]["pass"] == "inference"
+
+
+def test_data_parallel_cell_on_two_cpu_processes(tmp_path):
+    """DistributedDataParallel under torchrun with gloo: the path multi-GPU cells take."""
+    proc, res = run_runner(tmp_path, "--model=deep_mnist", "--batch_size=4", "--num_batches=3",
+                           "--num_warmup_batches=1", "--device=cpu", "--num_gpus=2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert res["status"] == "ok"
+    (m,) = res["measurements"]
+    assert m["items_per_iteration"] == 8  # effective batch = batch x processes
+    assert res["cell"]["num_gpus"] == 2
+
+
+def test_gpu_cell_without_cuda_fails_in_one_line(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    proc, res = run_runner(tmp_path, "--model=deep_mnist", "--device=gpu", "--num_batches=1")
+    assert proc.returncode == 1
+    assert res["status"] == "failed"
+    assert res["error"].startswith("--device gpu requested but CUDA is not available")
+    assert "__results.status__=failed" in proc.stdout
+
+
+def test_out_of_memory_is_a_recorded_result(tmp_path):
+    """A model far larger than host memory: the allocation fails, the cell is 'oom'."""
+    opts = json.dumps({"layers": 2, "nodes": 2_000_000, "input_size": 2_000_000})
+    proc, res = run_runner(tmp_path, "--model=paradnn_fc", f"--model_opts={opts}",
+                           "--device=cpu", "--num_batches=1", "--num_warmup_batches=0")
+    assert res is not None and res["status"] == "oom", proc.stderr[-2000:]
+    assert res["measurements"] == []
+
+
+def test_bad_flags_are_rejected_by_the_parser(tmp_path):
+    proc, res = run_runner(tmp_path, "--model=nosuchnet", "--device=cpu")
+    assert proc.returncode == 2 and res is None
+    assert "--model: unknown model 'nosuchnet'" in proc.stderr
+    proc, _ = run_runner(tmp_path, "--model=deep_mnist", "--forward_only=maybe")
+    assert "expected true or false, got 'maybe'" in proc.stderr
+    proc, _ = run_runner(tmp_path, "--model=deep_mnist", "--batch_size=0")
+    assert "--batch_size must be >= 1, got 0" in proc.stderr
+
+
+class _Probe(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+        self.seen = []
+
+    def forward(self, x):
+        y = self.linear(x)
+        self.seen.append((y.dtype, torch.is_inference_mode_enabled()))
+        return y
+
+
+def _built(module):
+    return BuiltModel(module=module, input_shape=(4,), num_classes=3, input_kind="features")
+
+
+@pytest.mark.parametrize(("name", "dtype"), [("float32", torch.float32),
+                                             ("bfloat16", torch.bfloat16),
+                                             ("float16", torch.float16)])
+def test_inference_runs_under_inference_mode_and_autocast(name, dtype):
+    probe = _Probe()
+    step = steps.inference_step(probe, precision.setup(name, "cpu"), "cpu")
+    step(torch.rand(2, 4), None)
+    assert probe.seen == [(dtype, True)]
+
+
+def test_float16_training_uses_a_grad_scaler_and_updates_weights():
+    mode = precision.setup("float16", "cpu")
+    assert mode.use_grad_scaler and mode.autocast_dtype is torch.float16
+    probe = _Probe()
+    before = probe.linear.weight.detach().clone()
+    step = steps.training_step(probe, _built(probe), mode, "cpu")
+    step(torch.rand(2, 4), torch.tensor([0, 2]))
+    assert probe.seen[0] == (torch.float16, False)
+    assert not torch.equal(before, probe.linear.weight)
+
+
+def test_synthetic_batches_are_made_once():
+    from dlbench.pytorch import data
+
+    built = _built(torch.nn.Linear(4, 3))
+    source = data.synthetic(built, 5, torch.device("cpu"), torch.float32)
+    first, second = itertools.islice(source, 2)
+    assert first[0] is second[0] and first[0].shape == (5, 4) and first[1].dtype == torch.int64

@@ -1,0 +1,86 @@
+import json
+
+import pytest
+
+from dlbench import cellrun
+from dlbench import result as R
+
+
+def ok_result(**cell):
+    res = R.new_result(kind="model", cell={"framework": "pytorch", "model": "resnet18", **cell},
+                       study="s", cell_id="c1")
+    res["measurements"] = [R.measurement(name="resnet18", pass_="training",
+                                         times_s=[0.2, 0.1, 0.3], items_per_iteration=8,
+                                         flops_per_iteration=2e12, bytes_per_iteration=4e9)]
+    return R.finish(res, "ok")
+
+
+def test_measurement_derives_throughput_tflops_and_bandwidth_from_the_median():
+    m = ok_result()["measurements"][0]
+    assert m["time_s"]["median"] == 0.2
+    assert m["throughput"] == pytest.approx(40.0)
+    assert m["tflops"] == pytest.approx(10.0)
+    assert m["gbps"] == pytest.approx(20.0)
+
+
+def test_write_is_atomic_and_validated(tmp_path):
+    path = tmp_path / "sub" / "cell.json"
+    R.write(ok_result(), path)
+    assert R.read(path)["status"] == "ok"
+    assert [p.name for p in path.parent.iterdir()] == ["cell.json"]  # no temp file left
+    bad = ok_result()
+    bad["status"] = "great"
+    with pytest.raises(ValueError, match="result field status: 'great' is not one of"):
+        R.write(bad, path)
+    assert R.read(path)["status"] == "ok"  # the earlier file is intact
+
+
+def test_failed_write_leaves_previous_file(tmp_path, monkeypatch):
+    path = tmp_path / "cell.json"
+    R.write(ok_result(), path)
+
+    def broken_dump(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(R.os, "fsync", broken_dump)
+    with pytest.raises(OSError):
+        R.write(ok_result(batch_size=4), path)
+    assert json.loads(path.read_text())["cell"].get("batch_size") is None
+    assert [p.name for p in tmp_path.iterdir()] == ["cell.json"]
+
+
+def test_read_rejects_foreign_json(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text('{"hello": 1}')
+    with pytest.raises(ValueError, match="not a dlbench result"):
+        R.read(path)
+    path.write_text("{")
+    with pytest.raises(ValueError, match="x.json: not a JSON result file"):
+        R.read(path)
+
+
+@pytest.mark.parametrize(("exc", "oom"), [
+    (MemoryError(), True),
+    (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"), True),
+    (type("OutOfMemoryError", (RuntimeError,), {})("boom"), True),
+    (ValueError("shapes do not match"), False),
+])
+def test_oom_classification(exc, oom):
+    assert cellrun.is_oom(exc) is oom
+
+
+def test_recorded_turns_exceptions_into_results(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    res = R.new_result(kind="model", cell={"model": "m"})
+    with cellrun.recorded(res, str(out)):
+        raise RuntimeError("CUDA out of memory.\nmore details")
+    written = R.read(out)
+    assert written["status"] == "oom"
+    assert written["error"] == "RuntimeError: CUDA out of memory."
+    assert "__results.status__=oom" in capsys.readouterr().out
+    res = R.new_result(kind="model", cell={"model": "m"})
+    with cellrun.recorded(res, str(out)):
+        raise cellrun.CellError("dataset /x has no class folders")
+    assert R.read(out)["error"] == "dataset /x has no class folders"
+    assert cellrun.exit_code(R.read(out)) == 1

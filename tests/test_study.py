@@ -1,0 +1,87 @@
+import pytest
+
+from dlbench import study
+
+
+def cfg(grid, **extra):
+    return {"studies": {"s": {"grid": grid, **extra}}}
+
+
+def test_lists_expand_to_the_cartesian_product():
+    cells = study.expand_config(cfg({"model": ["resnet18", "alexnet"], "batch_size": [4, 8, 16],
+                                     "precision": ["float32", "bfloat16"], "device": "cpu"}))
+    assert len(cells) == 12
+    assert {c.params["batch_size"] for c in cells} == {4, 8, 16}
+    assert all(c.params["num_batches"] == study.MODEL_AXES["num_batches"] for c in cells)
+
+
+def test_several_studies_and_defaults():
+    config = {"defaults": {"model": {"num_batches": 7}},
+              "studies": {"a": {"grid": {"model": "resnet18", "device": "cpu"}},
+                          "b": {"grid": {"model": ["alexnet", "vgg16"], "num_batches": 3}}}}
+    cells = study.expand_config(config)
+    assert [c.study for c in cells] == ["a", "b", "b"]
+    assert cells[0].params["num_batches"] == 7 and cells[1].params["num_batches"] == 3
+
+
+def test_overrides_and_exclusions():
+    cells = study.expand_config(cfg(
+        {"model": ["resnet18", "deep_mnist"], "precision": ["float32", "bfloat16"],
+         "device": "cpu"},
+        overrides=[{"match": {"model": "deep_mnist"}, "set": {"num_batches": 50}}],
+        exclude=[{"model": "deep_mnist", "precision": "bfloat16"}]))
+    by_model = {(c.params["model"], c.params["precision"]): c for c in cells}
+    assert set(by_model) == {("resnet18", "float32"), ("resnet18", "bfloat16"),
+                             ("deep_mnist", "float32")}
+    assert by_model[("deep_mnist", "float32")].params["num_batches"] == 50
+    assert by_model[("resnet18", "float32")].params["num_batches"] == 100
+
+
+def test_precision_aliases_are_normalised():
+    (cell,) = study.expand_config(cfg({"model": "resnet18", "precision": "float"}))
+    assert cell.params["precision"] == "float32"
+
+
+def test_cell_id_is_readable_and_changes_with_any_parameter():
+    (a,) = study.expand_config(cfg({"model": "resnet18", "device": "cpu", "batch_size": 8}))
+    (b,) = study.expand_config(cfg({"model": "resnet18", "device": "cpu", "batch_size": 8,
+                                    "num_batches": 101}))
+    assert a.id.startswith("pytorch_resnet18_training_float32_bs8_cpu1_synthetic_")
+    assert a.id != b.id and a.id.split("_")[:-1] == b.id.split("_")[:-1]
+    (again,) = study.expand_config(cfg({"model": "resnet18", "device": "cpu", "batch_size": 8}))
+    assert again.id == a.id
+
+
+@pytest.mark.parametrize(("grid", "extra", "message"), [
+    ({"model": "resnet5000"}, {}, "study 's': model: unknown value 'resnet5000' (valid: alexnet,"),
+    ({"model": "resnet18", "framework": "tensorflow"}, {}, "framework: unknown value 'tensorflow' (valid: pytorch, mxnet)"),
+    ({"model": "resnet18", "precision": "int4"}, {}, "precision: unknown value 'int4' (valid: float32, tf32, float16, bfloat16, float64)"),
+    ({"model": "resnet18", "batch_size": 0}, {}, "study 's': batch_size: must be >= 1, got 0"),
+    ({"model": "resnet18", "batch_size": "8"}, {}, "batch_size: must be an integer, got '8'"),
+    ({"model": "resnet18", "colour": "red"}, {}, "grid.colour: unknown axis"),
+    ({"batch_size": 8}, {}, "grid.model: is required"),
+    ({"model": "resnet18"}, {"bogus": 1}, "study 's': bogus: unknown key"),
+    ({"model": "resnet18", "device": "cpu", "precision": "tf32"}, {}, "tf32 exists on device gpu only"),
+    ({"model": "resnet18", "data": "imagenet"}, {}, "data: unknown dataset 'imagenet' (valid: synthetic)"),
+    ({"model": "bert_base", "framework": "mxnet"}, {}, "pair mxnet/bert_base"),
+    ({"model": "resnet18", "cudnn_benchmark": "yes"}, {}, "cudnn_benchmark: must be true or false"),
+    ({"model": "bert_base", "model_opts": {"layers": 3}}, {}, "unknown model_opts layers"),
+    ({"model": "resnet18"}, {"overrides": [{"match": {"model": "resnet18"}}]}, "overrides[0]: needs exactly the keys match and set"),
+])
+def test_bad_config_gives_one_line_naming_study_and_field(grid, extra, message):
+    with pytest.raises(study.ConfigError) as info:
+        study.expand_config(cfg(grid, **extra))
+    text = str(info.value)
+    assert message in text
+    assert "\n" not in text
+
+
+def test_no_studies_is_an_error():
+    with pytest.raises(study.ConfigError, match="at least one study"):
+        study.expand_config({"studies": {}})
+
+
+def test_unused_axes_do_not_change_the_id():
+    (a,) = study.expand_config(cfg({"model": "resnet18", "kv_store": "local"}))
+    (b,) = study.expand_config(cfg({"model": "resnet18", "kv_store": "device"}))
+    assert a.id == b.id and a.params["kv_store"] is None

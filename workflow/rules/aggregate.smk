@@ -1,0 +1,10 @@
+rule aggregate:
+    input:
+        cell_result_files(),
+    output:
+        parquet="results/benchmarks.parquet",
+        csv="results/benchmarks.csv",
+    log:
+        "results/logs/aggregate.log",
+    script:
+        "../scripts/aggregate.py"
