@@ -20,4 +20,4 @@ rule benchmark:
         launcher=sys.executable,
     shell:
         "{params.launcher:q} -m dlbench.launch --cell {params.cell:q} --output {output:q}"
-        " --python {params.python:q} --data_dir {params.data_dir:q} > {log:q} 2>&1"
+        " --python {params.python:q} --data_dir={params.data_dir:q} > {log:q} 2>&1"

@@ -1,0 +1,117 @@
+"""End-to-end runs of the Snakemake workflow on a tiny CPU study, in a temporary folder.
+
+Each snakemake start costs seconds, so the checks share one workflow folder and run in
+order: a full run (with a failing cell), an added batch size, a changed parameter, and the
+Snakemake report.
+"""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile")]
+
+pytestmark = pytest.mark.slow
+
+
+def study(batch_sizes, deep_mnist_batches=2):
+    return {
+        "studies": {
+            "tiny": {
+                "grid": {"framework": "pytorch", "model": "deep_mnist", "phase": "training",
+                         "precision": "float32", "batch_size": batch_sizes, "device": "cpu",
+                         "num_batches": deep_mnist_batches, "num_warmup_batches": 1},
+            },
+            "broken": {
+                "description": "a cell that cannot fit in memory: it must become an oom row",
+                "grid": {"model": "paradnn_fc", "device": "cpu", "num_batches": 1,
+                         "num_warmup_batches": 0,
+                         "model_opts": {"layers": 2, "nodes": 2000000, "input_size": 2000000}},
+            },
+        }
+    }
+
+
+def snakemake(workdir, *args):
+    proc = subprocess.run([*SNAKEMAKE, "--directory", str(workdir), "--configfile",
+                           str(workdir / "config.yaml"), *args],
+                          capture_output=True, text=True, timeout=900)
+    return proc
+
+
+def planned_jobs(dry_run_output):
+    """rule -> count from the job table of a dry run."""
+    counts = {}
+    for line in dry_run_output.splitlines():
+        match = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if match and match.group(1) != "total":
+            counts[match.group(1)] = int(match.group(2))
+    return counts
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("study")
+    (path / "config.yaml").write_text(yaml.safe_dump(study([2, 4])))
+    proc = snakemake(path, "--cores", "2")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return path
+
+
+def test_full_run_gives_one_row_per_cell_and_keeps_failures(workdir):
+    table = pq.read_table(workdir / "results" / "benchmarks.parquet").to_pylist()
+    assert len(table) == 3
+    ok = [r for r in table if r["study"] == "tiny"]
+    assert {r["batch_size"] for r in ok} == {2, 4} and {r["status"] for r in ok} == {"ok"}
+    assert all(r["throughput"] > 0 and len(r["times_s"]) == 2 for r in ok)
+    (oom,) = [r for r in table if r["study"] == "broken"]
+    assert oom["status"] == "oom" and oom["throughput"] is None and oom["error"]
+    assert (workdir / "results" / "benchmarks.csv").exists()
+    html = (workdir / "results" / "report" / "index.html").read_text()
+    assert "deep_mnist" in html
+    logs = list((workdir / "results" / "tiny" / "logs").glob("*.log"))
+    assert len(logs) == 2 and "__results.throughput__=" in logs[0].read_text()
+
+
+def test_adding_a_batch_size_schedules_only_the_new_cell(workdir):
+    (workdir / "config.yaml").write_text(yaml.safe_dump(study([2, 4, 8])))
+    proc = snakemake(workdir, "-n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = planned_jobs(proc.stdout + proc.stderr)
+    assert jobs == {"benchmark": 1, "aggregate": 1, "report": 1, "all": 1}
+    assert "bs8" in proc.stdout + proc.stderr
+
+
+def test_changing_a_parameter_reruns_exactly_the_affected_cells(workdir):
+    (workdir / "config.yaml").write_text(yaml.safe_dump(study([2, 4], deep_mnist_batches=3)))
+    proc = snakemake(workdir, "-n")
+    jobs = planned_jobs(proc.stdout + proc.stderr)
+    assert jobs["benchmark"] == 2
+    outputs = re.findall(r"output: (results/\S+/cells/\S+\.json)$", proc.stdout + proc.stderr,
+                         flags=re.MULTILINE)
+    # Both deep_mnist cells (their num_batches changed); the oom cell is untouched.
+    assert len(outputs) == 2 and all("/tiny/" in o and "deep-mnist" in o for o in outputs)
+
+
+def test_snakemake_report_embeds_the_report_outputs(workdir):
+    (workdir / "config.yaml").write_text(yaml.safe_dump(study([2, 4])))
+    out = workdir / "snakemake-report.zip"
+    proc = snakemake(workdir, "--report", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    listing = subprocess.run(["unzip", "-l", str(out)], capture_output=True, text=True).stdout \
+        if shutil.which("unzip") else _zip_names(out)
+    assert "index.html" in listing and ".svg" in listing
+
+
+def _zip_names(path):
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        return "\n".join(archive.namelist())
