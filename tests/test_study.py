@@ -66,6 +66,8 @@ def test_cell_id_is_readable_and_changes_with_any_parameter():
     ({"model": "bert_base", "framework": "mxnet"}, {}, "pair mxnet/bert_base"),
     ({"model": "resnet18", "cudnn_benchmark": "yes"}, {}, "cudnn_benchmark: must be true or false"),
     ({"model": "bert_base", "model_opts": {"layers": 3}}, {}, "unknown model_opts layers"),
+    ({"model": "bert_base", "model_opts": {"sequence_length": 1024}}, {}, "model_opts: bert: sequence_length must be an integer in 1..512, got 1024"),
+    ({"model": "paradnn_fc", "model_opts": {"layers": 0}}, {}, "study 's': model_opts: "),
     ({"model": "resnet18"}, {"overrides": [{"match": {"model": "resnet18"}}]}, "overrides[0]: needs exactly the keys match and set"),
 ])
 def test_bad_config_gives_one_line_naming_study_and_field(grid, extra, message):

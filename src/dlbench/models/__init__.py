@@ -92,9 +92,11 @@ CATALOG: tuple[ModelSpec, ...] = (
               "DLBS's acoustic model: five FC layers of 2048"),
     # Transformer encoders with a masked-LM head over synthetic tokens.
     ModelSpec("bert_base", (128,), 30522, "tokens", {"pytorch": _BERT},
-              {"sequence_length": 128, "vocab_size": 30522}, "BERT-Base, masked-LM head"),
+              {"sequence_length": 128, "vocab_size": 30522}, "BERT-Base, masked-LM head",
+              check_opts="dlbench.models:check_bert_opts"),
     ModelSpec("bert_large", (128,), 30522, "tokens", {"pytorch": _BERT},
-              {"sequence_length": 128, "vocab_size": 30522}, "BERT-Large, masked-LM head"),
+              {"sequence_length": 128, "vocab_size": 30522}, "BERT-Large, masked-LM head",
+              check_opts="dlbench.models:check_bert_opts"),
     # ParaDnn's parameterized families (seed 004), shaped by model_opts.
     ModelSpec("paradnn_fc", (2000,), 1000, "features", {"pytorch": _PARADNN},
               {"layers": 4, "nodes": 512, "input_size": 2000, "output_size": 1000,
@@ -110,6 +112,15 @@ CATALOG: tuple[ModelSpec, ...] = (
                "cell": "rnn", "optimizer": "rmsprop"}, "ParaDnn recurrent family",
               check_opts=f"{_PARADNN_CHECKS}:check_rnn_opts"),
 )
+
+def check_bert_opts(opts: dict[str, Any]) -> None:
+    """BERT's learned position table has 512 rows: longer sequences cannot be embedded."""
+    length, vocab = opts["sequence_length"], opts["vocab_size"]
+    if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= 512:
+        raise ValueError(f"bert: sequence_length must be an integer in 1..512, got {length!r}")
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
+        raise ValueError(f"bert: vocab_size must be a positive integer, got {vocab!r}")
+
 
 _BY_NAME = {spec.name: spec for spec in CATALOG}
 
