@@ -76,7 +76,10 @@ def recorded(res: dict[str, Any], output: str | None, *, write: bool = True) -> 
         R.finish(res, "failed", "interrupted")
         raise
     except BaseException as exc:  # every failure must become a recorded result
-        log.error("cell failed:\n%s", traceback.format_exc())
+        if isinstance(exc, CellError):  # bad input: its one line says it all
+            log.error("cell failed: %s", exc)
+        else:
+            log.error("cell failed:\n%s", traceback.format_exc())
         R.finish(res, "oom" if is_oom(exc) else "failed", one_line(exc))
     finally:
         if res["finished_at"] is None:

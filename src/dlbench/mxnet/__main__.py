@@ -1,0 +1,5 @@
+import sys
+
+from dlbench.mxnet.runner import main
+
+sys.exit(main())

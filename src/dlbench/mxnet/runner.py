@@ -1,0 +1,331 @@
+"""Benchmark one MXNet cell: a Gluon model trained or run for inference, or the RecordIO
+input pipeline alone, and write the result document.
+
+mxnet is imported only after the flags are parsed, so that a missing or broken MXNet still
+leaves a one-line error and, with ``--output``, a failed result.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from dlbench import cellrun, cli, environment, models
+from dlbench import result as R
+from dlbench.cellrun import CellError
+from dlbench.study import KV_STORES
+
+PROG = "python -m dlbench.mxnet"
+ENV_HINT = ("create the MXNet environment with: make mxnet-env (python -m venv .venvs/mxnet && "
+            ".venvs/mxnet/bin/pip install -r envs/mxnet.txt)")
+# Library settings worth recording, with MXNet's defaults where the variable is unset.
+_FLAG_DEFAULTS = {
+    "MXNET_CUDNN_AUTOTUNE_DEFAULT": "1",
+    "MXNET_ENGINE_TYPE": "ThreadedEnginePerDevice",
+    "MXNET_GPU_WORKER_NTHREADS": "2",
+    "MXNET_CPU_WORKER_NTHREADS": "1",
+    "MXNET_EXEC_BULK_EXEC_TRAIN": "1",
+    "MXNET_USE_FUSION": "1",
+    "OMP_NUM_THREADS": None,
+}
+_FLAG_PREFIXES = ("MXNET_", "OMP_", "KMP_", "DMLC_ROLE", "DMLC_NUM_")
+# The PyTorch runner's optimizer (DLBS's MXNet backend also trained with SGD), so that both
+# frameworks do the same update work per step.
+_SGD = {"learning_rate": 0.01, "momentum": 0.9}
+
+
+def build_parser():
+    parser = cli.model_runner_parser(PROG, "mxnet", dtypes=["float", "float32", "float16"])
+    parser.add_argument("--kv_store", choices=KV_STORES, default="device",
+                        help="gradient aggregation (default: device)")
+    parser.add_argument("--preprocess_threads", type=int, default=4,
+                        help="ImageRecordIter decoding threads (default: 4)")
+    cli.add_bool(parser, "--data_loader_only", False, "time the input pipeline alone")
+    return parser
+
+
+def cell_of(args) -> dict[str, Any]:
+    data = args.data_name or ("synthetic" if not args.data_dir else Path(args.data_dir).stem)
+    return {
+        "framework": "mxnet",
+        "model": args.model,
+        "phase": "inference" if args.forward_only else "training",
+        "precision": cli.precision(args.dtype),
+        "batch_size": args.batch_size,
+        "num_gpus": args.num_gpus,
+        "device": args.device,
+        "data": data,
+        "num_batches": args.num_batches,
+        "num_warmup_batches": args.num_warmup_batches,
+        "kv_store": args.kv_store,
+        "model_opts": args.model_opts,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    cli.check_positive(parser, args)
+    if args.preprocess_threads < 1:
+        parser.error(f"--preprocess_threads must be >= 1, got {args.preprocess_threads}")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    res = R.new_result(kind="loader" if args.data_loader_only else "model", cell=cell_of(args),
+                       study=args.study, cell_id=args.cell_id)
+    try:
+        import mxnet as mx
+    except (ImportError, OSError) as exc:  # OSError: a CUDA build without its libraries
+        return _mxnet_missing(res, args.output, exc)
+    with cellrun.recorded(res, args.output or None):
+        run_cell(mx, args, res)
+    return cellrun.exit_code(res)
+
+
+def _mxnet_missing(res: dict[str, Any], output: str, exc: BaseException) -> int:
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    message = f"dlbench.mxnet: mxnet is not importable by {sys.executable} ({reason}); {ENV_HINT}"
+    print(message, file=sys.stderr)
+    if output:
+        res["environment"] = {**environment.collect(), "framework": "mxnet"}
+        R.finish(res, "failed", message)
+        R.write(res, output)
+    return 1
+
+
+@dataclass
+class Plan:
+    """A cell's inputs, all checked before any network is built."""
+
+    spec: models.ModelSpec
+    opts: dict[str, Any]
+    precision: str
+    ctxs: list
+    record: tuple[Path, Path] | None  # (.rec, .idx), None for synthetic data
+    kv: Any  # mx.kv.KVStore, or its name when one device needs none
+    rank: int
+    workers: int
+    batch_size: int  # per device
+
+    @property
+    def batch(self) -> int:
+        """Samples per iteration on this worker: every device gets batch_size."""
+        return self.batch_size * len(self.ctxs)
+
+
+def run_cell(mx: ModuleType, args, res: dict[str, Any]) -> None:
+    res["environment"] = mxnet_environment(mx)
+    plan = make_plan(mx, args)
+    common = {"kv_store": args.kv_store, "contexts": [str(c) for c in plan.ctxs],
+              "rank": plan.rank, "num_workers": plan.workers,
+              "data_source": str(plan.record[0]) if plan.record else "synthetic"}
+    try:
+        if args.data_loader_only:
+            measurement = _loader_measurement(mx, args, plan, common)
+        else:
+            measurement = _model_measurement(mx, args, plan, common)
+    except mx.base.MXNetError as exc:
+        raise type(exc)(mxnet_error_line(str(exc))) from exc
+    res["measurements"] = [measurement]
+    res["status"] = "ok"
+
+
+def make_plan(mx: ModuleType, args) -> Plan:
+    from dlbench.mxnet import data
+
+    spec = _spec(args.model)
+    try:
+        opts = spec.opts(args.model_opts)
+    except ValueError as exc:
+        raise CellError(str(exc)) from None
+    precision = cli.precision(args.dtype)
+    if precision == "float16" and args.device == "cpu" and not args.data_loader_only:
+        raise CellError("--dtype float16 needs --device gpu: mxnet's CPU operators have no "
+                        "float16 GEMM or convolution")
+    if args.data_loader_only and not args.data_dir:
+        raise CellError("--data_loader_only needs --data_dir (a RecordIO file): "
+                        "synthetic data has no input pipeline")
+    if args.data_dir and spec.input_kind != "image":
+        raise CellError(f"--data_dir: model {spec.name} takes {spec.input_kind} of shape "
+                        f"{spec.input_shape}; RecordIO input needs an image model")
+    record = data.resolve_record(args.data_dir) if args.data_dir else None
+    ctxs = contexts(mx, args.device, args.num_gpus)
+    training = not (args.forward_only or args.data_loader_only)
+    kv, rank, workers = kvstore(mx, args.kv_store, args.device, len(ctxs),
+                                needs_kv=training or args.kv_store.startswith("dist"))
+    return Plan(spec, opts, precision, ctxs, record, kv, rank, workers, args.batch_size)
+
+
+def mxnet_error_line(text: str) -> str:
+    """The message of an MXNetError without the C++ frames it starts with (the result keeps
+    one line; ``out of memory`` stays in it so the cell is classified as oom)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    marked = [line for line in lines if line.startswith("MXNetError:")]
+    line = (marked[-1].removeprefix("MXNetError:").strip() if marked
+            else lines[-1] if lines else "")
+    if "out of memory" in text.lower() and "out of memory" not in line.lower():
+        line += " (out of memory)"
+    return line
+
+
+def _spec(name: str) -> models.ModelSpec:
+    try:
+        spec = models.get(name)
+    except KeyError as exc:
+        raise CellError(exc.args[0]) from None
+    if "mxnet" not in spec.builders:
+        available = ", ".join(models.for_framework("mxnet"))
+        raise CellError(f"--model {name}: not available for mxnet (available: {available})")
+    return spec
+
+
+def mxnet_environment(mx: ModuleType) -> dict[str, Any]:
+    env = environment.collect()
+    flags = {name: os.environ.get(name, default) for name, default in _FLAG_DEFAULTS.items()}
+    flags.update({k: v for k, v in os.environ.items() if k.startswith(_FLAG_PREFIXES)})
+    unset = sorted(name for name in _FLAG_DEFAULTS if name not in os.environ)
+    features = mx.runtime.Features()
+    enabled = sorted(name for name, feature in features.items() if feature.enabled)
+    env.update(framework="mxnet", framework_version=mx.__version__, library_flags=flags,
+               library_flags_unset=unset, mxnet_features=enabled,
+               mxnet_num_gpus=mx.context.num_gpus() if "CUDA" in enabled else 0)
+    return env
+
+
+def contexts(mx: ModuleType, device: str, count: int) -> list:
+    """``count`` contexts; on the CPU these are separate MXNet CPU contexts in one process
+    (data parallelism emulated over one thread pool, as MXNet's own multi-device tests do)."""
+    if device == "cpu":
+        return [mx.cpu(i) for i in range(count)]
+    available = mx.context.num_gpus()
+    if available < count:
+        raise CellError(f"--num_gpus {count}: mxnet {mx.__version__} sees {available} GPU(s) "
+                        "(a CPU-only mxnet wheel sees none; install e.g. mxnet-cu112)")
+    return [mx.gpu(i) for i in range(count)]
+
+
+def kvstore(mx: ModuleType, kind: str, device: str, num_contexts: int, *,
+            needs_kv: bool) -> tuple[Any, int, int]:
+    """The kvstore for gluon.Trainer, this worker's rank and the worker count."""
+    if kind == "nccl":
+        if device != "gpu":
+            raise CellError("--kv_store nccl needs --device gpu")
+        if not mx.runtime.Features().is_enabled("NCCL"):
+            raise CellError("--kv_store nccl: this mxnet build has no NCCL support")
+    if kind.startswith("dist"):
+        if "DMLC_ROLE" not in os.environ:
+            raise CellError(f"--kv_store {kind} needs a parameter-server launch (DMLC_ROLE is "
+                            "unset); start the cell through mxnet's tools/launch.py")
+        store = mx.kv.create(kind)
+        return store, store.rank, store.num_workers
+    if needs_kv and num_contexts > 1:
+        return mx.kv.create(kind), 0, 1
+    # One device: the Trainer updates in place and creates no kvstore.
+    return kind, 0, 1
+
+
+def _timed(mx: ModuleType, step: Callable[[], float], warmup: int,
+           iterations: int) -> tuple[list[float], list[float]]:
+    """Run ``step`` (which returns its time waiting for input) ``warmup`` times untimed,
+    then ``iterations`` times, each timed from an idle engine to all its results done."""
+    for _ in range(warmup):
+        step()
+        mx.nd.waitall()
+    times, waits = [], []
+    for _ in range(iterations):
+        mx.nd.waitall()
+        start = time.perf_counter()
+        waits.append(step())
+        mx.nd.waitall()
+        times.append(time.perf_counter() - start)
+    return times, waits
+
+
+def _record_iter(args, plan: Plan, input_shape: tuple[int, ...]):
+    from dlbench.mxnet import data
+
+    rec, idx = plan.record
+    return data.record_iter(rec, idx, batch_size=plan.batch, input_shape=input_shape,
+                            threads=args.preprocess_threads, part_index=plan.rank,
+                            num_parts=plan.workers)
+
+
+def _loader_measurement(mx: ModuleType, args, plan: Plan, common: dict) -> dict[str, Any]:
+    from dlbench.mxnet import data
+
+    it = _record_iter(args, plan, tuple(plan.spec.input_shape))
+
+    def step() -> float:
+        data.to_devices(data.next_batch(it), plan.ctxs, plan.precision)
+        return 0.0
+
+    times, _ = _timed(mx, step, args.num_warmup_batches, args.num_batches)
+    return R.measurement(name=args.model, pass_="loader", times_s=times,
+                         items_per_iteration=plan.batch, throughput_unit="images/s",
+                         extra={**common, "preprocess_threads": args.preprocess_threads})
+
+
+def _model_measurement(mx: ModuleType, args, plan: Plan, common: dict) -> dict[str, Any]:
+    from mxnet import autograd, gluon
+
+    from dlbench.mxnet import data, zoo
+
+    built = plan.spec.builder("mxnet")(plan.spec, plan.opts)
+    net = built.block
+    parameters = zoo.parameter_count(net, built.input_shape)
+    net.initialize(mx.init.Xavier(magnitude=2.0), ctx=plan.ctxs)
+    if plan.precision == "float16":
+        net.cast("float16")  # BatchNorm keeps float32 parameters (Gluon's cast rule)
+    net.hybridize(static_alloc=True, static_shape=True)
+
+    if plan.record:
+        it = _record_iter(args, plan, built.input_shape)
+
+        def fetch():
+            start = time.perf_counter()
+            host = data.next_batch(it)
+            wait = time.perf_counter() - start
+            return data.to_devices(host, plan.ctxs, plan.precision), wait
+    else:
+        fixed = data.synthetic(plan.ctxs, args.batch_size, built.input_shape,
+                               built.num_classes, plan.precision)
+
+        def fetch():
+            return fixed, 0.0
+
+    if args.forward_only:
+        def step() -> float:
+            parts, wait = fetch()
+            with autograd.predict_mode():
+                for x, _ in parts:
+                    net(x)
+            return wait
+    else:
+        fp16 = {"multi_precision": True} if plan.precision == "float16" else {}
+        trainer = gluon.Trainer(net.collect_params(), "sgd", {**_SGD, **fp16}, kvstore=plan.kv)
+        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+
+        def step() -> float:
+            parts, wait = fetch()
+            with autograd.record():
+                # Loss in float32 whatever the network's precision.
+                losses = [loss_fn(net(x).astype("float32", copy=False), y) for x, y in parts]
+            autograd.backward(losses)
+            trainer.step(plan.batch)  # gradients are summed over devices: scale by the batch
+            return wait
+
+    times, waits = _timed(mx, step, args.num_warmup_batches, args.num_batches)
+    real = plan.record is not None
+    return R.measurement(
+        name=args.model, pass_="inference" if args.forward_only else "training",
+        times_s=times, items_per_iteration=plan.batch, parameters=parameters,
+        data_wait_s=sum(waits) if real else None,
+        compute_s=sum(times) - sum(waits) if real else sum(times),
+        extra={**common, **built.facts, "hybridize": "static_alloc,static_shape",
+               "optimizer": None if args.forward_only else "sgd",
+               "preprocess_threads": args.preprocess_threads if real else None})
