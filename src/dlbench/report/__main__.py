@@ -1,0 +1,30 @@
+"""python -m dlbench.report results/benchmarks.parquet --outdir results/report"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from dlbench.report import ReportError, render
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m dlbench.report",
+        description="Render the aggregate table as an offline HTML report with PNG/SVG charts.")
+    parser.add_argument("parquet", help="aggregate Parquet written by dlbench.aggregate")
+    parser.add_argument("--outdir", default="results/report",
+                        help="folder for index.html and charts/ (default: %(default)s)")
+    args = parser.parse_args(argv)
+    try:
+        files = render(args.parquet, args.outdir)
+    except ReportError as exc:
+        print(f"dlbench.report: {exc}", file=sys.stderr)
+        return 2
+    for path in files:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""The aggregate table as the report needs it: loaded, checked and given a few derived columns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dlbench.aggregate import SCHEMA
+
+# The columns every section relies on; the others are used where present.
+REQUIRED_COLUMNS = ("study", "cell_id", "kind", "status", "error", "source")
+# Preferred orders, so that every chart lists precisions and phases the same way.
+PRECISION_ORDER = ("float64", "float32", "tf32", "bfloat16", "float16")
+PHASE_ORDER = ("training", "inference")
+STATUS_ORDER = ("ok", "oom", "failed", "skipped")
+# Model-cell axes besides model/phase/precision/batch that tell two series apart.
+VARIANT_AXES = ("framework", "device", "num_gpus", "data")
+
+
+class ReportError(ValueError):
+    """A problem with the report's input, said in one line naming the file or field."""
+
+
+def load(path: str | Path) -> pd.DataFrame:
+    """Read the aggregate Parquet, one row per measurement (per-iteration times left out)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ReportError(f"{path}: no such aggregate Parquet file")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ReportError(f"{path}: not a readable Parquet file ({first})") from None
+    missing = [name for name in REQUIRED_COLUMNS if name not in table.column_names]
+    if missing:
+        raise ReportError(f"{path}: column '{missing[0]}' is missing (not a dlbench aggregate table)")
+    if "times_s" in table.column_names:
+        table = table.drop_columns(["times_s"])
+    frame = table.to_pandas()
+    # A table from an older aggregate lacks some columns: they read as empty.
+    for name in SCHEMA.names:
+        if name not in frame and name != "times_s":
+            frame[name] = None
+    return prepare(frame)
+
+
+def prepare(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add the identity of each cell and drop repeated measurements of the same cell."""
+    frame = frame.copy()
+    frame["cell"] = frame["cell_id"].fillna(frame["source"]).fillna("")
+    frame["study"] = frame["study"].fillna("(no study)")
+    if "finished_at" in frame:
+        frame = frame.sort_values("finished_at", na_position="first", kind="stable")
+    return frame.reset_index(drop=True)
+
+
+def cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell of each study (a cell's status and error are on all its rows)."""
+    return frame.drop_duplicates(subset=["study", "cell"], keep="last")
+
+
+def measured(frame: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """The ok measurements of one kind of cell; a cell run by several studies counts once."""
+    rows = frame[(frame["kind"] == kind) & (frame["status"] == "ok")]
+    if "throughput" in rows:
+        rows = rows[rows["throughput"].notna()]
+    keys = [k for k in ("cell", "name", "pass", "op_name") if k in rows]
+    return rows.drop_duplicates(subset=keys, keep="last").reset_index(drop=True)
+
+
+def ordered(values: pd.Series | list, preferred: tuple[str, ...] = ()) -> list:
+    """Distinct values, the preferred ones first in their order, the rest sorted."""
+    distinct = [v for v in pd.unique(pd.Series(values).dropna())]
+    first = [v for v in preferred if v in distinct]
+    rest = sorted((v for v in distinct if v not in preferred), key=str)
+    return first + rest
+
+
+def varying(frame: pd.DataFrame, columns: tuple[str, ...]) -> list[str]:
+    """Those of ``columns`` that take more than one value in ``frame``."""
+    return [c for c in columns if c in frame and frame[c].astype(str).nunique() > 1]
+
+
+def variant_label(frame: pd.DataFrame, columns: list[str]) -> pd.Series:
+    """A short label from the given axes, e.g. 'pytorch · gpu×2'."""
+    if not columns:
+        return pd.Series([""] * len(frame), index=frame.index, dtype=object)
+    parts = []
+    for column in columns:
+        values = frame[column]
+        if column == "num_gpus":
+            parts.append(values.map(lambda n: f"×{int(n)}" if pd.notna(n) else ""))
+        else:
+            parts.append(values.fillna("").astype(str))
+    label = parts[0]
+    for part in parts[1:]:
+        label = label + " · " + part
+    return label.str.replace(" · ×", "×", regex=False)
+
+
+def model_opts_label(frame: pd.DataFrame) -> pd.Series:
+    """The model options that differ between rows, e.g. 'layers=4, nodes=1024'."""
+    opts = frame.get("model_opts", pd.Series([None] * len(frame), index=frame.index))
+    parsed = opts.map(lambda text: json.loads(text) if isinstance(text, str) and text else {})
+    keys = sorted({k for d in parsed for k in d})
+    differing = [k for k in keys if len({json.dumps(d.get(k), sort_keys=True) for d in parsed}) > 1]
+    return parsed.map(lambda d: ", ".join(f"{k}={d.get(k)}" for k in differing) or "default")

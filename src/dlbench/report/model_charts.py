@@ -1,0 +1,257 @@
+"""Charts of model cells: throughput against batch size, framework and precision comparisons."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from dlbench.report.data import (
+    PHASE_ORDER,
+    VARIANT_AXES,
+    measured,
+    model_opts_label,
+    ordered,
+    variant_label,
+    varying,
+)
+from dlbench.report.style import (
+    FRAMEWORK_COLOURS,
+    MUTED,
+    PANEL_HEIGHT,
+    PANEL_WIDTH,
+    Figure,
+    batch_axis,
+    colour_scale,
+    facet_columns,
+    precision_scale,
+    styled,
+)
+
+PARADNN_PREFIX = "paradnn_"
+# Room between batch sizes, so a group of one bar does not fill its whole band.
+BAND = alt.Scale(paddingInner=0.3, paddingOuter=0.15)
+
+
+def model_label(rows: pd.DataFrame) -> pd.Series:
+    """The model name, with its options where one model ran with several sets of options."""
+    label = rows["model"].fillna("?").astype(str)
+    for model, group in rows.groupby(label, sort=False):
+        opts = model_opts_label(group)
+        label.loc[group.index] = [model if o == "default" else f"{model} ({o})" for o in opts]
+    return label
+
+
+def model_frame(frame: pd.DataFrame, *, paradnn: bool = False) -> pd.DataFrame:
+    """Ok model measurements as chart rows; ParaDnn families apart (they have their section)."""
+    rows = measured(frame, "model")
+    if rows.empty:
+        return rows
+    is_paradnn = rows["model"].fillna("").str.startswith(PARADNN_PREFIX)
+    rows = rows[rows["batch_size"].notna() & (is_paradnn if paradnn else ~is_paradnn)]
+    if rows.empty:
+        return rows
+    out = pd.DataFrame({
+        # A ParaDnn model's options are its configuration, a series of its own.
+        "model": rows["model"].fillna("?") if paradnn else model_label(rows),
+        "phase": rows["phase"].fillna("?"),
+        "precision": rows["precision"].fillna("?"),
+        "batch_size": rows["batch_size"].astype(int),
+        "throughput": rows["throughput"].astype(float),
+        "unit": rows["throughput_unit"].fillna(""),
+        "time_ms": rows["time_median_s"].astype(float) * 1e3,
+        "tflops": rows["tflops"].astype(float),
+        "framework": rows["framework"].fillna("?"),
+        "device": rows["device"].fillna("?"),
+        "num_gpus": rows["num_gpus"].fillna(0).astype(int),
+        "data": rows["data"].fillna("synthetic"),
+        "phi": rows["phi"].fillna(rows["parameters"]).astype(float),
+        "config": model_opts_label(rows) if paradnn else "",
+        "study": rows["study"],
+    })
+    out["variant"] = variant_label(out, varying(out, VARIANT_AXES))
+    return out.reset_index(drop=True)
+
+
+def panel_order(frame: pd.DataFrame, columns: list[str]) -> list[str]:
+    """Panel labels, models alphabetically and training before inference."""
+    keys = frame[columns].drop_duplicates()
+    rank = {p: i for i, p in enumerate(PHASE_ORDER)}
+    keys = keys.assign(_r=keys.get("phase", pd.Series(index=keys.index)).map(rank).fillna(9))
+    keys = keys.sort_values([columns[0], "_r", *columns[1:]])
+    return [" · ".join(str(v) for v in row) for row in keys[columns].itertuples(index=False)]
+
+
+def with_panel(frame: pd.DataFrame, columns: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    frame = frame.copy()
+    parts = frame[columns].astype(str)
+    if "num_gpus" in parts:
+        parts["num_gpus"] = parts["num_gpus"] + " GPU(s)"
+    frame["panel"] = parts.agg(" · ".join, axis=1)
+    return frame, panel_order(frame, columns)
+
+
+def _tooltip(frame: pd.DataFrame, extra: list[alt.Tooltip]) -> list[alt.Tooltip]:
+    tips = [alt.Tooltip("model:N"), alt.Tooltip("phase:N"), alt.Tooltip("precision:N"),
+            alt.Tooltip("batch_size:Q", title="batch size")]
+    tips += [alt.Tooltip(f"{c}:N") for c in varying(frame, VARIANT_AXES)]
+    return tips + extra
+
+
+def lines_by_batch(frame: pd.DataFrame, *, y: str, y_title: str, colour: alt.Color,
+                   tooltip: list[alt.Tooltip], panels: list[str],
+                   series: str = "variant") -> alt.FacetChart:
+    """Lines over a log-2 batch-size axis, one panel per label in ``panels``."""
+    base = alt.Chart().encode(
+        x=alt.X("batch_size:Q", title="batch size", axis=batch_axis(frame["batch_size"].unique()),
+                scale=alt.Scale(type="log", base=2, nice=False, padding=12)),
+        y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(zero=True)),
+        color=colour, detail=f"{series}:N", tooltip=tooltip,
+    )
+    if frame[series].nunique() > 1 and series == "variant":
+        title = " · ".join(varying(frame, VARIANT_AXES))
+        base = base.encode(
+            strokeDash=alt.StrokeDash("variant:N", title=title, legend=alt.Legend(
+                symbolType="stroke", symbolStrokeWidth=2.2, symbolSize=300)),
+            shape=alt.Shape("variant:N", legend=None))
+    layered = alt.layer(base.mark_line(), base.mark_point(), data=frame).properties(
+        width=PANEL_WIDTH, height=PANEL_HEIGHT)
+    return layered.facet(
+        facet=alt.Facet("panel:N", title=None, sort=panels), columns=facet_columns(len(panels)),
+    ).resolve_scale(y="independent")
+
+
+def _unit(frame: pd.DataFrame) -> str:
+    units = [u for u in frame["unit"].unique() if u]
+    return units[0] if len(units) == 1 else "items/s"
+
+
+def throughput_figure(models: pd.DataFrame) -> Figure | None:
+    if models.empty:
+        return None
+    frame, panels = with_panel(models, ["model", "phase"])
+    tips = _tooltip(frame, [alt.Tooltip("throughput:Q", format=",.1f"),
+                            alt.Tooltip("unit:N"),
+                            alt.Tooltip("time_ms:Q", title="median time (ms)", format=",.3f")])
+    colour = alt.Color("precision:N", scale=precision_scale(list(frame["precision"].unique())))
+    chart = lines_by_batch(frame, y="throughput", y_title=f"throughput ({_unit(frame)})",
+                           colour=colour, tooltip=tips, panels=panels)
+    return Figure("throughput", "Throughput against batch size",
+                  "Median-iteration throughput; one panel per model and phase, one line per "
+                  "precision.", styled(chart))
+
+
+def framework_figure(models: pd.DataFrame) -> Figure | None:
+    """Frameworks side by side where several ran the same model, batch and precision."""
+    keys = ["model", "phase", "precision", "batch_size", "device", "num_gpus", "data"]
+    if models.empty or models["framework"].nunique() < 2:
+        return None
+    counts = models.groupby(keys)["framework"].transform("nunique")
+    frame = models[counts >= 2]
+    if frame.empty:
+        return None
+    columns = ["model", "phase", "precision", *varying(frame, ("device", "num_gpus", "data"))]
+    frame, panels = with_panel(frame, columns)
+    frameworks = ordered(frame["framework"])
+    base = alt.Chart().encode(
+        x=alt.X("batch_size:O", title="batch size", axis=alt.Axis(labelAngle=0), scale=BAND),
+        xOffset=alt.XOffset("framework:N", sort=frameworks),
+        y=alt.Y("throughput:Q", title=f"throughput ({_unit(frame)})"),
+        color=alt.Color("framework:N", scale=colour_scale(frameworks, FRAMEWORK_COLOURS)),
+        tooltip=[alt.Tooltip("framework:N"),
+                 *_tooltip(frame, [alt.Tooltip("throughput:Q", format=",.1f")])],
+    )
+    chart = alt.layer(base.mark_bar(cornerRadiusEnd=2), data=frame).properties(
+        width=PANEL_WIDTH, height=PANEL_HEIGHT).facet(
+        facet=alt.Facet("panel:N", title=None, sort=panels),
+        columns=facet_columns(len(panels))).resolve_scale(y="independent")
+    return Figure("framework-comparison", "Frameworks side by side",
+                  "The same model, phase, precision and batch size run by each framework.",
+                  styled(chart))
+
+
+def speedup_frame(models: pd.DataFrame) -> pd.DataFrame:
+    """Throughput of each precision over float32 of the same model/phase/batch/device/framework."""
+    keys = ["model", "phase", "batch_size", "device", "framework", "num_gpus", "data"]
+    baseline = (models[models["precision"] == "float32"].groupby(keys, as_index=False)
+                ["throughput"].median().rename(columns={"throughput": "float32_throughput"}))
+    merged = models[models["precision"] != "float32"].merge(baseline, on=keys)
+    merged = merged[merged["float32_throughput"] > 0]
+    merged["speedup"] = merged["throughput"] / merged["float32_throughput"]
+    merged["label"] = merged["speedup"].map(lambda s: f"{s:.2f}×")
+    return merged.reset_index(drop=True)
+
+
+def speedup_figure(models: pd.DataFrame) -> Figure | None:
+    if models.empty:
+        return None
+    frame = speedup_frame(models)
+    if frame.empty:
+        return None
+    columns = ["model", "phase", *varying(frame, ("framework", "device", "num_gpus", "data"))]
+    frame, panels = with_panel(frame, columns)
+    precisions = ordered(frame["precision"])
+    base = alt.Chart().encode(
+        x=alt.X("batch_size:O", title="batch size", axis=alt.Axis(labelAngle=0), scale=BAND),
+        xOffset=alt.XOffset("precision:N", sort=precisions),
+    )
+    bars = base.mark_bar(cornerRadiusEnd=2).encode(
+        y=alt.Y("speedup:Q", title="speed-up over float32 (×)"),
+        color=alt.Color("precision:N", scale=precision_scale(precisions)),
+        tooltip=_tooltip(frame, [alt.Tooltip("label:N", title="speed-up"),
+                                 alt.Tooltip("throughput:Q", format=",.1f"),
+                                 alt.Tooltip("float32_throughput:Q", format=",.1f",
+                                             title="float32 throughput")]),
+    )
+    labels = base.mark_text(dy=-6, fontSize=9, color=MUTED).encode(
+        y="speedup:Q", text="label:N")
+    parity = alt.Chart().mark_rule(color=MUTED, strokeDash=[4, 3]).encode(y=alt.datum(1))
+    layers = [bars, parity]
+    if frame["batch_size"].nunique() * len(precisions) <= 8:  # labels only where they fit
+        layers.append(labels)
+    chart = alt.layer(*layers, data=frame).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT).facet(
+        facet=alt.Facet("panel:N", title=None, sort=panels), columns=facet_columns(len(panels)),
+    ).resolve_scale(xOffset="independent")
+    return Figure("precision-speedup", "Speed-up over float32",
+                  "Throughput of each precision divided by float32 throughput for the same "
+                  "model, phase, batch size, device and framework; the dashed line is parity.",
+                  styled(chart))
+
+
+def tflops_figure(models: pd.DataFrame) -> Figure | None:
+    frame = models[models["tflops"].notna()] if not models.empty else models
+    if frame.empty:
+        return None
+    frame, panels = with_panel(frame, ["model", "phase"])
+    tips = _tooltip(frame, [alt.Tooltip("tflops:Q", title="TFLOP/s", format=",.2f"),
+                            alt.Tooltip("throughput:Q", format=",.1f")])
+    colour = alt.Color("precision:N", scale=precision_scale(list(frame["precision"].unique())))
+    chart = lines_by_batch(frame, y="tflops", y_title="achieved TFLOP/s", colour=colour,
+                           tooltip=tips, panels=panels)
+    return Figure("model-tflops", "TFLOP/s against batch size",
+                  "Floating-point work per iteration divided by the median iteration time.",
+                  styled(chart))
+
+
+def loader_figure(frame: pd.DataFrame) -> Figure | None:
+    """Input pipeline alone: samples/s against batch size per loader thread count."""
+    rows = measured(frame, "loader")
+    rows = rows[rows["batch_size"].notna()] if not rows.empty else rows
+    if rows.empty:
+        return None
+    threads = rows["num_loader_threads"]
+    data = pd.DataFrame({
+        "framework": rows["framework"].fillna("?"), "data": rows["data"].fillna("?"),
+        "batch_size": rows["batch_size"].astype(int), "throughput": rows["throughput"],
+        "unit": rows["throughput_unit"].fillna(""),
+        "threads": threads.map(lambda n: f"{int(n)} threads" if pd.notna(n) else "default"),
+    })
+    data, panels = with_panel(data, ["framework", "data"])
+    colour = alt.Color("threads:N", title="loader threads", scale=alt.Scale(scheme="tableau10"))
+    chart = lines_by_batch(
+        data, y="throughput", y_title=f"throughput ({_unit(data)})", colour=colour,
+        tooltip=[alt.Tooltip("data:N"), alt.Tooltip("threads:N"),
+                 alt.Tooltip("batch_size:Q", title="batch size"),
+                 alt.Tooltip("throughput:Q", format=",.1f")],
+        panels=panels, series="threads")
+    return Figure("loader-throughput", "Input pipeline throughput",
+                  "The data loader alone, without a model.", styled(chart))

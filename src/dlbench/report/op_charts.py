@@ -1,0 +1,131 @@
+"""Charts of operator cells: time per operator input, TFLOP/s and GB/s against work size."""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+
+import altair as alt
+import pandas as pd
+
+from dlbench.report.data import measured, ordered, varying
+from dlbench.report.style import PASS_COLOURS, Figure, colour_scale, styled
+
+# Operator-cell axes besides the op config that tell two measurements of an input apart.
+OP_VARIANT_AXES = ("framework", "device", "exec_mode")
+
+
+def _input_label(op_name: object, name: object) -> str:
+    name = str(name)
+    if isinstance(op_name, str) and op_name and op_name not in name:
+        return f"{op_name} {name}"
+    return name
+
+
+def op_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    rows = measured(frame, "op")
+    if rows.empty:
+        return rows
+    rows = rows[rows["time_median_s"].notna()]
+    out = pd.DataFrame({
+        "config": rows["op_config"].map(lambda p: PurePath(p).stem if isinstance(p, str) else "?"),
+        "op": rows["op_name"].fillna(rows["name"]),
+        "input": [_input_label(o, n) for o, n in zip(rows["op_name"], rows["name"], strict=True)],
+        "pass": rows["pass"].fillna("?"),
+        "median_s": rows["time_median_s"].astype(float),
+        "p5_s": rows["time_p5_s"].astype(float),
+        "p95_s": rows["time_p95_s"].astype(float),
+        "flops": rows["flops_per_iteration"].astype(float),
+        "bytes": rows["bytes_per_iteration"].astype(float),
+        "tflops": rows["tflops"].astype(float),
+        "gbps": rows["gbps"].astype(float),
+        "framework": rows["framework"].fillna("?"),
+        "device": rows["device"].fillna("?"),
+        "exec_mode": rows["exec_mode"].fillna("?"),
+    })
+    variant_axes = varying(out, OP_VARIANT_AXES)
+    out["variant"] = out[variant_axes].astype(str).agg(" · ".join, axis=1) if variant_axes else ""
+    return out.reset_index(drop=True)
+
+
+def _time_unit(seconds: pd.Series) -> tuple[str, float]:
+    typical = seconds.median()
+    if typical < 1e-3:
+        return "µs", 1e6
+    if typical < 1.0:
+        return "ms", 1e3
+    return "s", 1.0
+
+
+def _pass_colour(frame: pd.DataFrame) -> alt.Color:
+    passes = ordered(frame["pass"], ("forward", "backward"))
+    return alt.Color("pass:N", title="pass", scale=colour_scale(passes, PASS_COLOURS))
+
+
+def time_figure(ops: pd.DataFrame) -> Figure | None:
+    if ops.empty:
+        return None
+    unit, factor = _time_unit(ops["median_s"])
+    frame = ops.assign(median=ops["median_s"] * factor, p5=ops["p5_s"] * factor,
+                       p95=ops["p95_s"] * factor)
+    frame["row"] = frame["input"] + frame["variant"].map(lambda v: f"  [{v}]" if v else "")
+    inputs = list(pd.unique(frame["row"]))
+    passes = ordered(frame["pass"], ("forward", "backward"))
+    base = alt.Chart().encode(
+        y=alt.Y("row:N", title=None, sort=inputs, axis=alt.Axis(labelLimit=360),
+                scale=alt.Scale(paddingInner=0.35, paddingOuter=0.2)),
+        yOffset=alt.YOffset("pass:N", sort=passes),
+        color=_pass_colour(frame),
+    )
+    spread = base.mark_rule(strokeWidth=2.5, opacity=0.6).encode(x="p5:Q", x2="p95:Q")
+    points = base.mark_point(filled=True, size=60, opacity=1).encode(
+        x=alt.X("median:Q", title=f"time per call ({unit}): median, bar from p5 to p95",
+                scale=alt.Scale(type="log", nice=False, padding=14)),
+        tooltip=[alt.Tooltip("op:N", title="operator"), alt.Tooltip("input:N"),
+                 alt.Tooltip("pass:N"), alt.Tooltip("config:N", title="op config"),
+                 alt.Tooltip("median:Q", title=f"median ({unit})", format=",.3f"),
+                 alt.Tooltip("p5:Q", title=f"p5 ({unit})", format=",.3f"),
+                 alt.Tooltip("p95:Q", title=f"p95 ({unit})", format=",.3f")],
+    )
+    step = 10 * len(passes) + 6
+    chart = alt.layer(spread, points, data=frame).properties(width=520, height=alt.Step(step))
+    if frame["config"].nunique() > 1:
+        chart = chart.facet(row=alt.Row("config:N", title=None, header=alt.Header(
+            labelAngle=0, labelAlign="left", labelOrient="top", labelAnchor="start")),
+        ).resolve_scale(y="independent")
+    return Figure("op-time", "Time per operator input",
+                  "Median time of one call of each operator input, per pass.", styled(chart))
+
+
+def _rate_figure(ops: pd.DataFrame, *, rate: str, work: str, name: str, title: str,
+                 rate_title: str, work_title: str, caption: str) -> Figure | None:
+    frame = ops[ops[rate].notna() & ops[work].notna()] if not ops.empty else ops
+    if frame.empty:
+        return None
+    base = alt.Chart(frame).encode(
+        x=alt.X(f"{work}:Q", title=work_title, axis=alt.Axis(format="~s"),
+                scale=alt.Scale(type="log", nice=False, padding=14)),
+        y=alt.Y(f"{rate}:Q", title=rate_title),
+        color=alt.Color("op:N", title="operator", scale=alt.Scale(scheme="tableau10")),
+        shape=alt.Shape("pass:N", title="pass", sort=ordered(frame["pass"], ("forward", "backward"))),
+        tooltip=[alt.Tooltip("op:N", title="operator"), alt.Tooltip("input:N"),
+                 alt.Tooltip("pass:N"), alt.Tooltip(f"{work}:Q", title=work_title, format=".3~s"),
+                 alt.Tooltip(f"{rate}:Q", title=rate_title, format=",.2f")],
+    )
+    lines = base.mark_line(strokeWidth=1.2, opacity=0.5).encode(
+        detail=alt.Detail(["op:N", "pass:N", "variant:N"]), order=f"{work}:Q")
+    chart = alt.layer(lines, base.mark_point(filled=True, size=70)).properties(width=400, height=260)
+    return Figure(name, title, caption, styled(chart))
+
+
+def tflops_figure(ops: pd.DataFrame) -> Figure | None:
+    return _rate_figure(ops, rate="tflops", work="flops", name="op-tflops",
+                        title="Operator TFLOP/s against work per call", rate_title="TFLOP/s",
+                        work_title="FLOP per call",
+                        caption="Achieved floating-point rate of each operator input.")
+
+
+def gbps_figure(ops: pd.DataFrame) -> Figure | None:
+    return _rate_figure(ops, rate="gbps", work="bytes", name="op-gbps",
+                        title="Operator GB/s against bytes moved per call", rate_title="GB/s",
+                        work_title="bytes per call",
+                        caption="Achieved memory bandwidth of each operator input.")

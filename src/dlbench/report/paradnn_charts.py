@@ -1,0 +1,92 @@
+"""ParaDnn's parameterized families: achieved TFLOP/s against batch size and model size."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from dlbench.report.model_charts import with_panel
+from dlbench.report.style import (
+    PANEL_HEIGHT,
+    PANEL_WIDTH,
+    Figure,
+    batch_axis,
+    facet_columns,
+    styled,
+)
+
+# The schemes without their palest end, which would vanish on white.
+_VIRIDIS = alt.SchemeParams(name="viridis", extent=[0.0, 0.85])
+_PLASMA = alt.SchemeParams(name="plasma", extent=[0.0, 0.8])
+
+
+def _metric(frame: pd.DataFrame) -> tuple[str, str]:
+    """TFLOP/s where the runner counted the work; throughput otherwise."""
+    if frame["tflops"].notna().any():
+        return "tflops", "achieved TFLOP/s"
+    units = [u for u in frame["unit"].unique() if u]
+    return "throughput", f"throughput ({units[0] if len(units) == 1 else 'items/s'})"
+
+
+def _panels(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    columns = ["model", "precision"]
+    columns += [c for c in ("phase", "framework", "device") if frame[c].nunique() > 1]
+    return with_panel(frame, columns)
+
+
+def _tooltip(y: str) -> list[alt.Tooltip]:
+    return [alt.Tooltip("model:N"), alt.Tooltip("config:N", title="options"),
+            alt.Tooltip("phi:Q", title="Φ (parameters)", format=",d"),
+            alt.Tooltip("precision:N"), alt.Tooltip("batch_size:Q", title="batch size"),
+            alt.Tooltip(f"{y}:Q", format=",.2f"),
+            alt.Tooltip("time_ms:Q", title="median time (ms)", format=",.3f")]
+
+
+def by_batch_figure(paradnn: pd.DataFrame) -> Figure | None:
+    if paradnn.empty:
+        return None
+    y, y_title = _metric(paradnn)
+    frame, panels = _panels(paradnn[paradnn[y].notna()])
+    has_phi = frame["phi"].notna().all()
+    colour = (alt.Color("phi:Q", title="Φ (parameters)", scale=alt.Scale(type="log", scheme=_VIRIDIS),
+                        legend=alt.Legend(format="~s", type="gradient", gradientLength=140))
+              if has_phi else alt.Color("config:N", title="options"))
+    base = alt.Chart().encode(
+        x=alt.X("batch_size:Q", title="batch size", axis=batch_axis(frame["batch_size"].unique()),
+                scale=alt.Scale(type="log", base=2, nice=False, padding=12)),
+        y=alt.Y(f"{y}:Q", title=y_title),
+        color=colour, detail="config:N", tooltip=_tooltip(y),
+    )
+    # Hollow points: with colour on stroke only, Vega draws the Φ legend as a gradient
+    # (a legend fed by both stroke and fill becomes a long list of symbols).
+    points = base.mark_point(filled=False, fill="white", strokeWidth=1.6, opacity=1)
+    chart = alt.layer(base.mark_line(strokeWidth=1.6), points, data=frame).properties(
+        width=PANEL_WIDTH, height=PANEL_HEIGHT).facet(
+        facet=alt.Facet("panel:N", title=None, sort=panels), columns=facet_columns(len(panels)),
+    ).resolve_scale(y="independent")
+    return Figure("paradnn-by-batch", f"ParaDnn: {y_title} against batch size",
+                  "One line per model configuration, coloured by its parameter count Φ.",
+                  styled(chart))
+
+
+def by_size_figure(paradnn: pd.DataFrame) -> Figure | None:
+    if paradnn.empty:
+        return None
+    y, y_title = _metric(paradnn)
+    frame = paradnn[paradnn[y].notna() & paradnn["phi"].notna()]
+    if frame.empty or frame["phi"].nunique() < 2:
+        return None
+    frame, panels = _panels(frame)
+    base = alt.Chart().encode(
+        x=alt.X("phi:Q", title="Φ (parameters)", scale=alt.Scale(type="log", nice=False, padding=12),
+                axis=alt.Axis(format="~s")),
+        y=alt.Y(f"{y}:Q", title=y_title),
+        color=alt.Color("batch_size:O", title="batch size", scale=alt.Scale(scheme=_PLASMA)),
+        detail="batch_size:O", order="phi:Q", tooltip=_tooltip(y),
+    )
+    chart = alt.layer(base.mark_line(strokeWidth=1.6), base.mark_point(), data=frame).properties(
+        width=PANEL_WIDTH, height=PANEL_HEIGHT).facet(
+        facet=alt.Facet("panel:N", title=None, sort=panels), columns=facet_columns(len(panels)),
+    ).resolve_scale(y="independent")
+    return Figure("paradnn-by-size", f"ParaDnn: {y_title} against model size",
+                  "One line per batch size over the models' parameter counts Φ.", styled(chart))

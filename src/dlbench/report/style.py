@@ -1,0 +1,74 @@
+"""One look for every chart: fonts, colours per precision and framework, facet layout."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import altair as alt
+
+from dlbench.report.data import PRECISION_ORDER
+
+FONT = "Helvetica Neue, Helvetica, Arial, sans-serif"
+INK = "#1f2933"
+MUTED = "#616e7c"
+GRID = "#e4e7eb"
+# Fixed colours, so a precision or framework looks the same in every chart of every report.
+PRECISION_COLOURS = {"float64": "#8c6d31", "float32": "#4c78a8", "tf32": "#54a24b",
+                     "bfloat16": "#f58518", "float16": "#e45756"}
+FRAMEWORK_COLOURS = {"pytorch": "#ee4c2c", "mxnet": "#2f6fb0"}
+PASS_COLOURS = {"forward": "#4c78a8", "backward": "#f58518", "training": "#4c78a8",
+                "inference": "#54a24b", "loader": "#b279a2"}
+SPARE_COLOURS = ("#72b7b2", "#b279a2", "#ff9da6", "#9d755d", "#bab0ac", "#eeca3b", "#439894")
+PANEL_WIDTH = 250
+PANEL_HEIGHT = 170
+PANEL_COLUMNS = 3
+
+
+@dataclass
+class Figure:
+    """A chart of the report: ``name`` is its file stem and HTML id."""
+
+    name: str
+    title: str
+    caption: str
+    chart: alt.TopLevelMixin
+
+
+def colour_scale(values: list[str], fixed: dict[str, str]) -> alt.Scale:
+    """Known values keep their fixed colour; unknown ones take spare colours in turn."""
+    spare = iter(SPARE_COLOURS * (1 + len(values) // len(SPARE_COLOURS)))
+    return alt.Scale(domain=values, range=[fixed.get(v) or next(spare) for v in values])
+
+
+def precision_scale(values: list[str]) -> alt.Scale:
+    ordered = [p for p in PRECISION_ORDER if p in values] + [v for v in values if v not in PRECISION_ORDER]
+    return colour_scale(ordered, PRECISION_COLOURS)
+
+
+def batch_axis(batch_sizes: Iterable[int]) -> alt.Axis:
+    """Ticks at exactly the batch sizes measured (a log-2 axis would otherwise pick its own)."""
+    return alt.Axis(values=sorted(int(b) for b in batch_sizes), format="d", labelFlush=False)
+
+
+def facet_columns(panels: int) -> int:
+    return max(1, min(PANEL_COLUMNS, panels))
+
+
+def styled(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
+    return (
+        chart.configure(font=FONT, background="white", padding=8)
+        .configure_view(stroke=GRID, strokeWidth=1, continuousWidth=PANEL_WIDTH,
+                        continuousHeight=PANEL_HEIGHT)
+        .configure_axis(labelColor=MUTED, titleColor=INK, labelFontSize=11, titleFontSize=12,
+                        titleFontWeight="normal", gridColor=GRID, domainColor="#9aa5b1",
+                        tickColor="#9aa5b1", labelOverlap="greedy", labelSeparation=4)
+        .configure_header(labelFontSize=12, labelFontWeight="bold", labelColor=INK,
+                          titleFontSize=12, labelPadding=6)
+        .configure_legend(labelFontSize=11, titleFontSize=12, titleFontWeight="normal",
+                          titleColor=INK, labelColor=INK, orient="right", symbolSize=80,
+                          symbolOpacity=1)
+        .configure_title(fontSize=14, color=INK, anchor="start")
+        .configure_point(size=55, filled=True)
+        .configure_line(strokeWidth=2.2)
+    )

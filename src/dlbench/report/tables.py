@@ -1,0 +1,141 @@
+"""HTML tables of the report: cells by status, cells that did not finish, environments.
+
+Every value from the data goes through ``html.escape``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from html import escape
+from typing import Any
+
+import pandas as pd
+
+from dlbench.report.data import STATUS_ORDER, cells, ordered
+
+
+def _text(value: Any) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return ""
+    return escape(str(value))
+
+
+class Markup(str):
+    """A string that is already HTML (built here from escaped parts)."""
+
+
+def table(headers: list[str], rows: list[list[Any]], *, css: str = "") -> str:
+    """An HTML table; cells are escaped, except those given as ``Markup`` (already HTML)."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{c if isinstance(c, Markup) else _text(c)}</td>" for c in row) + "</tr>"
+        for row in rows)
+    return f'<table class="{escape(css)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def status_badge(status: str) -> Markup:
+    return Markup(f'<span class="badge status-{escape(status)}">{escape(status)}</span>')
+
+
+def status_counts(frame: pd.DataFrame) -> dict[str, int]:
+    counts = cells(frame)["status"].value_counts()
+    return {s: int(counts[s]) for s in ordered(list(counts.index), STATUS_ORDER)}
+
+
+def status_cards(frame: pd.DataFrame) -> str:
+    counts = status_counts(frame)
+    total = sum(counts.values())
+    cards = [f'<div class="card"><div class="num">{total}</div><div class="lbl">cells</div></div>']
+    cards += [f'<div class="card status-{escape(s)}"><div class="num">{n}</div>'
+              f'<div class="lbl">{escape(s)}</div></div>' for s, n in counts.items()]
+    return f'<div class="cards">{"".join(cards)}</div>'
+
+
+def study_table(frame: pd.DataFrame) -> str:
+    """Cells of each study by kind and status."""
+    per_cell = cells(frame)
+    statuses = ordered(per_cell["status"], STATUS_ORDER)
+    rows = []
+    for study in ordered(per_cell["study"]):
+        group = per_cell[per_cell["study"] == study]
+        counts = group["status"].value_counts()
+        kinds = ", ".join(f"{n} {k}" for k, n in group["kind"].value_counts().sort_index().items())
+        rows.append([study, kinds, len(group), *[int(counts.get(s, 0)) or "" for s in statuses]])
+    return table(["study", "kinds", "cells", *statuses], rows, css="numeric-tail")
+
+
+def failures_table(frame: pd.DataFrame) -> str | None:
+    """Cells that are not ok, with their one-line error; None when every cell is ok."""
+    bad = cells(frame)
+    bad = bad[bad["status"] != "ok"]
+    if bad.empty:
+        return None
+    rank = {s: i for i, s in enumerate(STATUS_ORDER)}
+    bad = bad.assign(_r=bad["status"].map(rank).fillna(9)).sort_values(["_r", "study", "cell"])
+    rows = [[status_badge(r.status), r.study, Markup(f"<code>{_text(r.cell)}</code>"),
+             Markup(f'<span class="error">{_text(r.error) or "(no error recorded)"}</span>')]
+            for r in bad.itertuples()]
+    return table(["status", "study", "cell", "error"], rows, css="failures")
+
+
+def _environment(row: Any) -> dict[str, Any]:
+    env = json.loads(row.environment) if isinstance(row.environment, str) and row.environment else {}
+    for key in ("hostname", "cpu_model", "gpu_driver", "cuda_version", "cudnn_version",
+                "framework_version", "python_version", "dlbench_version", "dlbench_git_revision",
+                "container"):
+        if env.get(key) in (None, "") and isinstance(getattr(row, key, None), str):
+            env[key] = getattr(row, key)
+    return env
+
+
+def _gpus(env: dict[str, Any], fallback: Any) -> str:
+    models = env.get("gpu_models") or []
+    if not models:
+        return fallback if isinstance(fallback, str) else ""
+    return ", ".join(f"{n} × {m}" for m, n in sorted(Counter(models).items()))
+
+
+def _cpu(env: dict[str, Any]) -> str:
+    text = env.get("cpu_model") or ""
+    extras = []
+    if env.get("cpu_count"):
+        extras.append(f"{env['cpu_count']} cores")
+    if env.get("memory_gib"):
+        extras.append(f"{env['memory_gib']:g} GiB")
+    return f"{text} ({', '.join(extras)})" if extras else text
+
+
+def _revision(env: dict[str, Any]) -> str:
+    version = env.get("dlbench_version") or ""
+    revision = env.get("dlbench_git_revision") or ""
+    if revision:
+        commit, dirty = revision.split("-", 1) if "-" in revision else (revision, "")
+        revision = commit[:12] + (f"-{dirty}" if dirty else "")
+    return " @ ".join(p for p in (version, revision) if p)
+
+
+def environment_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Distinct environments with the number of cells that ran in each."""
+    headers = ["host", "CPU", "GPUs", "driver", "CUDA", "cuDNN", "framework", "Python",
+               "dlbench", "container"]
+    counts: Counter[tuple[str, ...]] = Counter()
+    for row in cells(frame).itertuples():
+        env = _environment(row)
+        framework = env.get("framework") or (row.framework if isinstance(row.framework, str) else "")
+        framework = " ".join(p for p in (framework, env.get("framework_version") or "") if p)
+        key = (env.get("hostname") or "", _cpu(env), _gpus(env, row.gpu_model),
+               env.get("gpu_driver") or "", env.get("cuda_version") or "",
+               env.get("cudnn_version") or "", framework, env.get("python_version") or "",
+               _revision(env), env.get("container") or "")
+        counts[tuple(str(v) for v in key)] += 1
+    keep = [i for i in range(len(headers)) if any(key[i] for key in counts)]
+    rows = [[key[i] for i in keep] + [n] for key, n in sorted(counts.items())]
+    return [headers[i] for i in keep] + ["cells"], rows
+
+
+def environment_table(frame: pd.DataFrame) -> str | None:
+    headers, rows = environment_rows(frame)
+    if len(headers) <= 1:
+        return None
+    return table(headers, rows, css="environment")
