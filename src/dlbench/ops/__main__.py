@@ -1,0 +1,5 @@
+import sys
+
+from dlbench.ops.cli import main
+
+sys.exit(main())

@@ -1,0 +1,261 @@
+"""``python -m dlbench.ops``: PARAM's ``run_benchmark`` options, plus dlbench's result.
+
+Writes PARAM's JSON-lines file ``<output-prefix>.json`` (and ``<output-prefix>_trace.json``
+with ``--profile``) and, with ``--output``, a dlbench result document of kind ``op``.
+The NSight options are recorded in the run options for the profiling rules; this command
+does not launch ncu or nsys itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import dlbench
+from dlbench import environment
+from dlbench import result as R
+from dlbench.cellrun import CellError, exit_code, recorded
+from dlbench.ops import output
+from dlbench.ops.runner import Benchmark, seed
+from dlbench.ops.timing import EXEC_MODES, ExecOptions
+
+log = logging.getLogger("dlbench.ops")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m dlbench.ops",
+                                description="PyTorch operator microbenchmarks (PARAM configs)")
+    p.add_argument("-c", "--config", help="The benchmark config file.")
+    p.add_argument("-w", "--warmup", type=int, default=1, help="Number of warm up iterations.")
+    p.add_argument("-i", "--iteration", type=int, default=1,
+                   help="Number of benchmark iterations.")
+    p.add_argument("-b", "--backward", action="store_true", help="Include backward pass.")
+    p.add_argument("-d", "--device", default="cpu",
+                   help="Target device: cpu, cuda, cuda:N (gpu means cuda).")
+    p.add_argument("-o", "--output-prefix", default="benchmark_result",
+                   help="File name prefix of the JSON-lines results (<prefix>.json).")
+    p.add_argument("-r", "--resume-id", default=None,
+                   help="Resume at this op_name|config|build|input id, skipping those before.")
+    p.add_argument("-s", "--stop_id", default=None,
+                   help="Stop before this op_name|config|build|input id (exclusive).")
+    p.add_argument("-a", "--append", action="store_true",
+                   help="Append to the output file, rather than overwrite.")
+    p.add_argument("--cuda-l2-cache", default="on", nargs="?", const="on", choices=["on", "off"],
+                   help="on: leave the GPU L2 warm between calls; off: flush it before each "
+                        "call (discrete mode).")
+    p.add_argument("--ncu", action="store_true", help="Run NSight Compute (recorded only).")
+    p.add_argument("--ncu-bin", default=None, help="Path to the NSight Compute (ncu) binary.")
+    p.add_argument("--ncu-args-file", default=None,
+                   help="NSight Compute extra command line options (metrics etc.).")
+    p.add_argument("--ncu-warmup", type=int, default=None, help="NSight Compute warmup runs.")
+    p.add_argument("--ncu-iteration", type=int, default=None,
+                   help="NSight Compute measured iteration runs.")
+    p.add_argument("--nsys", action="store_true", help="Run NSight Systems (recorded only).")
+    p.add_argument("--nsys-bin", default=None, help="Path to the NSight Systems (nsys) binary.")
+    p.add_argument("--nsys-args-file", default=None,
+                   help="NSight Systems extra command line options.")
+    p.add_argument("--nsys-warmup", type=int, default=None, help="NSight Systems warmup runs.")
+    p.add_argument("--nsys-iteration", type=int, default=None,
+                   help="NSight Systems measured iteration runs.")
+    p.add_argument("--run-batch-size", type=int, default=50,
+                   help="Input configs per NSight launch.")
+    p.add_argument("--batch-cuda-device", type=int, default=1,
+                   help="CUDA GPU device ID to run batch job.")
+    p.add_argument("--batch-cmd", default=None, help="Run batch job command.")
+    p.add_argument("--exec-mode", default="discrete", nargs="?", const="discrete",
+                   choices=list(EXEC_MODES),
+                   help="Execution mode of the operators. Default=discrete")
+    p.add_argument("-p", "--profile", action="store_true",
+                   help="Enable the torch profiler; trace to <prefix>_trace.json.")
+    p.add_argument("-l", "--log-level", default="INFO", help="Log output verbosity.")
+    p.add_argument("--version", action="store_true", help="Print version.")
+    p.add_argument("--output", default=None, help="dlbench result JSON path")
+    p.add_argument("--study", default=None, help="study name recorded in the result")
+    p.add_argument("--cell_id", default=None, help="cell id recorded in the result")
+    return p
+
+
+def parse_device(text: str) -> torch.device:
+    """cpu, cuda, cuda:N; ``gpu``/``gpu:N`` mean cuda."""
+    lowered = text.strip().lower()
+    if lowered == "gpu" or lowered.startswith("gpu:"):
+        lowered = "cuda" + lowered[3:]
+    try:
+        device = torch.device(lowered)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"unknown device {text!r} (cpu, cuda, cuda:N or gpu)") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {text!r}: only cpu and cuda are supported")
+    return device
+
+
+def load_config(path: str) -> dict[str, Any]:
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise CellError(f"config {path}: cannot read ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise CellError(f"config {path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise CellError(f"config {path}: expected an object of operator name: spec")
+    return data
+
+
+def read_args_file(flag: str, path: str | None) -> str:
+    if not path:
+        return ""
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise CellError(f"{flag} {path}: cannot read ({exc.strerror})") from None
+
+
+def run_options(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """PARAM's run_options record (the first line of the JSON-lines file)."""
+    return {
+        "device": str(device),
+        "pass_type": "backward" if args.backward else "forward",
+        "warmup": args.warmup,
+        "iteration": args.iteration,
+        "op_exec_mode": args.exec_mode,
+        "time_unit": "millisecond",
+        "out_file_prefix": args.output_prefix,
+        "cuda_l2_cache": args.cuda_l2_cache == "on",
+        "resume_op_run_id": args.resume_id,
+        "stop_op_run_id": args.stop_id,
+        "run_ncu": args.ncu,
+        "ncu_bin": args.ncu_bin,
+        "ncu_args": read_args_file("--ncu-args-file", args.ncu_args_file),
+        "ncu_warmup": args.ncu_warmup,
+        "ncu_iteration": args.ncu_iteration,
+        "run_nsys": args.nsys,
+        "nsys_bin": args.nsys_bin,
+        "nsys_args": read_args_file("--nsys-args-file", args.nsys_args_file),
+        "nsys_warmup": args.nsys_warmup,
+        "nsys_iteration": args.nsys_iteration,
+        "run_batch_size": args.run_batch_size,
+        "batch_cuda_device": args.batch_cuda_device,
+        "batch_cmd": args.batch_cmd,
+        "profile": args.profile,
+        "cmd_args": vars(args),
+    }
+
+
+def result_environment(device: torch.device) -> dict[str, Any]:
+    env = environment.collect()
+    env["framework"] = "pytorch"
+    env["framework_version"] = torch.__version__
+    env["library_flags"] = {
+        "num_threads": torch.get_num_threads(),
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+    }
+    return env
+
+
+def configure_logging(level_name: str) -> None:
+    level = logging.getLevelName(level_name.upper())
+    if not isinstance(level, int):
+        raise ValueError(f"unknown log level {level_name!r}")
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    logging.getLogger("dlbench").setLevel(level)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        configure_logging(args.log_level)
+    except ValueError as exc:
+        parser.error(f"-l/--log-level: {exc}")
+    if args.version:
+        print(f"dlbench.ops {dlbench.__version__} (PARAM train compute config grammar)")
+        return 0
+    if not args.config:
+        parser.error("-c/--config is required")
+    if args.warmup < 0 or args.iteration < 0:
+        parser.error("-w/--warmup and -i/--iteration must be >= 0")
+    try:
+        device = parse_device(args.device)
+    except ValueError as exc:
+        parser.error(f"-d/--device: {exc}")
+
+    cell = {
+        "framework": "pytorch",
+        "op_config": args.config,
+        "device": "gpu" if device.type == "cuda" else "cpu",
+        "torch_device": str(device),
+        "backward": args.backward,
+        "exec_mode": args.exec_mode,
+        "warmup": args.warmup,
+        "iterations": args.iteration,
+        "cuda_l2_cache": args.cuda_l2_cache,
+    }
+    res = R.new_result(kind="op", cell=cell, study=args.study, cell_id=args.cell_id)
+    with recorded(res, args.output):
+        res["environment"] = result_environment(device)
+        run(args, device, res)
+    return exit_code(res)
+
+
+def run(args: argparse.Namespace, device: torch.device, res: dict[str, Any]) -> None:
+    bench_config = load_config(args.config)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise CellError(f"device {device}: no CUDA GPU is available to torch")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise CellError(f"device {device}: only {torch.cuda.device_count()} GPU(s) visible")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        torch.cuda.set_device(device)
+    options_record = run_options(args, device)
+    if args.ncu or args.nsys:
+        log.info("--ncu/--nsys are recorded in run_options; the profiling rules launch them")
+    if device.type == "cuda" and args.cuda_l2_cache == "off" and args.exec_mode != "discrete":
+        log.warning("--cuda-l2-cache off applies to discrete mode only; %s keeps the L2 warm",
+                    args.exec_mode)
+    options = ExecOptions(device=device, warmup=args.warmup, iterations=args.iteration,
+                          backward=args.backward, exec_mode=args.exec_mode,
+                          cuda_l2_cache=args.cuda_l2_cache == "on", profile=args.profile)
+    seed(0)
+    jsonl_path = f"{args.output_prefix}.json"
+    with output.JsonlWriter(jsonl_path, append=args.append) as writer:
+        writer.run_record(options_record, output.sys_info(device))
+        bench = Benchmark(options, writer, resume_id=args.resume_id, stop_id=args.stop_id)
+        profiler = contextlib.nullcontext()
+        if args.profile:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if device.type == "cuda":
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            profiler = torch.profiler.profile(activities=activities)
+        with profiler as prof, torch.autograd.profiler.record_function(f"[param|{device}]"):
+            bench.run(bench_config)
+        writer.finish()
+        trace_file = None
+        if args.profile:
+            trace_file = f"{args.output_prefix}_trace.json"
+            prof.export_chrome_trace(trace_file)
+            writer.trace(trace_file)
+    log.info("benchmark result: %s", jsonl_path)
+
+    res["measurements"] = bench.measurements
+    res["extra"] = {"jsonl": jsonl_path, "trace_file": trace_file, "errors": bench.errors,
+                    "inputs_run": bench.inputs_run, "run_options": {
+                        k: v for k, v in options_record.items() if k != "cmd_args"}}
+    if bench.measurements:
+        res["status"] = "ok"
+    elif bench.errors:
+        R.finish(res, "failed", f"{len(bench.errors)} error(s), none measured; first: "
+                                f"{bench.errors[0]['error']}")
+    else:
+        R.finish(res, "skipped", "no operator input was measured (resume/stop ids or -i 0)")

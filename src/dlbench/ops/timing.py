@@ -1,0 +1,284 @@
+"""Timing one operator input, in PARAM's three execution modes.
+
+discrete: every call is timed on its own (GPU synchronized before and after); with
+    ``cuda_l2_cache`` off, a GPU buffer larger than the L2 cache is written before each
+    call so the operator starts from a cold L2.
+continuous: on a GPU, the calls run back to back and one time per loop is recorded (the
+    mean per call); backward is the forward+backward loop's mean minus the forward mean.
+continuous_events: on a GPU, back-to-back calls each bracketed by CUDA events.
+On a CPU both continuous modes time each call, as PARAM does.
+
+Backward is always timed separately from forward: the forward output is made, its
+gradient (ones) is created untimed, then ``torch.autograd.backward`` is timed. Leaf
+gradients are reset to None before every backward so each iteration does the same work.
+Forward-only discrete calls drop their result inside the timed region, as timeit does.
+
+Times are milliseconds and GPU memory peaks are MiB, in PARAM's metric layout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dlbench.ops.grammar import tensors_in
+from dlbench.ops.registry import Operator, grad_mode
+
+log = logging.getLogger("dlbench.ops")
+
+EXEC_MODES = ("discrete", "continuous", "continuous_events")
+# Used when the device does not report its L2 size; larger than any current GPU's L2.
+FALLBACK_L2_BYTES = 256 * 2**20
+
+
+@dataclass
+class ExecOptions:
+    device: torch.device
+    warmup: int = 1
+    iterations: int = 1
+    backward: bool = False
+    exec_mode: str = "discrete"
+    cuda_l2_cache: bool = True  # True: leave the L2 warm between calls ("on")
+    profile: bool = False
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+
+def l2_flush_bytes(props: Any) -> tuple[int, str | None]:
+    """Size of the flush buffer for a device with properties ``props``, and a message when
+    the size had to be guessed. Twice the L2 size: with the cache's hashed, not strictly
+    LRU, replacement a single L2-sized write can leave lines of the previous call."""
+    size = getattr(props, "L2_cache_size", None)
+    if isinstance(size, int) and size > 0:
+        return 2 * size, None
+    name = getattr(props, "name", "this GPU")
+    return FALLBACK_L2_BYTES, (f"{name} does not report L2_cache_size; flushing the L2 with "
+                               f"{FALLBACK_L2_BYTES // 2**20} MiB writes instead")
+
+
+class L2Flusher:
+    """Evicts the GPU's L2 by writing a device buffer larger than it."""
+
+    def __init__(self, device: torch.device):
+        size, message = l2_flush_bytes(torch.cuda.get_device_properties(device))
+        if message:
+            log.warning(message)
+        self.nbytes = size
+        self.buffer = torch.empty(size, dtype=torch.uint8, device=device)
+        self.count = 0
+
+    def flush(self) -> None:
+        self.count += 1
+        self.buffer.fill_(self.count % 251)
+
+
+def grad_targets(output: Any) -> list[torch.Tensor]:
+    """The output tensors backward starts from (those autograd recorded)."""
+    return [t for t in tensors_in([output]) if t.grad_fn is not None]
+
+
+def new_metrics(backward: bool) -> dict[str, dict[str, list[float]]]:
+    passes = ("forward", "backward") if backward else ("forward",)
+    return {p: {f"{tag}.{metric}": [] for tag in ("warmup", "measure")
+                for metric in ("time", "gpu.memory")} for p in passes}
+
+
+class Executor:
+    """Runs one built operator on one input: warmup, then the measured iterations."""
+
+    def __init__(self, options: ExecOptions):
+        if options.exec_mode not in EXEC_MODES:
+            raise ValueError(f"exec mode must be one of {EXEC_MODES}, got {options.exec_mode!r}")
+        self.o = options
+        self.flusher: L2Flusher | None = None
+        if options.cuda and not options.cuda_l2_cache and options.exec_mode == "discrete":
+            self.flusher = L2Flusher(options.device)
+        self.notes: list[str] = []
+
+    def run(self, op: Operator, args: list[Any], kwargs: dict[str, Any], label: str
+            ) -> dict[str, dict[str, list[float]]]:
+        """PARAM's metrics for one input; ``label`` is ``op_name:run_id`` for trace ranges."""
+        self.notes = []
+        metrics = new_metrics(self.o.backward)
+        fn, fargs, fkwargs = op.call(args, kwargs)
+        leaves = [t for t in tensors_in([args, kwargs]) if t.requires_grad and t.is_leaf]
+        leaves += op.trainable()
+        loop = self._discrete if self.o.exec_mode == "discrete" or not self.o.cuda else (
+            self._continuous if self.o.exec_mode == "continuous" else self._events)
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # as timeit does: no collector pauses inside timed calls
+        try:
+            with grad_mode(op):
+                for tag, count in (("warmup", self.o.warmup), ("measure", self.o.iterations)):
+                    if count > 0:
+                        with self._range(f"param_bench:{tag}"):
+                            loop(count, fn, fargs, fkwargs, leaves, metrics, tag, label)
+        finally:
+            for leaf in leaves:
+                leaf.grad = None
+            if gc_was_enabled:
+                gc.enable()
+        return metrics
+
+    # -- helpers ----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _range(self, text: str) -> Iterator[None]:
+        """NVTX range on a GPU (for nsys/ncu filters) and profiler label when tracing."""
+        with contextlib.ExitStack() as stack:
+            if self.o.cuda:
+                stack.enter_context(torch.cuda.nvtx.range(text))
+            if self.o.profile:
+                stack.enter_context(torch.autograd.profiler.record_function(f"[{text}]"))
+            yield
+
+    def _sync(self) -> None:
+        if self.o.cuda:
+            torch.cuda.synchronize(self.o.device)
+
+    def _reset_peak(self) -> None:
+        if self.o.cuda:
+            torch.cuda.reset_peak_memory_stats(self.o.device)
+
+    def _peak_mib(self) -> float:
+        return torch.cuda.max_memory_allocated(self.o.device) / 2**20 if self.o.cuda else 0.0
+
+    def _backward_targets(self, out: Any) -> list[torch.Tensor]:
+        targets = grad_targets(out)
+        if not targets:
+            note = "backward skipped: the forward output has no autograd history"
+            if note not in self.notes:
+                self.notes.append(note)
+        return targets
+
+    def _record(self, metrics: dict, pass_: str, tag: str, ms: float) -> None:
+        metrics[pass_][f"{tag}.time"].append(ms)
+        if self.o.cuda:
+            metrics[pass_][f"{tag}.gpu.memory"].append(self._peak_mib())
+
+    # -- the three loops -------------------------------------------------------------
+
+    def _discrete(self, count: int, fn: Callable[..., Any], args: list, kwargs: dict,
+                  leaves: list[torch.Tensor], metrics: dict, tag: str, label: str) -> None:
+        cuda, flusher, perf = self.o.cuda, self.flusher, time.perf_counter
+        sync = torch.cuda.synchronize
+        device = self.o.device
+        fw_label, bw_label = f"{label}:{tag}:forward", f"{label}:{tag}:backward"
+        for _ in range(count):
+            if flusher is not None:
+                flusher.flush()
+            self._reset_peak()
+            self._sync()
+            if not self.o.backward:
+                # The result is dropped inside the timed region, as timeit does: freeing
+                # the output (and its autograd graph) is part of a forward-only call.
+                with self._range(fw_label):
+                    start = perf()
+                    fn(*args, **kwargs)
+                    if cuda:
+                        sync(device)
+                    stop = perf()
+                self._record(metrics, "forward", tag, (stop - start) * 1e3)
+                continue
+            with self._range(fw_label):
+                start = perf()
+                out = fn(*args, **kwargs)
+                if cuda:
+                    sync(device)
+                stop = perf()
+            self._record(metrics, "forward", tag, (stop - start) * 1e3)
+            # With backward the graph is freed by the (timed) backward call.
+            targets = self._backward_targets(out)
+            del out
+            if not targets:
+                continue
+            grads = [torch.ones_like(t) for t in targets]
+            for leaf in leaves:
+                leaf.grad = None
+            if flusher is not None:
+                flusher.flush()
+            self._reset_peak()
+            self._sync()
+            with self._range(bw_label):
+                start = perf()
+                torch.autograd.backward(targets, grads)
+                if cuda:
+                    sync(device)
+                stop = perf()
+            self._record(metrics, "backward", tag, (stop - start) * 1e3)
+            del targets, grads
+
+    def _continuous(self, count: int, fn: Callable[..., Any], args: list, kwargs: dict,
+                    leaves: list[torch.Tensor], metrics: dict, tag: str, label: str) -> None:
+        perf = time.perf_counter
+        self._reset_peak()
+        self._sync()
+        with self._range(f"{label}:{tag}:forward"):
+            start = perf()
+            for _ in range(count):
+                out = fn(*args, **kwargs)
+            self._sync()
+            fw_ms = (perf() - start) * 1e3 / count
+        self._record(metrics, "forward", tag, fw_ms)
+        if not self.o.backward or not self._backward_targets(out):
+            return
+        grads = [torch.ones_like(t) for t in grad_targets(out)]
+        del out
+        self._reset_peak()
+        self._sync()
+        with self._range(f"{label}:{tag}:forward_backward"):
+            start = perf()
+            for _ in range(count):
+                targets = grad_targets(fn(*args, **kwargs))
+                for leaf in leaves:
+                    leaf.grad = None
+                torch.autograd.backward(targets, grads)
+            self._sync()
+            both_ms = (perf() - start) * 1e3 / count
+        self._record(metrics, "backward", tag, both_ms - fw_ms)
+
+    def _events(self, count: int, fn: Callable[..., Any], args: list, kwargs: dict,
+                leaves: list[torch.Tensor], metrics: dict, tag: str, label: str) -> None:
+        def pairs() -> list[tuple[torch.cuda.Event, torch.cuda.Event]]:
+            return [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                    for _ in range(count)]
+
+        fw_events = pairs()
+        self._reset_peak()
+        self._sync()
+        with self._range(f"{label}:{tag}:forward"):
+            for begin, end in fw_events:
+                begin.record()
+                out = fn(*args, **kwargs)
+                end.record()
+            self._sync()
+        peak = self._peak_mib()
+        metrics["forward"][f"{tag}.time"].extend(b.elapsed_time(e) for b, e in fw_events)
+        metrics["forward"][f"{tag}.gpu.memory"].append(peak)
+        if not self.o.backward or not self._backward_targets(out):
+            return
+        grads = [torch.ones_like(t) for t in grad_targets(out)]
+        del out
+        bw_events = pairs()
+        self._reset_peak()
+        self._sync()
+        with self._range(f"{label}:{tag}:backward"):
+            for begin, end in bw_events:
+                targets = grad_targets(fn(*args, **kwargs))
+                for leaf in leaves:
+                    leaf.grad = None
+                begin.record()
+                torch.autograd.backward(targets, grads)
+                end.record()
+            self._sync()
+        metrics["backward"][f"{tag}.time"].extend(b.elapsed_time(e) for b, e in bw_events)
+        metrics["backward"][f"{tag}.gpu.memory"].append(self._peak_mib())
