@@ -16,9 +16,12 @@ include: "workflow/rules/datasets.smk"
 include: "workflow/rules/benchmark.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/profile.smk"
 
 
 rule all:
     input:
         "results/benchmarks.parquet",
         "results/report/index.html",
+        # Separate targets: with keep-going, a failed profile does not stop the report.
+        profile_targets(),

@@ -35,6 +35,15 @@ ENV_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("dlbench_version", pa.string()), ("dlbench_git_revision", pa.string()),
     ("container", pa.string()),
 ]
+# The resource monitor's summary (result extra "monitor"), and PyTorch's own peak.
+# energy_j is null with energy_note saying why when the host has no energy counter.
+MONITOR_COLUMNS: list[tuple[str, pa.DataType]] = [
+    ("peak_host_rss_bytes", pa.int64()), ("peak_device_memory_bytes", pa.int64()),
+    ("max_memory_allocated_bytes", pa.int64()),
+    ("power_mean_w", pa.float64()), ("power_max_w", pa.float64()),
+    ("energy_j", pa.float64()), ("samples_per_joule", pa.float64()),
+    ("energy_note", pa.string()),
+]
 
 SCHEMA = pa.schema(
     [
@@ -50,6 +59,7 @@ SCHEMA = pa.schema(
         ("flops_per_iteration", pa.float64()), ("tflops", pa.float64()),
         ("bytes_per_iteration", pa.float64()), ("gbps", pa.float64()),
         ("data_wait_s", pa.float64()), ("compute_s", pa.float64()),
+        *MONITOR_COLUMNS,
         ("wall_time_s", pa.float64()), ("started_at", pa.string()), ("finished_at", pa.string()),
         *ENV_COLUMNS,
         ("times_s", pa.list_(pa.float64())),
@@ -62,6 +72,13 @@ SCHEMA = pa.schema(
 
 def _json(value: Any) -> str | None:
     return json.dumps(value, sort_keys=True) if value not in (None, {}, []) else None
+
+
+def monitor_values(extra: dict[str, Any]) -> dict[str, Any]:
+    summary = extra.get("monitor") or {}
+    values = {name: summary.get(name) for name, _ in MONITOR_COLUMNS}
+    values["max_memory_allocated_bytes"] = extra.get("max_memory_allocated_bytes")
+    return values
 
 
 def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
@@ -80,7 +97,8 @@ def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
         "environment": _json(env), "source": source,
     }
     if not res["measurements"]:
-        return [{**base, "extra": _json(res.get("extra"))}]
+        return [{**base, **monitor_values(res.get("extra") or {}),
+                 "extra": _json(res.get("extra"))}]
     rows = []
     for m in res["measurements"]:
         extra = {**(res.get("extra") or {}), **(m.get("extra") or {})}
@@ -94,6 +112,7 @@ def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
             "flops_per_iteration": m.get("flops_per_iteration"), "tflops": m.get("tflops"),
             "bytes_per_iteration": m.get("bytes_per_iteration"), "gbps": m.get("gbps"),
             "data_wait_s": m.get("data_wait_s"), "compute_s": m.get("compute_s"),
+            **monitor_values(extra),
             "times_s": m["times_s"], "extra": _json(extra),
         })
     return rows

@@ -12,12 +12,13 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlbench import cellrun, cli, environment, models, subproc
+from dlbench import cellrun, cli, environment, models, monitor, subproc
 from dlbench import result as R
+from dlbench.profiling import torch_profiler
 
 log = logging.getLogger("dlbench.pytorch")
 
@@ -37,6 +38,14 @@ def parser() -> argparse.ArgumentParser:
     cli.add_bool(p, "--count_flops", True, "count FLOPs of one iteration (untimed)")
     p.add_argument("--rdzv_endpoint", default=None,
                    help="torchrun rendezvous host:port for multi-node runs (default: standalone)")
+    monitor.add_arguments(p)
+    p.add_argument("--torch_profile_dir", default="",
+                   help="write a torch.profiler trace and operator table of a few measured "
+                        "iterations into this folder")
+    p.add_argument("--torch_profile_schedule", type=torch_profiler.parse_schedule,
+                   default=torch_profiler.DEFAULT_SCHEDULE, metavar="WAIT,WARMUP,ACTIVE",
+                   help="measured iterations the profiler skips, warms up on and records "
+                        "(default: 1,1,3)")
     return p
 
 
@@ -56,31 +65,73 @@ def cell_of(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def timed_loop(batches: Iterator[Any], step: Callable[..., None], sync: Callable[[], None],
-               warmup: int, measured: int, *, nvtx: Any) -> tuple[list[float], float, float]:
-    """Per-iteration wall times of the measured iterations, total data wait and compute."""
+               warmup: int, measured: int, *, nvtx: Any,
+               hooks: Sequence[Any] = ()) -> tuple[list[float], float, float]:
+    """Per-iteration wall times of the measured iterations, total data wait and compute.
+
+    ``hooks`` (the resource monitor, torch.profiler) are told when the measured iterations
+    start, after each one (outside its timing) and when they end, so they see those only."""
     times: list[float] = []
     data_wait = compute = 0.0
     clock = time.perf_counter
     nvtx.push("warmup")
-    for i in range(warmup + measured):
-        if i == warmup:
-            nvtx.pop()
-            nvtx.push("measure")
-        if i >= warmup:
-            nvtx.push(f"batch {i - warmup}")
-        t0 = clock()
-        batch = next(batches)
-        t1 = clock()
-        step(*batch)
-        sync()
-        t2 = clock()
-        if i >= warmup:
-            nvtx.pop()
-            times.append(t2 - t0)
-            data_wait += t1 - t0
-            compute += t2 - t1
+    try:
+        for i in range(warmup + measured):
+            if i == warmup:
+                nvtx.pop()
+                nvtx.push("measure")
+                for hook in hooks:
+                    hook.measure_start()
+            if i >= warmup:
+                nvtx.push(f"batch {i - warmup}")
+            t0 = clock()
+            batch = next(batches)
+            t1 = clock()
+            step(*batch)
+            sync()
+            t2 = clock()
+            if i >= warmup:
+                nvtx.pop()
+                times.append(t2 - t0)
+                data_wait += t1 - t0
+                compute += t2 - t1
+                for hook in hooks:
+                    hook.iteration_end()
+    finally:
+        for hook in hooks:
+            hook.measure_end()
     nvtx.pop()
     return times, data_wait, compute
+
+
+def phase_hooks(args: argparse.Namespace, device: Any,
+                rank: int) -> tuple[monitor.ResourceMonitor | None, list[Any]]:
+    """The resource monitor and, when asked for, torch.profiler; on rank 0 only (it writes
+    the result), where the monitor covers every GPU of the cell on this node."""
+    if rank != 0:
+        return None, []
+    mon = monitor.ResourceMonitor(args.monitor_interval_ms,
+                                  gpus=monitored_gpus(device, args.num_gpus))
+    hooks: list[Any] = [mon]
+    if args.torch_profile_dir:
+        hooks.append(torch_profiler.TorchProfilerHook(
+            args.torch_profile_dir, *args.torch_profile_schedule, device_type=device.type))
+    return mon, hooks
+
+
+def monitored_gpus(device: Any, count: int) -> list[int | str]:
+    """NVML ids (UUIDs, which CUDA_VISIBLE_DEVICES renumbering does not change) of the
+    cell's GPUs; none for a CPU cell."""
+    import torch
+
+    if device.type != "cuda":
+        return []
+    first = device.index or 0
+    ids: list[int | str] = []
+    for i in range(first, min(first + count, torch.cuda.device_count())):
+        uuid = str(torch.cuda.get_device_properties(i).uuid)
+        ids.append(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+    return ids
 
 
 def framework_environment(device: Any) -> dict[str, Any]:
@@ -149,14 +200,17 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                                  seed=topo.rank)
     sync = precision.synchronizer(device)
     items = args.batch_size * topo.world_size
+    mon, hooks = phase_hooks(args, device, topo.rank)
 
     if args.data_loader_only:
         res["kind"] = "loader"
         times, wait, _ = timed_loop(batches, lambda *b: None, sync, args.num_warmup_batches,
-                                    args.num_batches, nvtx=nvtx)
+                                    args.num_batches, nvtx=nvtx, hooks=hooks)
         times = distributed.slowest_rank_times(times, device)
         res["measurements"] = [R.measurement(name=args.model, pass_="loader", times_s=times,
                                              items_per_iteration=items, data_wait_s=wait)]
+        if mon:
+            monitor.attach(res, args.output, mon)
         return
 
     if topo.distributed:
@@ -172,7 +226,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         flops = count_flops(step, next(batches))
         sync()
     times, wait, compute = timed_loop(batches, step, sync, args.num_warmup_batches,
-                                      args.num_batches, nvtx=nvtx)
+                                      args.num_batches, nvtx=nvtx, hooks=hooks)
     times = distributed.slowest_rank_times(times, device)
     extra = dict(built.facts)
     if device_type == "cuda":
@@ -182,6 +236,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         times_s=times, items_per_iteration=items, parameters=n_params,
         flops_per_iteration=flops * topo.world_size if flops else None,
         data_wait_s=wait, compute_s=compute, extra=extra)]
+    if mon:
+        monitor.attach(res, args.output, mon)
     distributed.shutdown()
 
 
@@ -216,6 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     cli.check_positive(p, args)
+    if args.torch_profile_dir and args.num_batches < sum(args.torch_profile_schedule):
+        p.error(f"--torch_profile_schedule {','.join(map(str, args.torch_profile_schedule))} "
+                f"needs --num_batches >= {sum(args.torch_profile_schedule)}, "
+                f"got {args.num_batches}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not args.model or args.model not in models.names():
         p.error(f"--model: unknown model {args.model!r} (valid: {', '.join(models.names())})")

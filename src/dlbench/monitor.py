@@ -1,0 +1,561 @@
+"""Resource monitor: memory, utilisation, power and energy of a cell's measured phase.
+
+A background thread samples at a fixed interval, from the start to the end of the measured
+iterations: per GPU (NVML) power draw, utilisation, memory used, SM clock and temperature;
+the RSS and CPU use of the runner's process and all its descendants (psutil); the host's
+RAPL energy counters where the machine exposes readable ones. Energy of the phase comes
+from counters read at its start and end (NVML's total-energy counter, RAPL), or from the
+power samples integrated over time where a GPU has no energy counter. Nothing is parsed
+from a tool's text output. When no source of energy exists, the summary says so in
+``energy_note`` and leaves ``energy_j`` null: never a zero.
+
+The monitor knows no framework. A runner adopts it in two lines::
+
+    mon = monitor.ResourceMonitor(args.monitor_interval_ms, gpus=[0])
+    with mon:                          # around the measured iterations only
+        ...
+    monitor.attach(res, args.output, mon)   # summary -> res["extra"]["monitor"],
+                                            # time series -> <result stem>.monitor.parquet
+
+It also has ``measure_start`` / ``iteration_end`` / ``measure_end`` methods, so a loop
+that runs warmup and measured iterations together can hand it over as a phase hook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import math
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+POWERCAP_ROOT = Path("/sys/class/powercap")
+DEFAULT_INTERVAL_MS = 100.0
+# psutil walks /proc to find descendants; they rarely change during a measurement, so the
+# list is refreshed at most this often to keep each sample cheap.
+CHILDREN_REFRESH_S = 1.0
+GPU_FIELDS = ("power_w", "utilization_percent", "memory_used_bytes", "sm_clock_mhz",
+              "temperature_c")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The runner flag that sets the sampling interval (0 turns the monitor off)."""
+    parser.add_argument("--monitor_interval_ms", type=_interval, default=DEFAULT_INTERVAL_MS,
+                        help="resource monitor sampling interval in ms during the measured "
+                             f"iterations; 0 disables it (default: {DEFAULT_INTERVAL_MS:g})")
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected milliseconds, got {text!r}") from None
+    if value < 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return value
+
+
+# Host processes (psutil)
+
+
+class ProcessTree:
+    """RSS and CPU use of one process and its descendants (loader workers, ranks)."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self.root = psutil.Process(pid or os.getpid())
+        self._procs: dict[int, Any] = {}
+        self._refreshed_at = -math.inf
+
+    def prime(self) -> None:
+        """Start the CPU-time clocks; the first sample then covers start to now."""
+        self._procs = {}
+        self._refreshed_at = -math.inf
+        self._refresh(time.perf_counter())
+
+    def _refresh(self, now: float) -> None:
+        if _PROC_CHILDREN:
+            found = [self.root.pid, *_descendants(self.root.pid)]
+        else:
+            try:
+                found = [self.root.pid, *(p.pid for p in self.root.children(recursive=True))]
+            except self._psutil.Error:
+                found = [self.root.pid]
+        for pid in found:
+            if pid not in self._procs:
+                with contextlib.suppress(self._psutil.Error):
+                    proc = self.root if pid == self.root.pid else self._psutil.Process(pid)
+                    proc.cpu_percent(None)  # the first call only starts its clock
+                    self._procs[pid] = proc
+        self._refreshed_at = now
+
+    def sample(self, now: float) -> tuple[int, float, int]:
+        """(total RSS in bytes, total CPU in percent of one core, number of processes)."""
+        if now - self._refreshed_at >= CHILDREN_REFRESH_S:
+            self._refresh(now)
+        rss, cpu = 0, 0.0
+        for pid, proc in list(self._procs.items()):
+            try:
+                with proc.oneshot():
+                    rss += proc.memory_info().rss
+                    cpu += proc.cpu_percent(None)
+            except self._psutil.Error:  # exited (a finished worker) or no longer ours
+                del self._procs[pid]
+        return rss, cpu, len(self._procs)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Descendant pids from /proc/<pid>/task/<tid>/children: reads only our own tree, where
+    psutil's ``children()`` reads the parent of every process on the machine."""
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        parent = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children") as handle:
+                    children = [int(c) for c in handle.read().split()]
+            except (OSError, ValueError):
+                continue
+            found += children
+            stack += children
+    return found
+
+
+_PROC_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+
+
+# Host energy (RAPL through the powercap sysfs interface)
+
+
+class Rapl:
+    """Package and DRAM energy counters of /sys/class/powercap/intel-rapl:*.
+
+    Packages are the top-level zones; DRAM is a sub-zone outside its package's count, so
+    both are summed. ``psys`` (whole platform) overlaps the packages and is left out. The
+    counters wrap at ``max_energy_range_uj``; every read adds the wrapped difference.
+    Since 2020 kernels let only root read ``energy_uj``: unreadable zones are skipped."""
+
+    def __init__(self, root: Path = POWERCAP_ROOT) -> None:
+        self.zones: list[tuple[str, Path, int]] = []  # (name, energy_uj file, wrap range)
+        for zone in sorted(Path(root).glob("intel-rapl:*")):
+            try:
+                name = (zone / "name").read_text().strip()
+                wrap = int((zone / "max_energy_range_uj").read_text())
+                int((zone / "energy_uj").read_text())
+            except (OSError, ValueError):
+                continue
+            top_level = zone.name.count(":") == 1
+            if (top_level and name.startswith("package")) or name == "dram":
+                self.zones.append((f"{zone.name}/{name}", zone / "energy_uj", wrap))
+        self._last: list[int] = []
+        self.energy_uj: list[int] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.zones)
+
+    def _read(self) -> list[int]:
+        return [int(path.read_text()) for _, path, _ in self.zones]
+
+    def reset(self) -> None:
+        self._last = self._read()
+        self.energy_uj = [0] * len(self.zones)
+
+    def update(self) -> float:
+        """Add what each counter advanced since the last read; total joules so far."""
+        now = self._read()
+        for i, (value, last) in enumerate(zip(now, self._last, strict=True)):
+            delta = value - last
+            if delta < 0:  # wrapped around
+                delta += self.zones[i][2]
+            self.energy_uj[i] += delta
+        self._last = now
+        return sum(self.energy_uj) / 1e6
+
+
+# GPUs (NVML)
+
+
+class NvmlGpus:
+    """Per-GPU readings through NVML (nvidia-ml-py). ``ids`` are NVML indices, UUIDs
+    (``GPU-...``/``MIG-...``) or PCI bus ids; a reading a GPU does not support is None."""
+
+    def __init__(self, ids: Sequence[int | str], nvml: Any = None) -> None:
+        if nvml is None:
+            import pynvml as nvml
+        self.nvml = nvml
+        nvml.nvmlInit()
+        try:
+            self.handles = [self._handle(i) for i in ids]
+            self.names = [_text(nvml.nvmlDeviceGetName(h)) for h in self.handles]
+        except nvml.NVMLError:
+            self.close()
+            raise
+        self.ids = [str(i) for i in ids]
+        self.indices = [self._call(nvml.nvmlDeviceGetIndex, h) for h in self.handles]
+        self._unsupported: set[tuple[int, str]] = set()
+        self._energy_start: list[int | None] = []
+
+    def _handle(self, ident: int | str) -> Any:
+        if isinstance(ident, int):
+            return self.nvml.nvmlDeviceGetHandleByIndex(ident)
+        if ident.startswith("GPU-"):
+            try:
+                return self.nvml.nvmlDeviceGetHandleByUUID(ident)
+            except self.nvml.NVMLError:  # a MIG instance's UUID, as CUDA reports it
+                return self.nvml.nvmlDeviceGetHandleByUUID("MIG-" + ident[4:])
+        if ident.startswith("MIG-"):
+            return self.nvml.nvmlDeviceGetHandleByUUID(ident)
+        return self.nvml.nvmlDeviceGetHandleByPciBusId(ident)
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError:
+            return None
+
+    def _read(self, gpu: int, field: str) -> float | None:
+        if (gpu, field) in self._unsupported:
+            return None
+        nvml, h = self.nvml, self.handles[gpu]
+        try:
+            if field == "power_w":
+                return nvml.nvmlDeviceGetPowerUsage(h) / 1000.0
+            if field == "utilization_percent":
+                return float(nvml.nvmlDeviceGetUtilizationRates(h).gpu)
+            if field == "memory_used_bytes":
+                return float(nvml.nvmlDeviceGetMemoryInfo(h).used)
+            if field == "sm_clock_mhz":
+                return float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
+            return float(nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU))
+        except self.nvml.NVMLError:  # not supported here (MIG, older boards): stop asking
+            self._unsupported.add((gpu, field))
+            return None
+
+    def sample(self) -> list[dict[str, float | None]]:
+        return [{f: self._read(g, f) for f in GPU_FIELDS} for g in range(len(self.handles))]
+
+    def energy_mj(self) -> list[int | None]:
+        """NVML's energy counter (mJ since the driver loaded; Volta and later)."""
+        return [self._call(self.nvml.nvmlDeviceGetTotalEnergyConsumption, h)
+                for h in self.handles]
+
+    def close(self) -> None:
+        with contextlib.suppress(self.nvml.NVMLError):
+            self.nvml.nvmlShutdown()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# The monitor
+
+
+class ResourceMonitor:
+    """Samples between ``start()`` and ``stop()`` (or inside ``with``) in a daemon thread.
+
+    ``interval_ms`` 0 disables it: start/stop do nothing and the summary says so. ``gpus``
+    are the devices the cell uses (NVML ids, see NvmlGpus); empty for a CPU cell. Sources
+    that are missing (no NVIDIA driver, no psutil, no readable RAPL) are noted in the
+    summary and their fields left out."""
+
+    def __init__(self, interval_ms: float = DEFAULT_INTERVAL_MS, *,
+                 gpus: Sequence[int | str] = (), pid: int | None = None,
+                 powercap_root: Path = POWERCAP_ROOT, nvml: Any = None) -> None:
+        self.interval_s = max(0.0, float(interval_ms)) / 1000.0
+        self.enabled = self.interval_s > 0
+        self.notes: list[str] = []
+        self.processes: ProcessTree | None = None
+        self.rapl: Rapl | None = None
+        self.gpus: NvmlGpus | None = None
+        self.requested_gpus = list(gpus)
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._columns: dict[str, list[Any]] = {}
+        self._sample_cost_s = 0.0
+        self._t0 = self._t1 = 0.0
+        self._gpu_energy: list[tuple[int | None, int | None]] = []
+        self._rapl_j: float | None = None
+        if not self.enabled:
+            return
+        try:
+            self.processes = ProcessTree(pid)
+        except ImportError:
+            self.notes.append("host processes: psutil is not installed")
+        self.rapl = Rapl(powercap_root) or None
+        if self.requested_gpus:
+            try:
+                self.gpus = NvmlGpus(self.requested_gpus, nvml)
+            except ImportError:
+                self.notes.append("GPUs: nvidia-ml-py (pynvml) is not installed")
+            except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, bad id
+                self.notes.append(f"GPUs: NVML unavailable ({exc})")
+
+    # phase hooks (see the module docstring)
+    def measure_start(self) -> None:
+        self.start()
+
+    def iteration_end(self) -> None:
+        pass
+
+    def measure_end(self) -> None:
+        self.stop()
+
+    def __enter__(self) -> ResourceMonitor:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        if not self.enabled or self._thread is not None:
+            return
+        self._columns = {}
+        self._sample_cost_s = 0.0
+        if self.processes:
+            self.processes.prime()
+        if self.rapl:
+            self.rapl.reset()
+        start_energy = self.gpus.energy_mj() if self.gpus else []
+        self._gpu_energy = [(e, None) for e in start_energy]
+        self._stop.clear()
+        self._t0 = time.perf_counter()
+        self._sample()
+        self._thread = threading.Thread(target=self._loop, name="dlbench-monitor", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        self._sample()  # the phase's end, so integrals and peaks cover all of it
+        self._t1 = time.perf_counter()
+        if self.gpus:
+            end = self.gpus.energy_mj()
+            self._gpu_energy = [(s, e) for (s, _), e in zip(self._gpu_energy, end, strict=True)]
+        self._rapl_j = self.rapl.update() if self.rapl else None
+
+    def close(self) -> None:
+        self.stop()
+        if self.gpus:
+            self.gpus.close()
+
+    def _loop(self) -> None:
+        deadline = self._t0 + self.interval_s
+        while not self._stop.wait(max(0.0, deadline - time.perf_counter())):
+            self._sample()
+            deadline += self.interval_s
+            now = time.perf_counter()
+            if deadline < now:  # a slow sample: skip the missed ticks instead of bursting
+                deadline = now + self.interval_s
+
+    def _add(self, name: str, value: Any) -> None:
+        self._columns.setdefault(name, []).append(value)
+
+    def _sample(self) -> None:
+        began, cpu_began = time.perf_counter(), time.thread_time()
+        self._add("t_s", began - self._t0)
+        if self.processes:
+            rss, cpu, count = self.processes.sample(began)
+            self._add("host_rss_bytes", rss)
+            self._add("host_cpu_percent", cpu)
+            self._add("host_processes", count)
+        if self.rapl:
+            self._add("host_energy_j", self.rapl.update())
+        if self.gpus:
+            for i, reading in enumerate(self.gpus.sample()):
+                for field, value in reading.items():
+                    self._add(f"gpu{i}_{field}", value)
+        # CPU time of this thread: what sampling takes from the measured work (waiting for
+        # the interpreter lock is not counted; holding it is).
+        self._sample_cost_s += time.thread_time() - cpu_began
+
+    def series(self) -> dict[str, list[Any]]:
+        """The samples as columns: t_s, host_*, gpu<i>_* (i in the order of ``gpus``)."""
+        return {name: list(values) for name, values in self._columns.items()}
+
+    def summary(self, items: float | None = None) -> dict[str, Any]:
+        """Peaks, means, energy and ``items`` (samples processed) per joule."""
+        if not self.enabled:
+            return {"enabled": False, "energy_j": None,
+                    "energy_note": "resource monitor disabled (--monitor_interval_ms 0)"}
+        cols = self._columns
+        duration = self._t1 - self._t0
+        count = len(cols.get("t_s", []))
+        out: dict[str, Any] = {
+            "enabled": True, "interval_ms": self.interval_s * 1000.0,
+            "duration_s": duration, "sample_count": count,
+            "sampler_cpu_ms_mean": self._sample_cost_s / count * 1000.0 if count else None,
+            "sampler_cpu_fraction": self._sample_cost_s / duration if duration > 0 else None,
+        }
+        out["host"] = self._host_summary(cols)
+        out["gpus"] = [self._gpu_summary(cols, i) for i in range(len(self.gpus.handles))] \
+            if self.gpus else []
+        out["peak_host_rss_bytes"] = out["host"].get("rss_peak_bytes")
+        device_peaks = [g["memory_used_peak_bytes"] for g in out["gpus"]
+                        if g["memory_used_peak_bytes"] is not None]
+        out["peak_device_memory_bytes"] = max(device_peaks) if device_peaks else None
+        out.update(self._energy_summary(out, duration, items))
+        out["notes"] = list(self.notes)
+        return out
+
+    def _host_summary(self, cols: Mapping[str, list[Any]]) -> dict[str, Any]:
+        host: dict[str, Any] = {}
+        if "host_rss_bytes" in cols:
+            # The first CPU reading has no interval behind it: leave it out of the mean.
+            cpu = cols["host_cpu_percent"][1:] or cols["host_cpu_percent"]
+            host.update(rss_peak_bytes=int(max(cols["host_rss_bytes"])),
+                        cpu_percent_mean=_mean(cpu), cpu_percent_max=max(cpu),
+                        processes_max=int(max(cols["host_processes"])))
+        if self.rapl:
+            host["rapl_zones"] = [name for name, _, _ in self.rapl.zones]
+            host["energy_j"] = self._rapl_j
+        return host
+
+    def _gpu_summary(self, cols: Mapping[str, list[Any]], i: int) -> dict[str, Any]:
+        assert self.gpus is not None
+        def values(field: str) -> list[float]:
+            return [v for v in cols.get(f"gpu{i}_{field}", []) if v is not None]
+
+        power = values("power_w")
+        start, end = self._gpu_energy[i] if i < len(self._gpu_energy) else (None, None)
+        if start is not None and end is not None and end >= start:
+            energy, method = (end - start) / 1000.0, "nvml_total_energy"
+        elif len(power) >= 2 and len(power) == len(cols["t_s"]):
+            energy, method = _trapezoid(cols["t_s"], power), "integrated_power"
+        else:
+            energy, method = None, None
+        mem, clock, util, temp = (values("memory_used_bytes"), values("sm_clock_mhz"),
+                                  values("utilization_percent"), values("temperature_c"))
+        return {
+            "id": self.gpus.ids[i], "index": self.gpus.indices[i], "name": self.gpus.names[i],
+            "power_mean_w": _mean(power), "power_max_w": max(power) if power else None,
+            "utilization_mean_percent": _mean(util),
+            "memory_used_peak_bytes": int(max(mem)) if mem else None,
+            "sm_clock_mean_mhz": _mean(clock), "temperature_max_c": max(temp) if temp else None,
+            "energy_j": energy, "energy_method": method,
+        }
+
+    def _energy_summary(self, out: Mapping[str, Any], duration: float,
+                        items: float | None) -> dict[str, Any]:
+        parts, sources, missing = [], [], []
+        gpu_energies = [g["energy_j"] for g in out["gpus"]]
+        gpus_counted = bool(gpu_energies) and all(e is not None for e in gpu_energies)
+        if gpus_counted:
+            parts.append(sum(gpu_energies))
+            sources += sorted({f"gpu:{g['energy_method']}" for g in out["gpus"]})
+        elif gpu_energies:
+            missing.append("a sampled GPU reports neither energy nor power")
+        elif self.requested_gpus:
+            missing.append("no NVML GPU")
+        if self._rapl_j is not None:
+            parts.append(self._rapl_j)
+            sources.append("host:rapl")
+        else:
+            missing.append("no readable RAPL counters")
+        if not parts:
+            if not self.requested_gpus:
+                missing.insert(0, "no GPU sampled (CPU cell)")
+            return {"energy_j": None, "energy_sources": [],
+                    "energy_note": f"not available on this host: {' and '.join(missing)}",
+                    "power_mean_w": None, "power_max_w": None,
+                    "items": items, "samples_per_joule": None}
+        energy = float(sum(parts))
+        return {"energy_j": energy, "energy_sources": sources,
+                "energy_note": f"partial: {' and '.join(missing)}" if missing else None,
+                "power_mean_w": energy / duration if duration > 0 else None,
+                "power_max_w": self._peak_power(gpus_counted),
+                "items": items,
+                "samples_per_joule": items / energy if items and energy > 0 else None}
+
+    def _peak_power(self, with_gpus: bool) -> float | None:
+        """Highest total draw at one sample: the GPUs' power plus the host's RAPL power
+        over the interval that ends there."""
+        cols = self._columns
+        t = cols.get("t_s", [])
+        totals = [0.0] * len(t)
+        if with_gpus and self.gpus:
+            for i in range(len(self.gpus.handles)):
+                for k, v in enumerate(cols.get(f"gpu{i}_power_w", [])):
+                    totals[k] += v or 0.0
+        host = cols.get("host_energy_j")
+        if host:
+            for k in range(1, len(t)):
+                dt = t[k] - t[k - 1]
+                totals[k] += (host[k] - host[k - 1]) / dt if dt > 0 else 0.0
+            totals = totals[1:]  # the first sample has no interval behind it
+        return max(totals) if totals and any(totals) else None
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return float(sum(values) / len(values)) if values else None
+
+
+def _trapezoid(t: Sequence[float], y: Sequence[float]) -> float:
+    return float(sum((t[k] - t[k - 1]) * (y[k] + y[k - 1]) / 2.0 for k in range(1, len(t))))
+
+
+# Recording the result
+
+
+def series_path(output: str | os.PathLike[str]) -> Path:
+    """``<result stem>.monitor.parquet`` beside the result, or ``.csv`` without pyarrow."""
+    try:
+        import pyarrow  # noqa: F401
+        suffix = ".monitor.parquet"
+    except ImportError:
+        suffix = ".monitor.csv"
+    output = Path(output)
+    return output.with_name(output.stem + suffix)
+
+
+def write_series(columns: Mapping[str, list[Any]], path: Path) -> Path:
+    """Write the time series atomically (temp file and rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    if path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table(dict(columns)), tmp)
+    else:
+        names = list(columns)
+        with open(tmp, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(names)
+            writer.writerows(zip(*(columns[n] for n in names), strict=True))
+    os.replace(tmp, path)
+    return path
+
+
+def items_of(measurements: Iterable[Mapping[str, Any]]) -> float:
+    """Samples (items) the measured iterations processed, over all measurements."""
+    return float(sum(m["items_per_iteration"] * m["iterations"] for m in measurements))
+
+
+def attach(res: dict[str, Any], output: str | os.PathLike[str] | None, mon: ResourceMonitor,
+           items: float | None = None) -> dict[str, Any]:
+    """Put the monitor's summary in ``res["extra"]["monitor"]`` and its time series beside
+    ``output``. ``items`` defaults to what the result's measurements processed."""
+    mon.close()  # stops sampling and releases NVML; the samples stay
+    summary = mon.summary(items_of(res["measurements"]) if items is None else items)
+    summary["series_file"] = None
+    if output and mon.enabled and mon.series().get("t_s"):
+        summary["series_file"] = write_series(mon.series(), series_path(output)).name
+    res.setdefault("extra", {})["monitor"] = summary
+    return summary

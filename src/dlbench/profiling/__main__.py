@@ -1,0 +1,62 @@
+"""``python -m dlbench.profiling``: run a profile job, or turn a profile's exports into tables.
+
+    python -m dlbench.profiling run --tool torch --cell '<cell JSON>' --out_dir DIR \\
+        [--python PY] [--data_dir D] [--settings '<JSON>']
+    python -m dlbench.profiling tables --tool torch DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from dlbench.profiling import TOOLS, run, tables
+from dlbench.profiling.config import ProfilingConfigError, settings
+
+
+def _json(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dlbench.profiling",
+                                     description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    job = sub.add_parser("run", help="profile one cell with one tool")
+    job.add_argument("--tool", required=True, choices=TOOLS)
+    job.add_argument("--cell", required=True, type=_json, help="the cell (study.Cell.to_json)")
+    job.add_argument("--out_dir", required=True, type=Path, help="the profile's folder")
+    job.add_argument("--python", default=sys.executable, help="the framework's interpreter")
+    job.add_argument("--data_dir", default="", help="prepared dataset of the cell")
+    job.add_argument("--settings", type=_json, default={},
+                     help="the tool's settings as JSON (profiling.tools.<tool>)")
+    conv = sub.add_parser("tables", help="convert a profile folder's exports to Parquet")
+    conv.add_argument("--tool", required=True, choices=TOOLS)
+    conv.add_argument("folder", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        tool_settings = settings(args.tool, getattr(args, "settings", {}))
+    except ProfilingConfigError as exc:
+        parser.error(str(exc))
+    if args.command == "tables":
+        try:
+            made = tables.convert(args.tool, args.folder, tool_settings.get("reports", ()))
+        except tables.TableError as exc:
+            print(f"{args.tool}: {exc}", file=sys.stderr)
+            return 1
+        print("\n".join(str(args.folder / name) for name in made.values()))
+        return 0
+    return run.main(args.tool, args.cell, args.out_dir, args.python or sys.executable,
+                    tool_settings, args.data_dir or None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""What the report shows of the profiles: per profiled cell, its files and top kernels/ops.
+
+    from dlbench.profiling import summary
+    profiles = summary.collect("results/profiles")      # every profile folder, ok or failed
+    by_cell = summary.by_cell(profiles)                 # (study, cell_id) -> [CellProfile]
+    for p in by_cell.get((study, cell_id), []):
+        p.tool, p.status, p.error, p.artifacts["trace"], p.top[:5]
+
+``top`` comes from the Parquet tables: torch operators by self time (device time when the
+profile has device activity, else CPU time), ncu kernels by summed ``gpu__time_duration``,
+nsys kernels by total time (``cuda_gpu_kern_sum``). hpcrun's database has no table: its
+profile lists files only. Paths are relative to the folder given to ``collect``'s caller
+(``directory`` is ``root/<tool>/<study>/<cell>``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from dlbench.profiling import TOOLS
+from dlbench.profiling.config import MANIFEST
+from dlbench.profiling.run import ERROR_FILE
+
+
+@dataclass
+class CellProfile:
+    tool: str
+    study: str
+    cell_id: str
+    directory: Path
+    status: str  # "ok" | "failed" | "incomplete" (no manifest and no error: still running)
+    error: str | None = None
+    artifacts: dict[str, Path] = field(default_factory=dict)  # trace, report, database, tables
+    files: list[Path] = field(default_factory=list)
+    # name, calls, time_s, share (of the table's total time): the heaviest first
+    top: list[dict[str, Any]] = field(default_factory=list)
+
+
+def top_entries(tool: str, directory: Path, tables: dict[str, str],
+                n: int = 10) -> list[dict[str, Any]]:
+    """The ``n`` heaviest kernels or operators of one profile, from its Parquet table."""
+    if tool == "torch" and "operators" in tables:
+        return _top_torch(directory / tables["operators"], n)
+    if tool == "ncu" and "kernels" in tables:
+        return _top_ncu(directory / tables["kernels"], n)
+    if tool == "nsys" and "cuda_gpu_kern_sum" in tables:
+        return _top_nsys(directory / tables["cuda_gpu_kern_sum"], n)
+    return []
+
+
+def _ranked(entries: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    total = sum(e["time_s"] for e in entries)
+    entries.sort(key=lambda e: e["time_s"], reverse=True)
+    for e in entries:
+        e["share"] = e["time_s"] / total if total > 0 else None
+    return entries[:n]
+
+
+def _top_torch(path: Path, n: int) -> list[dict[str, Any]]:
+    rows = [r for r in pq.read_table(path).to_pylist() if not r["is_user_annotation"]]
+    on_device = any((r["self_device_time_us"] or 0) > 0 for r in rows)
+    key = "self_device_time_us" if on_device else "self_cpu_time_us"
+    return _ranked([{"name": r["name"], "calls": r["calls"], "time_s": (r[key] or 0.0) / 1e6,
+                     "time_kind": "self device" if on_device else "self CPU",
+                     "flops": r["flops"]} for r in rows], n)
+
+
+def _top_ncu(path: Path, n: int) -> list[dict[str, Any]]:
+    kernels: dict[str, dict[str, Any]] = {}
+    for row in pq.read_table(path, columns=["Kernel Name", "duration_ns"]).to_pylist():
+        entry = kernels.setdefault(row["Kernel Name"], {"name": row["Kernel Name"], "calls": 0,
+                                                        "time_s": 0.0, "time_kind": "kernel"})
+        entry["calls"] += 1
+        entry["time_s"] += (row["duration_ns"] or 0.0) / 1e9
+    return _ranked(list(kernels.values()), n)
+
+
+def _top_nsys(path: Path, n: int) -> list[dict[str, Any]]:
+    table = pq.read_table(path)
+    names = table.column("Name").to_pylist()
+    calls = table.column("Instances").to_pylist()
+    totals = pc.cast(table.column("Total Time (ns)"), "float64").to_pylist()
+    return _ranked([{"name": name, "calls": count, "time_s": (total or 0.0) / 1e9,
+                     "time_kind": "kernel"}
+                    for name, count, total in zip(names, calls, totals, strict=True)], n)
+
+
+def read_profile(directory: Path, top: int = 10) -> CellProfile:
+    """One profile folder ``<tool>/<study>/<cell>``."""
+    tool, study, cell_id = directory.parts[-3:]
+    manifest_path, error_path = directory / MANIFEST, directory / ERROR_FILE
+    if manifest_path.is_file():
+        manifest = json.loads(manifest_path.read_text())
+        tables = manifest.get("tables") or {}
+        return CellProfile(
+            tool, study, cell_id, directory, "ok",
+            artifacts={name: directory / rel for name, rel in
+                       {**manifest.get("artifacts", {}), **tables}.items()},
+            files=[directory / rel for rel in manifest.get("files", [])],
+            top=top_entries(tool, directory, tables, top))
+    error = error_path.read_text().strip() if error_path.is_file() else None
+    files = sorted(p for p in directory.rglob("*") if p.is_file())
+    return CellProfile(tool, study, cell_id, directory, "failed" if error else "incomplete",
+                       error=error, files=files)
+
+
+def collect(root: str | Path = "results/profiles", top: int = 10) -> list[CellProfile]:
+    """Every profile under ``root`` (``root/<tool>/<study>/<cell>``), sorted."""
+    root = Path(root)
+    found = []
+    for tool in TOOLS:
+        for directory in sorted(root.glob(f"{tool}/*/*")):
+            if directory.is_dir():
+                found.append(read_profile(directory, top))
+    return found
+
+
+def by_cell(profiles: Iterable[CellProfile]) -> dict[tuple[str, str], list[CellProfile]]:
+    cells: dict[tuple[str, str], list[CellProfile]] = defaultdict(list)
+    for p in profiles:
+        cells[(p.study, p.cell_id)].append(p)
+    return dict(cells)
+
+
+def rows(profiles: Iterable[CellProfile]) -> list[dict[str, Any]]:
+    """Flat rows (one per profile and top entry; a profile without entries gives one row),
+    for a table: study, cell_id, tool, status, error, rank, name, calls, time_s, share."""
+    out = []
+    for p in profiles:
+        base = {"study": p.study, "cell_id": p.cell_id, "tool": p.tool, "status": p.status,
+                "error": p.error, "directory": str(p.directory)}
+        if not p.top:
+            out.append({**base, "rank": None, "name": None, "calls": None, "time_s": None,
+                        "share": None})
+        for rank, entry in enumerate(p.top, 1):
+            out.append({**base, "rank": rank, "name": entry["name"], "calls": entry["calls"],
+                        "time_s": entry["time_s"], "share": entry["share"]})
+    return out

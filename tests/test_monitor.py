@@ -1,0 +1,353 @@
+"""The resource monitor: real psutil sampling of this process tree, RAPL counters from a
+powercap tree, NVML through a test double (no NVIDIA driver here), and the runner's record."""
+
+import csv
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+from dlbench import aggregate, monitor
+from dlbench import result as R
+
+
+def busy(seconds):
+    end = time.perf_counter() + seconds
+    n = 0
+    while time.perf_counter() < end:
+        n += 1
+    return n
+
+
+def test_samples_rss_and_cpu_of_the_process_and_its_children():
+    """A child holding 120 MB must show in the peak RSS; a busy loop in the CPU figures."""
+    hold = "import sys, time; x = bytearray(120 * 2**20); sys.stdout.write('up\\n'); " \
+           "sys.stdout.flush(); time.sleep(30)"
+    mon = monitor.ResourceMonitor(20)
+    own_rss = psutil.Process().memory_info().rss
+    child = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "up\n"
+        with mon:
+            busy(1.2)  # the child list is refreshed every second: it is seen from the start
+    finally:
+        child.kill()
+        child.wait()
+    s = mon.summary(items=10)
+    assert s["enabled"] and s["sample_count"] >= 10
+    assert s["duration_s"] == pytest.approx(1.2, abs=0.3)
+    host = s["host"]
+    assert host["processes_max"] >= 2
+    assert own_rss + 100 * 2**20 <= host["rss_peak_bytes"] <= psutil.virtual_memory().total
+    assert s["peak_host_rss_bytes"] == host["rss_peak_bytes"]
+    assert 5 < host["cpu_percent_mean"] <= 100 * psutil.cpu_count() + 20
+    assert host["cpu_percent_max"] >= host["cpu_percent_mean"]
+    assert s["sampler_cpu_ms_mean"] >= 0 and 0 <= s["sampler_cpu_fraction"] < 1
+    series = mon.series()
+    assert len(series["t_s"]) == s["sample_count"] == len(series["host_rss_bytes"])
+    assert series["t_s"] == sorted(series["t_s"])
+
+
+def test_energy_on_this_host_is_measured_or_marked_not_available():
+    """Never a zero: positive joules where RAPL is readable, else null with the reason."""
+    mon = monitor.ResourceMonitor(20, gpus=[0])
+    with mon:
+        busy(0.3)
+    s = mon.summary(items=64)
+    if monitor.Rapl():
+        assert s["energy_j"] > 0 and s["samples_per_joule"] == pytest.approx(64 / s["energy_j"])
+        assert "host:rapl" in s["energy_sources"]
+    else:
+        assert s["energy_j"] is None and s["samples_per_joule"] is None
+        assert s["energy_note"] == ("not available on this host: no NVML GPU and "
+                                    "no readable RAPL counters")
+        assert s["power_mean_w"] is None and s["power_max_w"] is None
+    if not s["gpus"]:
+        assert any(n.startswith("GPUs: NVML unavailable") for n in s["notes"])
+
+
+def test_cpu_cell_without_counters_says_why():
+    if monitor.Rapl():
+        pytest.skip("this host has readable RAPL counters")
+    mon = monitor.ResourceMonitor(20)
+    with mon:
+        busy(0.1)
+    assert mon.summary(items=1)["energy_note"] == (
+        "not available on this host: no GPU sampled (CPU cell) and no readable RAPL counters")
+
+
+def powercap_tree(root, zones):
+    """A powercap folder in the sysfs layout: <zone>/{name,energy_uj,max_energy_range_uj}."""
+    for zone, (name, energy, wrap) in zones.items():
+        folder = root / zone
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "name").write_text(f"{name}\n")
+        (folder / "max_energy_range_uj").write_text(f"{wrap}\n")
+        if energy is not None:
+            (folder / "energy_uj").write_text(f"{energy}\n")
+    return root
+
+
+def set_energy(root, zone, value):
+    (root / zone / "energy_uj").write_text(f"{value}\n")
+
+
+def test_rapl_sums_packages_and_dram_and_handles_wraparound(tmp_path):
+    root = powercap_tree(tmp_path, {
+        "intel-rapl:0": ("package-0", 262_000_000_000 - 2_000_000, 262_000_000_000),
+        "intel-rapl:0:0": ("core", 5_000_000, 262_000_000_000),  # inside the package
+        "intel-rapl:0:1": ("dram", 1_000_000, 65_000_000_000),
+        "intel-rapl:1": ("psys", 7_000_000, 262_000_000_000),  # overlaps the packages
+        "intel-rapl:2": ("package-1", None, 262_000_000_000),  # energy_uj unreadable
+    })
+    rapl = monitor.Rapl(root)
+    assert [name for name, _, _ in rapl.zones] == ["intel-rapl:0/package-0",
+                                                   "intel-rapl:0:1/dram"]
+    rapl.reset()
+    set_energy(root, "intel-rapl:0", 3_000_000)  # wrapped: 2 J to the top, then 3 J
+    set_energy(root, "intel-rapl:0:1", 1_500_000)
+    set_energy(root, "intel-rapl:0:0", 99_000_000)
+    assert rapl.update() == pytest.approx(5.0 + 0.5)
+    set_energy(root, "intel-rapl:0", 4_000_000)
+    assert rapl.update() == pytest.approx(6.5)
+
+
+def test_host_energy_power_and_samples_per_joule_from_rapl(tmp_path):
+    root = powercap_tree(tmp_path, {"intel-rapl:0": ("package-0", 10_000_000, 2**40)})
+    mon = monitor.ResourceMonitor(10, powercap_root=root)
+    mon.start()
+    time.sleep(0.1)
+    set_energy(root, "intel-rapl:0", 40_000_000)  # +30 J during the phase
+    time.sleep(0.1)
+    mon.stop()
+    s = mon.summary(items=600)
+    assert s["energy_j"] == pytest.approx(30.0)
+    assert s["energy_sources"] == ["host:rapl"] and s["energy_note"] is None
+    assert s["samples_per_joule"] == pytest.approx(20.0)
+    assert s["power_mean_w"] == pytest.approx(30.0 / s["duration_s"])
+    assert s["power_max_w"] >= s["power_mean_w"]
+    assert s["host"]["energy_j"] == pytest.approx(30.0)
+    assert mon.series()["host_energy_j"][-1] == pytest.approx(30.0)
+
+
+class FakeNvmlError(Exception):
+    pass
+
+
+class FakeNvml:
+    """Test double of the pynvml module (no NVIDIA driver on this machine): two GPUs, one
+    with NVML's energy counter, one without (its energy must come from power samples)."""
+
+    NVMLError = FakeNvmlError
+    NVML_CLOCK_SM = 1
+    NVML_TEMPERATURE_GPU = 0
+
+    def __init__(self):
+        self.calls = {}
+        self.energy = {0: iter([1_000_000, 1_060_000])}  # mJ at start and end: 60 J
+
+    def _count(self, name):
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    def nvmlInit(self):
+        self._count("init")
+
+    def nvmlShutdown(self):
+        self._count("shutdown")
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        if uuid != "GPU-1111":
+            raise FakeNvmlError("Not Found")
+        return 1
+
+    def nvmlDeviceGetName(self, h):
+        return b"Fake H200"
+
+    def nvmlDeviceGetIndex(self, h):
+        return h
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return 200_000 if h == 0 else 300_000  # mW
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        self._count(f"util{h}")
+        if h == 1:
+            raise FakeNvmlError("Not Supported")
+        return type("Utilization", (), {"gpu": 87, "memory": 40})()
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return type("Memory", (), {"used": (h + 1) * 2**30, "total": 141 * 2**30})()
+
+    def nvmlDeviceGetClockInfo(self, h, clock):
+        assert clock == self.NVML_CLOCK_SM
+        return 1980
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        return 55
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        if h == 1:
+            raise FakeNvmlError("Not Supported")
+        return next(self.energy[0])
+
+
+def test_gpu_energy_from_the_nvml_counter_else_integrated_power_with_an_nvml_test_double():
+    """NVML is a test double here: checks how readings become the summary, not NVML."""
+    nvml = FakeNvml()
+    mon = monitor.ResourceMonitor(10, gpus=[0, "GPU-1111"], nvml=nvml,
+                                  powercap_root=Path("/nonexistent"))
+    with mon:
+        time.sleep(0.25)
+    s = mon.summary(items=1000)
+    gpu0, gpu1 = s["gpus"]
+    assert gpu0["energy_method"] == "nvml_total_energy" and gpu0["energy_j"] == pytest.approx(60)
+    assert gpu1["energy_method"] == "integrated_power"
+    assert gpu1["energy_j"] == pytest.approx(300 * s["duration_s"], rel=0.02)
+    assert gpu0["power_mean_w"] == pytest.approx(200) and gpu1["power_max_w"] == pytest.approx(300)
+    assert gpu0["utilization_mean_percent"] == pytest.approx(87)
+    assert gpu1["utilization_mean_percent"] is None
+    assert nvml.calls["util1"] == 1  # an unsupported reading is not asked for again
+    assert gpu0["memory_used_peak_bytes"] == 2**30 and s["peak_device_memory_bytes"] == 2**31
+    assert gpu0["sm_clock_mean_mhz"] == 1980 and gpu1["temperature_max_c"] == 55
+    assert s["energy_j"] == pytest.approx(gpu0["energy_j"] + gpu1["energy_j"])
+    assert s["energy_sources"] == ["gpu:integrated_power", "gpu:nvml_total_energy"]
+    assert s["energy_note"] == "partial: no readable RAPL counters"
+    assert s["samples_per_joule"] == pytest.approx(1000 / s["energy_j"])
+    assert s["power_max_w"] == pytest.approx(500)
+    mon.close()
+    assert nvml.calls["shutdown"] == 1
+
+
+class RecordingHook:
+    def __init__(self, events):
+        self.events = events
+
+    def measure_start(self):
+        self.events.append("start")
+
+    def iteration_end(self):
+        self.events.append("iteration")
+
+    def measure_end(self):
+        self.events.append("end")
+
+
+class _NoNvtx:
+    def push(self, name):
+        pass
+
+    def pop(self):
+        pass
+
+
+def test_timed_loop_hands_hooks_the_measured_iterations_only():
+    from dlbench.pytorch import runner
+
+    events = []
+    batches = iter([(i,) for i in range(10)])
+    runner.timed_loop(batches, lambda i: events.append(f"step {i}"), lambda: None, 2, 3,
+                      nvtx=_NoNvtx(), hooks=[RecordingHook(events)])
+    assert events == ["step 0", "step 1", "start", "step 2", "iteration", "step 3",
+                      "iteration", "step 4", "iteration", "end"]
+
+
+def test_hooks_are_ended_when_a_step_fails():
+    from dlbench.pytorch import runner
+
+    events = []
+
+    def step(i):
+        if i == 2:
+            raise RuntimeError("out of memory")
+
+    with pytest.raises(RuntimeError):
+        runner.timed_loop(iter([(i,) for i in range(5)]), step, lambda: None, 1, 3,
+                          nvtx=_NoNvtx(), hooks=[RecordingHook(events)])
+    assert events == ["start", "iteration", "end"]
+
+
+def test_unknown_gpu_id_is_noted_and_nvml_released_with_an_nvml_test_double():
+    nvml = FakeNvml()
+    mon = monitor.ResourceMonitor(10, gpus=["GPU-9999"], nvml=nvml)
+    assert mon.gpus is None and nvml.calls["shutdown"] == 1
+    assert mon.notes == ["GPUs: NVML unavailable (Not Found)"]
+    with mon:
+        pass
+    if not monitor.Rapl():
+        assert mon.summary(items=1)["energy_note"] == (
+            "not available on this host: no NVML GPU and no readable RAPL counters")
+
+
+def test_disabled_monitor_records_that_it_was_off(tmp_path):
+    mon = monitor.ResourceMonitor(0)
+    with mon:
+        pass
+    res = {"measurements": [], "extra": {}}
+    summary = monitor.attach(res, tmp_path / "cell.json", mon)
+    assert summary["enabled"] is False and summary["energy_j"] is None
+    assert "disabled" in summary["energy_note"]
+    assert res["extra"]["monitor"] is summary and summary["series_file"] is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_attach_writes_the_series_beside_the_result(tmp_path):
+    mon = monitor.ResourceMonitor(10)
+    with mon:
+        busy(0.1)
+    res = {"measurements": [{"items_per_iteration": 8, "iterations": 5}], "extra": {}}
+    summary = monitor.attach(res, tmp_path / "cells" / "c1.json", mon)
+    assert summary["items"] == 40 and summary["series_file"] == "c1.monitor.parquet"
+    table = pq.read_table(tmp_path / "cells" / "c1.monitor.parquet")
+    assert table.num_rows == summary["sample_count"] >= 2
+    assert {"t_s", "host_rss_bytes", "host_cpu_percent"} <= set(table.column_names)
+
+
+def test_csv_series_where_pyarrow_is_missing(tmp_path):
+    path = monitor.write_series({"t_s": [0.0, 0.1], "host_rss_bytes": [10, 20]},
+                                tmp_path / "c.monitor.csv")
+    with open(path) as handle:
+        assert list(csv.DictReader(handle)) == [{"t_s": "0.0", "host_rss_bytes": "10"},
+                                                {"t_s": "0.1", "host_rss_bytes": "20"}]
+
+
+def test_interval_flag_rejects_negative_values():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    monitor.add_arguments(parser)
+    assert parser.parse_args([]).monitor_interval_ms == 100.0
+    assert parser.parse_args(["--monitor_interval_ms=0"]).monitor_interval_ms == 0.0
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--monitor_interval_ms=-5"])
+
+
+def test_runner_cell_records_the_monitor_and_aggregate_has_its_columns(tmp_path):
+    out = tmp_path / "cell.json"
+    proc = subprocess.run([sys.executable, "-m", "dlbench.pytorch", "--model=deep_mnist",
+                           "--device=cpu", "--batch_size=4", "--num_batches=8",
+                           "--num_warmup_batches=1", "--count_flops=false",
+                           "--monitor_interval_ms=20", f"--output={out}"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = R.read(out)
+    mon = res["extra"]["monitor"]
+    assert mon["items"] == 32 and mon["sample_count"] >= 2
+    assert mon["series_file"] == "cell.monitor.parquet"
+    assert (tmp_path / "cell.monitor.parquet").is_file()
+    aggregate.write([out], tmp_path / "agg.parquet")
+    (row,) = pq.read_table(tmp_path / "agg.parquet").to_pylist()
+    assert row["peak_host_rss_bytes"] == mon["peak_host_rss_bytes"] > 0
+    assert row["max_memory_allocated_bytes"] is None  # CPU cell: no CUDA allocator
+    if mon["energy_j"] is None:
+        assert row["energy_j"] is None and row["energy_note"].startswith("not available")
+    else:
+        assert row["samples_per_joule"] == pytest.approx(32 / mon["energy_j"])
+    assert json.loads(row["extra"])["monitor"]["sample_count"] == mon["sample_count"]

@@ -1,0 +1,470 @@
+"""Profiling: torch.profiler for real on the CPU; ncu, nsys and hpcrun through test doubles.
+
+ncu, nsys and HPCToolkit cannot run on this machine (no GPU, not installed). Their tests put
+test doubles of the executables on PATH: small scripts that record the arguments and the
+environment they were given, run the profiled application as the real tool would (it is the
+real runner, so its command line is exercised too), and write files in the tools' real
+output formats (ncu's ``--csv --page raw``, nsys's ``stats --format csv``). What these
+tests do not exercise is the tools themselves: their measurements, option parsing and
+binary report formats.
+"""
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from dlbench import study
+from dlbench.profiling import commands, run, summary, tables
+from dlbench.profiling import config as pconfig
+
+PYTHON = sys.executable
+
+
+def tiny_cell(**grid):
+    base = {"model": "deep_mnist", "device": "cpu", "batch_size": 2, "num_batches": 4,
+            "num_warmup_batches": 1}
+    (cell,) = study.expand_config({"studies": {"s": {"grid": {**base, **grid}}}})
+    return cell
+
+
+def cell_json(cell):
+    return json.loads(cell.to_json())
+
+
+def profile_dir(root, tool, cell):
+    return root / tool / cell.study / cell.id
+
+
+# Test doubles of the profilers
+
+
+_DOUBLE_HEAD = f"""#!{PYTHON}
+# Test double of a profiler executable: records its arguments, runs the application.
+import json, os, subprocess, sys
+from pathlib import Path
+
+argv = sys.argv[1:]
+env = {{k: os.environ.get(k) for k in ("LD_LIBRARY_PATH", "NSYS_NVTX_PROFILER_REGISTER_ONLY")}}
+record = {{"tool": Path(sys.argv[0]).name, "argv": argv, "env": env}}
+
+def log(**more):
+    with open(os.environ["DOUBLE_LOG"], "a") as f:
+        f.write(json.dumps({{**record, **more}}) + "\\n")
+
+def run_app():
+    app = argv[argv.index({PYTHON!r}):]
+    return subprocess.run(app).returncode
+"""
+
+NCU_DOUBLE = _DOUBLE_HEAD + r'''
+if "--import" in argv:
+    log()
+    # ncu --import R --csv --page raw --print-units base: header, units, one row per launch.
+    nvtx = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
+    print('"ID","Process ID","Process Name","Host Name","' + nvtx + '","Kernel Name",'
+          '"Context","Stream","Block Size","Grid Size","Device","CC","dram__bytes.sum",'
+          '"gpu__time_duration.sum","sm__throughput.avg.pct_of_peak_sustained_elapsed"')
+    print('"","","","","","","","","","","","","byte","nsecond","%"')
+    print('"0","4242","python3.11","node1","<default>:measure:batch 0:none:none","volta_sgemm_128x64_nn","1","7","(256, 1, 1)","(64, 2, 1)","0","9.0","1,048,576","12,288","71.52"')
+    print('"1","4242","python3.11","node1","<default>:measure:batch 0:none:none","void at::native::vectorized_elementwise_kernel<4>(int)","1","7","(128, 1, 1)","(512, 1, 1)","0","9.0","65,536","2,048","n/a"')
+    print('"2","4242","python3.11","node1","<default>:measure:batch 0:none:none","volta_sgemm_128x64_nn","1","7","(256, 1, 1)","(64, 2, 1)","0","9.0","1,048,576","12,800","70.01"')
+    sys.exit(0)
+if os.environ.get("DOUBLE_FAIL"):
+    log()
+    print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters", file=sys.stderr)
+    sys.exit(3)
+log()
+print("==PROF== Connected to process", os.getpid(), file=sys.stderr)
+rc = run_app()
+report = argv[argv.index("--export") + 1] + ".ncu-rep"
+Path(report).write_bytes(b"NCU-REP test double")
+sys.exit(rc)
+'''
+
+NSYS_DOUBLE = _DOUBLE_HEAD + r'''
+if argv[0] == "stats":
+    log()
+    base = argv[argv.index("--output") + 1]
+    reports = argv[argv.index("--report") + 1].split(",")
+    if "cuda_gpu_kern_sum" in reports:
+        Path(base + "_cuda_gpu_kern_sum.csv").write_text(
+            "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n"
+            "62.5,5000000,40,125000.0,124000.0,120000,131000,2500.1,volta_sgemm_128x64_nn\n"
+            '37.5,3000000,120,25000.0,24800.0,24000,27000,800.5,"void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int, T2, T3)"\n')
+    if "nvtx_sum" in reports:
+        Path(base + "_nvtx_sum.csv").write_text(
+            "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Style,Range\n"
+            "50.0,9000000,1,9000000.0,9000000.0,9000000,9000000,0.0,PushPop,measure\n"
+            "50.0,8900000,4,2225000.0,2225000.0,2200000,2250000,20000.0,PushPop,batch 0\n")
+    sys.exit(0)
+log()
+rc = run_app()
+out = next(a.split("=", 1)[1] for a in argv if a.startswith("--output="))
+Path(out + ".nsys-rep").write_bytes(b"NSYS-REP test double")
+sys.exit(rc)
+'''
+
+HPCRUN_DOUBLE = _DOUBLE_HEAD + r'''
+out = Path(argv[argv.index("-o") + 1])
+out.mkdir(parents=True, exist_ok=True)
+log()
+rc = run_app()
+(out / f"python-{os.getpid()}-0.hpcrun").write_bytes(b"samples")
+sys.exit(rc)
+'''
+
+HPCSTRUCT_DOUBLE = _DOUBLE_HEAD + r'''
+target = Path(argv[-1])
+if target.is_dir():  # a measurements folder: GPU binaries' structure goes inside it
+    log(files=sorted(p.name for p in target.iterdir()))
+    (target / "structs").mkdir(exist_ok=True)
+    (target / "structs" / "gpubins.hpcstruct").write_text("<HPCToolkitStructure/>")
+else:
+    log()
+    Path(argv[argv.index("-o") + 1]).write_text("<HPCToolkitStructure/>")
+'''
+
+HPCPROF_DOUBLE = _DOUBLE_HEAD + r'''
+log()
+database = Path(argv[argv.index("-o") + 1])
+database.mkdir(parents=True)
+(database / "experiment.xml").write_text("<HPCToolkitExperiment/>")
+'''
+
+
+@pytest.fixture
+def doubles(tmp_path, monkeypatch):
+    """PATH with test doubles of ncu, nsys, hpcrun, hpcstruct and hpcprof; returns a reader
+    of what they recorded."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name, text in (("ncu", NCU_DOUBLE), ("nsys", NSYS_DOUBLE), ("hpcrun", HPCRUN_DOUBLE),
+                       ("hpcstruct", HPCSTRUCT_DOUBLE), ("hpcprof", HPCPROF_DOUBLE)):
+        path = bindir / name
+        path.write_text(text)
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    log = tmp_path / "double-log.jsonl"
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("DOUBLE_LOG", str(log))
+
+    def calls():
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return calls
+
+
+def runner_tail(out_dir, num_batches, warmup=1):
+    """The profiled run's command line: the launcher's, with the profile's iterations."""
+    return [PYTHON, "-m", "dlbench.pytorch", "--model=deep_mnist", "--forward_only=false",
+            "--batch_size=2", f"--num_batches={num_batches}", f"--num_warmup_batches={warmup}",
+            "--num_gpus=1", "--device=cpu", "--dtype=float32", "--cudnn_benchmark=true",
+            "--cudnn_fastest=false", "--data_shuffle=false", "--num_loader_threads=4",
+            f"--output={out_dir / 'result.json'}"]
+
+
+def test_torch_profiler_on_cpu_writes_a_trace_and_an_operator_table(tmp_path, capsys):
+    cell = tiny_cell()
+    out = profile_dir(tmp_path / "profiles", "torch", cell)
+    settings = pconfig.settings("torch", {"wait": 1, "warmup": 1, "active": 2})
+    assert run.main("torch", cell_json(cell), out, PYTHON, settings, None) == 0
+    trace = json.loads((out / "trace.json").read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert {"aten::addmm", "aten::mm"} <= names
+    assert sum(1 for e in trace["traceEvents"] if e.get("name") == "ProfilerStep#3") == 1
+    ops = pq.read_table(out / "operators.parquet")
+    assert ops.schema.equals(tables.OPERATOR_SCHEMA, check_metadata=False)
+    rows = {r["name"]: r for r in ops.to_pylist()}
+    assert rows["ProfilerStep*"]["calls"] == 2 and rows["ProfilerStep*"]["is_user_annotation"]
+    addmm = rows["aten::addmm"]  # deep_mnist's fully-connected layers, 2 active iterations
+    assert addmm["calls"] >= 2 and addmm["calls"] % 2 == 0 and addmm["cpu_time_total_us"] > 0
+    assert addmm["flops"] > 0 and rows["aten::view"]["flops"] is None
+    assert all(r["self_device_time_us"] is None for r in rows.values())  # CPU: no device column
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "ok" and result["cell"]["num_batches"] == 4  # wait+warmup+active
+    assert "monitor" in result["extra"] and result["extra"]["monitor"]["enabled"] is False
+    manifest = json.loads((out / "profile.json").read_text())
+    assert manifest["artifacts"] == {"trace": "trace.json", "operators": "operators.parquet"}
+    assert manifest["commands"][0]["argv"] == [
+        *runner_tail(out, 4), "--study=s", f"--cell_id={cell.id}", "--monitor_interval_ms=0",
+        f"--torch_profile_dir={out}", "--torch_profile_schedule=1,1,2"]
+
+    (profile,) = summary.collect(tmp_path / "profiles", top=3)
+    assert (profile.tool, profile.study, profile.cell_id, profile.status) == (
+        "torch", "s", cell.id, "ok")
+    assert profile.artifacts["trace"] == out / "trace.json"
+    assert len(profile.top) == 3 and "ProfilerStep*" not in [t["name"] for t in profile.top]
+    assert profile.top[0]["time_s"] >= profile.top[1]["time_s"] > 0
+    assert profile.top[0]["time_kind"] == "self CPU" and 0 < profile.top[0]["share"] <= 1
+
+
+def test_ncu_command_lines_and_raw_page_table_with_ncu_test_double(tmp_path, doubles):
+    """ncu is a test double: checks our ncu/import command lines and the raw-page table."""
+    args_file = tmp_path / "ncu_args.txt"
+    args_file.write_text("# PARAM-style extra options\n--cache-control all\n"
+                         "--replay-mode kernel\n")
+    settings = pconfig.settings("ncu", {
+        "sections": ["SpeedOfLight"], "metrics": ["gpu__time_duration.sum", "dram__bytes.sum"],
+        "clock_control": "none", "launch_count": 50, "args_file": str(args_file)})
+    cell = tiny_cell()
+    out = profile_dir(tmp_path / "profiles", "ncu", cell)
+    assert run.main("ncu", cell_json(cell), out, PYTHON, settings, None) == 0
+    profiled, export = doubles()
+    assert profiled["argv"] == [
+        "--target-processes", "all", "--nvtx", "--nvtx-include", "measure/",
+        "--section", "SpeedOfLight", "--metrics", "gpu__time_duration.sum,dram__bytes.sum",
+        "--clock-control", "none", "--launch-count", "50",
+        "--cache-control", "all", "--replay-mode", "kernel",
+        "--export", str(out / "report"), "--force-overwrite",
+        *runner_tail(out, 1), "--study=s", f"--cell_id={cell.id}", "--monitor_interval_ms=0"]
+    assert export["argv"] == ["--import", f"{out / 'report'}.ncu-rep", "--csv", "--page",
+                              "raw", "--print-units", "base"]
+    kernels = pq.read_table(out / "kernels.parquet")
+    assert kernels.num_rows == 3
+    assert kernels.column("dram__bytes.sum").to_pylist() == [1048576, 65536, 1048576]
+    assert kernels.column("duration_ns").to_pylist() == [12288.0, 2048.0, 12800.0]
+    sol = kernels.column("sm__throughput.avg.pct_of_peak_sustained_elapsed").to_pylist()
+    assert sol == [71.52, None, 70.01]
+    assert kernels.schema.field("gpu__time_duration.sum").metadata == {b"unit": b"nsecond"}
+    assert kernels.column("Block Size").to_pylist()[0] == "(256, 1, 1)"
+    manifest = json.loads((out / "profile.json").read_text())
+    assert manifest["artifacts"] == {"report": "report.ncu-rep", "raw": "raw.csv",
+                                     "kernels": "kernels.parquet"}
+    (profile,) = summary.collect(tmp_path / "profiles")
+    assert [(t["name"], t["calls"]) for t in profile.top] == [
+        ("volta_sgemm_128x64_nn", 2), ("void at::native::vectorized_elementwise_kernel<4>(int)", 1)]
+    assert profile.top[0]["time_s"] == pytest.approx(25088e-9)
+    assert profile.top[0]["share"] == pytest.approx(25088 / 27136)
+
+
+def test_nsys_command_lines_and_stats_tables_with_nsys_test_double(tmp_path, doubles):
+    """nsys is a test double: checks our profile/stats command lines and the CSV tables."""
+    cell = tiny_cell()
+    out = profile_dir(tmp_path / "profiles", "nsys", cell)
+    settings = pconfig.settings("nsys", {"num_batches": 2})
+    assert run.main("nsys", cell_json(cell), out, PYTHON, settings, None) == 0
+    profiled, stats = doubles()
+    assert profiled["argv"] == [
+        "profile", "--trace=cuda,nvtx", "--capture-range=nvtx", "--capture-range-end=stop",
+        "--nvtx-capture=measure", f"--output={out / 'report'}", "--force-overwrite=true",
+        *runner_tail(out, 2), "--study=s", f"--cell_id={cell.id}", "--monitor_interval_ms=0"]
+    assert profiled["env"]["NSYS_NVTX_PROFILER_REGISTER_ONLY"] == "0"
+    assert stats["argv"] == ["stats", "--report", "cuda_gpu_kern_sum,nvtx_sum", "--format",
+                             "csv", "--output", str(out / "stats"), "--force-export=true",
+                             f"{out / 'report'}.nsys-rep"]
+    kern = pq.read_table(out / "cuda_gpu_kern_sum.parquet").to_pylist()
+    assert kern[1]["Name"].startswith("void at::native::vectorized_elementwise_kernel<4, ")
+    assert kern[0]["Total Time (ns)"] == 5000000 and kern[0]["Instances"] == 40
+    assert kern[0]["Time (%)"] == 62.5
+    nvtx = pq.read_table(out / "nvtx_sum.parquet").to_pylist()
+    assert [(r["Range"], r["Instances"]) for r in nvtx] == [("measure", 1), ("batch 0", 4)]
+    (profile,) = summary.collect(tmp_path / "profiles")
+    assert profile.artifacts["report"] == out / "report.nsys-rep"
+    assert [t["name"] for t in profile.top][0] == "volta_sgemm_128x64_nn"
+    assert profile.top[0]["share"] == pytest.approx(0.625)
+
+
+def test_hpcrun_gvprof_flow_with_hpctoolkit_test_doubles(tmp_path, doubles):
+    """hpcrun, hpcstruct and hpcprof are test doubles: checks GVProf's two-pass command
+    lines, the knobs, LD_LIBRARY_PATH with torch's library folder, and the database step."""
+    import torch
+
+    settings = pconfig.settings("hpcrun", {
+        "events": ["gpu=nvidia,data_flow"],
+        "knobs": {"HPCRUN_SANITIZER_READ_TRACE_IGNORE": 1,
+                  "HPCRUN_SANITIZER_GPU_PATCH_RECORD_NUM": 131072}})
+    cell = tiny_cell()
+    out = profile_dir(tmp_path / "profiles", "hpcrun", cell)
+    assert run.main("hpcrun", cell_json(cell), out, PYTHON, settings, None) == 0
+    first, gpu_struct, measured, cpu_struct, prof = doubles()
+    app = [*runner_tail(out, 1), "--study=s", f"--cell_id={cell.id}", "--monitor_interval_ms=0"]
+    measurements = str(out / "measurements")
+    assert first["argv"] == ["-e", "gpu=nvidia", "-o", measurements, *app]
+    assert gpu_struct["argv"] == ["--gpucfg", "yes", "-j", "1", measurements]
+    assert gpu_struct["files"] == []  # the first pass's samples were dropped
+    assert measured["argv"] == [
+        "-e", "gpu=nvidia,data_flow", "-ck", "HPCRUN_SANITIZER_READ_TRACE_IGNORE=1",
+        "-ck", "HPCRUN_SANITIZER_GPU_PATCH_RECORD_NUM=131072", "-o", measurements, *app]
+    torch_lib = str(Path(torch.__file__).parent / "lib")
+    for call in (first, measured):
+        assert call["env"]["LD_LIBRARY_PATH"].split(":")[0] == torch_lib
+    interpreter = os.path.realpath(PYTHON)
+    struct = str(out / f"{Path(interpreter).name}.hpcstruct")
+    assert cpu_struct["argv"] == ["-j", "1", "-o", struct, interpreter]
+    assert prof["argv"] == ["-S", struct, "-o", str(out / "database"), measurements]
+    (profile,) = summary.collect(tmp_path / "profiles")
+    assert profile.status == "ok" and profile.top == []
+    assert profile.artifacts["database"] == out / "database"
+    assert out / "database" / "experiment.xml" in profile.files
+
+
+def test_hpcrun_plain_gpu_tracing_has_no_first_pass():
+    settings = pconfig.settings("hpcrun", {"jobs": 8, "gpucfg": False})
+    plan = commands.hpcrun_plan(["python", "app"], Path("p"), settings, library_dir=None,
+                                python_binary="/usr/bin/python3.11")
+    assert [s.name for s in plan.steps] == ["profiled run", "hpcstruct of the GPU binaries",
+                                            "hpcstruct of the interpreter", "hpcprof"]
+    assert plan.steps[0].argv == ["hpcrun", "-e", "gpu=nvidia", "-o", "p/measurements",
+                                  "python", "app"]
+    assert plan.steps[0].env == {}
+    assert plan.steps[1].argv == ["hpcstruct", "--gpucfg", "no", "-j", "8", "p/measurements"]
+
+
+def test_missing_binary_fails_only_that_job_in_one_line(tmp_path, capsys):
+    cell = tiny_cell()
+    out = profile_dir(tmp_path, "ncu", cell)
+    settings = pconfig.settings("ncu", {"binary": "ncu-not-installed"})
+    assert run.main("ncu", cell_json(cell), out, PYTHON, settings, None) == 1
+    line = "ncu: binary 'ncu-not-installed' not found on PATH (set profiling.tools.ncu.binary)"
+    assert capsys.readouterr().err.strip() == line
+    assert (out / "error.txt").read_text() == line + "\n"
+    assert not (out / "profile.json").exists() and not (out / "result.json").exists()
+    (profile,) = summary.collect(tmp_path)
+    assert profile.status == "failed" and profile.error == line
+
+
+def test_missing_hpcprof_names_its_own_config_key(tmp_path, doubles, capsys):
+    cell = tiny_cell()
+    settings = pconfig.settings("hpcrun", {"hpcprof": "/opt/hpctoolkit/bin/hpcprof"})
+    assert run.main("hpcrun", cell_json(cell), tmp_path / "p", PYTHON, settings, None) == 1
+    assert capsys.readouterr().err.strip() == (
+        "hpcrun: binary '/opt/hpctoolkit/bin/hpcprof' is not an executable file "
+        "(set profiling.tools.hpcrun.hpcprof)")
+    assert doubles() == []  # nothing ran
+
+
+def test_failing_tool_is_one_line_with_its_last_error(tmp_path, doubles, capsys, monkeypatch):
+    """ncu test double exits 3 with ncu's permission error."""
+    monkeypatch.setenv("DOUBLE_FAIL", "1")
+    cell = tiny_cell()
+    out = tmp_path / "p"
+    assert run.main("ncu", cell_json(cell), out, PYTHON, pconfig.settings("ncu"), None) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("ncu: profiled run (ncu) exited with code 3: ==ERROR== ERR_NVGPUCTRPERM "
+                       "- The user does not have permission to access NVIDIA GPU Performance "
+                       "Counters")
+    assert (out / "error.txt").read_text().strip() == err[-1]
+
+
+def test_raw_csv_units_and_tool_chatter(tmp_path):
+    raw = tmp_path / "raw.csv"
+    raw.write_text('==PROF== Disconnected from process 1\n'
+                   '"ID","Kernel Name","gpu__time_duration.sum","launch__grid_size"\n'
+                   '"","","usecond",""\n'
+                   '"0","k1","1.5","1,024"\n')
+    table = tables.ncu_kernels(raw, tmp_path / "k.parquet")
+    assert table.column("duration_ns").to_pylist() == [1500.0]
+    assert table.column("launch__grid_size").to_pylist() == [1024]
+    raw.write_text('"ID","Kernel Name","gpu__time_duration.sum"\n"","","cycle"\n"0","k1","3"\n')
+    with pytest.raises(tables.TableError, match="unknown time unit 'cycle'"):
+        tables.ncu_kernels(raw, tmp_path / "k.parquet")
+    raw.write_text('"ID","Kernel Name"\n"",""\n')
+    with pytest.raises(tables.TableError, match="no kernel was profiled"):
+        tables.ncu_kernels(raw, tmp_path / "k.parquet")
+
+
+# Selection of the cells to profile
+
+
+def grid_config(profiling):
+    return {"studies": {
+        "a": {"grid": {"model": ["deep_mnist", "resnet18"], "precision": ["float32", "bfloat16"],
+                       "batch_size": [8, 64], "device": "cpu"}},
+        "m": {"grid": {"framework": "mxnet", "model": "resnet18", "batch_size": 64}},
+    }, "profiling": profiling}
+
+
+def select(profiling):
+    config = grid_config(profiling)
+    return pconfig.select_jobs(config, study.expand_config(config))
+
+
+def test_selection_matches_expanded_cells_by_axis_values():
+    jobs = select({"select": [
+        {"match": {"model": "resnet18", "batch_size": 64, "precision": "bf16",
+                   "framework": "pytorch"}, "tools": ["torch", "ncu"]},
+        {"match": {"study": "a", "model": "deep_mnist", "batch_size": [8, 64],
+                   "precision": "float32"}, "tools": ["nsys"]},
+        {"match": {"model": "resnet18", "batch_size": 64, "precision": "bfloat16",
+                   "framework": "pytorch"}, "tools": ["ncu"]},  # already selected
+    ]})
+    assert [(j.tool, j.cell.params["model"], j.cell.params["batch_size"]) for j in jobs] == [
+        ("torch", "resnet18", 64), ("ncu", "resnet18", 64),
+        ("nsys", "deep_mnist", 8), ("nsys", "deep_mnist", 64)]
+    assert jobs[0].target == f"results/profiles/torch/a/{jobs[0].cell.id}/profile.json"
+
+
+@pytest.mark.parametrize(("profiling", "message"), [
+    ({"select": [{"match": {"modle": "x"}, "tools": ["torch"]}]},
+     "profiling.select[0].match: unknown axis 'modle'"),
+    ({"select": [{"match": {"model": "vgg16"}, "tools": ["torch"]}]},
+     "profiling.select[0].match: matches no cell of any study"),
+    ({"select": [{"match": {"model": "resnet18"}, "tools": ["perf"]}]},
+     "profiling.select[0].tools: unknown tool 'perf' (valid: torch, ncu, nsys, hpcrun)"),
+    ({"select": [{"match": {"model": "resnet18", "batch_size": 64}, "tools": ["torch"]}]},
+     "profiling.select[0]: tool torch profiles PyTorch model cells; cell mxnet_resnet18"),
+    ({"tools": {"ncu": {"clock_control": "fast"}}},
+     "profiling.tools.ncu.clock_control: unknown value 'fast' (valid: base, none)"),
+    ({"tools": {"nsys": {"binry": "x"}}}, "profiling.tools.nsys.binry: unknown setting"),
+    ({"tools": {"hpcrun": {"knobs": {"lower": 1}}}},
+     "profiling.tools.hpcrun.knobs: knob name 'lower' must be UPPER_CASE"),
+    ({"select": [{"match": {}, "tools": ["torch"], "extra": 1}]},
+     "profiling.select[0]: needs exactly the keys match and tools"),
+])
+def test_profiling_config_errors_are_one_line(profiling, message):
+    with pytest.raises(pconfig.ProfilingConfigError) as info:
+        select(profiling)
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_settings_overlay_the_defaults():
+    ncu = pconfig.settings("ncu", {"binary": "/opt/ncu", "num_batches": 3})
+    assert ncu["binary"] == "/opt/ncu" and ncu["num_batches"] == 3
+    assert ncu["nvtx_include"] == ["measure/"] and ncu["clock_control"] == "base"
+    assert pconfig.tool_settings({}, "nsys")["capture_range"] == "nvtx"
+
+
+@pytest.mark.slow
+def test_workflow_profiles_a_cell_apart_and_a_missing_tool_fails_only_its_job(tmp_path):
+    """One Snakemake run: a deep_mnist CPU cell measured, profiled with torch.profiler, and
+    with an ncu that is not installed. The ncu job fails in one line; the measurement,
+    the torch profile, the aggregate and the report are all made (keep-going)."""
+    import subprocess
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    config = {
+        "studies": {"tiny": {"grid": {
+            "framework": "pytorch", "model": "deep_mnist", "phase": "training",
+            "precision": "float32", "batch_size": 2, "device": "cpu", "num_batches": 5,
+            "num_warmup_batches": 1}}},
+        "profiling": {"select": [{"match": {"model": "deep_mnist"}, "tools": ["torch", "ncu"]}],
+                      "tools": {"ncu": {"binary": "ncu-not-installed-here"}}},
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    proc = subprocess.run([PYTHON, "-m", "snakemake", "--snakefile", str(repo / "Snakefile"),
+                           "--directory", str(tmp_path), "--configfile",
+                           str(tmp_path / "config.yaml"), "--cores", "2", "--keep-going"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode != 0, "the ncu job must fail"
+    (cell,) = study.expand_config(config)
+    results = tmp_path / "results"
+    (row,) = pq.read_table(results / "benchmarks.parquet").to_pylist()
+    assert row["status"] == "ok" and row["peak_host_rss_bytes"] > 0, proc.stderr[-3000:]
+    assert (results / "report" / "index.html").is_file()
+    assert (results / "tiny" / "cells" / f"{cell.id}.monitor.parquet").is_file()
+    torch_dir = results / "profiles" / "torch" / "tiny" / cell.id
+    assert (torch_dir / "profile.json").is_file() and (torch_dir / "trace.json").is_file()
+    assert pq.read_table(torch_dir / "operators.parquet").num_rows > 0
+    ncu_log = results / "profiles" / "logs" / "ncu" / "tiny" / f"{cell.id}.log"
+    assert ncu_log.read_text().strip().splitlines()[-1] == (
+        "ncu: binary 'ncu-not-installed-here' not found on PATH "
+        "(set profiling.tools.ncu.binary)")
+    assert not (results / "profiles" / "ncu" / "tiny" / cell.id / "profile.json").exists()
+    assert proc.stderr.count("Error in rule profile") == 1
+    profiles = summary.by_cell(summary.collect(results / "profiles"))[("tiny", cell.id)]
+    assert {(p.tool, p.status) for p in profiles} == {("torch", "ok"), ("ncu", "failed")}
