@@ -351,3 +351,12 @@ def test_runner_cell_records_the_monitor_and_aggregate_has_its_columns(tmp_path)
     else:
         assert row["samples_per_joule"] == pytest.approx(32 / mon["energy_j"])
     assert json.loads(row["extra"])["monitor"]["sample_count"] == mon["sample_count"]
+
+
+def test_nvml_ids_follow_cuda_visible_devices(monkeypatch):
+    from dlbench import monitor
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,GPU-abc")
+    assert monitor.nvml_ids([0, 1]) == [3, "GPU-abc"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert monitor.nvml_ids([0, 1]) == [0, 1]

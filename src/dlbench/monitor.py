@@ -513,6 +513,21 @@ def _trapezoid(t: Sequence[float], y: Sequence[float]) -> float:
 # Recording the result
 
 
+def nvml_ids(cuda_indices: Iterable[int]) -> list[int | str]:
+    """NVML identifiers of CUDA device indices. CUDA numbers the devices that
+    CUDA_VISIBLE_DEVICES lists, in its order; NVML sees them all, so map through it."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+               if v.strip()]
+    ids: list[int | str] = []
+    for index in cuda_indices:
+        if index < len(visible):
+            ident = visible[index]
+            ids.append(int(ident) if ident.isdigit() else ident)
+        else:
+            ids.append(index)
+    return ids
+
+
 def series_path(output: str | os.PathLike[str]) -> Path:
     """``<result stem>.monitor.parquet`` beside the result, or ``.csv`` without pyarrow."""
     try:

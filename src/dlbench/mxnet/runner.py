@@ -11,13 +11,13 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from dlbench import cellrun, cli, environment, models
+from dlbench import cellrun, cli, environment, models, monitor, nvtx_ranges
 from dlbench import result as R
 from dlbench.cellrun import CellError
 from dlbench.study import KV_STORES
@@ -48,6 +48,7 @@ def build_parser():
     parser.add_argument("--preprocess_threads", type=int, default=4,
                         help="ImageRecordIter decoding threads (default: 4)")
     cli.add_bool(parser, "--data_loader_only", False, "time the input pipeline alone")
+    monitor.add_arguments(parser)
     return parser
 
 
@@ -124,14 +125,18 @@ def run_cell(mx: ModuleType, args, res: dict[str, Any]) -> None:
     common = {"kv_store": args.kv_store, "contexts": [str(c) for c in plan.ctxs],
               "rank": plan.rank, "num_workers": plan.workers,
               "data_source": str(plan.record[0]) if plan.record else "synthetic"}
+    gpu_ids = [c.device_id for c in plan.ctxs if c.device_type == "gpu"]
+    mon = monitor.ResourceMonitor(args.monitor_interval_ms,
+                                  gpus=monitor.nvml_ids(gpu_ids) if gpu_ids else [])
     try:
         if args.data_loader_only:
-            measurement = _loader_measurement(mx, args, plan, common)
+            measurement = _loader_measurement(mx, args, plan, common, [mon])
         else:
-            measurement = _model_measurement(mx, args, plan, common)
+            measurement = _model_measurement(mx, args, plan, common, [mon])
     except mx.base.MXNetError as exc:
         raise type(exc)(mxnet_error_line(str(exc))) from exc
     res["measurements"] = [measurement]
+    monitor.attach(res, args.output, mon)
     res["status"] = "ok"
 
 
@@ -229,20 +234,34 @@ def kvstore(mx: ModuleType, kind: str, device: str, num_contexts: int, *,
     return kind, 0, 1
 
 
-def _timed(mx: ModuleType, step: Callable[[], float], warmup: int,
-           iterations: int) -> tuple[list[float], list[float]]:
+def _timed(mx: ModuleType, step: Callable[[], float], warmup: int, iterations: int,
+           hooks: Sequence[Any] = ()) -> tuple[list[float], list[float]]:
     """Run ``step`` (which returns its time waiting for input) ``warmup`` times untimed,
-    then ``iterations`` times, each timed from an idle engine to all its results done."""
+    then ``iterations`` times, each timed from an idle engine to all its results done.
+    ``hooks`` (the resource monitor) see the measured iterations only; NVTX ranges mark
+    ``warmup``, ``measure`` and each batch for profilers."""
+    nvtx_ranges.push("warmup")
     for _ in range(warmup):
         step()
         mx.nd.waitall()
+    nvtx_ranges.pop()
     times, waits = [], []
-    for _ in range(iterations):
-        mx.nd.waitall()
-        start = time.perf_counter()
-        waits.append(step())
-        mx.nd.waitall()
-        times.append(time.perf_counter() - start)
+    nvtx_ranges.push("measure")
+    for hook in hooks:
+        hook.measure_start()
+    try:
+        for i in range(iterations):
+            mx.nd.waitall()
+            nvtx_ranges.push(f"batch {i}")
+            start = time.perf_counter()
+            waits.append(step())
+            mx.nd.waitall()
+            times.append(time.perf_counter() - start)
+            nvtx_ranges.pop()
+    finally:
+        for hook in hooks:
+            hook.measure_end()
+        nvtx_ranges.pop()
     return times, waits
 
 
@@ -255,7 +274,8 @@ def _record_iter(args, plan: Plan, input_shape: tuple[int, ...]):
                             num_parts=plan.workers)
 
 
-def _loader_measurement(mx: ModuleType, args, plan: Plan, common: dict) -> dict[str, Any]:
+def _loader_measurement(mx: ModuleType, args, plan: Plan, common: dict,
+                        hooks: Sequence[Any]) -> dict[str, Any]:
     from dlbench.mxnet import data
 
     it = _record_iter(args, plan, tuple(plan.spec.input_shape))
@@ -264,13 +284,14 @@ def _loader_measurement(mx: ModuleType, args, plan: Plan, common: dict) -> dict[
         data.to_devices(data.next_batch(it), plan.ctxs, plan.precision)
         return 0.0
 
-    times, _ = _timed(mx, step, args.num_warmup_batches, args.num_batches)
+    times, _ = _timed(mx, step, args.num_warmup_batches, args.num_batches, hooks)
     return R.measurement(name=args.model, pass_="loader", times_s=times,
                          items_per_iteration=plan.batch, throughput_unit="images/s",
                          extra={**common, "preprocess_threads": args.preprocess_threads})
 
 
-def _model_measurement(mx: ModuleType, args, plan: Plan, common: dict) -> dict[str, Any]:
+def _model_measurement(mx: ModuleType, args, plan: Plan, common: dict,
+                       hooks: Sequence[Any]) -> dict[str, Any]:
     from mxnet import autograd, gluon
 
     from dlbench.mxnet import data, zoo
@@ -319,7 +340,7 @@ def _model_measurement(mx: ModuleType, args, plan: Plan, common: dict) -> dict[s
             trainer.step(plan.batch)  # gradients are summed over devices: scale by the batch
             return wait
 
-    times, waits = _timed(mx, step, args.num_warmup_batches, args.num_batches)
+    times, waits = _timed(mx, step, args.num_warmup_batches, args.num_batches, hooks)
     real = plan.record is not None
     return R.measurement(
         name=args.model, pass_="inference" if args.forward_only else "training",

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 import dlbench
-from dlbench import environment
+from dlbench import environment, monitor
 from dlbench import result as R
 from dlbench.cellrun import CellError, exit_code, recorded
 from dlbench.ops import output
@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", default=None, help="dlbench result JSON path")
     p.add_argument("--study", default=None, help="study name recorded in the result")
     p.add_argument("--cell_id", default=None, help="cell id recorded in the result")
+    monitor.add_arguments(p)
     return p
 
 
@@ -228,6 +229,8 @@ def run(args: argparse.Namespace, device: torch.device, res: dict[str, Any]) -> 
                           backward=args.backward, exec_mode=args.exec_mode,
                           cuda_l2_cache=args.cuda_l2_cache == "on", profile=args.profile)
     seed(0)
+    gpu_index = [device.index] if device.type == "cuda" else []
+    mon = monitor.ResourceMonitor(args.monitor_interval_ms, gpus=monitor.nvml_ids(gpu_index))
     jsonl_path = f"{args.output_prefix}.json"
     with output.JsonlWriter(jsonl_path, append=args.append) as writer:
         writer.run_record(options_record, output.sys_info(device))
@@ -238,7 +241,8 @@ def run(args: argparse.Namespace, device: torch.device, res: dict[str, Any]) -> 
             if device.type == "cuda":
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
             profiler = torch.profiler.profile(activities=activities)
-        with profiler as prof, torch.autograd.profiler.record_function(f"[param|{device}]"):
+        with (profiler as prof, torch.autograd.profiler.record_function(f"[param|{device}]"),
+              mon):
             bench.run(bench_config)
         writer.finish()
         trace_file = None
@@ -252,6 +256,7 @@ def run(args: argparse.Namespace, device: torch.device, res: dict[str, Any]) -> 
     res["extra"] = {"jsonl": jsonl_path, "trace_file": trace_file, "errors": bench.errors,
                     "inputs_run": bench.inputs_run, "run_options": {
                         k: v for k, v in options_record.items() if k != "cmd_args"}}
+    monitor.attach(res, args.output, mon)
     if bench.measurements:
         res["status"] = "ok"
     elif bench.errors:

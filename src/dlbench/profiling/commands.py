@@ -19,8 +19,6 @@ from typing import Any
 from dlbench import launch
 
 RESULT = "result.json"  # the profiled run's own result, beside the profile
-# Runners that take --monitor_interval_ms: the monitor stays off while a tool profiles.
-MONITOR_FLAG = {("model", "pytorch")}
 # Events beyond plain GPU tracing that make GVProf's two-pass flow worth it.
 _PLAIN_EVENTS = {"gpu=nvidia"}
 
@@ -65,10 +63,9 @@ def runner_argv(cell: dict[str, Any], out_dir: Path, python: str, tool: str,
                 settings: dict[str, Any], data_dir: str | None = None) -> list[str]:
     """The launcher's command line of the cell, writing its result into the profile folder."""
     profiled = {**cell, "params": profiled_params(cell, tool, settings)}
-    argv = launch.runner_command(profiled, out_dir / RESULT, python, data_dir)
-    if (cell["kind"], cell["params"].get("framework")) in MONITOR_FLAG:
-        argv.append("--monitor_interval_ms=0")
-    return argv
+    # Every runner has a resource monitor; it stays off while a tool profiles.
+    return [*launch.runner_command(profiled, out_dir / RESULT, python, data_dir),
+            "--monitor_interval_ms=0"]
 
 
 def torch_plan(runner: list[str], out_dir: Path, s: dict[str, Any]) -> Plan:
