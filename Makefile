@@ -43,7 +43,10 @@ lint: setup
 	$(BIN)/snakemake --lint
 
 bench: setup mxnet-env
-	$(BIN)/python benchmarks/harness_overhead.py
+	$(BIN)/python benchmarks/harness_overhead.py --out results/benchmarks/harness_overhead.json
+	$(BIN)/python benchmarks/op_timing.py --out results/benchmarks/op_timing.json
+	$(BIN)/python benchmarks/monitor_overhead.py --output results/benchmarks/monitor_overhead.json
+	$(BIN)/python benchmarks/data_loaders.py --out results/benchmarks/data_loaders.json
 
 clean:
 	rm -rf results .snakemake

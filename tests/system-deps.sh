@@ -3,6 +3,8 @@
 set -u
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# A real single-node Slurm for the cluster tests.
+command -v slurmctld >/dev/null 2>&1 || need+=(slurmctld slurmd slurm-client munge)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "system-deps: cannot install ${need[*]} (needs root and apt-get); their tests will skip" >&2

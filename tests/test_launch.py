@@ -66,3 +66,16 @@ def test_runner_crash_without_result_is_recorded_with_its_last_error_line(tmp_pa
     res = R.read(out)
     assert res["status"] == "failed"
     assert "No module named dlbench" in res["error"] or "No module named 'dlbench'" in res["error"]
+
+
+def test_ops_command_uses_params_options_and_keeps_its_log_apart(tmp_path):
+    (cell,) = study.expand_config({"studies": {"o": {"kind": "ops", "grid": {
+        "op_config": "config/ops/cpu_demo.json", "device": "gpu", "backward": True,
+        "exec_mode": "continuous_events", "warmup": 3, "iterations": 9}}}})
+    out = tmp_path / "c.json"
+    cmd = launch.runner_command(json.loads(cell.to_json()), out, "py")
+    assert cmd[:3] == ["py", "-m", "dlbench.ops"]
+    assert cmd[3:17] == ["-c", "config/ops/cpu_demo.json", "-w", "3", "-i", "9", "-d", "cuda",
+                         "--exec-mode", "continuous_events", "--cuda-l2-cache", "on",
+                         "-o", str(tmp_path / "c.param")]
+    assert "-b" in cmd and f"--output={out}" in cmd

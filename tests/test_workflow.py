@@ -85,7 +85,7 @@ def test_adding_a_batch_size_schedules_only_the_new_cell(workdir):
     proc = snakemake(workdir, "-n")
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = planned_jobs(proc.stdout + proc.stderr)
-    assert jobs == {"benchmark": 1, "aggregate": 1, "report": 1, "all": 1}
+    assert jobs == {"benchmark_pytorch": 1, "aggregate": 1, "report": 1, "all": 1}
     assert "bs8" in proc.stdout + proc.stderr
 
 
@@ -93,7 +93,7 @@ def test_changing_a_parameter_reruns_exactly_the_affected_cells(workdir):
     (workdir / "config.yaml").write_text(yaml.safe_dump(study([2, 4], deep_mnist_batches=3)))
     proc = snakemake(workdir, "-n")
     jobs = planned_jobs(proc.stdout + proc.stderr)
-    assert jobs["benchmark"] == 2
+    assert jobs["benchmark_pytorch"] == 2
     outputs = re.findall(r"output: (results/\S+/cells/\S+\.json)$", proc.stdout + proc.stderr,
                          flags=re.MULTILINE)
     # Both deep_mnist cells (their num_batches changed); the oom cell is untouched.

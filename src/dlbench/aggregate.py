@@ -33,7 +33,7 @@ ENV_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("gpu_driver", pa.string()), ("cuda_version", pa.string()), ("cudnn_version", pa.string()),
     ("framework_version", pa.string()), ("python_version", pa.string()),
     ("dlbench_version", pa.string()), ("dlbench_git_revision", pa.string()),
-    ("container", pa.string()),
+    ("container", pa.string()), ("container_digest", pa.string()),
 ]
 # The resource monitor's summary (result extra "monitor"), and PyTorch's own peak.
 # energy_j is null with energy_note saying why when the host has no energy counter.

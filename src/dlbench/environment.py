@@ -86,7 +86,10 @@ def collect() -> dict[str, Any]:
         "dlbench_version": dlbench.__version__,
         "dlbench_git_revision": git_revision(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "container": os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER"),
+        # The image as the workflow names it (path or URI), else as Apptainer reports it.
+        "container": (os.environ.get("DLBENCH_CONTAINER_IMAGE") or os.environ.get("APPTAINER_CONTAINER")
+                      or os.environ.get("SINGULARITY_CONTAINER")),
+        "container_digest": os.environ.get("DLBENCH_CONTAINER_DIGEST") or None,
         "framework": None,
         "framework_version": None,
         "library_flags": {},

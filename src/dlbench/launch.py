@@ -6,18 +6,26 @@ sure a result file exists afterwards. If the runner could not write one (its int
 is missing, the framework does not import, the process was killed), a ``failed`` result
 with the runner's last error line is written, so the study goes on and the cell shows up
 in the table. It imports no framework.
+
+A GPU cell gets its own GPUs: the launcher holds ``num_gpus`` free GPU ids (``dlbench.gpus``)
+while the runner runs and gives it ``CUDA_VISIBLE_DEVICES``. A cell run in a container
+records the image and its digest (``DLBENCH_CONTAINER_IMAGE``/``_DIGEST``, read by
+``dlbench.environment``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dlbench import environment, subproc
+from dlbench import environment, gpus, subproc
 from dlbench import result as R
 
 RUNNER_MODULES = {"pytorch": "dlbench.pytorch", "mxnet": "dlbench.mxnet"}
@@ -61,7 +69,8 @@ def ops_argv(p: dict[str, Any], output: Path) -> list[str]:
     device = "cuda" if p["device"] == "gpu" else "cpu"
     argv = ["-c", p["op_config"], "-w", str(p["warmup"]), "-i", str(p["iterations"]),
             "-d", device, "--exec-mode", p["exec_mode"], "--cuda-l2-cache", p["cuda_l2_cache"],
-            "-o", str(output.with_suffix(""))]
+            # PARAM's JSON-lines log goes beside the result: <cell>.param.json
+            "-o", str(output.with_suffix(".param"))]
     if p["backward"]:
         argv.append("-b")
     return argv
@@ -86,16 +95,80 @@ def record_launch_failure(cell: dict[str, Any], output: Path, message: str) -> N
     R.write(R.finish(res, "failed", message), output)
 
 
+def gpus_needed(cell: dict[str, Any]) -> int:
+    p = cell["params"]
+    return int(p.get("num_gpus", 1)) if p.get("device") == "gpu" else 0
+
+
+@contextlib.contextmanager
+def assigned_gpus(cell: dict[str, Any], lock_dir: Path | None) -> Iterator[dict[str, str]]:
+    """The environment a cell's runner needs for its GPUs, held for the ``with`` block.
+
+    A CPU cell, or a job whose GPUs a cluster scheduler allocated, needs nothing; otherwise
+    the cell's ``num_gpus`` ids are locked among those this process can see."""
+    def say(message: str) -> None:
+        print(f"dlbench.launch: {message}", file=sys.stderr, flush=True)
+
+    count = gpus_needed(cell)
+    if count == 0:
+        yield {}
+        return
+    if gpus.scheduler_allocated():
+        say(f"GPUs from the scheduler: CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}")
+        yield {}
+        return
+    directory = lock_dir or gpus.lock_dir()
+
+    with gpus.allocated(count, gpus.visible_gpus(), directory, owner=cell["cell_id"],
+                        on_wait=say) as allocation:
+        say(f"CUDA_VISIBLE_DEVICES={allocation.cuda_visible_devices}")
+        yield {"CUDA_VISIBLE_DEVICES": allocation.cuda_visible_devices}
+
+
 def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None = None,
-           env: dict[str, str] | None = None) -> int:
+           env: dict[str, str] | None = None, gpu_lock_dir: Path | None = None) -> int:
     output.unlink(missing_ok=True)  # a stale result must not pass for this run's
     cmd = runner_command(cell, output, python, data_dir)
     print("dlbench.launch:", " ".join(cmd), file=sys.stderr, flush=True)
-    rc, stderr_tail = subproc.run_tee(cmd, env={**os.environ, **(env or {})})
+    try:
+        with assigned_gpus(cell, gpu_lock_dir) as gpu_env:
+            rc, stderr_tail = subproc.run_tee(cmd, env={**os.environ, **(env or {}), **gpu_env})
+    except gpus.GpuAllocationError as exc:
+        record_launch_failure(cell, output, f"dlbench.launch: {exc}")
+        print(f"dlbench.launch: {exc}", file=sys.stderr)
+        return 1
     if not output.exists():
         why = subproc.last_error_line(stderr_tail) or f"runner exited with code {rc}"
         record_launch_failure(cell, output, f"{Path(python).name} -m {cmd[2]}: {why}")
     return rc
+
+
+def image_digest(image: str, cache_dir: Path | None = None) -> str | None:
+    """What identifies a container image's contents: ``sha256:<hex>`` of a local image file
+    (remembered in ``cache_dir`` by path, size and mtime, since images are gigabytes), the
+    URI itself for a registry image (docker://, oras://, ...), None for a missing file."""
+    if "://" in image:
+        return image
+    path = Path(image)
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    key = hashlib.sha256(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()
+    cached = cache_dir / key if cache_dir else None
+    if cached and cached.is_file():
+        return cached.read_text().strip()
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    value = f"sha256:{digest.hexdigest()}"
+    if cached:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_name(f".{key}.{os.getpid()}")
+        tmp.write_text(value + "\n")
+        tmp.replace(cached)
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,12 +178,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable,
                         help="interpreter of the framework's environment")
     parser.add_argument("--data_dir", default="", help="prepared dataset for this cell")
+    parser.add_argument("--gpu_lock_dir", type=Path,
+                        help=f"where GPU cells lock their GPU ids (default: ${gpus.LOCK_DIR_ENV} "
+                             f"or {gpus.DEFAULT_LOCK_DIR})")
+    parser.add_argument("--container_image", default="",
+                        help="the container image this runs in, recorded with the result")
+    parser.add_argument("--container_digest", default="", help="that image's digest")
     args = parser.parse_args(argv)
     try:
         cell = json.loads(args.cell)
     except json.JSONDecodeError as exc:
         parser.error(f"--cell: not valid JSON ({exc.msg})")
-    rc = launch(cell, args.output, args.python, args.data_dir or None)
+    if args.container_image:
+        # Read by environment.collect(), here and in the runner (which inherits them).
+        os.environ["DLBENCH_CONTAINER_IMAGE"] = args.container_image
+        os.environ["DLBENCH_CONTAINER_DIGEST"] = args.container_digest
+    rc = launch(cell, args.output, args.python, args.data_dir or None,
+                gpu_lock_dir=args.gpu_lock_dir)
     # The cell's outcome lives in its result file; a recorded failure is not a job failure.
     status = R.read(args.output)["status"]
     print(f"dlbench.launch: cell {cell['cell_id']}: {status} (runner exit code {rc})",

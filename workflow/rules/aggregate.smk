@@ -6,5 +6,7 @@ rule aggregate:
         csv="results/benchmarks.csv",
     log:
         "results/logs/aggregate.log",
+    conda:
+        "../../envs/driver.yaml"
     script:
         "../scripts/aggregate.py"

@@ -1,9 +1,15 @@
+import functools
 import json
+import os
+import shlex
 import sys
 from pathlib import Path
 
 from snakemake.utils import min_version, validate
+from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
+from dlbench import gpus as dlbench_gpus
+from dlbench import launch as dlbench_launch
 from dlbench import study as dlbench_study
 
 min_version("8.20")
@@ -46,6 +52,14 @@ def framework_python(cell):
     return configured or sys.executable
 
 
+def cell_threads(wildcards):
+    """A timed cell has the machine to itself (benchmark_slot): all the cores Snakemake may
+    use, so that OMP_NUM_THREADS and friends, which Snakemake sets to a job's threads, do
+    not leave a CPU cell one core."""
+    cores = workflow.global_resources.get("_cores")
+    return getattr(cores, "value", cores) or os.cpu_count() or 1
+
+
 def gpus_of(wildcards):
     cell = cell_of(wildcards)
     return cell.params["num_gpus"] if cell.params["device"] == "gpu" else 0
@@ -78,7 +92,12 @@ def data_dir_of(cell):
 
 
 def dataset_input_of(wildcards):
-    data_dir = data_dir_of(cell_of(wildcards))
+    """What a cell reads: its prepared dataset, or its operator config file (so that an
+    edited op config reruns its cells)."""
+    cell = cell_of(wildcards)
+    if cell.kind == "ops":
+        return [cell.params["op_config"]]
+    data_dir = data_dir_of(cell)
     return [data_dir] if data_dir else []
 
 
@@ -102,3 +121,161 @@ def synthetic_args(name):
     for key in ("classes", "images_per_class", "image_size", "seed"):
         args += [f"--{key.replace('_', '-')}", str(spec[key])]
     return args
+
+
+# Containers, conda environments and GPUs (workflow/rules/benchmark.smk)
+
+
+def uses_deployment(method):
+    return method in workflow.deployment_settings.deployment_method
+
+
+def framework_container(framework):
+    """The framework's image (.sif path, docker:// or oras:// URI); None: none configured."""
+    return config.get("frameworks", {}).get(framework, {}).get("container") or None
+
+
+def in_container(cell):
+    """True when the cell runs in its framework's image (--use-apptainer and an image set)."""
+    framework = cell.params.get("framework", "pytorch")
+    return uses_deployment(DeploymentMethod.APPTAINER) and bool(
+        framework_container(framework)
+    )
+
+
+DLBENCH_SOURCES = Path(workflow.main_snakefile).resolve().parent / "src"
+
+
+def launcher_command(cell):
+    """How the cell's job starts dlbench.launch (an argument list): with the image's python in
+    a container, with the conda env's python under --use-conda (dlbench's sources on its
+    path), otherwise with the interpreter running Snakemake."""
+    if in_container(cell):
+        return ["python"]
+    if uses_deployment(DeploymentMethod.CONDA):
+        return ["env", f"PYTHONPATH={DLBENCH_SOURCES}", "python"]
+    return [sys.executable]
+
+
+def runner_python(cell):
+    """The interpreter of the cell's runner, where the launcher runs it."""
+    if in_container(cell) or uses_deployment(DeploymentMethod.CONDA):
+        return "python"
+    return framework_python(cell)
+
+
+@functools.cache
+def _image_digest(image):
+    return (
+        dlbench_launch.image_digest(image, Path(".snakemake/dlbench/image-digests"))
+        or ""
+    )
+
+
+def container_image_of(cell):
+    """The image a cell runs in, recorded with its result ('' on the host)."""
+    return (
+        framework_container(cell.params.get("framework", "pytorch"))
+        if in_container(cell)
+        else ""
+    )
+
+
+def container_digest_of(cell):
+    image = container_image_of(cell)
+    return _image_digest(image) if image else ""
+
+
+def container_binds():
+    """Host folders that containerised cells read and Snakemake does not bind (it binds the
+    working directory): datasets and operator configs elsewhere, and the GPU lock folder.
+    """
+    wanted = []
+    for cell in CELLS:
+        if cell.kind == "ops":
+            wanted.append(Path(cell.params["op_config"]).parent)
+        elif data_dir_of(cell):
+            wanted.append(Path(data_dir_of(cell)))
+    if any(cell.params.get("device") == "gpu" for cell in CELLS):
+        wanted.append(dlbench_gpus.lock_dir())
+    here = Path.cwd()
+    binds = []
+    for path in wanted:
+        path = path.absolute()  # not resolved: the cell reads the path as configured
+        if path == here or here in path.parents or not path.exists():
+            continue  # missing inputs are reported by the rules that need them
+        if any(ch in str(path) for ch in ":,"):
+            print(
+                f"dlbench config error: {path}: a path with ':' or ',' cannot be bound into "
+                "a container",
+                file=sys.stderr,
+            )
+            raise SystemExit(1)
+        binds.append(path)
+    # A folder inside another bound one needs no bind of its own.
+    return sorted(p for p in set(binds) if not any(q in p.parents for q in binds))
+
+
+def _bind_into_containers():
+    """Append --bind for container_binds() to the Apptainer arguments, once (a cluster job
+    re-reads this file with the arguments its submitter already extended)."""
+    settings = workflow.deployment_settings
+    for path in container_binds():
+        option = f"--bind {shlex.quote(str(path))}"
+        if option not in settings.apptainer_args:
+            settings.apptainer_args = f"{settings.apptainer_args} {option}".strip()
+
+
+def _declare_gpus():
+    """Tell Snakemake how many GPUs the cells share, and the launcher how to pick them."""
+    spec = config.get("gpus", {})
+    if spec.get("lock_dir"):
+        # Inherited by every job (also inside containers): where cells lock their GPU ids.
+        os.environ[dlbench_gpus.LOCK_DIR_ENV] = str(Path(spec["lock_dir"]).absolute())
+    if uses_deployment(DeploymentMethod.APPTAINER) and any(
+        cell.params.get("device") == "gpu" for cell in CELLS
+    ):
+        try:
+            # It must exist to be bound into containers.
+            dlbench_gpus.prepare_lock_dir(dlbench_gpus.lock_dir())
+        except dlbench_gpus.GpuAllocationError as exc:
+            print(f"dlbench config error: gpus.lock_dir: {exc}", file=sys.stderr)
+            raise SystemExit(1) from None
+    if workflow.nodes is not None:
+        # Jobs go to a cluster scheduler, which gives each job its own GPUs.
+        os.environ[dlbench_gpus.ALLOCATION_ENV] = "scheduler"
+        return
+    if "gpu" in workflow.global_resources:
+        return  # given with --resources gpu=N
+    total = spec.get("total")
+    if total is None:
+        total = len(dlbench_gpus.visible_gpus())
+    if hasattr(workflow, "register_resource"):
+        workflow.register_resource("gpu", total)
+    else:  # Snakemake 8
+        workflow.global_resources["gpu"] = total
+
+
+_declare_gpus()
+if uses_deployment(DeploymentMethod.APPTAINER):
+    _bind_into_containers()
+
+
+# Profiling (workflow/rules/profile.smk)
+
+from dlbench.profiling import config as profiling_config
+
+
+def _profile_jobs(cfg, cells):
+    try:
+        return profiling_config.select_jobs(cfg, cells)
+    except profiling_config.ProfilingConfigError as exc:
+        print(f"dlbench config error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+PROFILE_JOBS = _profile_jobs(config, CELLS)
+
+
+def profile_targets():
+    return [job.target for job in PROFILE_JOBS]

@@ -8,6 +8,8 @@ rule dataset_synthetic:
         directory("results/datasets/{dataset}/image_folder"),
     log:
         "results/datasets/logs/{dataset}_image_folder.log",
+    conda:
+        "../../envs/driver.yaml"
     params:
         args=lambda wc: synthetic_args(wc.dataset),
         python=sys.executable,
@@ -23,6 +25,8 @@ rule dataset_lmdb:
         directory("results/datasets/{dataset}/caffe_lmdb"),
     log:
         "results/datasets/logs/{dataset}_caffe_lmdb.log",
+    conda:
+        "../../envs/driver.yaml"
     params:
         args=lambda wc: conversion_args(wc.dataset, "lmdb"),
         python=sys.executable,
@@ -38,6 +42,8 @@ rule dataset_recordio:
         directory("results/datasets/{dataset}/recordio"),
     log:
         "results/datasets/logs/{dataset}_recordio.log",
+    conda:
+        "../../envs/mxnet.yaml"
     params:
         python=lambda wc: framework_python(
             dlbench_study.Cell("", "model", {"framework": "mxnet"})

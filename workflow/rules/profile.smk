@@ -4,23 +4,6 @@
 # the job's log naming the tool, the binary and the config key); aggregate and report do
 # not depend on profiles.
 
-from dlbench.profiling import config as profiling_config
-
-
-def _profile_jobs(cfg, cells):
-    try:
-        return profiling_config.select_jobs(cfg, cells)
-    except profiling_config.ProfilingConfigError as exc:
-        print(f"dlbench config error: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
-
-
-PROFILE_JOBS = _profile_jobs(config, CELLS)
-
-
-def profile_targets():
-    return [job.target for job in PROFILE_JOBS]
-
 
 rule profile:
     input:
@@ -31,6 +14,8 @@ rule profile:
         f"{profiling_config.PROFILES_DIR}/logs/{{tool}}/{{study}}/{{cell}}.log",
     wildcard_constraints:
         tool="|".join(profiling_config.TOOLS),
+    conda:
+        "../../envs/pytorch.yaml"
     threads: cell_threads
     resources:
         # A profile perturbs the machine as much as a measurement: never beside one.

@@ -15,5 +15,7 @@ rule report:
         ),
     log:
         "results/logs/report.log",
+    conda:
+        "../../envs/driver.yaml"
     script:
         "../scripts/report.py"

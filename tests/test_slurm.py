@@ -1,0 +1,238 @@
+"""The cluster profiles against a real Slurm: munged, slurmctld and slurmd on this machine.
+
+A one-node Slurm (tests/slurm/cluster.py) declares 8 CPUs and two GPUs whose device files
+are fakes, so GPU requests are scheduled and Slurm sets CUDA_VISIBLE_DEVICES; no CUDA
+device exists behind them. The same small study (two DeepMNIST CPU cells, a cell whose
+interpreter is missing, a GPU cell) runs locally, through profiles/slurm and through
+profiles/cluster-generic, and must give the same cells with the same statuses. Skipped
+without root or the Debian packages slurmctld, slurmd, slurm-client and munge.
+"""
+
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
+from cluster import SingleNodeSlurm, missing_requirements  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SLURM_PROFILE = REPO / "profiles" / "slurm"
+GENERIC_PROFILE = REPO / "profiles" / "cluster-generic"
+STATUS_SCRIPT = GENERIC_PROFILE / "status-slurm.sh"
+FAST = ["--resources", "benchmark_slot=4"]  # cells run side by side: each has its own job
+
+STUDY = {
+    "frameworks": {"mxnet": {"python": "/nonexistent/dlbench-test/python"}},
+    "studies": {
+        "tiny": {"grid": {"model": "deep_mnist", "device": "cpu", "batch_size": [2, 4],
+                          "num_batches": 2, "num_warmup_batches": 1}},
+        "broken": {"description": "the interpreter is missing: a failed row everywhere",
+                   "grid": {"framework": "mxnet", "model": "deep_mnist", "device": "cpu",
+                            "num_batches": 2, "num_warmup_batches": 1}},
+        "gpu": {"grid": {"model": "deep_mnist", "device": "gpu", "batch_size": 2,
+                         "num_batches": 2, "num_warmup_batches": 1}},
+    },
+}
+
+
+def snakemake_cmd(workdir, *args):
+    # The target comes first: --configfile and --resources take several values.
+    return [sys.executable, "-m", "snakemake", "results/benchmarks.parquet", "--snakefile",
+            str(REPO / "Snakefile"), "--directory", str(workdir), "--configfile",
+            str(workdir / "config.yaml"), *args]
+
+
+def new_workdir(tmp_path_factory, name, study=STUDY):
+    workdir = tmp_path_factory.mktemp(name)
+    (workdir / "config.yaml").write_text(yaml.safe_dump(study))
+    return workdir
+
+
+def cells_and_statuses(workdir):
+    rows = pq.read_table(workdir / "results" / "benchmarks.parquet").to_pylist()
+    return sorted((r["study"], r["cell_id"], r["status"]) for r in rows)
+
+
+# Static checks of the profiles (no Slurm needed) -----------------------------------------
+
+
+def plugin_options(module):
+    settings = __import__(module, fromlist=["ExecutorSettings"]).ExecutorSettings
+    return {f.name for f in dataclasses.fields(settings)}
+
+
+@pytest.mark.parametrize("profile, plugin, prefix", [
+    (SLURM_PROFILE, "snakemake_executor_plugin_slurm", "slurm-"),
+    (GENERIC_PROFILE, "snakemake_executor_plugin_cluster_generic", "cluster-generic-"),
+])
+def test_profile_options_exist_in_the_installed_executor_plugin(profile, plugin, prefix):
+    pytest.importorskip(plugin)
+    config = yaml.safe_load((profile / "config.yaml").read_text())
+    options = {k[len(prefix):].replace("-", "_") for k in config if k.startswith(prefix)}
+    assert options and options <= plugin_options(plugin)
+
+
+def test_slurm_profile_polls_squeue_without_account_and_keeps_gpus_on_one_node():
+    config = yaml.safe_load((SLURM_PROFILE / "config.yaml").read_text())
+    assert config["executor"] == "slurm" and config["keep-going"] is True
+    assert config["slurm-status-command"] == "squeue" and config["slurm-no-account"] is True
+    assert config["default-resources"]["nodes"] == 1
+    for rule in ("benchmark_pytorch", "benchmark_mxnet"):
+        assert config["set-resources"][rule]["cpus_per_gpu"] >= 1
+
+
+def fake_slurm_commands(tmp_path, scontrol_state, sacct_state=None):
+    """Test doubles `scontrol` and `sacct` printing the given job state (or nothing)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    line = f"JobId=7 JobName=x UserId=a(1) JobState={scontrol_state} Reason=None" \
+        if scontrol_state else ""
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho '{line}'\n")
+    (bin_dir / "sacct").write_text(f"#!/bin/sh\necho '{sacct_state or ''}'\n")
+    for name in ("scontrol", "sacct"):
+        (bin_dir / name).chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"}
+
+
+@pytest.mark.parametrize("scontrol_state, sacct_state, expected", [
+    ("PENDING", None, "running"), ("RUNNING", None, "running"),
+    ("COMPLETING", None, "running"), ("COMPLETED", None, "success"),
+    ("FAILED", None, "failed"), ("CANCELLED", None, "failed"),
+    ("OUT_OF_MEMORY", None, "failed"), ("TIMEOUT", None, "failed"),
+    (None, "COMPLETED", "success"),  # forgotten by the controller: accounting knows
+    (None, "CANCELLED by 0", "failed"),
+    (None, None, "failed"),  # nobody knows the job any more
+])
+def test_cluster_generic_status_script_maps_slurm_states(tmp_path, scontrol_state,
+                                                         sacct_state, expected):
+    env = fake_slurm_commands(tmp_path, scontrol_state, sacct_state)
+    out = subprocess.run([str(STATUS_SCRIPT), "7;cluster1"], env=env, capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 0 and out.stdout == f"{expected}\n"
+
+
+# Against a real Slurm --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    why = missing_requirements()
+    if why:
+        pytest.skip(why)
+    cluster = SingleNodeSlurm(cpus=8, gpus=2)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()  # every daemon it started, also when a test failed
+
+
+@pytest.fixture(scope="module")
+def local_cells(tmp_path_factory):
+    workdir = new_workdir(tmp_path_factory, "local")
+    env = {k: v for k, v in os.environ.items() if k != "DLBENCH_GPU_ALLOCATION"}
+    proc = subprocess.run(snakemake_cmd(workdir, "--cores", "2", *FAST), env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return cells_and_statuses(workdir)
+
+
+def test_local_run_has_ok_and_failed_cells(local_cells):
+    statuses = {study: status for study, _, status in local_cells}
+    assert len(local_cells) == 4 and statuses["tiny"] == "ok" and statuses["broken"] == "failed"
+
+
+def job_records(cluster):
+    """`scontrol -o show job` lines of every job the controller still knows."""
+    out = subprocess.run(["scontrol", "-o", "show", "job"], env=cluster.env,
+                         capture_output=True, text=True, timeout=30, check=True)
+    return out.stdout.splitlines()
+
+
+@pytest.mark.slow
+def test_slurm_profile_gives_the_same_cells_as_a_local_run(slurm, local_cells, tmp_path_factory):
+    workdir = new_workdir(tmp_path_factory, "slurm")
+    proc = subprocess.run(
+        snakemake_cmd(workdir, "--profile", str(SLURM_PROFILE), *FAST,
+                      "--slurm-init-seconds-before-status-checks", "2"),
+        env=slurm.env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:] + slurm.logs()
+    assert cells_and_statuses(workdir) == local_cells
+    # Every cell was a Slurm job; the GPU cell asked for one GPU on one node and kept the
+    # GPU Slurm gave it.
+    records = job_records(slurm)
+    assert sum("rule_benchmark_" in r for r in records) == len(local_cells)
+    (gpu_job,) = [r for r in records if "gpu1_synthetic" in r]
+    assert re.search(r"gres[:/]gpu[:=]1", gpu_job) and "NumNodes=1 " in gpu_job
+    (log,) = (workdir / "results" / "gpu" / "logs").glob("*.log")
+    assert "GPUs from the scheduler: CUDA_VISIBLE_DEVICES=0" in log.read_text()
+
+
+@pytest.mark.slow
+def test_cluster_generic_profile_gives_the_same_cells_as_a_local_run(slurm, local_cells,
+                                                                      tmp_path_factory):
+    workdir = new_workdir(tmp_path_factory, "generic")
+    proc = subprocess.run(
+        snakemake_cmd(workdir, "--profile", str(GENERIC_PROFILE), *FAST,
+                      "--seconds-between-status-checks", "2"),
+        env=slurm.env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:] + slurm.logs()
+    assert cells_and_statuses(workdir) == local_cells
+    logs = list((workdir / "results" / "cluster-logs").glob("benchmark_*.log"))
+    assert len(logs) == len(local_cells)
+
+
+def processes_mentioning(text):
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text in cmdline.read_bytes().decode(errors="replace"):
+                found.append(cmdline.parent.name)
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_interrupting_a_slurm_run_cancels_its_jobs(slurm, tmp_path_factory):
+    """A cell that would run for minutes (its interpreter sleeps); SIGINT to Snakemake
+    must leave no job in the queue and no process of the cell behind."""
+    workdir = tmp_path_factory.mktemp("cancel")
+    sleeper = workdir / "sleepy-python"
+    sleeper.write_text("#!/bin/sh\nexec sleep 300\n")
+    sleeper.chmod(0o755)
+    study = {"frameworks": {"mxnet": {"python": str(sleeper)}},
+             "studies": {"slow": {"grid": {"framework": "mxnet", "model": "deep_mnist",
+                                           "device": "cpu", "num_batches": 2}}}}
+    (workdir / "config.yaml").write_text(yaml.safe_dump(study))
+    proc = subprocess.Popen(
+        snakemake_cmd(workdir, "--profile", str(SLURM_PROFILE),
+                      "--slurm-init-seconds-before-status-checks", "2"),
+        env=slurm.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not processes_mentioning(str(sleeper)):  # the cell's runner is up
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            assert time.monotonic() < deadline, "the cell never started"
+            time.sleep(0.5)
+        assert slurm.queue()
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    deadline = time.monotonic() + 30
+    while (slurm.queue() or processes_mentioning(str(sleeper))) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert slurm.queue() == [], output[-3000:]
+    assert processes_mentioning(str(sleeper)) == []
