@@ -126,9 +126,10 @@ def assigned_gpus(cell: dict[str, Any], lock_dir: Path | None) -> Iterator[dict[
 
 
 def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None = None,
-           env: dict[str, str] | None = None, gpu_lock_dir: Path | None = None) -> int:
+           env: dict[str, str] | None = None, gpu_lock_dir: Path | None = None,
+           runner_options: list[str] | None = None) -> int:
     output.unlink(missing_ok=True)  # a stale result must not pass for this run's
-    cmd = runner_command(cell, output, python, data_dir)
+    cmd = [*runner_command(cell, output, python, data_dir), *(runner_options or [])]
     print("dlbench.launch:", " ".join(cmd), file=sys.stderr, flush=True)
     try:
         with assigned_gpus(cell, gpu_lock_dir) as gpu_env:
@@ -184,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--container_image", default="",
                         help="the container image this runs in, recorded with the result")
     parser.add_argument("--container_digest", default="", help="that image's digest")
+    parser.add_argument("--monitor_interval_ms", type=float, default=None,
+                        help="the runner's resource-monitor interval (0: off)")
     args = parser.parse_args(argv)
     try:
         cell = json.loads(args.cell)
@@ -193,8 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         # Read by environment.collect(), here and in the runner (which inherits them).
         os.environ["DLBENCH_CONTAINER_IMAGE"] = args.container_image
         os.environ["DLBENCH_CONTAINER_DIGEST"] = args.container_digest
+    options = ([] if args.monitor_interval_ms is None
+               else [f"--monitor_interval_ms={args.monitor_interval_ms:g}"])
     rc = launch(cell, args.output, args.python, args.data_dir or None,
-                gpu_lock_dir=args.gpu_lock_dir)
+                gpu_lock_dir=args.gpu_lock_dir, runner_options=options)
     # The cell's outcome lives in its result file; a recorded failure is not a job failure.
     status = R.read(args.output)["status"]
     print(f"dlbench.launch: cell {cell['cell_id']}: {status} (runner exit code {rc})",

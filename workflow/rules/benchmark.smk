@@ -31,10 +31,12 @@ rule benchmark_pytorch:
         data_dir=lambda wc: data_dir_of(cell_of(wc)),
         image=lambda wc: container_image_of(cell_of(wc)),
         digest=lambda wc: container_digest_of(cell_of(wc)),
+        monitor=monitor_option(),
     shell:
         "{params.launcher:q} -m dlbench.launch --cell {params.cell:q} --output {output:q}"
         " --python {params.python:q} --data_dir={params.data_dir:q}"
         " --container_image={params.image:q} --container_digest={params.digest:q}"
+        " {params.monitor:q}"
         " > {log:q} 2>&1"
 
 

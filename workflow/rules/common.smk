@@ -60,6 +60,12 @@ def cell_threads(wildcards):
     return getattr(cores, "value", cores) or os.cpu_count() or 1
 
 
+def monitor_option():
+    """The launcher's monitor option from config 'monitor.interval_ms' (none: the default)."""
+    interval = config.get("monitor", {}).get("interval_ms")
+    return [] if interval is None else [f"--monitor_interval_ms={interval}"]
+
+
 def gpus_of(wildcards):
     cell = cell_of(wildcards)
     return cell.params["num_gpus"] if cell.params["device"] == "gpu" else 0
