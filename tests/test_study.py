@@ -87,3 +87,12 @@ def test_unused_axes_do_not_change_the_id():
     (a,) = study.expand_config(cfg({"model": "resnet18", "kv_store": "local"}))
     (b,) = study.expand_config(cfg({"model": "resnet18", "kv_store": "device"}))
     assert a.id == b.id and a.params["kv_store"] is None
+
+
+def test_a_dataset_path_that_is_not_a_folder_is_named(tmp_path):
+    config = {"datasets": {"imagenet": {"path": str(tmp_path / "nope")}},
+              "studies": {"s": {"grid": {"model": "resnet50", "data": "imagenet"}}}}
+    with pytest.raises(study.ConfigError, match=r"dataset 'imagenet': path: .*nope is not a folder"):
+        study.expand_config(config)
+    (tmp_path / "nope").mkdir()
+    assert len(study.expand_config(config)) == 1

@@ -25,7 +25,8 @@ CELL_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("device", pa.string()), ("data", pa.string()), ("data_backend", pa.string()), ("num_batches", pa.int64()),
     ("num_warmup_batches", pa.int64()), ("cudnn_benchmark", pa.bool_()),
     ("cudnn_fastest", pa.bool_()), ("data_shuffle", pa.bool_()),
-    ("num_loader_threads", pa.int64()), ("kv_store", pa.string()),
+    ("num_loader_threads", pa.int64()), ("data_loader_only", pa.bool_()),
+    ("kv_store", pa.string()),
     ("op_config", pa.string()), ("backward", pa.bool_()), ("exec_mode", pa.string()),
 ]
 ENV_COLUMNS: list[tuple[str, pa.DataType]] = [

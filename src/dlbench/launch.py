@@ -50,6 +50,8 @@ def model_argv(p: dict[str, Any], data_dir: str | None) -> list[str]:
         argv.append(f"--model_opts={json.dumps(p['model_opts'], sort_keys=True)}")
     if data_dir:
         argv += [f"--data_dir={data_dir}", f"--data_name={p['data']}"]
+    if p.get("data_loader_only"):
+        argv.append("--data_loader_only=true")
     if p["framework"] == "pytorch":
         argv += [
             f"--cudnn_benchmark={_flag(p['cudnn_benchmark'])}",

@@ -15,6 +15,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dlbench import models
@@ -49,6 +50,7 @@ MODEL_AXES: dict[str, Any] = {
     "cudnn_fastest": False,
     "data_shuffle": False,
     "num_loader_threads": 4,
+    "data_loader_only": False,  # time the input pipeline alone (DLBS's --data_loader_only)
     "kv_store": "device",
     "model_opts": {},
 }
@@ -72,7 +74,8 @@ _INT_AXES = {"batch_size", "num_gpus", "num_batches", "num_warmup_batches",
              "num_loader_threads", "warmup", "iterations"}
 _MIN = {"batch_size": 1, "num_gpus": 1, "num_batches": 1, "num_warmup_batches": 0,
         "num_loader_threads": 0, "warmup": 0, "iterations": 1}
-_BOOL_AXES = {"cudnn_benchmark", "cudnn_fastest", "data_shuffle", "backward"}
+_BOOL_AXES = {"cudnn_benchmark", "cudnn_fastest", "data_shuffle", "backward",
+              "data_loader_only"}
 _STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -116,6 +119,8 @@ def cell_id(kind: str, params: Mapping[str, Any]) -> str:
             readable[-1] = f"{readable[-1]}{value}"
         elif axis == "backward":
             readable.append("fwbw" if value else "fw")
+        elif axis == "phase" and params.get("data_loader_only"):
+            readable.append("loader")
         else:
             readable.append(_slug(value))
     digest = hashlib.sha256(json.dumps(dict(params), sort_keys=True).encode()).hexdigest()[:8]
@@ -172,6 +177,8 @@ def _check_cell(study: str, kind: str, p: dict[str, Any], datasets: Mapping[str,
     if p["data"] != "synthetic" and p["data"] not in datasets:
         valid = ["synthetic", *datasets]
         raise _fail(study, "data", f"unknown dataset {p['data']!r} (valid: {', '.join(valid)})")
+    if p["data_loader_only"] and p["data"] == "synthetic":
+        raise _fail(study, "data_loader_only", "needs a dataset on the data axis, not synthetic")
     if not isinstance(p["model_opts"], dict):
         raise _fail(study, "model_opts", f"must be a mapping, got {p['model_opts']!r}")
     try:
@@ -258,8 +265,17 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any])
     return cells
 
 
+def check_datasets(datasets: Mapping[str, Any]) -> None:
+    """A dataset read from the user's own ImageFolder must exist before anything runs."""
+    for name, spec in datasets.items():
+        path = (spec or {}).get("path")
+        if path is not None and not Path(path).is_dir():
+            raise ConfigError(f"dataset '{name}': path: {path} is not a folder")
+
+
 def expand_config(config: Mapping[str, Any]) -> list[Cell]:
     """All cells of all studies, validated."""
+    check_datasets(config.get("datasets") or {})
     studies = config.get("studies")
     if not isinstance(studies, Mapping) or not studies:
         raise ConfigError("config: studies: at least one study is required")

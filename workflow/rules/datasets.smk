@@ -14,7 +14,8 @@ rule dataset_synthetic:
         args=lambda wc: synthetic_args(wc.dataset),
         python=sys.executable,
     shell:
-        "{params.python:q} -m dlbench.datasets synthetic --out {output:q} {params.args:q}"
+        "{params.python:q} -m dlbench.datasets synthetic --record-failure --out {output:q}"
+        " {params.args:q}"
         " > {log:q} 2>&1"
 
 
@@ -31,7 +32,8 @@ rule dataset_lmdb:
         args=lambda wc: conversion_args(wc.dataset, "lmdb"),
         python=sys.executable,
     shell:
-        "{params.python:q} -m dlbench.datasets lmdb --source {input:q} --out {output:q} {params.args:q}"
+        "{params.python:q} -m dlbench.datasets lmdb --record-failure --source {input:q}"
+        " --out {output:q} {params.args:q}"
         " > {log:q} 2>&1"
 
 
@@ -50,5 +52,6 @@ rule dataset_recordio:
         ),
         args=lambda wc: conversion_args(wc.dataset, "recordio"),
     shell:
-        "{params.python:q} -m dlbench.datasets recordio --source {input:q} --out {output:q}"
+        "{params.python:q} -m dlbench.datasets recordio --record-failure --source {input:q}"
+        " --out {output:q}"
         " {params.args:q} > {log:q} 2>&1"

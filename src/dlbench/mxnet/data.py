@@ -3,6 +3,7 @@ from a RecordIO file (``.rec`` with its ``.idx``) through ``mx.io.ImageRecordIte
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import numpy as np
 from mxnet import gluon
 
 from dlbench.cellrun import CellError
+from dlbench.datasets import failure
 
 # ImageNet channel statistics on the 0..255 scale (the usual ImageRecordIter settings).
 _MEAN_RGB = (123.68, 116.779, 103.939)
@@ -19,11 +21,17 @@ _STD_RGB = (58.393, 57.12, 57.375)
 
 def resolve_record(data_dir: str) -> tuple[Path, Path]:
     """The ``.rec`` file and its ``.idx`` for ``--data_dir``: a ``.rec`` file, or a folder
-    holding ``train.rec`` and ``train.idx`` (DLBS's layout)."""
+    holding ``data.rec`` (as ``python -m dlbench.datasets recordio`` prepares it) or
+    ``train.rec`` (DLBS's layout), each with its ``.idx``."""
     path = Path(data_dir)
-    rec = path / "train.rec" if path.is_dir() else path
+    failure.raise_if_failed(path)
+    rec = path
+    if path.is_dir():
+        rec = next((path / n for n in ("data.rec", "train.rec") if (path / n).is_file()),
+                   path / "data.rec")
     if rec.suffix != ".rec":
-        raise CellError(f"--data_dir {data_dir}: expected a .rec file or a folder with train.rec")
+        raise CellError(f"--data_dir {data_dir}: expected a .rec file or a folder with "
+                        "data.rec or train.rec")
     if not rec.is_file():
         raise CellError(f"--data_dir: RecordIO file {rec} does not exist")
     idx = rec.with_suffix(".idx")
@@ -31,6 +39,15 @@ def resolve_record(data_dir: str) -> tuple[Path, Path]:
         raise CellError(f"--data_dir: index {idx} of {rec.name} does not exist "
                         "(create both with im2rec or mxnet.recordio.MXIndexedRecordIO)")
     return rec, idx
+
+
+def manifest_of(rec: Path) -> dict | None:
+    """The dataset manifest written beside a prepared RecordIO set, if there is one."""
+    path = rec.parent / "manifest.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def synthetic(ctxs: list[mx.Context], batch_size: int, input_shape: tuple[int, ...],

@@ -66,6 +66,7 @@ def cell_of(args) -> dict[str, Any]:
         "num_batches": args.num_batches,
         "num_warmup_batches": args.num_warmup_batches,
         "kv_store": args.kv_store,
+        "data_loader_only": args.data_loader_only,
         "model_opts": args.model_opts,
     }
 
@@ -136,6 +137,10 @@ def run_cell(mx: ModuleType, args, res: dict[str, Any]) -> None:
     except mx.base.MXNetError as exc:
         raise type(exc)(mxnet_error_line(str(exc))) from exc
     res["measurements"] = [measurement]
+    if plan.record:
+        from dlbench.mxnet import data
+
+        res["extra"]["data_manifest"] = data.manifest_of(plan.record[0])
     monitor.attach(res, args.output, mon)
     res["status"] = "ok"
 

@@ -60,6 +60,7 @@ def cell_of(args: argparse.Namespace) -> dict[str, Any]:
         "num_batches": args.num_batches, "num_warmup_batches": args.num_warmup_batches,
         "cudnn_benchmark": args.cudnn_benchmark, "cudnn_fastest": args.cudnn_fastest,
         "data_shuffle": args.data_shuffle, "num_loader_threads": args.num_loader_threads,
+        "data_loader_only": args.data_loader_only,
         "model_opts": args.model_opts,
     }
 

@@ -1,0 +1,145 @@
+"""``python -m dlbench.datasets synthetic|lmdb|recordio|check ...``
+
+Bad input ends with one line on stderr naming the file and what is wrong, exit code 2.
+Writers are imported on demand: ``recordio`` runs in the MXNet environment, which has
+neither lmdb nor protobuf; the others run in the main one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from dlbench.datasets.errors import DatasetError
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _quality(text: str) -> int:
+    value = _positive(text)
+    if value > 100:
+        raise argparse.ArgumentTypeError(f"must be within 1..100, got {value}")
+    return value
+
+
+def _writer_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--source", required=True, help="ImageFolder root: <source>/<class>/<image>")
+    p.add_argument("--out", required=True, help="folder to prepare (replaced on success)")
+    p.add_argument("--resize", type=_non_negative, default=0,
+                   help="shorter side in pixels (0: keep the source size)")
+    p.add_argument("--center-crop", action="store_true",
+                   help="crop the central square of the shorter side before resizing")
+    p.add_argument("--quality", type=_quality, default=95, help="JPEG quality when re-encoding")
+    p.add_argument("--shuffle", action="store_true", help="store records in a seeded random order")
+    p.add_argument("--seed", type=_non_negative, default=0)
+    p.add_argument("--workers", type=_positive, default=1, help="processes decoding/encoding")
+    p.add_argument("--subset", type=_non_negative, default=0,
+                   help="first N images of each class (0: all)")
+
+
+def _record_failure_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--record-failure", action="store_true",
+                   help="on bad input write the reason into OUT/preparation-error.txt and "
+                        "exit 0, so that the cells reading OUT fail with it (workflow use)")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m dlbench.datasets", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("synthetic", help="deterministic JPEG ImageFolder")
+    p.add_argument("--out", required=True)
+    p.add_argument("--classes", type=_positive, required=True)
+    p.add_argument("--images-per-class", type=_positive, required=True)
+    p.add_argument("--image-size", type=_positive, required=True, help="shorter side in pixels")
+    p.add_argument("--seed", type=_non_negative, default=0)
+    p.add_argument("--workers", type=_positive, default=1)
+    _record_failure_option(p)
+
+    p = sub.add_parser("lmdb", help="Caffe LMDB of Datum records (convert_imageset layout)")
+    _writer_options(p)
+    _record_failure_option(p)
+    p.add_argument("--encoded", action="store_true", help="store JPEG bytes, not raw pixels")
+
+    p = sub.add_parser("recordio", help="MXNet RecordIO as im2rec (run with MXNet's python)")
+    _writer_options(p)
+    _record_failure_option(p)
+
+    p = sub.add_parser("check", help="validate a prepared dataset")
+    p.add_argument("--format", required=True, choices=("image_folder", "caffe_lmdb", "recordio"))
+    p.add_argument("--sample", type=_non_negative, default=64,
+                   help="records whose images are decoded (0: all)")
+    p.add_argument("path")
+    return ap
+
+
+def run(args: argparse.Namespace) -> dict:
+    writer = {k: getattr(args, k, None) for k in
+              ("resize", "center_crop", "quality", "shuffle", "seed", "workers", "subset")}
+    if args.command == "synthetic":
+        from dlbench.datasets.synthetic import Spec, generate
+
+        spec = Spec(args.classes, args.images_per_class, args.image_size, args.seed)
+        return generate(args.out, spec, workers=args.workers)
+    if args.command == "lmdb":
+        from dlbench.datasets import lmdb_writer
+
+        return lmdb_writer.write(args.source, args.out, encoded=args.encoded, **writer)
+    if args.command == "recordio":
+        try:
+            import mxnet  # noqa: F401  (fail here, in one line, outside the MXNet env)
+
+            from dlbench.datasets import recordio_writer
+        except ImportError as exc:
+            raise DatasetError(f"recordio needs mxnet ({exc}); run it with the MXNet "
+                               f"environment's python") from None
+        return recordio_writer.write(args.source, args.out, **writer)
+    from dlbench.datasets.check import check
+
+    return check(args.format, args.path, sample=args.sample)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        summary = run(args)
+    except (DatasetError, OSError) as exc:
+        if isinstance(exc, DatasetError):
+            message = str(exc)
+        else:  # disk full, permission denied: still one line naming the file
+            message = f"{exc.filename or ''}: {exc.strerror or exc}"
+        print(f"error: {message}", file=sys.stderr)
+        if getattr(args, "record_failure", False):
+            from dlbench.datasets import failure
+
+            print(f"recorded in {failure.record(args.out, message)}", file=sys.stderr)
+            return 0
+        return 2
+    keys = ("format", "count", "num_classes", "labels", "path")
+    print(json.dumps({k: summary[k] for k in keys if k in summary}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

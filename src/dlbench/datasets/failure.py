@@ -1,0 +1,35 @@
+"""A preparation that failed inside the workflow leaves a marker, not a missing folder.
+
+Snakemake would otherwise hold back every cell that reads the dataset, and with them the
+aggregate and the report. With ``--record-failure`` the preparing command writes the
+one-line reason into ``<out>/preparation-error.txt`` and exits 0; each cell on that dataset
+then fails in one line quoting it, and the rest of the study goes on. Fix the source and
+rerun the preparation (``snakemake --forcerun dataset_lmdb``) to replace the marker.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dlbench.datasets.errors import DatasetError
+
+FILENAME = "preparation-error.txt"
+
+
+def record(out: str | Path, message: str) -> Path:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    marker = out / FILENAME
+    tmp = out / f".{FILENAME}.tmp"
+    tmp.write_text(message.strip() + "\n")
+    tmp.replace(marker)
+    return marker
+
+
+def raise_if_failed(path: str | Path) -> None:
+    """For readers: one line saying why the dataset at ``path`` was not prepared."""
+    folder = Path(path)
+    folder = folder if folder.is_dir() else folder.parent
+    marker = folder / FILENAME
+    if marker.is_file():
+        raise DatasetError(f"{folder}: dataset was not prepared: {marker.read_text().strip()}")

@@ -1,0 +1,77 @@
+"""``manifest.json``: what a prepared dataset holds. Written last, so its presence means
+the preparation finished."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from dlbench.datasets.errors import DatasetError
+
+FILENAME = "manifest.json"
+LIST_FILENAME = "data.lst"
+VERSION = 1
+
+
+class ShapeRange:
+    """Smallest and largest stored image (CHW) seen while writing."""
+
+    def __init__(self) -> None:
+        self.channels: set[int] = set()
+        self.height = [0, 0]
+        self.width = [0, 0]
+        self.seen = False
+
+    def add(self, channels: int, height: int, width: int) -> None:
+        self.channels.add(channels)
+        if not self.seen:
+            self.height, self.width, self.seen = [height, height], [width, width], True
+            return
+        self.height = [min(self.height[0], height), max(self.height[1], height)]
+        self.width = [min(self.width[0], width), max(self.width[1], width)]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"channels": sorted(self.channels), "height": self.height, "width": self.width}
+
+
+def build(*, fmt: str, count: int, classes: list[str], shapes: ShapeRange | None,
+          source: str | os.PathLike | None, options: dict[str, Any], list_sha256: str | None,
+          files: dict[str, str]) -> dict[str, Any]:
+    return {
+        "manifest_version": VERSION,
+        "format": fmt,
+        "count": count,
+        "num_classes": len(classes),
+        "classes": classes,
+        "shapes": shapes.as_dict() if shapes else None,
+        "source": str(Path(source).absolute()) if source else None,
+        "options": options,
+        "list_sha256": list_sha256,
+        "files": files,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def write(folder: str | os.PathLike, manifest: dict[str, Any]) -> Path:
+    path = Path(folder) / FILENAME
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read(folder: str | os.PathLike) -> dict[str, Any] | None:
+    """The manifest of ``folder``, or None when it has none."""
+    path = Path(folder) / FILENAME
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"{path}: not a readable JSON manifest ({exc})") from None
+    if not isinstance(doc, dict) or "format" not in doc or "count" not in doc:
+        raise DatasetError(f"{path}: manifest lacks 'format' or 'count'")
+    return doc

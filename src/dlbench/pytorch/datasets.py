@@ -1,0 +1,302 @@
+"""PyTorch readers of prepared datasets: an ImageFolder tree or a Caffe LMDB of Datums.
+
+Per sample: decode, RandomResizedCrop(image_size), random horizontal flip; the result is a
+uint8 CHW RGB tensor and an int64 label. Conversion to float and normalisation are left to
+the device (``dlbench.pytorch.data.RealImages``), where they are cheapest.
+
+Images are decoded by ``torchvision.io.decode_image`` (libjpeg-turbo straight into a
+tensor; ``benchmarks/data_loaders.py`` measures it against Pillow's decode + crop on the
+same files). Formats it cannot decode (BMP, TIFF, PPM), and torchvision builds without
+its image extension, go through Pillow.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torchvision.io import ImageReadMode, decode_image
+from torchvision.transforms import RandomResizedCrop
+from torchvision.transforms.v2 import functional as F
+
+from dlbench.cellrun import CellError
+from dlbench.datasets import failure
+from dlbench.datasets import manifest as manifest_mod
+from dlbench.datasets.errors import DatasetError
+
+BACKENDS = ("image_folder", "caffe_lmdb")
+SCALE = [0.08, 1.0]  # RandomResizedCrop's defaults (the ImageNet training recipe)
+RATIO = [3.0 / 4.0, 4.0 / 3.0]
+PREFETCH_BATCHES = 4  # per worker: evens out slow images without much memory
+
+# torchvision 0.29 deprecates its image codecs in favour of TorchCodec and warns on every
+# call; they remain the fastest decoder installed, so the notice is silenced here only.
+warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of "
+                        "TorchVision are deprecated", category=DeprecationWarning)
+
+
+def _torchvision_decodes() -> bool:
+    try:
+        from torchvision.io.image import _has_image_ops
+    except ImportError:
+        return False
+    return bool(_has_image_ops())
+
+
+DECODER = "torchvision" if _torchvision_decodes() else "pillow"
+
+
+class CropFlip:
+    """RandomResizedCrop(size) + horizontal flip with probability 1/2 on a uint8 CHW tensor.
+
+    Random numbers come from torch's generator, which the DataLoader seeds per worker."""
+
+    def __init__(self, size: int):
+        self.size = [size, size]
+
+    def __call__(self, chw: torch.Tensor) -> torch.Tensor:
+        top, left, h, w = RandomResizedCrop.get_params(chw, SCALE, RATIO)
+        out = F.resized_crop(chw, top, left, h, w, self.size, antialias=True)
+        if torch.rand(1).item() < 0.5:
+            out = out.flip(-1)
+        return out
+
+
+def decode(data: bytes | bytearray, where: str) -> torch.Tensor:
+    """Encoded image bytes to a uint8 RGB CHW tensor."""
+    if DECODER == "torchvision":
+        try:
+            # bytearray: torch.frombuffer wants a writable buffer (it is only read).
+            buf = data if isinstance(data, bytearray) else bytearray(data)
+            return decode_image(torch.frombuffer(buf, dtype=torch.uint8), mode=ImageReadMode.RGB)
+        except (RuntimeError, ValueError):
+            pass  # a format it does not know, or a broken or empty file: Pillow decides
+    return decode_with_pillow(data, where)
+
+
+def decode_with_pillow(data: bytes | bytearray, where: str) -> torch.Tensor:
+    import io
+
+    from PIL import Image
+
+    from dlbench.datasets.imageops import DECODE_ERRORS, unreadable
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            rgb = np.array(img.convert("RGB"))
+    except DECODE_ERRORS as exc:
+        raise unreadable(where, exc) from None
+    return torch.from_numpy(rgb).permute(2, 0, 1)
+
+
+class ImageFolderSamples(Dataset):
+    """``<root>/<class>/<image>``; labels by sorted class name, as torchvision's ImageFolder.
+
+    Paths and labels are numpy arrays, not lists of Python objects, so that forked workers
+    share them instead of copying pages as reference counts change."""
+
+    def __init__(self, root: str | Path, image_size: int):
+        from dlbench.datasets.imagefolder import scan
+
+        listing = scan(root)
+        self.classes = listing.classes
+        self.paths = np.array([str(listing.path(it)).encode() for it in listing.items])
+        self.labels = np.array([it.label for it in listing.items], dtype=np.int64)
+        self.transform = CropFlip(image_size)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        path = self.paths[i].decode()
+        try:
+            with open(path, "rb") as fh:
+                data = bytearray(os.fstat(fh.fileno()).st_size)
+                fh.readinto(data)
+        except OSError as exc:
+            raise DatasetError(f"{path}: cannot read ({exc.strerror})") from None
+        return self.transform(decode(data, path)), int(self.labels[i])
+
+
+class CaffeLmdbSamples(Dataset):
+    """A Caffe LMDB of ``Datum`` records, raw (uint8 CHW BGR) or encoded (image bytes).
+
+    Each process opens the environment itself, lazily (read-only, no lock, no readahead:
+    many readers, random access); an environment is never used across a fork."""
+
+    def __init__(self, path: str | Path, image_size: int):
+        self.path = str(Path(path).absolute())
+        self.keys, first = _lmdb_keys(self.path)
+        self.encoded = bool(first.encoded)
+        self.transform = CropFlip(image_size)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        from dlbench.datasets import datum
+
+        key = bytes(self.keys[i])
+        with lmdb_env(self.path).begin() as txn:
+            value = txn.get(key)
+        where = f"{self.path} key {key.decode(errors='replace')}"
+        if value is None:
+            raise DatasetError(f"{where}: key vanished from the LMDB")
+        d = datum.parse(value, where)
+        if d.encoded:
+            image = decode(d.data, where)
+            return self.transform(image), int(d.label)
+        chw = torch.frombuffer(bytearray(d.data), dtype=torch.uint8)
+        chw = chw.view(d.channels, d.height, d.width)
+        out = self.transform(chw)
+        # Caffe stores BGR; crop and resize act per channel, so reorder the small result.
+        out = out.expand(3, -1, -1) if d.channels == 1 else out.flip(0)
+        return out.contiguous(), int(d.label)
+
+
+# One environment per (process, LMDB): py-lmdb refuses a second open of the same files in
+# a process, and a forked child inherits that refusal, so the parent closes its own
+# environments before loader workers are forked (``release_lmdb_envs``).
+_ENVS: dict[str, tuple[int, Any]] = {}
+
+
+def lmdb_env(path: str) -> Any:
+    entry = _ENVS.get(path)
+    if entry is not None and entry[0] == os.getpid():
+        return entry[1]
+    import lmdb
+
+    try:
+        env = lmdb.open(path, readonly=True, lock=False, readahead=False, meminit=False,
+                        subdir=True)
+    except lmdb.Error as exc:
+        raise DatasetError(f"{path}: not an LMDB ({exc})") from None
+    _ENVS[path] = (os.getpid(), env)
+    return env
+
+
+def release_lmdb_envs() -> None:
+    """Close this process's environments (they reopen on demand)."""
+    for path, (pid, env) in list(_ENVS.items()):
+        if pid == os.getpid():
+            env.close()
+        del _ENVS[path]
+
+
+def _lmdb_keys(path: str) -> tuple[np.ndarray, Any]:
+    """All keys (a numpy bytes array) and the first record, checked to be an image Datum."""
+    from dlbench.datasets import datum
+
+    if not (Path(path) / "data.mdb").is_file():
+        raise DatasetError(f"{path}: not an LMDB (no data.mdb)")
+    with lmdb_env(path).begin() as txn:
+        keys = list(txn.cursor().iternext(keys=True, values=False))
+        if not keys:
+            raise DatasetError(f"{path}: empty LMDB")
+        first = datum.parse(txn.get(keys[0]), f"{path} key {keys[0].decode(errors='replace')}")
+    return np.array(keys), first
+
+
+class _Loader(DataLoader):
+    """A DataLoader whose worker failures surface as the worker's own one-line error.
+
+    PyTorch re-raises a worker's exception with a multi-line message starting "Caught ...
+    in DataLoader worker process N"; the result file wants the original line. The workers
+    are shut down at once: left to garbage collection, their shutdown waits out a 5 s
+    timeout per worker."""
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.num_workers > 0 and self._iterator is None:
+            release_lmdb_envs()  # workers are about to be forked
+        it = super().__iter__()
+        while True:
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            except BaseException as exc:
+                shutdown = getattr(it, "_shutdown_workers", None)
+                if shutdown is not None:
+                    shutdown()
+                    self._iterator = None
+                if isinstance(exc, CellError):
+                    raise type(exc)(_original_line(str(exc))) from None
+                raise
+            yield batch
+
+
+_QUALIFIED_PREFIX = re.compile(r"^[\w.]+: ")
+
+
+def _original_line(message: str) -> str:
+    lines = [ln for ln in message.strip().splitlines() if ln.strip()]
+    if len(lines) > 1 and lines[0].startswith("Caught "):
+        return _QUALIFIED_PREFIX.sub("", lines[-1], count=1)
+    return lines[0] if lines else message
+
+
+def _dataset(data_dir: Path, backend: str, image_size: int) -> Dataset:
+    if backend == "image_folder":
+        return ImageFolderSamples(data_dir, image_size)
+    return CaffeLmdbSamples(data_dir, image_size)
+
+
+def _manifest(data_dir: Path, backend: str, dataset: Dataset) -> dict[str, Any]:
+    doc = manifest_mod.read(data_dir)
+    if doc is not None:
+        if doc["format"] != backend:
+            raise DatasetError(f"{data_dir / manifest_mod.FILENAME}: dataset format is "
+                               f"{doc['format']!r}, not {backend!r}")
+        if doc["count"] != len(dataset):
+            raise DatasetError(f"{data_dir / manifest_mod.FILENAME}: manifest says "
+                               f"{doc['count']} images, found {len(dataset)}")
+        return doc
+    classes = getattr(dataset, "classes", None)
+    return {"format": backend, "count": len(dataset),
+            "num_classes": len(classes) if classes is not None else None,
+            "classes": classes, "source": None, "derived": True}
+
+
+def make_loader(data_dir: str | Path, backend: str, *, batch_size: int, image_size: int,
+                shuffle: bool, num_workers: int, rank: int = 0, world_size: int = 1,
+                pin_memory: bool = False, seed: int = 0, drop_last: bool = True,
+                ) -> tuple[DataLoader, dict[str, Any]]:
+    """A DataLoader of ``(uint8 [B,3,S,S], int64 [B])`` batches and the dataset manifest."""
+    failure.raise_if_failed(data_dir)
+    if backend not in BACKENDS:
+        raise CellError(f"data backend {backend!r} is not one of {', '.join(BACKENDS)}")
+    for name, value, low in (("batch_size", batch_size, 1), ("image_size", image_size, 1),
+                             ("num_workers", num_workers, 0), ("world_size", world_size, 1)):
+        if value < low:
+            raise CellError(f"{name} must be >= {low}, got {value}")
+    if not 0 <= rank < world_size:
+        raise CellError(f"rank {rank} is outside 0..{world_size - 1}")
+    path = Path(data_dir)
+    if not path.is_dir():
+        what = "not a directory" if path.exists() else "no such directory"
+        raise DatasetError(f"{path}: {what} (data_dir for backend {backend})")
+    dataset = _dataset(path, backend, image_size)
+    manifest = _manifest(path, backend, dataset)
+    per_rank = len(dataset) // world_size
+    if drop_last and per_rank < batch_size:
+        raise DatasetError(f"{path}: {len(dataset)} images give {per_rank} per rank, "
+                           f"fewer than one batch of {batch_size}")
+    # The generator orders the shuffle and seeds each worker's augmentation, per rank.
+    generator = torch.Generator().manual_seed(seed + 7919 * rank)
+    sampler = None
+    if world_size > 1:
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank,
+                                     shuffle=shuffle, seed=seed, drop_last=drop_last)
+    workers = {"persistent_workers": True, "prefetch_factor": PREFETCH_BATCHES} \
+        if num_workers > 0 else {}
+    loader = _Loader(dataset, batch_size=batch_size, shuffle=shuffle if sampler is None else None,
+                     sampler=sampler, num_workers=num_workers, pin_memory=pin_memory,
+                     drop_last=drop_last, generator=generator, **workers)
+    return loader, manifest

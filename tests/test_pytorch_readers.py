@@ -1,0 +1,214 @@
+"""PyTorch readers: ImageFolder and Caffe LMDB (raw and encoded Datums) into DataLoaders.
+
+Colour checks use solid-colour images: any RandomResizedCrop and flip of a solid image is
+that colour, so the RGB order and labels can be asserted exactly through the augmentation.
+The LMDB of the foreign-writer test is written with a protobuf wire encoder written here,
+not with the project's writer.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import lmdb
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch.utils.data import DistributedSampler
+
+from dlbench.cellrun import CellError, one_line
+from dlbench.datasets import lmdb_writer, synthetic
+from dlbench.pytorch.datasets import make_loader
+
+# torchvision 0.29 deprecates its codecs; the reader silences that notice, pytest resets filters.
+pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities")
+
+SPEC = synthetic.Spec(classes=4, images_per_class=8, image_size=64, seed=2)
+SIZE = 32
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("readers")
+    folder = root / "images"
+    synthetic.generate(folder, SPEC)
+    lmdb_writer.write(folder, root / "raw", resize=48)
+    lmdb_writer.write(folder, root / "encoded", encoded=True)
+    return {"image_folder": folder, "raw": root / "raw", "encoded": root / "encoded"}
+
+
+def _backend(name: str) -> str:
+    return "image_folder" if name == "image_folder" else "caffe_lmdb"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("name", ["image_folder", "raw", "encoded"])
+def test_loader_yields_uint8_chw_batches_and_int64_labels(prepared, name, workers):
+    loader, manifest = make_loader(prepared[name], _backend(name), batch_size=5, image_size=SIZE,
+                                   shuffle=True, num_workers=workers, seed=1)
+    assert manifest["count"] == 32 and manifest["num_classes"] == SPEC.classes
+    assert loader.persistent_workers == (workers > 0)
+    batches = list(loader)
+    assert len(batches) == len(loader) == 32 // 5  # drop_last
+    labels = []
+    for images, y in batches:
+        assert images.shape == (5, 3, SIZE, SIZE) and images.dtype == torch.uint8
+        assert y.shape == (5,) and y.dtype == torch.int64
+        assert images.float().std() > 5  # decoded content, not zeros
+        labels += y.tolist()
+    assert set(labels) <= set(range(SPEC.classes))
+    assert labels != sorted(labels)  # shuffled
+    again = [y.tolist() for _, y in make_loader(
+        prepared[name], _backend(name), batch_size=5, image_size=SIZE, shuffle=True,
+        num_workers=workers, seed=1)[0]]
+    assert sum(again, []) == labels  # the seed fixes the order
+
+
+def test_distributed_sampler_rank_1_of_2(prepared):
+    loader, _ = make_loader(prepared["encoded"], "caffe_lmdb", batch_size=4, image_size=SIZE,
+                            shuffle=True, num_workers=2, rank=1, world_size=2)
+    assert isinstance(loader.sampler, DistributedSampler)
+    assert (loader.sampler.rank, loader.sampler.num_replicas) == (1, 2)
+    assert len(loader) == (32 // 2) // 4
+    other, _ = make_loader(prepared["encoded"], "caffe_lmdb", batch_size=4, image_size=SIZE,
+                           shuffle=True, num_workers=0, rank=0, world_size=2)
+    mine, theirs = set(loader.sampler), set(other.sampler)
+    assert not mine & theirs and len(mine | theirs) == 32  # the ranks split the data
+    for images, labels in loader:
+        assert images.shape == (4, 3, SIZE, SIZE) and labels.dtype == torch.int64
+
+
+# --- colours through the augmentation --------------------------------------------------------
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _wire_datum(*, label: int, channels: int = 0, height: int = 0, width: int = 0,
+                data: bytes, encoded: bool = False) -> bytes:
+    """caffe.Datum in protobuf wire format, field by field (tag = number << 3 | wire type)."""
+    out = b""
+    for number, value in ((1, channels), (2, height), (3, width)):
+        if value:
+            out += bytes([number << 3]) + _varint(value)
+    out += bytes([4 << 3 | 2]) + _varint(len(data)) + data
+    out += bytes([5 << 3]) + _varint(label)
+    if encoded:
+        out += bytes([7 << 3]) + _varint(1)
+    return out
+
+
+def _colour(label: int) -> tuple[int, int, int]:
+    return (200, 40 + 50 * label, 10 + 30 * label)  # RGB, distinct per label
+
+
+def _write_foreign_lmdb(path: Path, *, encoded: bool) -> None:
+    env = lmdb.open(str(path), map_size=1 << 24)
+    with env.begin(write=True) as txn:
+        for i in range(8):
+            label = i % 3
+            rgb = np.full((40, 56, 3), _colour(label), dtype=np.uint8)
+            if encoded:
+                buf = io.BytesIO()
+                Image.fromarray(rgb).save(buf, format="PNG")
+                value = _wire_datum(label=label, data=buf.getvalue(), encoded=True)
+            else:
+                bgr_chw = rgb[:, :, ::-1].transpose(2, 0, 1)
+                value = _wire_datum(label=label, channels=3, height=40, width=56,
+                                    data=bgr_chw.tobytes())
+            txn.put(f"{i:08d}_x{i}.png".encode(), value)
+    env.close()
+
+
+@pytest.mark.parametrize("encoded", [False, True])
+def test_foreign_datum_lmdb_is_read_with_rgb_order_and_labels(tmp_path, encoded):
+    path = tmp_path / "foreign"
+    _write_foreign_lmdb(path, encoded=encoded)
+    loader, manifest = make_loader(path, "caffe_lmdb", batch_size=4, image_size=SIZE,
+                                   shuffle=False, num_workers=0)
+    assert manifest["count"] == 8 and manifest.get("derived") is True
+    seen = 0
+    for images, labels in loader:
+        for image, label in zip(images, labels.tolist(), strict=True):
+            want = torch.tensor(_colour(label), dtype=torch.uint8).view(3, 1, 1)
+            assert torch.equal(image, want.expand(3, SIZE, SIZE)), (label, image[:, 0, 0])
+            seen += 1
+    assert seen == 8
+    assert [label for _, y in loader for label in y.tolist()] == [i % 3 for i in range(8)]
+
+
+def test_image_folder_colours_survive_decode_and_crop(tmp_path):
+    for label in range(2):
+        (tmp_path / f"c{label}").mkdir()
+        for i in range(3):
+            Image.new("RGB", (50 + 7 * i, 40), _colour(label)).save(
+                tmp_path / f"c{label}" / f"{i}.jpg", quality=95)
+    loader, _ = make_loader(tmp_path, "image_folder", batch_size=3, image_size=SIZE,
+                            shuffle=False, num_workers=0)
+    for images, labels in loader:
+        for image, label in zip(images, labels.tolist(), strict=True):
+            want = torch.tensor(_colour(label), dtype=torch.int16).view(3, 1, 1)
+            assert (image.to(torch.int16) - want).abs().max() <= 3  # JPEG rounding only
+
+
+# --- bad input -----------------------------------------------------------------------------
+
+def _error(**kwargs) -> str:
+    args = {"batch_size": 2, "image_size": SIZE, "shuffle": False, "num_workers": 0} | kwargs
+    data_dir, backend = args.pop("data_dir"), args.pop("backend")
+    with pytest.raises(CellError) as info:
+        loader, _ = make_loader(data_dir, backend, **args)
+        for _ in loader:
+            pass
+    message = one_line(info.value)
+    assert message == str(info.value) and "\n" not in message
+    return message
+
+
+def test_bad_inputs_are_one_line_cell_errors(prepared, tmp_path):
+    missing = tmp_path / "nope"
+    assert _error(data_dir=missing, backend="image_folder") == \
+        f"{missing}: no such directory (data_dir for backend image_folder)"
+    assert "not one of image_folder, caffe_lmdb" in _error(data_dir=prepared["raw"],
+                                                           backend="tfrecord")
+    assert f"{prepared['image_folder']}: not an LMDB (no data.mdb)" == _error(
+        data_dir=prepared["image_folder"], backend="caffe_lmdb")
+    assert "no class subfolders" in _error(data_dir=prepared["raw"], backend="image_folder")
+    assert "fewer than one batch of 64" in _error(data_dir=prepared["raw"], backend="caffe_lmdb",
+                                                  batch_size=64)
+    assert "rank 2 is outside 0..1" in _error(data_dir=prepared["raw"], backend="caffe_lmdb",
+                                              rank=2, world_size=2)
+    other = tmp_path / "other"
+    env = lmdb.open(str(other), map_size=1 << 20)
+    with env.begin(write=True) as txn:
+        txn.put(b"a", b'{"label": 1}')
+    env.close()
+    assert _error(data_dir=other, backend="caffe_lmdb").startswith(f"{other} key a: not ")
+
+
+def test_manifest_of_another_format_is_rejected(prepared, tmp_path):
+    copy = tmp_path / "lmdb"
+    copy.mkdir()
+    for p in prepared["raw"].iterdir():
+        (copy / p.name).write_bytes(p.read_bytes())
+    text = (copy / "manifest.json").read_text().replace('"caffe_lmdb"', '"recordio"')
+    (copy / "manifest.json").write_text(text)
+    assert "dataset format is 'recordio', not 'caffe_lmdb'" in _error(data_dir=copy,
+                                                                     backend="caffe_lmdb")
+
+
+@pytest.mark.parametrize(("content", "workers"), [(b"\xff\xd8\xff\xe0 not a jpeg", 2),
+                                                  (b"", 2), (b"GIF89a junk", 0)])
+def test_unreadable_image_names_the_file(tmp_path, content, workers):
+    synthetic.generate(tmp_path / "d", synthetic.Spec(2, 4, 32, 0))
+    broken = tmp_path / "d" / "class_0001" / "img_0001_000002.jpg"
+    broken.write_bytes(content)
+    message = _error(data_dir=tmp_path / "d", backend="image_folder", num_workers=workers)
+    assert message.startswith(f"{broken}: unreadable image ("), message
