@@ -201,7 +201,8 @@ def test_cell_writes_a_valid_result(mxnet_python, tmp_path, model, batch, forwar
     assert res["cell"] == {
         "framework": "mxnet", "model": model, "phase": phase, "precision": "float32",
         "batch_size": batch, "num_gpus": 1, "device": "cpu", "data": "synthetic",
-        "num_batches": 2, "num_warmup_batches": 1, "kv_store": "device", "model_opts": {}}
+        "num_batches": 2, "num_warmup_batches": 1, "kv_store": "device",
+        "data_loader_only": False, "model_opts": {}}
     env = res["environment"]
     assert env["framework"] == "mxnet" and env["framework_version"].startswith("1.")
     assert "MXNET_CUDNN_AUTOTUNE_DEFAULT" in env["library_flags"]
