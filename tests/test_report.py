@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from html import escape
 from pathlib import Path
 
 import pandas as pd
@@ -15,7 +17,10 @@ from PIL import Image
 
 from dlbench import aggregate
 from dlbench import result as R
-from dlbench.report import ReportError, model_charts, render
+from dlbench.profiling import run as profile_run
+from dlbench.profiling import tables as profile_tables
+from dlbench.profiling.config import settings as profile_settings
+from dlbench.report import ReportError, model_charts, render, resource_charts, sections
 from dlbench.report.data import load
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -41,10 +46,49 @@ def model_cell(model: str, phase: str, precision: str, batch: int, **over) -> di
             "batch_size": batch, "num_gpus": 1, "device": "gpu", "data": "synthetic", **over}
 
 
-def model_result(study: str, cell: dict, *, status: str = "ok", error: str | None = None) -> dict:
-    cell_id = "_".join(str(cell[k]) for k in ("framework", "model", "phase", "precision",
-                                                "batch_size"))
-    res = R.new_result(kind="model", cell=cell, study=study, cell_id=cell_id)
+GIB = 1024**3
+NO_ENERGY = "not available on this host: no GPU sampled (CPU cell) and no readable RAPL counters"
+
+
+def cell_id_of(cell: dict) -> str:
+    return "_".join(str(cell[k]) for k in ("framework", "model", "phase", "precision",
+                                           "batch_size"))
+
+
+def monitor_summary(duration_s: float, items: float, *, rss: int, device: int | None,
+                    gpu_power_w: float | None) -> dict:
+    """``extra.monitor`` as ResourceMonitor.summary() and monitor.attach write it: a GPU cell
+    whose energy comes from NVML's counter, or a CPU cell on a host without energy."""
+    gpus = [] if device is None else [{
+        "id": 0, "index": 0, "name": "NVIDIA H100 80GB HBM3", "power_mean_w": gpu_power_w,
+        "power_max_w": gpu_power_w * 1.2, "utilization_mean_percent": 97.0,
+        "memory_used_peak_bytes": device, "sm_clock_mean_mhz": 1755.0,
+        "temperature_max_c": 61.0, "energy_j": gpu_power_w * duration_s,
+        "energy_method": "nvml_total_energy"}]
+    summary = {
+        "enabled": True, "interval_ms": 100.0, "duration_s": duration_s,
+        "sample_count": max(2, int(duration_s * 10)), "sampler_cpu_ms_mean": 0.4,
+        "sampler_cpu_fraction": 0.004,
+        "host": {"rss_peak_bytes": rss, "cpu_percent_mean": 101.0, "cpu_percent_max": 180.0,
+                 "processes_max": 5},
+        "gpus": gpus, "peak_host_rss_bytes": rss, "peak_device_memory_bytes": device,
+    }
+    if gpus:
+        energy = gpus[0]["energy_j"]
+        summary.update(energy_j=energy, energy_sources=["gpu:nvml_total_energy"],
+                       energy_note="partial: no readable RAPL counters",
+                       power_mean_w=energy / duration_s, power_max_w=gpus[0]["power_max_w"],
+                       items=items, samples_per_joule=items / energy)
+    else:
+        summary.update(energy_j=None, energy_sources=[], energy_note=NO_ENERGY,
+                       power_mean_w=None, power_max_w=None, items=items,
+                       samples_per_joule=None)
+    return {**summary, "notes": ["no readable RAPL counters"], "series_file": None}
+
+
+def model_result(study: str, cell: dict, *, status: str = "ok", error: str | None = None,
+                 monitored: bool = False) -> dict:
+    res = R.new_result(kind="model", cell=cell, study=study, cell_id=cell_id_of(cell))
     res["environment"] = environment(cell["framework"])
     if status == "ok":
         batch = cell["batch_size"]
@@ -53,6 +97,13 @@ def model_result(study: str, cell: dict, *, status: str = "ok", error: str | Non
         res["measurements"] = [R.measurement(
             name=cell["model"], pass_=cell["phase"], times_s=times, items_per_iteration=batch,
             parameters=25_557_032, flops_per_iteration=3 * 4.1e9 * batch)]
+        if monitored:
+            on_gpu = cell["device"] == "gpu"
+            activations = int(batch * 50 * 2**20 / SPEEDUP[cell["precision"]])
+            res["extra"]["monitor"] = monitor_summary(
+                sum(times), batch * len(times), rss=3 * GIB + batch * 2**20,
+                device=2 * GIB + activations if on_gpu else None,
+                gpu_power_w=300.0 + 40 * SPEEDUP[cell["precision"]] if on_gpu else None)
     return R.finish(res, status, error)
 
 
@@ -82,22 +133,76 @@ def write_parquet(folder: Path, results: list[dict]) -> Path:
     return parquet
 
 
+PROFILED = model_cell("resnet50", "training", "float32", 64)
+FAILED = model_cell("resnet50", "training", "bfloat16", 128)
+PROFILE_ERROR = ('torch: the profiled cell ended failed: RuntimeError: expected <Half> & '
+                 '"Float" operands')
+# Operator rows as the torch.profiler hook writes them (times in µs); a CUDA kernel's name
+# has the characters the page must escape.
+KERNEL = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>"
+OPERATORS = [  # name, calls, self CPU µs, self device µs
+    ("ProfilerStep*", 3, 900.0, 0.0), ("aten::convolution", 159, 2400.0, 51000.0),
+    ("aten::addmm", 3, 120.0, 900.0), (KERNEL, 480, 0.0, 16000.0),
+    ("aten::batch_norm", 159, 1900.0, 12000.0),
+]
+
+
 def full_study() -> list[dict]:
-    """Ok cells over 2 batch sizes x 2 precisions, one failed cell and one operator cell."""
-    results = [model_result("smoke", model_cell("resnet50", "training", p, b))
+    """Ok cells over 2 batch sizes x 2 precisions (monitored on a GPU with energy), one
+    failed cell and one operator cell."""
+    results = [model_result("smoke", model_cell("resnet50", "training", p, b), monitored=True)
                for p in ("float32", "float16") for b in (32, 64)]
-    results.append(model_result("smoke", model_cell("resnet50", "training", "bfloat16", 128),
-                                status="failed", error=FAILURE_ERROR))
+    results.append(model_result("smoke", FAILED, status="failed", error=FAILURE_ERROR))
     results.append(op_result("smoke"))
     return results
 
 
+def torch_profile(root: Path, study: str, cell: dict) -> Path:
+    """An ok torch profile folder as the profile job leaves it: the hook's operators.json and
+    trace, the driver's Parquet table, then the manifest."""
+    folder = root / "torch" / study / cell_id_of(cell)
+    folder.mkdir(parents=True)
+    rows = [{"name": name, "calls": calls, "self_cpu_time_us": cpu, "cpu_time_total_us": cpu,
+             "self_device_time_us": device, "device_time_total_us": device, "flops": None,
+             "self_cpu_memory_bytes": 0, "cpu_memory_bytes": 0, "self_device_memory_bytes": 0,
+             "device_memory_bytes": 0, "is_user_annotation": name == "ProfilerStep*"}
+            for name, calls, cpu, device in OPERATORS]
+    (folder / "operators.json").write_text(json.dumps({
+        "schema_version": 1, "schedule": {"wait": 1, "warmup": 1, "active": 3},
+        "device": "cuda", "operators": rows}))
+    (folder / "trace.json").write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "name": "aten::convolution", "ts": 0, "dur": 17, "pid": 1, "tid": 1}]}))
+    made = profile_tables.convert("torch", folder)
+    profile_run.write_manifest(folder, {
+        "schema_version": 1, "tool": "torch", "study": study, "cell_id": cell_id_of(cell),
+        "cell": cell, "settings": profile_settings("torch"), "status": "ok", "error": None,
+        "artifacts": {"trace": "trace.json", "operators": "operators.parquet"},
+        "tables": made, "files": profile_run.files_of(folder)})
+    return folder
+
+
+def failed_profile(root: Path, tool: str, study: str, cell: dict, line: str) -> Path:
+    folder = root / tool / study / cell_id_of(cell)
+    folder.mkdir(parents=True)
+    (folder / profile_run.ERROR_FILE).write_text(line + "\n")
+    profile_run.write_failure(tool, {"study": study, "cell_id": cell_id_of(cell), "params": cell},
+                              folder, profile_settings(tool), line)
+    return folder
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
-    folder = tmp_path_factory.mktemp("report")
+    """results/benchmarks.parquet, results/profiles (an ok torch and a failed ncu profile of
+    one cell, a failed torch profile of the failed cell) and results/report."""
+    folder = tmp_path_factory.mktemp("report") / "results"
     parquet = write_parquet(folder, full_study())
-    outdir = folder / "out"
-    return outdir, render(parquet, outdir)
+    profiles = folder / "profiles"
+    torch_profile(profiles, "smoke", PROFILED)
+    failed_profile(profiles, "ncu", "smoke", PROFILED,
+                   "ncu: binary 'ncu' not found on PATH (set profiling.tools.ncu.binary)")
+    failed_profile(profiles, "torch", "smoke", FAILED, PROFILE_ERROR)
+    outdir = folder / "report"
+    return outdir, render(parquet, outdir, profiles_dir=profiles)
 
 
 def chart_names(html: str) -> list[str]:
@@ -109,9 +214,12 @@ def test_render_writes_page_and_an_image_pair_per_chart(report):
     index = outdir / "index.html"
     assert files[0] == index and index.is_file()
     names = chart_names(index.read_text())
-    # throughput, precision speed-up, TFLOP/s, operator time, TFLOP/s and GB/s
-    assert set(names) == {"throughput", "precision-speedup", "model-tflops", "op-time",
-                          "op-tflops", "op-gbps"}
+    # throughput, energy, power, memory, precision speed-up, TFLOP/s, operator time,
+    # TFLOP/s and GB/s, and the torch profile's heaviest operators
+    assert set(names) == {"throughput", "energy-efficiency", "power", "peak-host-memory",
+                          "peak-device-memory", "precision-speedup", "model-tflops", "op-time",
+                          "op-tflops", "op-gbps",
+                          f"profile-torch-smoke-{cell_id_of(PROFILED)}"}
     expected = {outdir / "charts" / f"{n}.{ext}" for n in names for ext in ("png", "svg")}
     assert set(files[1:]) == expected
     for name in names:
@@ -151,6 +259,119 @@ def test_header_counts_cells_by_status_and_environment_is_listed(report):
         assert text in env, text
 
 
+def section_of(html: str, section_id: str) -> str:
+    start = html.index(f'<section id="{section_id}">')
+    return html[start:html.index("</section>", start)]
+
+
+def test_profiles_section_lists_each_tool_with_links_that_resolve(report):
+    outdir = report[0]
+    html = (outdir / "index.html").read_text()
+    section = section_of(html, "profiles")
+    profiled, failed = cell_id_of(PROFILED), cell_id_of(FAILED)
+    overview = section[:section.index("</table>")]
+    rows = re.findall(r"<tr>(.*?)</tr>", overview)[1:]
+    assert len(rows) == 2
+    first = re.findall(r"<td>(.*?)</td>", rows[0])
+    assert first[:6] == ["smoke", f"<code>{failed}</code>", "resnet50", "training", "bfloat16",
+                         "128"]
+    assert ">torch · failed<" in first[7]
+    second = re.findall(r"<td>(.*?)</td>", rows[1])
+    assert second[2:6] == ["resnet50", "training", "float32", "64"]
+    assert ">ok<" in second[6]  # the measurement's status
+    assert ">torch · ok<" in second[7] and ">ncu · failed<" in second[7]
+    # Every file link is relative to the report folder and points at a file that exists.
+    links = [h for h in re.findall(r'href="([^"#][^"]*)"', section) if not h.startswith("charts/")]
+    base = f"../profiles/torch/smoke/{profiled}"
+    assert {f"{base}/trace.json", f"{base}/operators.parquet", base} <= set(links)
+    for href in links:
+        assert not Path(href).is_absolute() and (outdir / href).exists(), href
+    # Every in-page link (the badges) has its target.
+    for target in re.findall(r'href="#([^"]+)"', html):
+        assert f'id="{target}"' in html, target
+    assert f'href="#profile-ncu-smoke-{profiled}"' in section
+
+
+def test_profile_top_operators_are_ranked_and_escaped(report):
+    html = (report[0] / "index.html").read_text()
+    section = section_of(html, "profiles")
+    table = section[section.index('<table class="numeric-tail profile-top">'):]
+    table = table[:table.index("</table>")]
+    assert "<th>self device time (ms)</th>" in table
+    rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table)[1:]]
+    total = 51000 + 16000 + 12000 + 900  # ProfilerStep* is an annotation, not an operator
+    assert rows == [
+        ["1", "<code>aten::convolution</code>", "159", "51.000", f"{51000 / total * 100:.1f} %"],
+        ["2", f"<code>{escape(KERNEL)}</code>", "480", "16.000", f"{16000 / total * 100:.1f} %"],
+        ["3", "<code>aten::batch_norm</code>", "159", "12.000", f"{12000 / total * 100:.1f} %"],
+        ["4", "<code>aten::addmm</code>", "3", "0.900", f"{900 / total * 100:.1f} %"],
+    ]
+    assert KERNEL not in html and "ProfilerStep" not in section
+
+
+def test_failed_profiles_show_their_one_line_error_escaped(report):
+    html = (report[0] / "index.html").read_text()
+    section = section_of(html, "profiles")
+    assert f'<p class="error">{escape(PROFILE_ERROR)}</p>' in section
+    assert PROFILE_ERROR not in html and "<Half>" not in html
+    assert escape("ncu: binary 'ncu' not found on PATH (set profiling.tools.ncu.binary)") in section
+    # The failed cell's row in the failures table links to its profile.
+    failures = section_of(html, "failures")
+    assert "<th>profiles</th>" in failures
+    assert f'href="#profile-torch-smoke-{cell_id_of(FAILED)}"' in failures
+
+
+def test_energy_and_memory_section_follows_throughput(report, tmp_path):
+    html = (report[0] / "index.html").read_text()
+    order = re.findall(r'<section id="([^"]+)">', html)
+    assert order[order.index("throughput") + 1] == "resources"
+    section = section_of(html, "resources")
+    assert '<p class="note">' not in section  # every model cell has energy
+    assert "Sources not counted: no readable RAPL counters." in section  # partial energy
+    # The chart shows the monitor's samples per joule of each cell, through the aggregate.
+    models = model_charts.model_frame(load(write_parquet(tmp_path, full_study())))
+    spec = resource_charts.energy_figure(models).chart.to_dict()
+    (values,) = [v for v in spec["datasets"].values() if v and "samples_per_joule" in v[0]]
+    charted = {(v["precision"], v["batch_size"]): v["samples_per_joule"] for v in values}
+    expected = {}
+    for res in full_study():
+        monitor = res["extra"].get("monitor")
+        if monitor:
+            expected[(res["cell"]["precision"], res["cell"]["batch_size"])] = \
+                monitor["samples_per_joule"]
+    assert charted == pytest.approx(expected) and len(expected) == 4
+
+
+def cpu_results(energy: bool = False) -> list[dict]:
+    results = [model_result("cpu", model_cell("alexnet", "inference", "float32", b,
+                                              device="cpu"), monitored=True) for b in (16, 32)]
+    if energy:  # one GPU cell beside them, with energy
+        results.append(model_result("cpu", model_cell("alexnet", "inference", "float32", 64),
+                                    monitored=True))
+    for res in results:
+        for m in res["measurements"]:
+            m["flops_per_iteration"] = m["tflops"] = None
+    return results
+
+
+def test_without_energy_a_note_quotes_why_instead_of_charts(tmp_path):
+    outdir = tmp_path / "out"
+    render(write_parquet(tmp_path, cpu_results()), outdir)
+    html = (outdir / "index.html").read_text()
+    section = section_of(html, "resources")
+    assert f"No energy was measured: <q>{escape(NO_ENERGY)}</q>." in section
+    assert chart_names(html) == ["throughput", "peak-host-memory"]
+
+
+def test_cells_without_energy_beside_cells_with_it_are_counted_in_the_note(tmp_path):
+    frame = load(write_parquet(tmp_path, cpu_results(energy=True)))
+    (part,) = [s for s in sections(frame) if s.id == "resources"]
+    names = [b.name for b in part.blocks if not isinstance(b, str)]
+    assert names == ["energy-efficiency", "power", "peak-host-memory", "peak-device-memory"]
+    (note,) = [b for b in part.blocks if isinstance(b, str)]
+    assert note.startswith("<p class=\"note\">2 of 3 cells have no energy: <q>not available")
+
+
 def test_precision_speedup_is_relative_to_float32_of_the_same_cell(tmp_path):
     frame = load(write_parquet(tmp_path, full_study()))
     speedup = model_charts.speedup_frame(model_charts.model_frame(frame))
@@ -170,7 +391,8 @@ def test_sections_without_data_are_left_out(tmp_path):
     files = render(write_parquet(tmp_path, results), outdir)
     html = (outdir / "index.html").read_text()
     assert chart_names(html) == ["throughput"]
-    for section in ("failures", "operators", "precision", "tflops", "paradnn", "loader"):
+    for section in ("failures", "operators", "precision", "tflops", "paradnn", "loader",
+                    "resources", "profiles"):
         assert f'id="{section}"' not in html, section
     assert len(files) == 3
 
@@ -210,11 +432,16 @@ def test_cli_prints_files_and_rejects_a_missing_table(tmp_path):
     parquet = write_parquet(tmp_path, [model_result(
         "s", model_cell("alexnet", "training", "float32", 8), status="skipped", error="no GPU")])
     outdir = tmp_path / "cli"
+    line = "nsys: binary 'nsys' not found on PATH (set profiling.tools.nsys.binary)"
+    failed_profile(tmp_path / "profiles", "nsys", "s",
+                   model_cell("alexnet", "training", "float32", 8), line)
     done = subprocess.run([sys.executable, "-m", "dlbench.report", str(parquet), "--outdir",
-                           str(outdir)], capture_output=True, text=True, timeout=120)
+                           str(outdir), "--profiles_dir", str(tmp_path / "profiles")],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(outdir / "index.html")]
-    assert "no GPU" in (outdir / "index.html").read_text()
+    html = (outdir / "index.html").read_text()
+    assert "no GPU" in html and escape(line) in section_of(html, "profiles")
     bad = subprocess.run([sys.executable, "-m", "dlbench.report", str(tmp_path / "nope.parquet"),
                           "--outdir", str(outdir)], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2

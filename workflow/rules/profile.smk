@@ -1,8 +1,10 @@
 # Profiles of the cells that config's profiling.select names, one job per tool and cell,
 # apart from the measurement job. Outputs: results/profiles/<tool>/<study>/<cell>/ with
-# profile.json written last. A missing or failing tool fails only its own job (one line in
-# the job's log naming the tool, the binary and the config key); aggregate and report do
-# not depend on profiles.
+# profile.json written last. A missing or failing tool is a recorded result, like a failed
+# cell (--record-failure): one line in the job's log naming the tool, the binary and the
+# config key, and profile.json with "status": "failed" and that line, so the report, which
+# takes the manifests as inputs, shows it. Rerun a fixed profile with
+# `snakemake --forcerun profile` (or delete its folder).
 
 
 rule profile:
@@ -31,6 +33,6 @@ rule profile:
         out_dir=lambda wc, output: str(Path(output[0]).parent),
         launcher=sys.executable,
     shell:
-        "{params.launcher:q} -m dlbench.profiling run --tool {wildcards.tool:q}"
+        "{params.launcher:q} -m dlbench.profiling run --record-failure --tool {wildcards.tool:q}"
         " --cell {params.cell:q} --out_dir {params.out_dir:q} --python {params.python:q}"
         " --data_dir={params.data_dir:q} --settings {params.settings:q} > {log:q} 2>&1"

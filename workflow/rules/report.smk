@@ -1,6 +1,11 @@
+# The profiles' manifests are inputs: a profile's failure is a manifest too (status failed),
+# so none holds the report back; without profiling.select the list is empty.
+
+
 rule report:
     input:
-        "results/benchmarks.parquet",
+        parquet="results/benchmarks.parquet",
+        profiles=profile_targets(),
     output:
         html=report(
             "results/report/index.html",
@@ -17,5 +22,7 @@ rule report:
         "results/logs/report.log",
     conda:
         "../../envs/driver.yaml"
+    params:
+        profiles_dir=profiling_config.PROFILES_DIR,
     script:
         "../scripts/report.py"

@@ -1,7 +1,7 @@
 """``python -m dlbench.profiling``: run a profile job, or turn a profile's exports into tables.
 
     python -m dlbench.profiling run --tool torch --cell '<cell JSON>' --out_dir DIR \\
-        [--python PY] [--data_dir D] [--settings '<JSON>']
+        [--python PY] [--data_dir D] [--settings '<JSON>'] [--record-failure]
     python -m dlbench.profiling tables --tool torch DIR
 """
 
@@ -38,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     job.add_argument("--data_dir", default="", help="prepared dataset of the cell")
     job.add_argument("--settings", type=_json, default={},
                      help="the tool's settings as JSON (profiling.tools.<tool>)")
+    job.add_argument("--record-failure", action="store_true",
+                     help="on failure write the one-line reason into DIR/profile.json "
+                          "(status failed) and exit 0, so that the report shows it "
+                          "(workflow use)")
     conv = sub.add_parser("tables", help="convert a profile folder's exports to Parquet")
     conv.add_argument("--tool", required=True, choices=TOOLS)
     conv.add_argument("folder", type=Path)
@@ -55,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(str(args.folder / name) for name in made.values()))
         return 0
     return run.main(args.tool, args.cell, args.out_dir, args.python or sys.executable,
-                    tool_settings, args.data_dir or None)
+                    tool_settings, args.data_dir or None, record_failure=args.record_failure)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,12 @@
 ``python -m dlbench.profiling run --tool ncu --cell JSON --out_dir DIR --python PY`` checks
 that the tool's executables exist, runs the plan's steps (argument lists, no shell), checks
 that the profiled cell finished, converts the exports to Parquet and writes
-``profile.json`` (the workflow's target) last. Any failure is one line naming the tool,
-written to stderr and to ``error.txt`` in the folder, and the exit code is 1: only this
-job fails, the measurements and other profiles are not touched.
+``profile.json`` (the workflow's target, ``"status": "ok"``) last. Any failure is one line
+naming the tool, written to stderr and to ``error.txt`` in the folder, and the exit code is
+1: only this job fails, the measurements and other profiles are not touched. With
+``--record-failure`` (the workflow's way) the failure is a result like a failed cell: the
+manifest is written with ``"status": "failed"`` and ``"error"``, and the exit code is 0, so
+that nothing waiting on the profile (the report) is held back.
 """
 
 from __future__ import annotations
@@ -138,29 +141,70 @@ def profile(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
                            "nothing was captured (is the NVTX range "
                            f"'{settings['nvtx_capture']}' pushed?)")
     manifest = {
-        "schema_version": 1, "tool": tool, "study": cell.get("study"),
-        "cell_id": cell.get("cell_id"), "cell": cell.get("params"),
-        "settings": settings, "started_at": started,
-        "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
+        **_identity(tool, cell, settings), "status": "ok", "error": None,
+        "started_at": started, "finished_at": _now(),
         "commands": [{"name": s.name, "argv": s.argv, "env": s.env} for s in plan.steps],
         "artifacts": {name: rel for name, rel in plan.artifacts.items()
                       if (out_dir / rel).exists()},
         "tables": made, "files": files_of(out_dir),
     }
-    R.write_atomic(out_dir / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    write_manifest(out_dir, manifest)
     return manifest
 
 
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _identity(tool: str, cell: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    return {"schema_version": 1, "tool": tool, "study": cell.get("study"),
+            "cell_id": cell.get("cell_id"), "cell": cell.get("params"), "settings": settings}
+
+
+def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> Path:
+    """``profile.json``, atomically: the workflow's target must never be half written."""
+    path = out_dir / MANIFEST
+    R.write_atomic(path, json.dumps(manifest, indent=1) + "\n")
+    return path
+
+
+def write_failure(tool: str, cell: dict[str, Any], out_dir: Path, settings: dict[str, Any],
+                   line: str) -> dict[str, Any]:
+    """The manifest of a profile that failed: its one-line error and what it left behind."""
+    manifest = {
+        **_identity(tool, cell, settings), "status": "failed", "error": line,
+        "finished_at": _now(), "artifacts": {}, "tables": {},
+        "files": files_of(out_dir) if out_dir.is_dir() else [],
+    }
+    write_manifest(out_dir, manifest)
+    return manifest
+
+
+def _error_line(tool: str, exc: Exception) -> str:
+    if isinstance(exc, ProfileError):
+        return str(exc)
+    # A disk or permission problem of the profile folder: still one line naming the file.
+    where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+    return f"{tool}: {where}{getattr(exc, 'strerror', None) or exc}"
+
+
 def main(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
-         settings: dict[str, Any], data_dir: str | None) -> int:
+         settings: dict[str, Any], data_dir: str | None, *,
+         record_failure: bool = False) -> int:
+    """Run the profile job; 0 when it succeeded, or failed and ``record_failure`` recorded
+    it in the manifest; 1 when it failed."""
     try:
         manifest = profile(tool, cell, out_dir, python, settings, data_dir)
-    except ProfileError as exc:
-        line = str(exc)
-        print(line, file=sys.stderr)
+    except (ProfileError, OSError) as exc:
+        if isinstance(exc, OSError) and not record_failure:
+            raise
+        line = _error_line(tool, exc)
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / ERROR_FILE).write_text(line + "\n")
-        return 1
+        R.write_atomic(out_dir / ERROR_FILE, line + "\n")
+        if record_failure:
+            write_failure(tool, cell, out_dir, settings, line)
+        print(line, file=sys.stderr)  # last: the job log's last line is the reason
+        return 0 if record_failure else 1
     print(f"dlbench.profiling: {tool}: {len(manifest['files'])} files in {out_dir}",
           file=sys.stderr)
     return 0

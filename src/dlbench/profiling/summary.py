@@ -6,6 +6,10 @@
     for p in by_cell.get((study, cell_id), []):
         p.tool, p.status, p.error, p.artifacts["trace"], p.top[:5]
 
+A profile's status is the manifest's (``"ok"`` or ``"failed"``: a failure recorded with
+``--record-failure``); a folder without a manifest is ``"failed"`` when it has
+``error.txt`` (a failure not recorded) and ``"incomplete"`` otherwise.
+
 ``top`` comes from the Parquet tables: torch operators by self time (device time when the
 profile has device activity, else CPU time), ncu kernels by summed ``gpu__time_duration``,
 nsys kernels by total time (``cuda_gpu_kern_sum``). hpcrun's database has no table: its
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -42,6 +47,7 @@ class CellProfile:
     files: list[Path] = field(default_factory=list)
     # name, calls, time_s, share (of the table's total time): the heaviest first
     top: list[dict[str, Any]] = field(default_factory=list)
+    cell: dict[str, Any] = field(default_factory=dict)  # the cell's axes, from the manifest
 
 
 def top_entries(tool: str, directory: Path, tables: dict[str, str],
@@ -97,19 +103,34 @@ def read_profile(directory: Path, top: int = 10) -> CellProfile:
     """One profile folder ``<tool>/<study>/<cell>``."""
     tool, study, cell_id = directory.parts[-3:]
     manifest_path, error_path = directory / MANIFEST, directory / ERROR_FILE
-    if manifest_path.is_file():
-        manifest = json.loads(manifest_path.read_text())
-        tables = manifest.get("tables") or {}
-        return CellProfile(
-            tool, study, cell_id, directory, "ok",
-            artifacts={name: directory / rel for name, rel in
-                       {**manifest.get("artifacts", {}), **tables}.items()},
-            files=[directory / rel for rel in manifest.get("files", [])],
-            top=top_entries(tool, directory, tables, top))
     error = error_path.read_text().strip() if error_path.is_file() else None
+    if manifest_path.is_file():
+        try:
+            return _from_manifest(tool, study, cell_id, directory, error, top)
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
+            # One broken profile must not take the report down: it shows as failed.
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return CellProfile(tool, study, cell_id, directory, "failed",
+                               error=f"{tool}: {directory}: unreadable profile ({first})")
     files = sorted(p for p in directory.rglob("*") if p.is_file())
     return CellProfile(tool, study, cell_id, directory, "failed" if error else "incomplete",
                        error=error, files=files)
+
+
+def _from_manifest(tool: str, study: str, cell_id: str, directory: Path, error: str | None,
+                   top: int) -> CellProfile:
+    manifest = json.loads((directory / MANIFEST).read_text())
+    # A manifest without a status predates recorded failures: only a success wrote one.
+    status = manifest.get("status") or "ok"
+    tables = manifest.get("tables") or {}
+    return CellProfile(
+        tool, study, cell_id, directory, status,
+        error=manifest.get("error") or (error if status != "ok" else None),
+        artifacts={name: directory / rel for name, rel in
+                   {**(manifest.get("artifacts") or {}), **tables}.items()},
+        files=[directory / rel for rel in manifest.get("files") or []],
+        top=top_entries(tool, directory, tables, top) if status == "ok" else [],
+        cell=manifest.get("cell") or {})
 
 
 def collect(root: str | Path = "results/profiles", top: int = 10) -> list[CellProfile]:

@@ -1,7 +1,9 @@
 """The benchmark report: the aggregate table as one offline HTML page with charts and tables.
 
-``render(parquet, outdir)`` writes ``outdir/index.html`` and, beside it, every chart as
-``charts/<name>.png`` and ``charts/<name>.svg``. Sections without data are left out.
+``render(parquet, outdir, profiles_dir=None)`` writes ``outdir/index.html`` and, beside it,
+every chart as ``charts/<name>.png`` and ``charts/<name>.svg``. With ``profiles_dir`` (the
+workflow's ``results/profiles``) the page has a Profiles section linking to each profile's
+files. Sections without data are left out.
 """
 
 from __future__ import annotations
@@ -12,7 +14,16 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 
-from dlbench.report import model_charts, op_charts, paradnn_charts, tables
+from dlbench.profiling import summary
+from dlbench.profiling.summary import CellProfile
+from dlbench.report import (
+    model_charts,
+    op_charts,
+    paradnn_charts,
+    profiles,
+    resource_charts,
+    tables,
+)
 from dlbench.report.data import ReportError, load, ordered
 from dlbench.report.export import javascript_bundle, save_images
 from dlbench.report.page import Section, chart_id, page_html
@@ -29,8 +40,11 @@ def _present(*items: Figure | str | None) -> list[Figure | str]:
     return [item for item in items if item is not None]
 
 
-def sections(frame: pd.DataFrame) -> list[Section]:
-    """The page's sections, in order; a section with nothing to show is not included."""
+def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None,
+             report_dir: Path | None = None) -> list[Section]:
+    """The page's sections, in order; a section with nothing to show is not included.
+    ``cell_profiles`` (from ``summary.collect``) are linked relative to ``report_dir``."""
+    cell_profiles = cell_profiles or []
     models = model_charts.model_frame(frame)
     paradnn = model_charts.model_frame(frame, paradnn=True)
     ops = op_charts.op_frame(frame)
@@ -41,6 +55,13 @@ def sections(frame: pd.DataFrame) -> list[Section]:
                 "How many samples per second each model processes as the batch grows.",
                 _present(model_charts.throughput_figure(models),
                          model_charts.framework_figure(models))),
+        Section("resources", "Energy and memory",
+                "What the resource monitor recorded over the measured iterations of each cell.",
+                _present(resource_charts.energy_figure(models),
+                         resource_charts.power_figure(models),
+                         resource_charts.energy_note(models),
+                         resource_charts.host_memory_figure(models),
+                         resource_charts.device_memory_figure(models))),
         Section("precision", "Precision speed-up", "What lower precisions gain over float32.",
                 _present(model_charts.speedup_figure(models))),
         Section("tflops", "Achieved TFLOP/s", "",
@@ -56,11 +77,12 @@ def sections(frame: pd.DataFrame) -> list[Section]:
         Section("failures", "Cells that did not finish",
                 "Failed, out-of-memory and skipped cells with the one-line reason each recorded; "
                 "the cell's log holds the traceback.",
-                _present(tables.failures_table(frame))),
+                _present(tables.failures_table(frame, profiles.links_by_cell(cell_profiles)))),
+        profiles.section(frame, cell_profiles, report_dir or Path(".")),
         Section("environment", "Environment", "Where the cells ran.",
                 _present(tables.environment_table(frame))),
     ]
-    return [s for s in candidates if s.blocks]
+    return [s for s in candidates if s is not None and s.blocks]
 
 
 def _remove_stale_charts(folder: Path, keep: set[str]) -> None:
@@ -72,16 +94,19 @@ def _remove_stale_charts(folder: Path, keep: set[str]) -> None:
             path.unlink()
 
 
-def render(parquet_path: str | Path, outdir: str | Path) -> list[Path]:
-    """Write the report of ``parquet_path`` into ``outdir``; return the files written."""
+def render(parquet_path: str | Path, outdir: str | Path,
+           profiles_dir: str | Path | None = None) -> list[Path]:
+    """Write the report of ``parquet_path`` into ``outdir``; return the files written.
+    ``profiles_dir``: the profiles' root (``<tool>/<study>/<cell>`` folders), if any."""
     frame = load(parquet_path)
     if frame.empty:
         raise ReportError(f"{parquet_path}: the aggregate table has no rows")
     outdir = Path(outdir)
+    cell_profiles = summary.collect(profiles_dir) if profiles_dir is not None else []
     charts_dir = outdir / CHARTS_DIR
     charts_dir.mkdir(parents=True, exist_ok=True)  # the workflow expects it, even empty
     with alt.data_transformers.enable("default", max_rows=None):
-        parts = sections(frame)
+        parts = sections(frame, cell_profiles, outdir)
         figures = [b for s in parts for b in s.blocks if isinstance(b, Figure)]
         specs = {chart_id(f): f.chart.to_dict() for f in figures}
     written: list[Path] = []

@@ -1,4 +1,5 @@
-"""python -m dlbench.report results/benchmarks.parquet --outdir results/report"""
+"""python -m dlbench.report results/benchmarks.parquet --outdir results/report
+    [--profiles_dir results/profiles]"""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("parquet", help="aggregate Parquet written by dlbench.aggregate")
     parser.add_argument("--outdir", default="results/report",
                         help="folder for index.html and charts/ (default: %(default)s)")
+    parser.add_argument("--profiles_dir", default=None,
+                        help="the profiles' folder (results/profiles) for the Profiles section")
     args = parser.parse_args(argv)
     try:
-        files = render(args.parquet, args.outdir)
+        files = render(args.parquet, args.outdir, profiles_dir=args.profiles_dir)
     except ReportError as exc:
         print(f"dlbench.report: {exc}", file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from dlbench.aggregate import MONITOR_COLUMNS
 from dlbench.report.data import (
     PHASE_ORDER,
     VARIANT_AXES,
@@ -28,6 +29,7 @@ from dlbench.report.style import (
 )
 
 PARADNN_PREFIX = "paradnn_"
+MONITOR_NAMES = [name for name, _ in MONITOR_COLUMNS]
 # Room between batch sizes, so a group of one bar does not fill its whole band.
 BAND = alt.Scale(paddingInner=0.3, paddingOuter=0.15)
 
@@ -67,6 +69,9 @@ def model_frame(frame: pd.DataFrame, *, paradnn: bool = False) -> pd.DataFrame:
         "phi": rows["phi"].fillna(rows["parameters"]).astype(float),
         "config": model_opts_label(rows) if paradnn else "",
         "study": rows["study"],
+        "cell": rows["cell"],
+        # The resource monitor's summary of the cell (null where it did not run).
+        **{name: rows[name] for name in MONITOR_NAMES},
     })
     out["variant"] = variant_label(out, varying(out, VARIANT_AXES))
     return out.reset_index(drop=True)
@@ -90,7 +95,7 @@ def with_panel(frame: pd.DataFrame, columns: list[str]) -> tuple[pd.DataFrame, l
     return frame, panel_order(frame, columns)
 
 
-def _tooltip(frame: pd.DataFrame, extra: list[alt.Tooltip]) -> list[alt.Tooltip]:
+def model_tooltip(frame: pd.DataFrame, extra: list[alt.Tooltip]) -> list[alt.Tooltip]:
     tips = [alt.Tooltip("model:N"), alt.Tooltip("phase:N"), alt.Tooltip("precision:N"),
             alt.Tooltip("batch_size:Q", title="batch size")]
     tips += [alt.Tooltip(f"{c}:N") for c in varying(frame, VARIANT_AXES)]
@@ -129,7 +134,7 @@ def throughput_figure(models: pd.DataFrame) -> Figure | None:
     if models.empty:
         return None
     frame, panels = with_panel(models, ["model", "phase"])
-    tips = _tooltip(frame, [alt.Tooltip("throughput:Q", format=",.1f"),
+    tips = model_tooltip(frame, [alt.Tooltip("throughput:Q", format=",.1f"),
                             alt.Tooltip("unit:N"),
                             alt.Tooltip("time_ms:Q", title="median time (ms)", format=",.3f")])
     colour = alt.Color("precision:N", scale=precision_scale(list(frame["precision"].unique())))
@@ -158,7 +163,7 @@ def framework_figure(models: pd.DataFrame) -> Figure | None:
         y=alt.Y("throughput:Q", title=f"throughput ({_unit(frame)})"),
         color=alt.Color("framework:N", scale=colour_scale(frameworks, FRAMEWORK_COLOURS)),
         tooltip=[alt.Tooltip("framework:N"),
-                 *_tooltip(frame, [alt.Tooltip("throughput:Q", format=",.1f")])],
+                 *model_tooltip(frame, [alt.Tooltip("throughput:Q", format=",.1f")])],
     )
     chart = alt.layer(base.mark_bar(cornerRadiusEnd=2), data=frame).properties(
         width=PANEL_WIDTH, height=PANEL_HEIGHT).facet(
@@ -197,7 +202,7 @@ def speedup_figure(models: pd.DataFrame) -> Figure | None:
     bars = base.mark_bar(cornerRadiusEnd=2).encode(
         y=alt.Y("speedup:Q", title="speed-up over float32 (×)"),
         color=alt.Color("precision:N", scale=precision_scale(precisions)),
-        tooltip=_tooltip(frame, [alt.Tooltip("label:N", title="speed-up"),
+        tooltip=model_tooltip(frame, [alt.Tooltip("label:N", title="speed-up"),
                                  alt.Tooltip("throughput:Q", format=",.1f"),
                                  alt.Tooltip("float32_throughput:Q", format=",.1f",
                                              title="float32 throughput")]),
@@ -222,7 +227,7 @@ def tflops_figure(models: pd.DataFrame) -> Figure | None:
     if frame.empty:
         return None
     frame, panels = with_panel(frame, ["model", "phase"])
-    tips = _tooltip(frame, [alt.Tooltip("tflops:Q", title="TFLOP/s", format=",.2f"),
+    tips = model_tooltip(frame, [alt.Tooltip("tflops:Q", title="TFLOP/s", format=",.2f"),
                             alt.Tooltip("throughput:Q", format=",.1f")])
     colour = alt.Color("precision:N", scale=precision_scale(list(frame["precision"].unique())))
     chart = lines_by_batch(frame, y="tflops", y_title="achieved TFLOP/s", colour=colour,

@@ -60,6 +60,11 @@ code { font-family:"SFMono-Regular", Menlo, Consolas, monospace; font-size:12px;
   background:#9aa5b1; }
 .badge.status-oom { background:#e39b1b; } .badge.status-failed { background:#d64545; }
 .badge.status-ok { background:#3b9c57; }
+section > h3 { margin:22px 0 4px; font-size:16px; font-weight:600; }
+.links, .note { margin:2px 0 8px; font-size:13px; color:var(--muted); }
+.links a, table.profiles a { color:var(--accent); text-decoration:none; }
+table.profiles .badge { margin:0 4px 2px 0; }
+table.profile-top td code { word-break:break-all; }
 footer { color:var(--muted); font-size:12px; padding:0 0 30px; }
 """
 

@@ -65,18 +65,25 @@ def study_table(frame: pd.DataFrame) -> str:
     return table(["study", "kinds", "cells", *statuses], rows, css="numeric-tail")
 
 
-def failures_table(frame: pd.DataFrame) -> str | None:
-    """Cells that are not ok, with their one-line error; None when every cell is ok."""
+def failures_table(frame: pd.DataFrame,
+                   profile_links: dict[tuple[str, str], Markup] | None = None) -> str | None:
+    """Cells that are not ok, with their one-line error; None when every cell is ok.
+    ``profile_links``: (study, cell) -> links to the cell's profiles, a column of its own
+    when a listed cell has one."""
     bad = cells(frame)
     bad = bad[bad["status"] != "ok"]
     if bad.empty:
         return None
     rank = {s: i for i, s in enumerate(STATUS_ORDER)}
     bad = bad.assign(_r=bad["status"].map(rank).fillna(9)).sort_values(["_r", "study", "cell"])
+    links = profile_links or {}
+    with_links = any((r.study, r.cell) in links for r in bad.itertuples())
     rows = [[status_badge(r.status), r.study, Markup(f"<code>{_text(r.cell)}</code>"),
-             Markup(f'<span class="error">{_text(r.error) or "(no error recorded)"}</span>')]
+             Markup(f'<span class="error">{_text(r.error) or "(no error recorded)"}</span>'),
+             *([links.get((r.study, r.cell), "")] if with_links else [])]
             for r in bad.itertuples()]
-    return table(["status", "study", "cell", "error"], rows, css="failures")
+    headers = ["status", "study", "cell", "error", *(["profiles"] if with_links else [])]
+    return table(headers, rows, css="failures")
 
 
 def _environment(row: Any) -> dict[str, Any]:
