@@ -52,11 +52,14 @@ def bare_loop(model_name: str, batch: int, forward_only: bool, warmup: int, meas
     return batch / statistics.median(times)
 
 
+RUNNER_OPTIONS: list[str] = []
+
+
 def our_runner(model_name: str, batch: int, forward_only: bool, warmup: int, measured: int) -> float:
     args = runner.parser().parse_args([
         f"--model={model_name}", f"--batch_size={batch}", f"--num_batches={measured}",
         f"--num_warmup_batches={warmup}", "--device=cpu", "--count_flops=false",
-        f"--forward_only={'true' if forward_only else 'false'}"])
+        f"--forward_only={'true' if forward_only else 'false'}", *RUNNER_OPTIONS])
     res = R.new_result(kind="model", cell=runner.cell_of(args))
     runner.run(args, res)
     return res["measurements"][0]["throughput"]
@@ -70,7 +73,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--measured", type=int, default=8)
+    p.add_argument("--runner_option", action="append", default=[],
+                   help="extra runner flag, e.g. --runner_option=--monitor_interval_ms=0")
     args = p.parse_args()
+    RUNNER_OPTIONS.extend(args.runner_option)
     cases = []
     for model_name in args.models:
         for forward_only in (False, True):

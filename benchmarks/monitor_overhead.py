@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from dlbench import monitor
 from dlbench import result as R
 from dlbench.pytorch import runner
 
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num_batches", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--interval_ms", type=float, default=100.0)
+    parser.add_argument("--interval_ms", type=float, default=monitor.DEFAULT_INTERVAL_MS)
     parser.add_argument("--output", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
 

@@ -323,7 +323,7 @@ def test_interval_flag_rejects_negative_values():
 
     parser = argparse.ArgumentParser()
     monitor.add_arguments(parser)
-    assert parser.parse_args([]).monitor_interval_ms == 100.0
+    assert parser.parse_args([]).monitor_interval_ms == monitor.DEFAULT_INTERVAL_MS == 500.0
     assert parser.parse_args(["--monitor_interval_ms=0"]).monitor_interval_ms == 0.0
     with pytest.raises(SystemExit):
         parser.parse_args(["--monitor_interval_ms=-5"])

@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
-DEFAULT_INTERVAL_MS = 100.0
+# Every 0.5 s: on a busy 2-core host, sampling every 0.1 s cost 1.4 % of throughput
+# (benchmarks/monitor_overhead.py); NVML averages power over about a second anyway.
+DEFAULT_INTERVAL_MS = 500.0
 # psutil walks /proc to find descendants; they rarely change during a measurement, so the
 # list is refreshed at most this often to keep each sample cheap.
 CHILDREN_REFRESH_S = 1.0
