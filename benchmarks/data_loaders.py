@@ -10,9 +10,16 @@ storage formats, then measures, in interleaved rounds (median reported):
 * ``synthetic``: a DataLoader over one ready uint8 image (the loader's own cost, from
   which ``dataloader_ceiling_ratio`` = 1 / (1 + bound / synthetic) follows: the best
   ratio any reader behind a DataLoader can reach on these cores);
-* MXNet's ``ImageRecordIter`` on the RecordIO copy, in the MXNet environment, with k
-  decode threads asked (MXNet reports how many it used);
-* single-core decode + crop rates of torchvision.io and Pillow (the decoder choice).
+* the MXNet runner's two RecordIO readers on the RecordIO copy, in the MXNet environment:
+  ``mxnet_recordio_native`` (``ImageRecordIter`` with k decode threads asked; MXNet reports
+  how many it used) and ``mxnet_recordio_gluon`` (``gluon.data.DataLoader`` with k worker
+  processes decoding with Pillow), host batches as each reader yields them;
+* single-core decode + crop rates of torchvision.io and Pillow (the decoder choice), and in
+  the MXNet environment of the gluon reader's Pillow path vs ``mx.image`` (OpenCV) on the
+  RecordIO payloads and of the Pillow path on the image folder's files.
+
+The RecordIO copy is re-encoded at the source JPEGs' quality (``synthetic.JPEG_QUALITY``),
+so that its readers decode images costing what the bound's files cost.
 
     python benchmarks/data_loaders.py [--out results/benchmarks/data_loaders.json]
 
@@ -46,39 +53,105 @@ TARGET_RATIO = 0.9
 
 # --- MXNet child (runs in the MXNet environment) ------------------------------------------
 
-def mxnet_child(rec: str, threads: list[int], seconds: float, batch: int, size: int) -> None:
+def _mxnet_rate(next_batch: Any, batch: int, seconds: float, warmup: int,
+                clock_type: Any) -> list[float]:
+    for _ in range(warmup):  # threads or workers started, first buffers filled
+        next_batch()
+    n, clock = 0, clock_type()
+    while time.perf_counter() - clock.start_wall < seconds:
+        next_batch()
+        n += batch
+    return list(clock.stop(n))
+
+
+def mxnet_native(rec: str, k: int, seconds: float, batch: int, size: int) -> list[float]:
     import mxnet as mx
 
-    out = {}
-    for k in threads:
-        it = mx.io.ImageRecordIter(
-            path_imgrec=rec, data_shape=(3, size, size), batch_size=batch, shuffle=True,
-            preprocess_threads=k, random_resized_crop=True, min_random_area=0.08,
-            max_random_area=1.0, min_aspect_ratio=3 / 4, max_aspect_ratio=4 / 3,
-            rand_mirror=True, prefetch_buffer=4)
+    it = mx.io.ImageRecordIter(
+        path_imgrec=rec, data_shape=(3, size, size), batch_size=batch, shuffle=True,
+        preprocess_threads=k, random_resized_crop=True, min_random_area=0.08,
+        max_random_area=1.0, min_aspect_ratio=3 / 4, max_aspect_ratio=4 / 3,
+        rand_mirror=True, prefetch_buffer=4)
 
-        def batches(it=it):
-            while True:
-                yield from it
-                it.reset()
+    def batches():
+        while True:
+            yield from it
+            it.reset()
 
-        gen = batches()
-        for _ in range(4):  # warm-up: threads started, first buffers filled
-            next(gen).data[0].wait_to_read()
+    gen = batches()
+    return _mxnet_rate(lambda: next(gen).data[0].wait_to_read(), batch, seconds, 4, CpuClock)
+
+
+def mxnet_gluon(rec: str, k: int, seconds: float, batch: int, size: int) -> list[float]:
+    from dlbench.mxnet.record_loader import GluonRecordReader
+
+    reader = GluonRecordReader(Path(rec), Path(rec).with_suffix(".idx"), batch_size=batch,
+                               input_shape=(3, size, size), workers=k)
+    try:
+        return _mxnet_rate(lambda: reader.next()[0].wait_to_read(), batch, seconds,
+                           max(k, 1) * 4 + 2, CpuClock)
+    finally:
+        reader.close()
+
+
+def mxnet_decoders(rec: str, folder: str, size: int, seconds: float) -> dict[str, Any]:
+    """Single-core read + decode + RandomResizedCrop + flip in the MXNet environment."""
+    import random
+
+    import mxnet as mx
+
+    from dlbench.mxnet.record_loader import RecordImages, crop_box, decode_crop_flip
+
+    images = RecordImages(Path(rec), Path(rec).with_suffix(".idx"), (size, size))
+    payloads = [images.record(i)[1] for i in range(min(len(images), 64))]
+    files = [p.read_bytes() for p in sorted(Path(folder).rglob("*.jpg"))[:64]]
+    rng = random.Random(0)
+
+    def with_pillow(data: bytes) -> Any:
+        return decode_crop_flip(data, size, size, rng, "record")
+
+    def with_mx_image(data: bytes) -> Any:  # OpenCV, as ImageRecordIter decodes
+        img = mx.image.imdecode(data)
+        left, top, w, h = crop_box(img.shape[1], img.shape[0], rng)
+        out = mx.image.fixed_crop(img, left, top, w, h, (size, size), interp=1)
+        if rng.random() < 0.5:
+            out = mx.nd.flip(out, axis=1)
+        return out.asnumpy()
+
+    rates = {}
+    for name, fn, items in (("pillow_recordio", with_pillow, payloads),
+                            ("mx_image_recordio", with_mx_image, payloads),
+                            ("pillow_image_folder", with_pillow, files)):
+        for data in items[:8]:
+            fn(data)
         n, start, cpu = 0, time.perf_counter(), time.process_time()
         while time.perf_counter() - start < seconds:
-            next(gen).data[0].wait_to_read()
-            n += batch
-        out[str(k)] = [n / (time.perf_counter() - start), n / (time.process_time() - cpu)]
-        del gen, it
+            fn(items[n % len(items)])
+            n += 1
+        rates[name] = {"images_per_s": round(n / (time.perf_counter() - start), 1),
+                       "images_per_cpu_s": round(n / (time.process_time() - cpu), 1)}
+    return rates
+
+
+def mxnet_child(rec: str, threads: list[int], seconds: float, batch: int, size: int,
+                decoders_from: str | None) -> None:
+    out: dict[str, Any] = {"native": {}, "gluon": {}}
+    for k in threads:
+        out["native"][str(k)] = mxnet_native(rec, k, seconds, batch, size)
+        out["gluon"][str(k)] = mxnet_gluon(rec, k, seconds, batch, size)
+    if decoders_from:
+        out["decoders"] = mxnet_decoders(rec, decoders_from, size, seconds)
     print(json.dumps(out))
 
 
 def run_mxnet(python: Path, rec: Path, threads: list[int], seconds: float, batch: int,
-              size: int) -> tuple[dict[str, list[float]], dict[str, int]]:
+              size: int, decoders_from: Path | None = None,
+              ) -> tuple[dict[str, Any], dict[str, int]]:
     cmd = [str(python), str(Path(__file__).resolve()), "--mxnet-child", str(rec),
            "--threads", ",".join(map(str, threads)), "--seconds", str(seconds),
            "--batch-size", str(batch), "--image-size", str(size)]
+    if decoders_from is not None:
+        cmd += ["--decoders-from", str(decoders_from)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
     if proc.returncode != 0:
         raise RuntimeError(f"MXNet child failed: {proc.stderr.strip().splitlines()[-1:]}")
@@ -107,7 +180,8 @@ def prepare(work: Path, args: argparse.Namespace, mxnet_python: Path | None) -> 
         start = time.perf_counter()
         subprocess.run([str(mxnet_python), "-m", "dlbench.datasets", "recordio", "--source",
                         str(paths["image_folder"]), "--out", str(paths["recordio"]),
-                        "--workers", "2"], check=True, capture_output=True, cwd=REPO)
+                        "--quality", str(synthetic.JPEG_QUALITY), "--workers", "2"],
+                       check=True, capture_output=True, cwd=REPO)
         timings["recordio"] = time.perf_counter() - start
     count = args.classes * args.images_per_class
     return {"paths": paths, "prepare_images_per_s": {k: count / v for k, v in timings.items()}}
@@ -264,6 +338,7 @@ def decoder_rates(files: list[Path], size: int, seconds: float) -> dict[str, dic
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
+    from dlbench.datasets import synthetic
     from dlbench.pytorch import datasets as readers
 
     mxnet_python = Path(args.mxnet_python) if args.mxnet_python else DEFAULT_MXNET_PYTHON
@@ -293,6 +368,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                   file=sys.stderr, flush=True)
 
         mx_threads: dict[str, int] = {}
+        mx_decoders: dict[str, Any] = {}
         for r in range(args.rounds):
             print(f"round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
             for k in workers:
@@ -307,11 +383,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     record(f"{name}/{k}", loader_rate(loader, args.batch_size, args.seconds, k))
                     del loader
             if mxnet_python is not None:
-                rates, mx_threads = run_mxnet(mxnet_python, paths["recordio"] / "data.rec",
-                                              workers, args.seconds, args.batch_size,
-                                              args.image_size)
-                for k, v in rates.items():
-                    record(f"mxnet_recordio/{k}", v)
+                rates, mx_threads = run_mxnet(
+                    mxnet_python, paths["recordio"] / "data.rec", workers, args.seconds,
+                    args.batch_size, args.image_size,
+                    decoders_from=paths["image_folder"] if r == 0 else None)
+                mx_decoders = rates.pop("decoders", mx_decoders)
+                for reader, by_k in rates.items():
+                    for k, v in by_k.items():
+                        record(f"mxnet_recordio_{reader}/{k}", v)
         load_after = os.getloadavg()
         median = {key: statistics.median(r for r, _ in v) for key, v in samples.items()}
         per_cpu = {key: statistics.median(c for _, c in v) for key, v in samples.items()}
@@ -325,8 +404,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 entry["ratio_to_bound"] = round(value / median[f"bound/{k}"], 3)
                 entry["cpu_efficiency_vs_bound"] = round(per_cpu[key] / per_cpu[f"bound/{k}"],
                                                          3)
-            if name == "mxnet_recordio":
+            if name == "mxnet_recordio_native":
                 entry["decode_threads_used"] = mx_threads.get(k)
+            if name == "mxnet_recordio_gluon":
+                entry["worker_processes"] = int(k)
             table.setdefault(name, {})[k] = entry
         # What the DataLoader's own per-image cost (the synthetic source: shared-memory
         # batches, IPC) leaves of the bound when added to the decode work on the same cores.
@@ -340,7 +421,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "config": {"classes": args.classes, "images_per_class": args.images_per_class,
                        "source_shorter_side": args.source_size, "image_size": args.image_size,
                        "batch_size": args.batch_size, "seconds": args.seconds,
-                       "rounds": args.rounds, "workers": workers},
+                       "rounds": args.rounds, "workers": workers,
+                       "recordio_quality": synthetic.JPEG_QUALITY},
             "environment": {"cpus": os.cpu_count(), "python": platform.python_version(),
                             "torch": torch.__version__, "decoder": readers.DECODER,
                             "loadavg_before": [round(x, 2) for x in load_before],
@@ -349,6 +431,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "prepare_images_per_s": {k: round(v, 1)
                                      for k, v in prep["prepare_images_per_s"].items()},
             "single_core_decode_crop": single,
+            "mxnet_single_core_decode_crop": mx_decoders,
             "results": table,
             "dataloader_ceiling_ratio": ceiling,
             "target_ratio": TARGET_RATIO,
@@ -380,10 +463,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-mxnet", action="store_true")
     ap.add_argument("--mxnet-child", help=argparse.SUPPRESS)
     ap.add_argument("--threads", help=argparse.SUPPRESS)
+    ap.add_argument("--decoders-from", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.mxnet_child:
         mxnet_child(args.mxnet_child, [int(t) for t in args.threads.split(",")], args.seconds,
-                    args.batch_size, args.image_size)
+                    args.batch_size, args.image_size, args.decoders_from)
         return 0
     doc = measure(args)
     out = Path(args.out)

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from dlbench import result as R
-from dlbench.cellrun import is_oom
-from dlbench.mxnet import runner
+from dlbench.cellrun import CellError, is_oom
+from dlbench.mxnet import reader_choice, runner
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PYTHON = REPO / ".venvs" / "mxnet" / "bin" / "python"
@@ -111,8 +111,36 @@ def test_flags_parse_as_dlbs_passes_them():
     assert (args.kv_store, args.preprocess_threads) == ("nccl", 8)
     assert cell["phase"] == "inference" and cell["precision"] == "float32"
     assert cell["data"] == "synthetic" and cell["kv_store"] == "nccl" and cell["num_gpus"] == 4
+    assert args.data_reader == "auto"
+    assert runner.build_parser().parse_args(
+        ["--model", "resnet50", "--data_reader", "gluon"]).data_reader == "gluon"
     with pytest.raises(SystemExit):
         runner.build_parser().parse_args(["--model", "resnet50", "--kv_store", "horovod"])
+    with pytest.raises(SystemExit):
+        runner.build_parser().parse_args(["--model", "resnet50", "--data_reader", "dali"])
+
+
+@pytest.mark.parametrize("cpus,threads,expected", [
+    (2, 1, "native"),   # cap max(2 // 2 - 1, 1) = 1
+    (2, 2, "gluon"),
+    (4, 4, "gluon"),    # cap 1: ImageRecordIter would decode with one thread
+    (8, 3, "native"),   # cap 3
+    (8, 4, "gluon"),
+    (10, 4, "native"),  # cap 4
+    (64, 4, "native"),
+])
+def test_auto_reader_takes_native_only_while_its_thread_cap_covers(cpus, threads, expected):
+    assert reader_choice.choose_reader("auto", threads, cpus=cpus) == expected
+    # An explicit reader is kept whatever the host.
+    assert reader_choice.choose_reader("native", 16, cpus=2) == "native"
+    assert reader_choice.choose_reader("gluon", 1, cpus=64) == "gluon"
+
+
+def test_reader_thread_cap_and_bad_reader_name():
+    assert [reader_choice.native_thread_cap(c) for c in (1, 2, 3, 4, 5, 6, 16)] == \
+        [1, 1, 1, 1, 1, 2, 7]
+    with pytest.raises(CellError, match="--data_reader 'dali' is not one of auto, native"):
+        reader_choice.choose_reader("dali", 1, cpus=4)
 
 
 def test_mxnet_error_line_keeps_the_message_and_the_oom_marker():
@@ -309,6 +337,9 @@ def test_recordio_loader_only(mxnet_python, tmp_path, record_file):
     assert m["pass"] == "loader" and m["items_per_iteration"] == 8 and m["iterations"] == 3
     assert m["extra"]["data_source"] == str(record_file)
     assert m["extra"]["preprocess_threads"] == 2
+    # auto on this host: gluon below 6 usable CPUs (ImageRecordIter's cap is then 1 < 2)
+    assert m["extra"]["data_reader_requested"] == "auto"
+    assert m["extra"]["data_reader"] == reader_choice.choose_reader("auto", 2)
 
 
 @pytest.mark.mxnet
@@ -334,3 +365,220 @@ def test_missing_index_beside_the_record_file(mxnet_python, tmp_path):
     res = read_valid(output)
     assert done.returncode == 1
     assert res["error"].startswith(f"--data_dir: index {tmp_path / 'lonely.idx'} of lonely.rec")
+
+
+# --- the two RecordIO readers -------------------------------------------------------------
+
+# Flat colours, one per image: any crop of an image keeps its colour, so a batch's pixels
+# tell which record they came from. Sizes differ so that crops are drawn per image; 96x72
+# lets the gluon reader decode some crops at half size (JPEG draft) for 32x32 outputs.
+_SIZES = [(96, 72), (64, 80), (72, 72)]
+
+
+def _colour(i: int) -> tuple[int, int, int]:
+    return (20 + 37 * i % 200, 20 + 91 * i % 200, 20 + 53 * i % 200)
+
+
+@pytest.fixture(scope="module")
+def flat_dataset(mxnet_python, tmp_path_factory) -> Path:
+    """Three classes of five flat-colour JPEGs, prepared by ``python -m dlbench.datasets
+    recordio`` (data.lst, data.rec, data.idx)."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("flat")
+    source = root / "images"
+    for i in range(15):
+        folder = source / f"class_{i % 3}"
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", _SIZES[i % 3], _colour(i)).save(folder / f"img_{i:02d}.jpg",
+                                                         quality=95)
+    done = subprocess.run([str(mxnet_python), "-m", "dlbench.datasets", "recordio", "--source",
+                           str(source), "--out", str(root / "rec"), "--workers", "1"],
+                          capture_output=True, text=True, cwd=REPO, env=_env(), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return root / "rec"
+
+
+def _lst(folder: Path) -> list[tuple[float, tuple[int, int, int]]]:
+    """(label, colour) per .lst line, in record order."""
+    rows = []
+    for line in (folder / "data.lst").read_text().splitlines():
+        _, label, relpath = line.split("\t")
+        rows.append((float(label), _colour(int(Path(relpath).stem.split("_")[1]))))
+    return rows
+
+
+_READ_BOTH = """
+    import json
+    import numpy as np
+    import mxnet as mx
+    from dlbench.mxnet import data
+    from dlbench.mxnet.record_loader import GluonRecordReader
+
+    mean = np.array(data.MEAN_RGB).reshape(1, 3, 1, 1)
+    std = np.array(data.STD_RGB).reshape(1, 3, 1, 1)
+    rec, idx = data.resolve_record({folder!r})
+    out = {{}}
+
+    # native, file order, one epoch; the last batch is padded (round_batch)
+    it = data.record_iter(rec, idx, batch_size=4, input_shape=(3, 32, 24), threads=1,
+                          shuffle=False)
+    rows = []
+    for batch in it:
+        n = 4 - batch.pad
+        x = batch.data[0].asnumpy()[:n] * std + mean
+        assert x.shape[1:] == (3, 32, 24)
+        rows += zip(batch.label[0].asnumpy()[:n].tolist(), x.mean(axis=(2, 3)).tolist())
+    out["native"] = rows
+
+    def gluon_rows(reader, batches=None, devices=False):
+        rows, shapes = [], set()
+        while batches is None or batches > 0:
+            try:
+                images, labels = reader.next()
+            except StopIteration:
+                break
+            shapes.add((str(images.dtype), str(labels.dtype), *images.shape[1:]))
+            if devices:  # through to_devices: float32 NCHW, normalised, split over 2
+                parts = reader.to_devices((images, labels), [mx.cpu(0), mx.cpu(1)],
+                                          "float32")
+                x = np.concatenate([p[0].asnumpy() for p in parts]) * std + mean
+                y = np.concatenate([p[1].asnumpy() for p in parts])
+                shapes.add((np.dtype(parts[0][0].dtype).name, np.dtype(parts[0][1].dtype).name,
+                            *x.shape[1:]))
+                rows += zip(y.tolist(), x.mean(axis=(2, 3)).tolist())
+            else:
+                rows += zip(labels.tolist(), images.mean(axis=(1, 2)).tolist())
+            batches = None if batches is None else batches - 1
+        reader.close()
+        return rows, sorted(map(list, shapes))
+
+    common = dict(batch_size=4, input_shape=(3, 32, 24))
+    out["gluon"], out["gluon_shapes"] = gluon_rows(GluonRecordReader(
+        rec, idx, workers=2, shuffle=False, epochs=1, **common))
+    out["gluon_devices"], out["device_shapes"] = gluon_rows(GluonRecordReader(
+        rec, idx, workers=1, shuffle=False, epochs=1, **common), devices=True)
+    # endless and shuffled: 4 batches of 4 = one whole epoch and a first draw of the next
+    out["shuffled"], _ = gluon_rows(GluonRecordReader(rec, idx, workers=2, **common),
+                                    batches=4)
+    out["parts"] = [gluon_rows(GluonRecordReader(rec, idx, workers=1, shuffle=False,
+                                                 epochs=1, part_index=p, num_parts=2,
+                                                 **common))[0] for p in (0, 1)]
+    print(json.dumps(out))
+"""
+
+
+def _distance(colour, other) -> float:
+    return max(abs(a - b) for a, b in zip(colour, other, strict=True))
+
+
+def _assert_rows(rows, expected, tolerance=4.0):
+    """Same count, labels and, within JPEG error, colours as ``expected`` in order."""
+    assert len(rows) == len(expected)
+    for (label, colour), (want_label, want_colour) in zip(rows, expected, strict=True):
+        assert label == want_label
+        assert _distance(colour, want_colour) <= tolerance
+
+
+@pytest.mark.mxnet
+def test_both_readers_read_every_record_with_its_label(mxnet_python, flat_dataset):
+    """Native and gluon readers, file order: every record of the .rec once, the .lst's label
+    with the record's own pixels (RGB order, crop and normalisation undone), through the
+    host batch and through to_devices; shuffled, one epoch visits each record once; two
+    parts are the two halves of the file."""
+    expected = _lst(flat_dataset)
+    assert len(expected) == 15
+    out = json.loads(run_helper(mxnet_python, _READ_BOTH.format(folder=str(flat_dataset)))
+                     .strip().splitlines()[-1])
+    _assert_rows(out["native"], expected)
+    _assert_rows(out["gluon"], expected)
+    _assert_rows(out["gluon_devices"], expected)
+    assert out["gluon_shapes"] == [["uint8", "float32", 32, 24, 3]]
+    assert ["float32", "float32", 3, 32, 24] in out["device_shapes"]
+    epoch, after = out["shuffled"][:15], out["shuffled"][15:]
+    assert len(after) == 1
+    assert [label for label, _ in epoch] != [label for label, _ in expected]  # shuffled
+    by_colour = {tuple(c): lab for lab, c in expected}
+    seen = []
+    for label, colour in epoch:
+        nearest = min(by_colour, key=lambda c: _distance(c, colour))  # noqa: B023 (used now)
+        assert _distance(nearest, colour) <= 4.0 and by_colour[nearest] == label
+        seen.append(nearest)
+    assert sorted(seen) == sorted(by_colour)  # each record exactly once
+    _assert_rows(out["parts"][0], expected[:7])
+    _assert_rows(out["parts"][1], expected[7:])
+
+
+@pytest.mark.mxnet
+@pytest.mark.parametrize("reader,threads", [("native", "1"), ("gluon", "2")])
+def test_loader_only_cell_records_its_reader(mxnet_python, tmp_path, flat_dataset, reader,
+                                             threads):
+    done, output = run_cell(mxnet_python, tmp_path, "--model", "resnet18", "--batch_size", "4",
+                            "--data_dir", str(flat_dataset), "--data_loader_only=true",
+                            "--data_reader", reader, "--preprocess_threads", threads,
+                            "--num_batches", "5", "--num_warmup_batches", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (m,) = read_valid(output)["measurements"]
+    assert m["iterations"] == 5 and m["items_per_iteration"] == 4 and m["throughput"] > 0
+    assert m["extra"]["data_reader"] == reader
+    assert m["extra"]["data_reader_requested"] == reader
+    if reader == "gluon":
+        assert m["extra"]["loader_workers"] == 2 and m["extra"]["decoder"] == "pillow"
+    else:
+        assert m["extra"]["decode_threads_requested"] == 1
+
+
+@pytest.mark.mxnet
+def test_training_cell_on_the_gluon_reader(mxnet_python, tmp_path, flat_dataset):
+    done, output = run_cell(mxnet_python, tmp_path, "--model", "resnet18", "--batch_size", "2",
+                            "--data_dir", str(flat_dataset), "--data_reader", "gluon",
+                            "--preprocess_threads", "2", "--num_batches", "2",
+                            "--num_warmup_batches", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    res = read_valid(output)
+    (m,) = res["measurements"]
+    assert res["status"] == "ok" and m["pass"] == "training" and m["iterations"] == 2
+    assert m["extra"]["data_reader"] == "gluon" and m["extra"]["loader_workers"] == 2
+    assert 0 <= m["data_wait_s"] <= sum(m["times_s"])
+    assert res["extra"]["data_manifest"]["count"] == 15
+
+
+@pytest.mark.mxnet
+def test_gluon_reader_names_an_undecodable_record_in_one_line(mxnet_python, tmp_path):
+    """A record whose payload is no image fails in a worker process; the cell fails with the
+    worker's one-line error naming the file and record."""
+    run_helper(mxnet_python, f"""
+        import io
+        from PIL import Image
+        from mxnet import recordio
+        out = recordio.MXIndexedRecordIO({str(tmp_path / "bad.idx")!r},
+                                         {str(tmp_path / "bad.rec")!r}, "w")
+        for i in range(4):
+            buf = io.BytesIO()
+            Image.new("RGB", (40, 40), (i * 50, 0, 0)).save(buf, format="JPEG")
+            payload = b"not an image" if i == 2 else buf.getvalue()
+            out.write_idx(i, recordio.pack(recordio.IRHeader(0, float(i), i, 0), payload))
+        out.close()
+    """)
+    done, output = run_cell(mxnet_python, tmp_path, "--model", "resnet18", "--batch_size", "2",
+                            "--data_dir", str(tmp_path / "bad.rec"), "--data_loader_only=true",
+                            "--data_reader", "gluon", "--preprocess_threads", "1",
+                            "--num_batches", "3", "--num_warmup_batches", "0")
+    assert done.returncode == 1
+    res = read_valid(output)
+    assert res["status"] == "failed" and "\n" not in res["error"]
+    assert res["error"] == (f"{tmp_path / 'bad.rec'} record 2: unreadable image "
+                            "(not a recognised image format)")
+
+
+@pytest.mark.mxnet
+def test_failed_preparation_marker_is_the_error_for_either_reader(mxnet_python, tmp_path):
+    folder = tmp_path / "prepared"
+    folder.mkdir()
+    (folder / "preparation-error.txt").write_text("source/x.jpg: unreadable image\n")
+    done, output = run_cell(mxnet_python, tmp_path, "--model", "resnet18", "--data_dir",
+                            str(folder), "--data_reader", "gluon")
+    res = read_valid(output)
+    assert done.returncode == 1 and "\n" not in res["error"]
+    assert res["error"] == (f"{folder}: dataset was not prepared: "
+                            "source/x.jpg: unreadable image")

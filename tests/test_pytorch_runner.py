@@ -166,3 +166,31 @@ def test_synthetic_batches_are_made_once():
     source = data.synthetic(built, 5, torch.device("cpu"), torch.float32)
     first, second = itertools.islice(source, 2)
     assert first[0] is second[0] and first[0].shape == (5, 4) and first[1].dtype == torch.int64
+
+
+def test_paradnn_cells_run_wholly_in_the_low_precision(tmp_path):
+    """ParaDnn casts model and inputs to the dtype (seed 004); other models use autocast."""
+    mode = precision.pure(precision.setup("bfloat16", "cpu"))
+    assert (mode.param_dtype, mode.autocast_dtype, mode.use_grad_scaler) == (
+        torch.bfloat16, None, False)
+    assert precision.pure(precision.setup("float32", "cpu")).param_dtype is torch.float32
+    opts = {"layers": 2, "nodes": 16, "input_size": 8, "output_size": 4}
+    args = runner.parser().parse_args(["--model=paradnn_fc", "--device=cpu", "--dtype=bfloat16",
+                                       "--batch_size=4", "--num_batches=2",
+                                       "--num_warmup_batches=1", f"--model_opts={json.dumps(opts)}",
+                                       "--monitor_interval_ms=0"])
+    seen = []
+    original = torch.nn.Linear.forward
+
+    def spy(self, x):
+        seen.append((self.weight.dtype, x.dtype))
+        return original(self, x)
+
+    res = R.new_result(kind="model", cell=runner.cell_of(args))
+    try:
+        torch.nn.Linear.forward = spy
+        runner.run(args, res)
+    finally:
+        torch.nn.Linear.forward = original
+    assert seen and set(seen) == {(torch.bfloat16, torch.bfloat16)}
+    assert res["measurements"][0]["extra"]["phi"] == 16 * 16 * 1 + 16 * (8 + 4)

@@ -1,5 +1,13 @@
 """Input for the MXNet runner: synthetic batches made once on the devices, or images read
-from a RecordIO file (``.rec`` with its ``.idx``) through ``mx.io.ImageRecordIter``."""
+from a RecordIO file (``.rec`` with its ``.idx``) by one of two readers:
+
+* ``native``: ``mx.io.ImageRecordIter``, MXNet's C++ parser (decoding threads capped at
+  ``omp_get_num_procs() / 2 - 1``, at least 1, whatever ``preprocess_threads`` asks);
+* ``gluon``: ``gluon.data.DataLoader`` worker processes decoding with Pillow
+  (``dlbench.mxnet.record_loader``).
+
+``auto`` (``dlbench.mxnet.reader_choice``) takes the native reader when its thread cap covers
+the threads asked."""
 
 from __future__ import annotations
 
@@ -13,10 +21,11 @@ from mxnet import gluon
 
 from dlbench.cellrun import CellError
 from dlbench.datasets import failure
+from dlbench.mxnet.reader_choice import READERS, native_thread_cap, usable_cpus
 
 # ImageNet channel statistics on the 0..255 scale (the usual ImageRecordIter settings).
-_MEAN_RGB = (123.68, 116.779, 103.939)
-_STD_RGB = (58.393, 57.12, 57.375)
+MEAN_RGB = (123.68, 116.779, 103.939)
+STD_RGB = (58.393, 57.12, 57.375)
 
 
 def resolve_record(data_dir: str) -> tuple[Path, Path]:
@@ -67,19 +76,19 @@ def synthetic(ctxs: list[mx.Context], batch_size: int, input_shape: tuple[int, .
 
 def record_iter(rec: Path, idx: Path, *, batch_size: int, input_shape: tuple[int, ...],
                 threads: int, part_index: int = 0, num_parts: int = 1,
-                seed: int = 0) -> mx.io.ImageRecordIter:
+                seed: int = 0, shuffle: bool = True) -> mx.io.ImageRecordIter:
     """Training-style decoding: random crop to the model's input, random mirror, shuffled
     records; ``part_index``/``num_parts`` give each kvstore worker its own share."""
     channels = input_shape[0]
     if channels == 3:
-        normalize = {"mean_r": _MEAN_RGB[0], "mean_g": _MEAN_RGB[1], "mean_b": _MEAN_RGB[2],
-                     "std_r": _STD_RGB[0], "std_g": _STD_RGB[1], "std_b": _STD_RGB[2]}
+        normalize = {"mean_r": MEAN_RGB[0], "mean_g": MEAN_RGB[1], "mean_b": MEAN_RGB[2],
+                     "std_r": STD_RGB[0], "std_g": STD_RGB[1], "std_b": STD_RGB[2]}
     else:
         normalize = {"scale": 1.0 / 255.0}
     return mx.io.ImageRecordIter(
         path_imgrec=os.fspath(rec), path_imgidx=os.fspath(idx),
         data_shape=tuple(input_shape), batch_size=batch_size,
-        rand_crop=True, rand_mirror=True, shuffle=True, seed=seed,
+        rand_crop=True, rand_mirror=True, shuffle=shuffle, seed=seed,
         preprocess_threads=threads, part_index=part_index, num_parts=num_parts,
         dtype="float32", **normalize)
 
@@ -104,3 +113,49 @@ def to_devices(batch: mx.io.DataBatch, ctxs: list[mx.Context],
     if dtype != "float32":
         data = [d.astype(dtype, copy=False) for d in data]
     return list(zip(data, label, strict=True))
+
+
+class NativeReader:
+    """``mx.io.ImageRecordIter`` behind the readers' interface: float32 NCHW host batches,
+    normalised on the host, endless (epochs restart)."""
+
+    name = "native"
+
+    def __init__(self, rec: Path, idx: Path, *, batch_size: int, input_shape: tuple[int, ...],
+                 threads: int, part_index: int = 0, num_parts: int = 1, seed: int = 0):
+        self.threads = threads
+        self.it = record_iter(rec, idx, batch_size=batch_size, input_shape=input_shape,
+                              threads=threads, part_index=part_index, num_parts=num_parts,
+                              seed=seed)
+
+    def facts(self) -> dict:
+        return {"data_reader": self.name, "decode_threads_requested": self.threads,
+                "decode_threads_cap": native_thread_cap(usable_cpus()),
+                "decoder": "opencv", "host_batch_layout": "float32 NCHW"}
+
+    def next(self) -> mx.io.DataBatch:
+        return next_batch(self.it)
+
+    def to_devices(self, batch: mx.io.DataBatch, ctxs: list[mx.Context],
+                   dtype: str) -> list[tuple[mx.nd.NDArray, mx.nd.NDArray]]:
+        return to_devices(batch, ctxs, dtype)
+
+    def close(self) -> None:
+        pass
+
+
+def open_reader(kind: str, rec: Path, idx: Path, *, batch_size: int,
+                input_shape: tuple[int, ...], threads: int, part_index: int = 0,
+                num_parts: int = 1, seed: int = 0):
+    """A ``native`` or ``gluon`` reader (see ``choose_reader``); both give ``next()`` host
+    batches, ``to_devices(batch, ctxs, dtype)`` -> [(data, float32 label)] per device,
+    ``facts()`` for the measurement and ``close()``."""
+    common = {"batch_size": batch_size, "input_shape": tuple(input_shape),
+              "part_index": part_index, "num_parts": num_parts, "seed": seed}
+    if kind == "native":
+        return NativeReader(rec, idx, threads=threads, **common)
+    if kind == "gluon":
+        from dlbench.mxnet.record_loader import GluonRecordReader
+
+        return GluonRecordReader(rec, idx, workers=threads, **common)
+    raise CellError(f"--data_reader {kind!r} is not one of {', '.join(READERS)}")

@@ -20,6 +20,7 @@ from typing import Any
 from dlbench import cellrun, cli, environment, models, monitor, nvtx_ranges
 from dlbench import result as R
 from dlbench.cellrun import CellError
+from dlbench.mxnet import reader_choice
 from dlbench.study import KV_STORES
 
 PROG = "python -m dlbench.mxnet"
@@ -46,7 +47,13 @@ def build_parser():
     parser.add_argument("--kv_store", choices=KV_STORES, default="device",
                         help="gradient aggregation (default: device)")
     parser.add_argument("--preprocess_threads", type=int, default=4,
-                        help="ImageRecordIter decoding threads (default: 4)")
+                        help="RecordIO decoding threads (native) or worker processes (gluon) "
+                             "(default: 4)")
+    parser.add_argument("--data_reader", choices=reader_choice.CHOICES, default="auto",
+                        help="RecordIO reader: native (mx.io.ImageRecordIter), gluon "
+                             "(gluon.data.DataLoader worker processes, Pillow), or auto: "
+                             "native when its decoding-thread cap (cpus/2 - 1, at least 1) "
+                             "covers --preprocess_threads, else gluon (default: auto)")
     cli.add_bool(parser, "--data_loader_only", False, "time the input pipeline alone")
     monitor.add_arguments(parser)
     return parser
@@ -270,29 +277,37 @@ def _timed(mx: ModuleType, step: Callable[[], float], warmup: int, iterations: i
     return times, waits
 
 
-def _record_iter(args, plan: Plan, input_shape: tuple[int, ...]):
+def _open_reader(args, plan: Plan, input_shape: tuple[int, ...]):
+    """The RecordIO reader ``--data_reader`` names (``auto``: see reader_choice)."""
     from dlbench.mxnet import data
 
     rec, idx = plan.record
-    return data.record_iter(rec, idx, batch_size=plan.batch, input_shape=input_shape,
+    kind = reader_choice.choose_reader(args.data_reader, args.preprocess_threads)
+    return data.open_reader(kind, rec, idx, batch_size=plan.batch, input_shape=input_shape,
                             threads=args.preprocess_threads, part_index=plan.rank,
                             num_parts=plan.workers)
 
 
+def _reader_facts(args, reader) -> dict[str, Any]:
+    return {**reader.facts(), "data_reader_requested": args.data_reader,
+            "preprocess_threads": args.preprocess_threads}
+
+
 def _loader_measurement(mx: ModuleType, args, plan: Plan, common: dict,
                         hooks: Sequence[Any]) -> dict[str, Any]:
-    from dlbench.mxnet import data
-
-    it = _record_iter(args, plan, tuple(plan.spec.input_shape))
+    reader = _open_reader(args, plan, tuple(plan.spec.input_shape))
 
     def step() -> float:
-        data.to_devices(data.next_batch(it), plan.ctxs, plan.precision)
+        reader.to_devices(reader.next(), plan.ctxs, plan.precision)
         return 0.0
 
-    times, _ = _timed(mx, step, args.num_warmup_batches, args.num_batches, hooks)
+    try:
+        times, _ = _timed(mx, step, args.num_warmup_batches, args.num_batches, hooks)
+    finally:
+        reader.close()
     return R.measurement(name=args.model, pass_="loader", times_s=times,
                          items_per_iteration=plan.batch, throughput_unit="images/s",
-                         extra={**common, "preprocess_threads": args.preprocess_threads})
+                         extra={**common, **_reader_facts(args, reader)})
 
 
 def _model_measurement(mx: ModuleType, args, plan: Plan, common: dict,
@@ -309,14 +324,15 @@ def _model_measurement(mx: ModuleType, args, plan: Plan, common: dict,
         net.cast("float16")  # BatchNorm keeps float32 parameters (Gluon's cast rule)
     net.hybridize(static_alloc=True, static_shape=True)
 
+    reader = None
     if plan.record:
-        it = _record_iter(args, plan, built.input_shape)
+        reader = _open_reader(args, plan, built.input_shape)
 
         def fetch():
             start = time.perf_counter()
-            host = data.next_batch(it)
+            host = reader.next()
             wait = time.perf_counter() - start
-            return data.to_devices(host, plan.ctxs, plan.precision), wait
+            return reader.to_devices(host, plan.ctxs, plan.precision), wait
     else:
         fixed = data.synthetic(plan.ctxs, args.batch_size, built.input_shape,
                                built.num_classes, plan.precision)
@@ -345,7 +361,11 @@ def _model_measurement(mx: ModuleType, args, plan: Plan, common: dict,
             trainer.step(plan.batch)  # gradients are summed over devices: scale by the batch
             return wait
 
-    times, waits = _timed(mx, step, args.num_warmup_batches, args.num_batches, hooks)
+    try:
+        times, waits = _timed(mx, step, args.num_warmup_batches, args.num_batches, hooks)
+    finally:
+        if reader is not None:
+            reader.close()
     real = plan.record is not None
     return R.measurement(
         name=args.model, pass_="inference" if args.forward_only else "training",
@@ -354,4 +374,4 @@ def _model_measurement(mx: ModuleType, args, plan: Plan, common: dict,
         compute_s=sum(times) - sum(waits) if real else sum(times),
         extra={**common, **built.facts, "hybridize": "static_alloc,static_shape",
                "optimizer": None if args.forward_only else "sgd",
-               "preprocess_threads": args.preprocess_threads if real else None})
+               **(_reader_facts(args, reader) if real else {"preprocess_threads": None})})

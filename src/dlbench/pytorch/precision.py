@@ -48,6 +48,14 @@ def setup(precision: str, device_type: str) -> PrecisionMode:
     raise ValueError(f"unknown precision {precision!r}")
 
 
+def pure(mode: PrecisionMode) -> PrecisionMode:
+    """The same precision with the model itself in the low-precision dtype (as ParaDnn
+    runs f16/bf16): no autocast, no float32 master weights, no loss scaling."""
+    if mode.autocast_dtype is None:
+        return mode
+    return PrecisionMode(mode.name, mode.autocast_dtype, None, False)
+
+
 def apply_cudnn_flags(benchmark: bool, fastest: bool) -> dict[str, Any]:
     """cuDNN options as DLBS exposes them. PyTorch has no 'fastest' switch; its nearest
     equivalent is letting the autotuner try every algorithm (benchmark_limit 0) instead of

@@ -186,6 +186,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     res["environment"] = framework_environment(device)
 
     built = zoo.build(args.model, args.model_opts)
+    if built.pure_precision:
+        mode = precision.pure(mode)
     model = built.module.to(device=device, dtype=mode.param_dtype)
     n_params = zoo.parameter_count(model)
     if args.data_dir:

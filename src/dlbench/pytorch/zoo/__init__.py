@@ -27,6 +27,9 @@ class BuiltModel:
     optimizer_kwargs: dict[str, Any] = field(default_factory=dict)
     # Facts recorded in the measurement's extra (e.g. ParaDnn's phi).
     facts: dict[str, Any] = field(default_factory=dict)
+    # ParaDnn casts the whole model and its inputs to the cell's float16/bfloat16 (no
+    # autocast, no float32 master weights); the other models use mixed precision.
+    pure_precision: bool = False
 
 
 def build(name: str, opts: dict[str, Any] | None = None) -> BuiltModel:

@@ -157,7 +157,7 @@ def _build_fc(spec: ModelSpec, opts: dict[str, Any]) -> BuiltModel:
     optimizer, kwargs = _optimizer(opts)
     return BuiltModel(ParaDnnFC(*shape), (opts["input_size"],), opts["output_size"],
                       spec.input_kind, optimizer=optimizer, optimizer_kwargs=kwargs,
-                      facts={"phi": P.fc_phi(*shape)})
+                      facts={"phi": P.fc_phi(*shape)}, pure_precision=True)
 
 
 def _build_cnn(spec: ModelSpec, opts: dict[str, Any]) -> BuiltModel:
@@ -168,7 +168,8 @@ def _build_cnn(spec: ModelSpec, opts: dict[str, Any]) -> BuiltModel:
     optimizer, kwargs = _optimizer(opts)
     return BuiltModel(module, (3, size, size), opts["output_size"], spec.input_kind,
                       optimizer=optimizer, optimizer_kwargs=kwargs,
-                      facts={"final_feature_map": P.cnn_feature_sizes(size)["group4"]})
+                      facts={"final_feature_map": P.cnn_feature_sizes(size)["group4"]},
+                      pure_precision=True)
 
 
 def _build_rnn(spec: ModelSpec, opts: dict[str, Any]) -> BuiltModel:
@@ -178,7 +179,7 @@ def _build_rnn(spec: ModelSpec, opts: dict[str, Any]) -> BuiltModel:
     optimizer, kwargs = _optimizer(opts)
     return BuiltModel(module, (opts["max_length"],), opts["vocab_size"], spec.input_kind,
                       vocab_size=opts["vocab_size"], optimizer=optimizer,
-                      optimizer_kwargs=kwargs)
+                      optimizer_kwargs=kwargs, pure_precision=True)
 
 
 _BUILDERS = {"paradnn_fc": _build_fc, "paradnn_cnn": _build_cnn, "paradnn_rnn": _build_rnn}
