@@ -88,7 +88,7 @@ def mxnet_gluon(rec: str, k: int, seconds: float, batch: int, size: int) -> list
     reader = GluonRecordReader(Path(rec), Path(rec).with_suffix(".idx"), batch_size=batch,
                                input_shape=(3, size, size), workers=k)
     try:
-        return _mxnet_rate(lambda: reader.next()[0].wait_to_read(), batch, seconds,
+        return _mxnet_rate(reader.next, batch, seconds,
                            max(k, 1) * 4 + 2, CpuClock)
     finally:
         reader.close()

@@ -193,4 +193,7 @@ def test_paradnn_cells_run_wholly_in_the_low_precision(tmp_path):
     finally:
         torch.nn.Linear.forward = original
     assert seen and set(seen) == {(torch.bfloat16, torch.bfloat16)}
-    assert res["measurements"][0]["extra"]["phi"] == 16 * 16 * 1 + 16 * (8 + 4)
+    (m,) = res["measurements"]
+    phi = 16 * 16 * 1 + 16 * (8 + 4)
+    assert m["extra"]["phi"] == phi
+    assert m["extra"]["phi_tflops"] == pytest.approx(6 * phi * 4 / m["time_s"]["median"] / 1e12)

@@ -239,6 +239,10 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         times_s=times, items_per_iteration=items, parameters=n_params,
         flops_per_iteration=flops * topo.world_size if flops else None,
         data_wait_s=wait, compute_s=compute, extra=extra)]
+    if "phi" in extra:
+        # ParaDnn's own figure: 6·Φ FLOPs per sample for training, 2·Φ for inference.
+        per_sample = (2 if args.forward_only else 6) * extra["phi"]
+        extra["phi_tflops"] = per_sample * items / res["measurements"][0]["time_s"]["median"] / 1e12
     if mon:
         monitor.attach(res, args.output, mon)
     distributed.shutdown()
