@@ -18,6 +18,7 @@ import lmdb
 import numpy as np
 import pytest
 from PIL import Image
+from wire_datum import wire_datum
 
 from dlbench.datasets import check, datum, lmdb_writer, synthetic
 from dlbench.datasets import recordio_format as rf
@@ -117,19 +118,9 @@ def test_scan_labels_subset_shuffle_and_lst(source, tmp_path):
 
 # --- Datum ---------------------------------------------------------------------------------
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
 def test_datum_class_parses_hand_encoded_wire_format():
     data = bytes(range(24))
-    wire = (b"\x08" + _varint(3) + b"\x10" + _varint(2) + b"\x18" + _varint(4)
-            + b"\x22" + _varint(len(data)) + data + b"\x28" + _varint(300))
+    wire = wire_datum(label=300, channels=3, height=2, width=4, data=data)
     d = datum.parse(wire, "hand")
     assert (d.channels, d.height, d.width, d.label, d.encoded) == (3, 2, 4, 300, False)
     assert d.data == data

@@ -17,6 +17,7 @@ import pytest
 import torch
 from PIL import Image
 from torch.utils.data import DistributedSampler
+from wire_datum import wire_datum
 
 from dlbench.cellrun import CellError, one_line
 from dlbench.datasets import lmdb_writer, synthetic
@@ -82,29 +83,6 @@ def test_distributed_sampler_rank_1_of_2(prepared):
 
 # --- colours through the augmentation --------------------------------------------------------
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _wire_datum(*, label: int, channels: int = 0, height: int = 0, width: int = 0,
-                data: bytes, encoded: bool = False) -> bytes:
-    """caffe.Datum in protobuf wire format, field by field (tag = number << 3 | wire type)."""
-    out = b""
-    for number, value in ((1, channels), (2, height), (3, width)):
-        if value:
-            out += bytes([number << 3]) + _varint(value)
-    out += bytes([4 << 3 | 2]) + _varint(len(data)) + data
-    out += bytes([5 << 3]) + _varint(label)
-    if encoded:
-        out += bytes([7 << 3]) + _varint(1)
-    return out
-
-
 def _colour(label: int) -> tuple[int, int, int]:
     return (200, 40 + 50 * label, 10 + 30 * label)  # RGB, distinct per label
 
@@ -118,10 +96,10 @@ def _write_foreign_lmdb(path: Path, *, encoded: bool) -> None:
             if encoded:
                 buf = io.BytesIO()
                 Image.fromarray(rgb).save(buf, format="PNG")
-                value = _wire_datum(label=label, data=buf.getvalue(), encoded=True)
+                value = wire_datum(label=label, data=buf.getvalue(), encoded=True)
             else:
                 bgr_chw = rgb[:, :, ::-1].transpose(2, 0, 1)
-                value = _wire_datum(label=label, channels=3, height=40, width=56,
+                value = wire_datum(label=label, channels=3, height=40, width=56,
                                     data=bgr_chw.tobytes())
             txn.put(f"{i:08d}_x{i}.png".encode(), value)
     env.close()
