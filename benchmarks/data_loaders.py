@@ -5,8 +5,9 @@ storage formats, then measures, in interleaved rounds (median reported):
 
 * ``bound``: the reader's own per-image work (read + JPEG decode + RandomResizedCrop + flip)
   done by a ``multiprocessing.Pool`` of k processes with no loader around it;
-* each backend through ``dlbench.pytorch.datasets.make_loader`` with k loader workers
-  (image_folder, caffe_lmdb raw, caffe_lmdb encoded), and its ratio to the bound;
+* each backend through ``dlbench.pytorch.datasets.make_loader`` with k decoding threads
+  (the runner's default) and with k DataLoader worker processes (``*_processes``):
+  image_folder, caffe_lmdb raw, caffe_lmdb encoded, and each one's ratio to the bound;
 * ``synthetic``: a DataLoader over one ready uint8 image (the loader's own cost, from
   which ``dataloader_ceiling_ratio`` = 1 / (1 + bound / synthetic) follows: the best
   ratio any reader behind a DataLoader can reach on these cores);
@@ -377,11 +378,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 record(f"synthetic/{k}", synthetic_rate(args.image_size, args.batch_size, k,
                                                         args.seconds))
                 for name, (backend, path) in backends.items():
-                    loader, _ = readers.make_loader(
-                        path, backend, batch_size=args.batch_size, image_size=args.image_size,
-                        shuffle=True, num_workers=k, seed=r)
-                    record(f"{name}/{k}", loader_rate(loader, args.batch_size, args.seconds, k))
-                    del loader
+                    # Decoding threads (the runner's default) and DataLoader worker processes.
+                    for kind, suffix in (("threads", ""), ("processes", "_processes")):
+                        loader, _ = readers.make_loader(
+                            path, backend, batch_size=args.batch_size,
+                            image_size=args.image_size, shuffle=True, num_workers=k, seed=r,
+                            workers=kind)
+                        record(f"{name}{suffix}/{k}",
+                               loader_rate(loader, args.batch_size, args.seconds, k))
+                        if kind == "threads":
+                            loader.close()
+                        del loader
             if mxnet_python is not None:
                 rates, mx_threads = run_mxnet(
                     mxnet_python, paths["recordio"] / "data.rec", workers, args.seconds,

@@ -22,6 +22,7 @@ from wire_datum import wire_datum
 from dlbench.cellrun import CellError, one_line
 from dlbench.datasets import lmdb_writer, synthetic
 from dlbench.pytorch.datasets import make_loader
+from dlbench.pytorch.threaded_loader import ThreadedLoader
 
 # torchvision 0.29 deprecates its codecs; the reader silences that notice, pytest resets filters.
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities")
@@ -44,13 +45,17 @@ def _backend(name: str) -> str:
     return "image_folder" if name == "image_folder" else "caffe_lmdb"
 
 
+@pytest.mark.parametrize("kind", ["threads", "processes"])
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("name", ["image_folder", "raw", "encoded"])
-def test_loader_yields_uint8_chw_batches_and_int64_labels(prepared, name, workers):
+def test_loader_yields_uint8_chw_batches_and_int64_labels(prepared, name, workers, kind):
     loader, manifest = make_loader(prepared[name], _backend(name), batch_size=5, image_size=SIZE,
-                                   shuffle=True, num_workers=workers, seed=1)
+                                   shuffle=True, num_workers=workers, seed=1, workers=kind)
     assert manifest["count"] == 32 and manifest["num_classes"] == SPEC.classes
-    assert loader.persistent_workers == (workers > 0)
+    if kind == "processes":
+        assert loader.persistent_workers == (workers > 0)
+    else:
+        assert isinstance(loader, ThreadedLoader) and loader.threads == workers
     batches = list(loader)
     assert len(batches) == len(loader) == 32 // 5  # drop_last
     labels = []
@@ -63,13 +68,14 @@ def test_loader_yields_uint8_chw_batches_and_int64_labels(prepared, name, worker
     assert labels != sorted(labels)  # shuffled
     again = [y.tolist() for _, y in make_loader(
         prepared[name], _backend(name), batch_size=5, image_size=SIZE, shuffle=True,
-        num_workers=workers, seed=1)[0]]
+        num_workers=workers, seed=1, workers=kind)[0]]
     assert sum(again, []) == labels  # the seed fixes the order
 
 
-def test_distributed_sampler_rank_1_of_2(prepared):
+@pytest.mark.parametrize("kind", ["threads", "processes"])
+def test_distributed_sampler_rank_1_of_2(prepared, kind):
     loader, _ = make_loader(prepared["encoded"], "caffe_lmdb", batch_size=4, image_size=SIZE,
-                            shuffle=True, num_workers=2, rank=1, world_size=2)
+                            shuffle=True, num_workers=2, rank=1, world_size=2, workers=kind)
     assert isinstance(loader.sampler, DistributedSampler)
     assert (loader.sampler.rank, loader.sampler.num_replicas) == (1, 2)
     assert len(loader) == (32 // 2) // 4
@@ -182,11 +188,27 @@ def test_manifest_of_another_format_is_rejected(prepared, tmp_path):
                                                                      backend="caffe_lmdb")
 
 
+@pytest.mark.parametrize("kind", ["threads", "processes"])
 @pytest.mark.parametrize(("content", "workers"), [(b"\xff\xd8\xff\xe0 not a jpeg", 2),
                                                   (b"", 2), (b"GIF89a junk", 0)])
-def test_unreadable_image_names_the_file(tmp_path, content, workers):
+def test_unreadable_image_names_the_file(tmp_path, content, workers, kind):
     synthetic.generate(tmp_path / "d", synthetic.Spec(2, 4, 32, 0))
     broken = tmp_path / "d" / "class_0001" / "img_0001_000002.jpg"
     broken.write_bytes(content)
-    message = _error(data_dir=tmp_path / "d", backend="image_folder", num_workers=workers)
+    message = _error(data_dir=tmp_path / "d", backend="image_folder", num_workers=workers,
+                     workers=kind)
     assert message.startswith(f"{broken}: unreadable image ("), message
+
+
+def test_threaded_batches_stay_valid_until_two_more_are_drawn(prepared):
+    """The ring of reused batch tensors: a batch is not overwritten while the consumer can
+    still be reading it (the next one is drawn), only two draws later."""
+    loader, _ = make_loader(prepared["image_folder"], "image_folder", batch_size=4,
+                            image_size=SIZE, shuffle=False, num_workers=2)
+    it = iter(loader)
+    first, _ = next(it)
+    snapshot = first.clone()
+    next(it)
+    assert torch.equal(first, snapshot)
+    buffers = {id(b) for b in loader._buffers}
+    assert len(buffers) == 4 and first.data_ptr() in {b.data_ptr() for b in loader._buffers}

@@ -68,7 +68,7 @@ class RealImages:
 
 def real(built: BuiltModel, *, data_dir: str, backend: str, batch_size: int, shuffle: bool,
          workers: int, rank: int, world_size: int, device: torch.device, dtype: torch.dtype,
-         ) -> tuple[RealImages, dict[str, Any]]:
+         worker_kind: str = "threads") -> tuple[RealImages, dict[str, Any]]:
     if built.input_kind != "image" or built.input_shape[0] != 3:
         raise CellError(f"real image data needs a 3-channel image model; this model takes "
                         f"{built.input_kind} of shape {built.input_shape}")
@@ -77,5 +77,5 @@ def real(built: BuiltModel, *, data_dir: str, backend: str, batch_size: int, shu
     loader, manifest = make_loader(
         data_dir, backend, batch_size=batch_size, image_size=built.input_shape[-1],
         shuffle=shuffle, num_workers=workers, rank=rank, world_size=world_size,
-        pin_memory=device.type == "cuda")
+        pin_memory=device.type == "cuda", workers=worker_kind)
     return RealImages(loader, device, dtype), manifest

@@ -31,7 +31,11 @@ def parser() -> argparse.ArgumentParser:
     cli.add_bool(p, "--cudnn_benchmark", True, "let cuDNN autotune convolution algorithms")
     cli.add_bool(p, "--cudnn_fastest", False, "let the autotuner try every algorithm")
     cli.add_bool(p, "--data_shuffle", False, "shuffle real datasets")
-    p.add_argument("--num_loader_threads", type=int, default=4, help="DataLoader workers")
+    p.add_argument("--num_loader_threads", type=int, default=4,
+                   help="input decoding threads (or worker processes, see --loader_workers)")
+    p.add_argument("--loader_workers", choices=["threads", "processes"], default="threads",
+                   help="decode in threads of this process (faster on few cores) or in "
+                        "DataLoader worker processes")
     p.add_argument("--data_backend", choices=["caffe_lmdb", "image_folder"],
                    default="caffe_lmdb", help="storage format of --data_dir")
     cli.add_bool(p, "--data_loader_only", False, "time the input pipeline alone")
@@ -195,8 +199,9 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             built, data_dir=args.data_dir, backend=args.data_backend,
             batch_size=args.batch_size, shuffle=args.data_shuffle,
             workers=args.num_loader_threads, rank=topo.rank, world_size=topo.world_size,
-            device=device, dtype=mode.param_dtype)
+            device=device, dtype=mode.param_dtype, worker_kind=args.loader_workers)
         res["extra"]["data_manifest"] = manifest
+        res["extra"]["loader_workers"] = args.loader_workers
         batches = iter(source)
     else:
         batches = data.synthetic(built, args.batch_size, device, mode.param_dtype,
