@@ -523,7 +523,7 @@ def test_loader_only_cell_records_its_reader(mxnet_python, tmp_path, flat_datase
     assert m["extra"]["data_reader"] == reader
     assert m["extra"]["data_reader_requested"] == reader
     if reader == "gluon":
-        assert m["extra"]["loader_workers"] == 2 and m["extra"]["decoder"] == "pillow"
+        assert m["extra"]["loader_workers"] == 2 and m["extra"]["decoder"] == "opencv"
     else:
         assert m["extra"]["decode_threads_requested"] == 1
 
@@ -568,7 +568,7 @@ def test_gluon_reader_names_an_undecodable_record_in_one_line(mxnet_python, tmp_
     res = read_valid(output)
     assert res["status"] == "failed" and "\n" not in res["error"]
     assert res["error"] == (f"{tmp_path / 'bad.rec'} record 2: unreadable image "
-                            "(not a recognised image format)")
+                            "(OpenCV cannot decode it)")
 
 
 @pytest.mark.mxnet
