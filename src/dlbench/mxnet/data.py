@@ -3,7 +3,7 @@ from a RecordIO file (``.rec`` with its ``.idx``) by one of two readers:
 
 * ``native``: ``mx.io.ImageRecordIter``, MXNet's C++ parser (decoding threads capped at
   ``omp_get_num_procs() / 2 - 1``, at least 1, whatever ``preprocess_threads`` asks);
-* ``gluon``: ``gluon.data.DataLoader`` worker processes decoding with Pillow
+* ``gluon``: ``gluon.data.DataLoader`` worker processes decoding with OpenCV (or Pillow)
   (``dlbench.mxnet.record_loader``).
 
 ``auto`` (``dlbench.mxnet.reader_choice``) takes the native reader when its thread cap covers

@@ -51,7 +51,7 @@ def build_parser():
                              "(default: 4)")
     parser.add_argument("--data_reader", choices=reader_choice.CHOICES, default="auto",
                         help="RecordIO reader: native (mx.io.ImageRecordIter), gluon "
-                             "(gluon.data.DataLoader worker processes, Pillow), or auto: "
+                             "(gluon.data.DataLoader worker processes, OpenCV), or auto: "
                              "native when its decoding-thread cap (cpus/2 - 1, at least 1) "
                              "covers --preprocess_threads, else gluon (default: auto)")
     cli.add_bool(parser, "--data_loader_only", False, "time the input pipeline alone")
