@@ -17,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from published_counts import TORCHVISION_PUBLISHED
 
 from dlbench import result as R
 from dlbench.cellrun import CellError, is_oom
@@ -25,22 +26,9 @@ from dlbench.mxnet import reader_choice, runner
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PYTHON = REPO / ".venvs" / "mxnet" / "bin" / "python"
 
-# torchvision's parameter counts (PyTorch's ``parameters()``; googlenet and inception3 without
-# their auxiliary classifiers), which the PyTorch runner's models have.
-TORCHVISION_COUNTS = {
-    "alexnet_owt": 61_100_840,
-    "googlenet": 6_624_904,
-    "inception3": 23_834_568,
-    "vgg11": 132_863_336,
-    "vgg13": 133_047_848,
-    "vgg16": 138_357_544,
-    "vgg19": 143_667_240,
-    "resnet18": 11_689_512,
-    "resnet34": 21_797_672,
-    "resnet50": 25_557_032,
-    "resnet101": 44_549_160,
-    "resnet152": 60_192_808,
-}
+# torchvision's counts, which the PyTorch runner's models have (inception3 without its
+# auxiliary classifier: 23,834,568).
+TORCHVISION_COUNTS = {**TORCHVISION_PUBLISHED, "inception3": 23_834_568}
 # DLBS's own models: AlexNet without groups (conv 96-256-384-384-256, fc 4096-4096-1000, 227
 # input) and DeepMNIST (784 -> 2500-2000-1500-1000-500 -> 10), counted by hand.
 DLBS_COUNTS = {"alexnet": 62_378_344, "deep_mnist": 11_972_510}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from published_counts import TORCHVISION_PUBLISHED
 
 from dlbench import models
 from dlbench.pytorch import zoo
@@ -74,19 +75,8 @@ INCEPTION3_AUX = (conv(768, 128, 1, bias=False) + batch_norm(128)
                   + conv(128, 768, 5, bias=False) + batch_norm(768) + linear(768, 1000))
 
 EXPECTED_PARAMETERS = {
-    # torchvision's published counts (weights metadata "num_params").
-    "alexnet_owt": 61_100_840,
-    "googlenet": 6_624_904,  # published without the auxiliary heads, as we build it
-    "inception3": 27_161_264 - INCEPTION3_AUX,  # published with the auxiliary head
-    "vgg11": 132_863_336,
-    "vgg13": 133_047_848,
-    "vgg16": 138_357_544,
-    "vgg19": 143_667_240,
-    "resnet18": 11_689_512,
-    "resnet34": 21_797_672,
-    "resnet50": 25_557_032,
-    "resnet101": 44_549_160,
-    "resnet152": 60_192_808,
+    **TORCHVISION_PUBLISHED,
+    "inception3": TORCHVISION_PUBLISHED["inception3"] - INCEPTION3_AUX,  # we build it without
     # DLBS's definitions, by arithmetic.
     "alexnet": (conv(3, 96, 11) + conv(96, 256, 5) + conv(256, 384, 3) + conv(384, 384, 3)
                 + conv(384, 256, 3) + mlp([256 * 6 * 6, 4096, 4096, 1000])),
