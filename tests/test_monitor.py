@@ -3,6 +3,7 @@ powercap tree, NVML through a test double (no NVIDIA driver here), and the runne
 
 import csv
 import json
+import os
 import subprocess
 import sys
 import time
@@ -94,7 +95,10 @@ def powercap_tree(root, zones):
 
 
 def set_energy(root, zone, value):
-    (root / zone / "energy_uj").write_text(f"{value}\n")
+    """Replace the counter whole, as sysfs does: a reader never sees a half-written file."""
+    tmp = root / zone / "energy_uj.tmp"
+    tmp.write_text(f"{value}\n")
+    os.replace(tmp, root / zone / "energy_uj")
 
 
 def test_rapl_sums_packages_and_dram_and_handles_wraparound(tmp_path):
@@ -133,6 +137,28 @@ def test_host_energy_power_and_samples_per_joule_from_rapl(tmp_path):
     assert s["power_max_w"] >= s["power_mean_w"]
     assert s["host"]["energy_j"] == pytest.approx(30.0)
     assert mon.series()["host_energy_j"][-1] == pytest.approx(30.0)
+
+
+def test_a_failed_reading_leaves_a_gap_and_sampling_goes_on(tmp_path):
+    """A counter that cannot be read for a while (here: an empty file) gives None samples
+    and one note; the thread keeps sampling, columns stay aligned and no energy is lost."""
+    root = powercap_tree(tmp_path, {"intel-rapl:0": ("package-0", 10_000_000, 2**40)})
+    mon = monitor.ResourceMonitor(10, powercap_root=root)
+    mon.start()
+    set_energy(root, "intel-rapl:0", "")
+    deadline = time.monotonic() + 10
+    while not mon.notes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    set_energy(root, "intel-rapl:0", 40_000_000)
+    time.sleep(0.05)
+    mon.stop()
+    series = mon.series()
+    assert len({len(values) for values in series.values()}) == 1
+    assert None in series["host_energy_j"] and series["host_energy_j"][-1] == pytest.approx(30)
+    assert [n.split(" (")[0] for n in mon.notes] == ["host energy: a reading failed"]
+    s = mon.summary(items=300)
+    assert s["energy_j"] == pytest.approx(30.0) and s["samples_per_joule"] == pytest.approx(10)
+    assert s["power_max_w"] > 0
 
 
 class FakeNvmlError(Exception):

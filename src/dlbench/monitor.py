@@ -30,7 +30,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +175,10 @@ class Rapl:
         self.energy_uj = [0] * len(self.zones)
 
     def update(self) -> float:
-        """Add what each counter advanced since the last read; total joules so far."""
+        """Add what each counter advanced since the last read; total joules so far.
+
+        A read that fails (a zone gone or unreadable mid-run) raises and leaves the last
+        good read in place, so the next good read still counts the whole advance."""
         now = self._read()
         for i, (value, last) in enumerate(zip(now, self._last, strict=True)):
             delta = value - last
@@ -350,7 +353,7 @@ class ResourceMonitor:
         if self.gpus:
             end = self.gpus.energy_mj()
             self._gpu_energy = [(s, e) for (s, _), e in zip(self._gpu_energy, end, strict=True)]
-        self._rapl_j = self.rapl.update() if self.rapl else None
+        self._rapl_j = self._read_source("host energy", self.rapl.update) if self.rapl else None
 
     def close(self) -> None:
         self.stop()
@@ -366,23 +369,39 @@ class ResourceMonitor:
             if deadline < now:  # a slow sample: skip the missed ticks instead of bursting
                 deadline = now + self.interval_s
 
-    def _add(self, name: str, value: Any) -> None:
-        self._columns.setdefault(name, []).append(value)
+    def _append_row(self, row: Mapping[str, Any]) -> None:
+        """Add one sample to every column, None where this sample has no reading, so
+        the columns always stay the same length as ``t_s``."""
+        rows_before = len(self._columns.get("t_s", []))
+        for name in row.keys() - self._columns.keys():
+            self._columns[name] = [None] * rows_before
+        for name, values in self._columns.items():
+            values.append(row.get(name))
+
+    def _read_source(self, source: str, read: Callable[[], Any]) -> Any:
+        """One source's reading, or None when it fails: a sampler thread that died would
+        silently end the record, so a failure is noted once and sampling goes on."""
+        try:
+            return read()
+        except Exception as exc:  # OSError, ValueError, NVMLError: all the same here
+            note = f"{source}: a reading failed ({type(exc).__name__}: {exc}); left empty"
+            if not any(n.startswith(f"{source}: a reading failed") for n in self.notes):
+                self.notes.append(note)
+            return None
 
     def _sample(self) -> None:
         began, cpu_began = time.perf_counter(), time.thread_time()
-        self._add("t_s", began - self._t0)
+        row: dict[str, Any] = {"t_s": began - self._t0}
         if self.processes:
-            rss, cpu, count = self.processes.sample(began)
-            self._add("host_rss_bytes", rss)
-            self._add("host_cpu_percent", cpu)
-            self._add("host_processes", count)
+            rss, cpu, count = self._read_source(
+                "host processes", lambda: self.processes.sample(began)) or (None,) * 3
+            row.update(host_rss_bytes=rss, host_cpu_percent=cpu, host_processes=count)
         if self.rapl:
-            self._add("host_energy_j", self.rapl.update())
+            row["host_energy_j"] = self._read_source("host energy", self.rapl.update)
         if self.gpus:
-            for i, reading in enumerate(self.gpus.sample()):
-                for field, value in reading.items():
-                    self._add(f"gpu{i}_{field}", value)
+            for i, reading in enumerate(self._read_source("GPUs", self.gpus.sample) or []):
+                row.update({f"gpu{i}_{field}": value for field, value in reading.items()})
+        self._append_row(row)
         # CPU time of this thread: what sampling takes from the measured work (waiting for
         # the interpreter lock is not counted; holding it is).
         self._sample_cost_s += time.thread_time() - cpu_began
@@ -418,12 +437,13 @@ class ResourceMonitor:
 
     def _host_summary(self, cols: Mapping[str, list[Any]]) -> dict[str, Any]:
         host: dict[str, Any] = {}
-        if "host_rss_bytes" in cols:
+        rss = _present(cols.get("host_rss_bytes", []))
+        if rss:
             # The first CPU reading has no interval behind it: leave it out of the mean.
-            cpu = cols["host_cpu_percent"][1:] or cols["host_cpu_percent"]
-            host.update(rss_peak_bytes=int(max(cols["host_rss_bytes"])),
-                        cpu_percent_mean=_mean(cpu), cpu_percent_max=max(cpu),
-                        processes_max=int(max(cols["host_processes"])))
+            cpu = _present(cols["host_cpu_percent"][1:] or cols["host_cpu_percent"])
+            host.update(rss_peak_bytes=int(max(rss)),
+                        cpu_percent_mean=_mean(cpu), cpu_percent_max=max(cpu, default=None),
+                        processes_max=int(max(_present(cols["host_processes"]))))
         if self.rapl:
             host["rapl_zones"] = [name for name, _, _ in self.rapl.zones]
             host["energy_j"] = self._rapl_j
@@ -432,7 +452,7 @@ class ResourceMonitor:
     def _gpu_summary(self, cols: Mapping[str, list[Any]], i: int) -> dict[str, Any]:
         assert self.gpus is not None
         def values(field: str) -> list[float]:
-            return [v for v in cols.get(f"gpu{i}_{field}", []) if v is not None]
+            return _present(cols.get(f"gpu{i}_{field}", []))
 
         power = values("power_w")
         start, end = self._gpu_energy[i] if i < len(self._gpu_energy) else (None, None)
@@ -497,11 +517,21 @@ class ResourceMonitor:
                     totals[k] += v or 0.0
         host = cols.get("host_energy_j")
         if host:
+            last = (t[0], host[0]) if host[0] is not None else None
             for k in range(1, len(t)):
-                dt = t[k] - t[k - 1]
-                totals[k] += (host[k] - host[k - 1]) / dt if dt > 0 else 0.0
+                if host[k] is None:
+                    continue
+                # power over the interval since the last good reading: a gap is bridged
+                if last is not None and t[k] > last[0]:
+                    totals[k] += (host[k] - last[1]) / (t[k] - last[0])
+                last = (t[k], host[k])
             totals = totals[1:]  # the first sample has no interval behind it
         return max(totals) if totals and any(totals) else None
+
+
+def _present(values: Iterable[Any]) -> list[Any]:
+    """The readings that exist (a failed or unsupported reading is None)."""
+    return [v for v in values if v is not None]
 
 
 def _mean(values: Sequence[float]) -> float | None:
