@@ -212,3 +212,36 @@ def test_threaded_batches_stay_valid_until_two_more_are_drawn(prepared):
     assert torch.equal(first, snapshot)
     buffers = {id(b) for b in loader._buffers}
     assert len(buffers) == 4 and first.data_ptr() in {b.data_ptr() for b in loader._buffers}
+
+
+class _Probe(torch.utils.data.Dataset):
+    """Sample i is an image filled with i; records the intra-op thread count it ran under."""
+
+    def __init__(self, n: int):
+        self.n, self.seen = n, set()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        self.seen.add(torch.get_num_threads())
+        return torch.full((1, 2, 2), i, dtype=torch.uint8), i
+
+
+@pytest.mark.parametrize("threads", [0, 1, 3])
+def test_threaded_loader_chunks_land_in_order_and_ops_run_single_threaded(threads):
+    """Chunked hand-out puts every sample in its own row, in sampler order; inside loader
+    threads torch ops get one intra-op thread while the caller keeps its own count."""
+    torch.set_num_threads(2)
+    probe = _Probe(23)
+    loader = ThreadedLoader(probe, sampler=torch.utils.data.SequentialSampler(probe),
+                            batch_size=10, threads=threads, drop_last=False,
+                            sample_shape=(1, 2, 2))
+    rows = []
+    for images, labels in loader:
+        assert torch.equal(images[:, 0, 0, 0].long(), labels)
+        rows += labels.tolist()
+    loader.close()
+    assert rows == list(range(23))
+    assert probe.seen == ({2} if threads == 0 else {1})
+    assert torch.get_num_threads() == 2
