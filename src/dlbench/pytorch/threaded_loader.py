@@ -2,16 +2,16 @@
 
 torchvision's JPEG decoder and resize release the GIL, so loader threads decode side by
 side without what DataLoader worker processes pay per batch: a fresh shared-memory tensor
-and its page faults, and the copy between processes. On 2 cores this reached 0.92-0.98 of
-the bare decode+crop rate where 2 worker processes reached 0.82-0.85
-(benchmarks/data_loaders.py).
+and its page faults, and the copy between processes. On 2 cores, 2 threads reached 0.98
+(image folder) and 1.00 (encoded LMDB) of the bare decode+crop rate where 2 worker
+processes reached 0.89 and 0.90 (benchmarks/data_loaders.py).
 
 Samples are written into a small ring of reused batch tensors (pinned on GPU hosts): a
 yielded batch stays valid until two more have been drawn, which the runner's
 copy-and-convert step (``dlbench.pytorch.data.RealImages``) never outlives.
 
 Two things keep the threads' CPU time on decoding (measured on 2 cores, 2 threads, image
-folder: 0.86 of the bound before, 0.94 after): each thread's torch ops run on that thread
+folder: 0.86 of the bound before, 0.95 after): each thread's torch ops run on that thread
 alone, since an image is too small to split and an OpenMP team per thread oversubscribes
 the cores the other threads decode on; and a batch is handed out in a few chunks of
 samples, not one task per sample.
