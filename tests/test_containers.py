@@ -295,3 +295,22 @@ def test_snakemake_lint_finds_software_for_the_benchmark_rules(tmp_path):
     text = proc.stdout + proc.stderr
     assert "Lints for" in text or "Congratulations" in text, text[-3000:]  # it did lint
     assert "Lints for rule benchmark_" not in text, text[-3000:]
+
+
+def _names(requirements):
+    """Distribution names of requirement strings, versions and markers dropped."""
+    return {re.split(r"[<>=!~;\[ ]", r.strip(), maxsplit=1)[0].lower() for r in requirements
+            if r.strip() and not r.strip().startswith("#") and r.strip() != "\\"}
+
+
+def test_mxnet_image_and_conda_env_install_what_the_venv_requirements_list():
+    """envs/mxnet.txt (the venv the tests run in) is the reference: the image and the conda
+    env carry every package of it (the image's mxnet is the CUDA build), so that a reader
+    that works in the tests (OpenCV decode, NVTX ranges) works in a container too."""
+    wanted = _names(line.split("#")[0] for line in (REPO / "envs/mxnet.txt").read_text()
+                    .splitlines())
+    image = _names(set().union(*pip_installs(recipe(CONTAINERS / "mxnet.def"))))
+    assert wanted - {"mxnet"} <= image and "mxnet-cu112" in image, wanted - image
+    conda = yaml.safe_load((REPO / "envs/mxnet.yaml").read_text())["dependencies"]
+    pip = next(d["pip"] for d in conda if isinstance(d, dict))
+    assert wanted <= _names(pip), wanted - _names(pip)
