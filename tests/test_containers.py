@@ -180,6 +180,8 @@ def container_run(tmp_path_factory):
             "mx": {"grid": {**cell, "framework": "mxnet", "model": "deep_mnist"}},
             "gpu": {"grid": {**cell, "model": "deep_mnist", "device": "gpu"}},
         },
+        # One profile: its run belongs in the cell's image, its tables on the host.
+        "profiling": {"select": [{"match": {"study": "host_data"}, "tools": ["torch"]}]},
     }
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
@@ -212,8 +214,8 @@ def result_files(run):
 def test_each_cell_runs_in_its_frameworks_image_with_gpus_and_the_dataset_bound(container_run):
     results = result_files(container_run)
     assert len(results) == 4
-    calls = exec_calls(container_run)
-    assert len(calls) == len(results)  # one container per cell, nothing else in one
+    calls = [c for c in exec_calls(container_run) if "dlbench.launch" in c[-1]]
+    assert len(calls) == len(results)  # one container per cell
     outside = str(container_run["outside"])
     for path in results:
         cell_id = path.stem
@@ -232,9 +234,29 @@ def test_each_cell_runs_in_its_frameworks_image_with_gpus_and_the_dataset_bound(
 
 
 @pytest.mark.slow
+def test_a_profiled_run_is_in_the_cells_image_and_its_tables_on_the_host(container_run):
+    """The profile's capture job runs in the PyTorch image, with --nv and the dataset bound,
+    using the image's python; the finish job (Parquet, profile.json) runs on the host."""
+    (call,) = [c for c in exec_calls(container_run) if "dlbench.profiling" in c[-1]]
+    c = call.index("-c")
+    assert call[c - 2] == str(container_run["images"] / "pytorch.sif") and "--nv" in call[:c]
+    assert str(container_run["outside"]) in [call[i + 1] for i, a in enumerate(call[:c])
+                                             if a == "--bind"]
+    command = call[c + 1]
+    assert re.search(r"(^|; *)python -m dlbench\.profiling capture ", command), command
+    assert "--python python " in command and "finish" not in command
+    (folder,) = (container_run["workdir"] / "results" / "profiles" / "torch").glob("*/*")
+    manifest = json.loads((folder / "profile.json").read_text())
+    assert manifest["status"] == "ok", manifest.get("error")
+    assert manifest["cell"]["data"] == "pets" and manifest["commands"]
+    assert pq.read_table(folder / manifest["tables"]["operators"]).num_rows > 0
+
+
+@pytest.mark.slow
 def test_data_preparation_aggregation_and_report_run_on_the_host(container_run):
     commands = " ".join(c[-1] for c in exec_calls(container_run))
     assert "dlbench.datasets" not in commands and "aggregate" not in commands
+    assert "dlbench.profiling finish" not in commands
     results = container_run["workdir"] / "results"
     assert (results / "datasets" / "syn" / "caffe_lmdb").is_dir()
     assert (results / "benchmarks.parquet").exists()
@@ -277,7 +299,12 @@ def test_without_the_flag_the_same_rules_use_the_host_interpreters(container_run
     assert len(commands) == 4
     assert all(line.startswith(f"{shlex.quote(sys.executable)} -m dlbench.launch ")
                for line in commands)
-    assert out.count("reason: Params have changed since last execution") == 4
+    # the 4 cells and the profiled run (its launcher and runner python change too)
+    assert out.count("reason: Params have changed since last execution") == 5
+    profiled = [line.split("Shell command:", 1)[-1].strip() for line in out.splitlines()
+                if "-m dlbench.profiling capture" in line]
+    assert len(profiled) == 1 and profiled[0].startswith(
+        f"{shlex.quote(sys.executable)} -m dlbench.profiling capture ")
     assert sum("--python /nonexistent/host/mxnet/python " in line for line in commands) == 1
     assert all("--container_image= " in line for line in commands)
     assert "apptainer" not in out.lower() and "singularity" not in out.lower()

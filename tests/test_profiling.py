@@ -368,6 +368,81 @@ def test_record_failure_of_a_failing_tool_from_the_command_line(tmp_path, double
     assert (manifest["status"], manifest["error"]) == ("failed", line)
 
 
+def profiling_cli(*args, python=PYTHON, env=None):
+    return subprocess.run([python, "-m", "dlbench.profiling", *map(str, args)],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_capture_and_finish_as_two_processes_make_what_run_makes(tmp_path):
+    """The workflow's two halves: capture leaves the raw exports and capture.json (no
+    tables, no profile.json); finish adds the Parquet table and profile.json."""
+    cell = tiny_cell()
+    out = tmp_path / "p"
+    settings = json.dumps({"wait": 1, "warmup": 1, "active": 2})
+    captured = profiling_cli("capture", "--tool", "torch", "--cell", cell.to_json(),
+                             "--out_dir", out, "--python", PYTHON, "--settings", settings)
+    assert captured.returncode == 0, captured.stderr[-2000:]
+    record = json.loads((out / "capture.json").read_text())
+    assert (record["status"], record["tool"], record["cell_id"]) == ("ok", "torch", cell.id)
+    assert (out / "operators.json").is_file() and (out / "trace.json").is_file()
+    assert not (out / "profile.json").exists() and not (out / "operators.parquet").exists()
+    finished = profiling_cli("finish", "--tool", "torch", "--out_dir", out)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    manifest = json.loads((out / "profile.json").read_text())
+    assert manifest["status"] == "ok" and manifest["tables"] == {"operators": "operators.parquet"}
+    assert manifest["commands"] == record["commands"] and manifest["settings"]["active"] == 2
+    assert pq.read_table(out / "operators.parquet").num_rows > 0
+
+
+def test_finish_carries_a_recorded_capture_failure_into_the_manifest(tmp_path):
+    cell = tiny_cell()
+    out = tmp_path / "p"
+    line = "ncu: binary 'ncu-not-installed' not found on PATH (set profiling.tools.ncu.binary)"
+    captured = profiling_cli("capture", "--tool", "ncu", "--cell", cell.to_json(), "--out_dir",
+                             out, "--settings", '{"binary": "ncu-not-installed"}',
+                             "--record-failure")
+    assert captured.returncode == 0 and captured.stderr.strip().splitlines()[-1] == line
+    assert json.loads((out / "capture.json").read_text())["status"] == "failed"
+    strict = profiling_cli("finish", "--tool", "ncu", "--out_dir", out)
+    assert strict.returncode == 1 and strict.stderr.strip().splitlines()[-1] == line
+    assert not (out / "profile.json").exists()
+    recorded = profiling_cli("finish", "--tool", "ncu", "--out_dir", out, "--record-failure")
+    assert recorded.returncode == 0 and recorded.stderr.strip().splitlines()[-1] == line
+    manifest = json.loads((out / "profile.json").read_text())
+    assert (manifest["status"], manifest["error"], manifest["cell_id"]) == ("failed", line,
+                                                                          cell.id)
+
+
+def test_finish_without_a_capture_is_a_recorded_one_line_failure(tmp_path):
+    out = tmp_path / "p"
+    out.mkdir()
+    (out / "capture.json").write_text('{"status": "ok", "tool": "nsys"}')
+    done = profiling_cli("finish", "--tool", "ncu", "--out_dir", out, "--record-failure")
+    assert done.returncode == 0
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"ncu: {out / 'capture.json'}: no capture record of this tool (")
+    assert json.loads((out / "profile.json").read_text())["error"] == line
+
+
+MXNET_PYTHON = Path(__file__).resolve().parents[1] / ".venvs" / "mxnet" / "bin" / "python"
+
+
+@pytest.mark.skipif(not MXNET_PYTHON.exists(), reason="the MXNet environment is not built")
+def test_capture_runs_in_an_environment_without_pyarrow(tmp_path):
+    """The MXNet environment (and image) has no pyarrow: capture must not need it. Its
+    profile here is an ncu capture whose binary is missing, recorded as a failure."""
+    probe = subprocess.run([str(MXNET_PYTHON), "-c", "import pyarrow"], capture_output=True)
+    assert probe.returncode != 0  # the premise: pyarrow is absent there
+    cell = tiny_cell(framework="mxnet")
+    out = tmp_path / "p"
+    captured = profiling_cli("capture", "--tool", "ncu", "--cell", cell.to_json(), "--out_dir",
+                             out, "--python", MXNET_PYTHON, "--settings",
+                             '{"binary": "ncu-not-installed"}', "--record-failure",
+                             python=MXNET_PYTHON)
+    assert captured.returncode == 0, captured.stderr[-2000:]
+    assert json.loads((out / "capture.json").read_text())["status"] == "failed"
+
+
 def test_manifest_without_status_reads_as_ok_and_a_broken_one_as_failed(tmp_path):
     folder = tmp_path / "hpcrun" / "s" / "c1"
     folder.mkdir(parents=True)

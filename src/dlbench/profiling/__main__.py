@@ -2,7 +2,12 @@
 
     python -m dlbench.profiling run --tool torch --cell '<cell JSON>' --out_dir DIR \\
         [--python PY] [--data_dir D] [--settings '<JSON>'] [--record-failure]
+    python -m dlbench.profiling capture ...   (the same options: the profiled run only)
+    python -m dlbench.profiling finish --tool torch --out_dir DIR [--record-failure]
     python -m dlbench.profiling tables --tool torch DIR
+
+``run`` = ``capture`` (in the framework's environment or container) + ``finish`` (tables
+and profile.json, where pyarrow is); the workflow runs the two halves as two jobs.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from dlbench.profiling import TOOLS, run, tables
+from dlbench.profiling import TOOLS, run
 from dlbench.profiling.config import ProfilingConfigError, settings
 
 
@@ -30,18 +35,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dlbench.profiling",
                                      description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    job = sub.add_parser("run", help="profile one cell with one tool")
-    job.add_argument("--tool", required=True, choices=TOOLS)
-    job.add_argument("--cell", required=True, type=_json, help="the cell (study.Cell.to_json)")
-    job.add_argument("--out_dir", required=True, type=Path, help="the profile's folder")
-    job.add_argument("--python", default=sys.executable, help="the framework's interpreter")
-    job.add_argument("--data_dir", default="", help="prepared dataset of the cell")
-    job.add_argument("--settings", type=_json, default={},
-                     help="the tool's settings as JSON (profiling.tools.<tool>)")
-    job.add_argument("--record-failure", action="store_true",
-                     help="on failure write the one-line reason into DIR/profile.json "
-                          "(status failed) and exit 0, so that the report shows it "
-                          "(workflow use)")
+    record_help = ("on failure write the one-line reason into the folder's record (status "
+                   "failed) and exit 0, so that the report shows it (workflow use)")
+    for name, what in (("run", "profile one cell with one tool: capture, then finish"),
+                       ("capture", "the profiled run alone, writing DIR/capture.json")):
+        job = sub.add_parser(name, help=what)
+        job.add_argument("--tool", required=True, choices=TOOLS)
+        job.add_argument("--cell", required=True, type=_json,
+                         help="the cell (study.Cell.to_json)")
+        job.add_argument("--out_dir", required=True, type=Path, help="the profile's folder")
+        job.add_argument("--python", default=sys.executable,
+                         help="the framework's interpreter")
+        job.add_argument("--data_dir", default="", help="prepared dataset of the cell")
+        job.add_argument("--settings", type=_json, default={},
+                         help="the tool's settings as JSON (profiling.tools.<tool>)")
+        job.add_argument("--record-failure", action="store_true", help=record_help)
+    done = sub.add_parser("finish", help="tables and DIR/profile.json of a captured profile")
+    done.add_argument("--tool", required=True, choices=TOOLS)
+    done.add_argument("--out_dir", required=True, type=Path, help="the profile's folder")
+    done.add_argument("--record-failure", action="store_true", help=record_help)
     conv = sub.add_parser("tables", help="convert a profile folder's exports to Parquet")
     conv.add_argument("--tool", required=True, choices=TOOLS)
     conv.add_argument("folder", type=Path)
@@ -51,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     except ProfilingConfigError as exc:
         parser.error(str(exc))
     if args.command == "tables":
+        from dlbench.profiling import tables  # pyarrow: the driver's, not the framework's
+
         try:
             made = tables.convert(args.tool, args.folder, tool_settings.get("reports", ()))
         except tables.TableError as exc:
@@ -58,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print("\n".join(str(args.folder / name) for name in made.values()))
         return 0
-    return run.main(args.tool, args.cell, args.out_dir, args.python or sys.executable,
+    if args.command == "finish":
+        return run.main_finish(args.tool, args.out_dir, record_failure=args.record_failure)
+    job_main = run.main if args.command == "run" else run.main_capture
+    return job_main(args.tool, args.cell, args.out_dir, args.python or sys.executable,
                     tool_settings, args.data_dir or None, record_failure=args.record_failure)
 
 

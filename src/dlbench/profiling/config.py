@@ -23,6 +23,7 @@ from dlbench.profiling import TOOLS
 
 PROFILES_DIR = "results/profiles"
 MANIFEST = "profile.json"
+CAPTURE = "capture.json"  # the profiled run's record, made in the framework environment
 
 
 class ProfilingConfigError(ValueError):

@@ -1,14 +1,22 @@
 """Run one profile job: a tool on one cell, in its own folder, then its tables.
 
-``python -m dlbench.profiling run --tool ncu --cell JSON --out_dir DIR --python PY`` checks
-that the tool's executables exist, runs the plan's steps (argument lists, no shell), checks
-that the profiled cell finished, converts the exports to Parquet and writes
-``profile.json`` (the workflow's target, ``"status": "ok"``) last. Any failure is one line
+Two halves, so that the profiled run happens in the cell's framework environment (its
+container under --use-singularity, which has no pyarrow in the MXNet image) and the tables
+are made by the driver:
+
+* ``capture`` (``python -m dlbench.profiling capture``, in the framework's environment):
+  checks that the tool's executables exist, runs the plan's steps (argument lists, no
+  shell), checks that the profiled cell finished and writes ``capture.json`` last;
+* ``finish`` (``python -m dlbench.profiling finish``, the driver): converts the exports to
+  Parquet and writes ``profile.json`` (the workflow's target, ``"status": "ok"``).
+
+``python -m dlbench.profiling run`` does both in one process. Any failure is one line
 naming the tool, written to stderr and to ``error.txt`` in the folder, and the exit code is
 1: only this job fails, the measurements and other profiles are not touched. With
 ``--record-failure`` (the workflow's way) the failure is a result like a failed cell: the
-manifest is written with ``"status": "failed"`` and ``"error"``, and the exit code is 0, so
-that nothing waiting on the profile (the report) is held back.
+record is written with ``"status": "failed"`` and ``"error"`` (``capture.json``, which
+``finish`` carries into ``profile.json``), and the exit code is 0, so that nothing waiting
+on the profile (the report) is held back.
 """
 
 from __future__ import annotations
@@ -20,14 +28,15 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dlbench import gpus, launch, subproc
 from dlbench import result as R
-from dlbench.profiling import commands, tables
+from dlbench.profiling import commands
 from dlbench.profiling.commands import ProfileError, Step
-from dlbench.profiling.config import MANIFEST
+from dlbench.profiling.config import CAPTURE, MANIFEST
 
 ERROR_FILE = "error.txt"
 # Where a framework keeps its shared libraries, relative to its package folder.
@@ -111,9 +120,10 @@ def files_of(folder: Path, limit: int = 500) -> list[str]:
     return files[:limit]
 
 
-def profile(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
+def capture(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
             settings: dict[str, Any], data_dir: str | None = None) -> dict[str, Any]:
-    """Run the job; return the manifest written to ``out_dir/profile.json``."""
+    """The profiled run, in the cell's framework environment; returns the record written
+    to ``out_dir/capture.json``."""
     if out_dir.exists():
         shutil.rmtree(out_dir)  # a profile of an earlier run must not mix with this one
     out_dir.mkdir(parents=True)
@@ -132,6 +142,36 @@ def profile(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
                     check_cell_result(tool, out_dir)
     except gpus.GpuAllocationError as exc:
         raise ProfileError(f"{tool}: {exc}") from None
+    record = {
+        **_identity(tool, cell, settings), "status": "ok", "error": None,
+        "started_at": started, "captured_at": _now(),
+        "commands": [{"name": s.name, "argv": s.argv, "env": s.env} for s in plan.steps],
+        "artifacts": dict(plan.artifacts),
+    }
+    R.write_atomic(out_dir / CAPTURE, json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def read_capture(tool: str, out_dir: Path) -> dict[str, Any]:
+    path = out_dir / CAPTURE
+    try:
+        record = json.loads(path.read_text())
+        if record["status"] not in ("ok", "failed") or record["tool"] != tool:
+            raise ValueError(f"status {record['status']!r}, tool {record['tool']!r}")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ProfileError(f"{tool}: {path}: no capture record of this tool ({exc})") from None
+    return record
+
+
+def finish(tool: str, out_dir: Path) -> dict[str, Any]:
+    """Tables of a captured profile, on the driver; returns the manifest written to
+    ``out_dir/profile.json``. A recorded capture failure raises ``CaptureFailed``."""
+    from dlbench.profiling import tables  # pyarrow: the driver's, not the framework's
+
+    record = read_capture(tool, out_dir)
+    if record["status"] != "ok":
+        raise CaptureFailed(record)
+    settings = record["settings"]
     try:
         made = tables.convert(tool, out_dir, settings.get("reports", ()))
     except tables.TableError as exc:
@@ -141,15 +181,28 @@ def profile(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
                            "nothing was captured (is the NVTX range "
                            f"'{settings['nvtx_capture']}' pushed?)")
     manifest = {
-        **_identity(tool, cell, settings), "status": "ok", "error": None,
-        "started_at": started, "finished_at": _now(),
-        "commands": [{"name": s.name, "argv": s.argv, "env": s.env} for s in plan.steps],
-        "artifacts": {name: rel for name, rel in plan.artifacts.items()
+        **record, "finished_at": _now(),
+        "artifacts": {name: rel for name, rel in record["artifacts"].items()
                       if (out_dir / rel).exists()},
         "tables": made, "files": files_of(out_dir),
     }
     write_manifest(out_dir, manifest)
     return manifest
+
+
+def profile(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
+            settings: dict[str, Any], data_dir: str | None = None) -> dict[str, Any]:
+    """Capture and finish in one process; returns the manifest (``profile.json``)."""
+    capture(tool, cell, out_dir, python, settings, data_dir)
+    return finish(tool, out_dir)
+
+
+class CaptureFailed(Exception):
+    """``finish`` of a profile whose capture recorded a failure."""
+
+    def __init__(self, record: dict[str, Any]):
+        super().__init__(record.get("error") or "capture failed")
+        self.record = record
 
 
 def _now() -> str:
@@ -168,14 +221,19 @@ def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> Path:
     return path
 
 
-def write_failure(tool: str, cell: dict[str, Any], out_dir: Path, settings: dict[str, Any],
-                   line: str) -> dict[str, Any]:
-    """The manifest of a profile that failed: its one-line error and what it left behind."""
-    manifest = {
+def failure_record(tool: str, cell: dict[str, Any], out_dir: Path,
+                   settings: dict[str, Any], line: str) -> dict[str, Any]:
+    """The record of a profile that failed: its one-line error and what it left behind."""
+    return {
         **_identity(tool, cell, settings), "status": "failed", "error": line,
         "finished_at": _now(), "artifacts": {}, "tables": {},
         "files": files_of(out_dir) if out_dir.is_dir() else [],
     }
+
+
+def write_failure(tool: str, cell: dict[str, Any], out_dir: Path, settings: dict[str, Any],
+                   line: str) -> dict[str, Any]:
+    manifest = failure_record(tool, cell, out_dir, settings, line)
     write_manifest(out_dir, manifest)
     return manifest
 
@@ -188,23 +246,71 @@ def _error_line(tool: str, exc: Exception) -> str:
     return f"{tool}: {where}{getattr(exc, 'strerror', None) or exc}"
 
 
-def main(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
-         settings: dict[str, Any], data_dir: str | None, *,
-         record_failure: bool = False) -> int:
-    """Run the profile job; 0 when it succeeded, or failed and ``record_failure`` recorded
-    it in the manifest; 1 when it failed."""
+def _failed(tool: str, out_dir: Path, line: str, record_failure: bool,
+            record: Callable[[], Any]) -> int:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    R.write_atomic(out_dir / ERROR_FILE, line + "\n")
+    if record_failure:
+        record()
+    print(line, file=sys.stderr)  # last: the job log's last line is the reason
+    return 0 if record_failure else 1
+
+
+def main_capture(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
+                 settings: dict[str, Any], data_dir: str | None, *,
+                 record_failure: bool = False) -> int:
+    """The profiled run; 0 when it succeeded, or failed and ``record_failure`` recorded it
+    in ``capture.json``; 1 when it failed."""
     try:
-        manifest = profile(tool, cell, out_dir, python, settings, data_dir)
+        capture(tool, cell, out_dir, python, settings, data_dir)
     except (ProfileError, OSError) as exc:
         if isinstance(exc, OSError) and not record_failure:
             raise
         line = _error_line(tool, exc)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        R.write_atomic(out_dir / ERROR_FILE, line + "\n")
-        if record_failure:
-            write_failure(tool, cell, out_dir, settings, line)
-        print(line, file=sys.stderr)  # last: the job log's last line is the reason
-        return 0 if record_failure else 1
+        return _failed(tool, out_dir, line, record_failure, lambda: R.write_atomic(
+            out_dir / CAPTURE,
+            json.dumps(failure_record(tool, cell, out_dir, settings, line), indent=1) + "\n"))
+    print(f"dlbench.profiling: {tool}: captured in {out_dir}", file=sys.stderr)
+    return 0
+
+
+def main_finish(tool: str, out_dir: Path, *, record_failure: bool = False) -> int:
+    """Tables and ``profile.json`` of a capture; a recorded capture failure is carried
+    into ``profile.json``."""
+    try:
+        manifest = finish(tool, out_dir)
+    except CaptureFailed as failed:
+        record = failed.record
+        return _failed(tool, out_dir, record["error"], record_failure, lambda: write_manifest(
+            out_dir, {**record, "files": files_of(out_dir)}))
+    except (ProfileError, OSError) as exc:
+        if isinstance(exc, OSError) and not record_failure:
+            raise
+        line = _error_line(tool, exc)
+        record = _readable_capture(tool, out_dir)
+        cell = {"study": record.get("study"), "cell_id": record.get("cell_id"),
+                "params": record.get("cell")}
+        return _failed(tool, out_dir, line, record_failure, lambda: write_failure(
+            tool, cell, out_dir, record.get("settings", {}), line))
     print(f"dlbench.profiling: {tool}: {len(manifest['files'])} files in {out_dir}",
           file=sys.stderr)
     return 0
+
+
+def _readable_capture(tool: str, out_dir: Path) -> dict[str, Any]:
+    """The capture record, or nothing when it is what failed to read."""
+    try:
+        return read_capture(tool, out_dir)
+    except ProfileError:
+        return {}
+
+
+def main(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
+         settings: dict[str, Any], data_dir: str | None, *,
+         record_failure: bool = False) -> int:
+    """Capture, then finish, in this process (``python -m dlbench.profiling run``)."""
+    code = main_capture(tool, cell, out_dir, python, settings, data_dir,
+                        record_failure=record_failure)
+    if code != 0 or not (out_dir / CAPTURE).exists():
+        return code
+    return main_finish(tool, out_dir, record_failure=record_failure)
