@@ -119,12 +119,18 @@ def mxnet_decoders(rec: str, folder: str, size: int, seconds: float) -> dict[str
             out = mx.nd.flip(out, axis=1)
         return out.asnumpy()
 
+    return single_core_rates((("pillow_recordio", with_pillow, payloads),
+                              ("mx_image_recordio", with_mx_image, payloads),
+                              ("pillow_image_folder", with_pillow, files)), seconds)
+
+
+def single_core_rates(cases: Any, seconds: float) -> dict[str, dict[str, float]]:
+    """Per (name, fn, items): calls of fn over items in this thread for ``seconds``, after
+    8 warm-up calls, as images per second and per CPU-second."""
     rates = {}
-    for name, fn, items in (("pillow_recordio", with_pillow, payloads),
-                            ("mx_image_recordio", with_mx_image, payloads),
-                            ("pillow_image_folder", with_pillow, files)):
-        for data in items[:8]:
-            fn(data)
+    for name, fn, items in cases:
+        for item in items[:8]:
+            fn(item)
         n, start, cpu = 0, time.perf_counter(), time.process_time()
         while time.perf_counter() - start < seconds:
             fn(items[n % len(items)])
@@ -321,17 +327,8 @@ def decoder_rates(files: list[Path], size: int, seconds: float) -> dict[str, dic
             out = out.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         return torch.from_numpy(np.array(out)).permute(2, 0, 1)
 
-    rates = {}
-    for name, fn in (("torchvision", with_torchvision), ("pillow", with_pillow)):
-        for path in files[:8]:
-            fn(path)
-        n, start, cpu = 0, time.perf_counter(), time.process_time()
-        while time.perf_counter() - start < seconds:
-            fn(files[n % len(files)])
-            n += 1
-        rates[name] = {"images_per_s": round(n / (time.perf_counter() - start), 1),
-                       "images_per_cpu_s": round(n / (time.process_time() - cpu), 1)}
-    return rates
+    return single_core_rates((("torchvision", with_torchvision, files),
+                              ("pillow", with_pillow, files)), seconds)
 
 
 # --- driver --------------------------------------------------------------------------------

@@ -188,13 +188,19 @@ def _is_device(value: Any) -> bool:
     return True
 
 
+def _choices(spec: dict, key: str, path: str, ranges: set[str]) -> list[Any]:
+    """The values ``spec[key]`` stands for: the list itself when the key is ranged."""
+    if key not in spec:
+        raise SpecError(f"{path}.{key}", "missing")
+    if key not in ranges:
+        return [spec[key]]
+    if not isinstance(spec[key], list) or not spec[key]:
+        raise SpecError(f"{path}.{key}", f"a ranged {key} must be a non-empty list")
+    return spec[key]
+
+
 def _check_value(spec: dict, path: str, ranges: set[str], ok: Any, what: str) -> None:
-    if "value" not in spec:
-        raise SpecError(f"{path}.value", "missing")
-    values = spec["value"] if "value" in ranges else [spec["value"]]
-    if "value" in ranges and (not isinstance(values, list) or not values):
-        raise SpecError(f"{path}.value", "a ranged value must be a non-empty list")
-    for value in values:
+    for value in _choices(spec, "value", path, ranges):
         if not ok(value):
             raise SpecError(f"{path}.value", f"expected {what}, got {value!r}")
 
@@ -225,11 +231,7 @@ def _check_value_range(bounds: Any, path: str, *, integer: bool) -> None:
 
 
 def _check_tensor(spec: dict, path: str, ranges: set[str]) -> None:
-    if "dtype" not in spec:
-        raise SpecError(f"{path}.dtype", "missing")
-    dtypes = spec["dtype"] if "dtype" in ranges else [spec["dtype"]]
-    if "dtype" in ranges and (not isinstance(dtypes, list) or not dtypes):
-        raise SpecError(f"{path}.dtype", "a ranged dtype must be a non-empty list")
+    dtypes = _choices(spec, "dtype", path, ranges)
     for name in dtypes:
         dtype_of(name, f"{path}.dtype")
     if "shape" not in spec:

@@ -148,7 +148,7 @@ def capture(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
         "commands": [{"name": s.name, "argv": s.argv, "env": s.env} for s in plan.steps],
         "artifacts": dict(plan.artifacts),
     }
-    R.write_atomic(out_dir / CAPTURE, json.dumps(record, indent=1) + "\n")
+    write_record(out_dir / CAPTURE, record)
     return record
 
 
@@ -214,18 +214,22 @@ def _identity(tool: str, cell: dict[str, Any], settings: dict[str, Any]) -> dict
             "cell_id": cell.get("cell_id"), "cell": cell.get("params"), "settings": settings}
 
 
-def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> Path:
-    """``profile.json``, atomically: the workflow's target must never be half written."""
-    path = out_dir / MANIFEST
-    R.write_atomic(path, json.dumps(manifest, indent=1) + "\n")
+def write_record(path: Path, record: dict[str, Any]) -> Path:
+    """``capture.json`` or ``profile.json``, atomically: a workflow target is never half
+    written."""
+    R.write_atomic(path, json.dumps(record, indent=1) + "\n")
     return path
 
 
-def failure_record(tool: str, cell: dict[str, Any], out_dir: Path,
-                   settings: dict[str, Any], line: str) -> dict[str, Any]:
-    """The record of a profile that failed: its one-line error and what it left behind."""
+def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> Path:
+    return write_record(out_dir / MANIFEST, manifest)
+
+
+def failure_record(identity: dict[str, Any], out_dir: Path, line: str) -> dict[str, Any]:
+    """The record of a profile that failed: who it is (``identity``, e.g. the capture
+    record), its one-line error and what it left behind."""
     return {
-        **_identity(tool, cell, settings), "status": "failed", "error": line,
+        **identity, "status": "failed", "error": line,
         "finished_at": _now(), "artifacts": {}, "tables": {},
         "files": files_of(out_dir) if out_dir.is_dir() else [],
     }
@@ -233,7 +237,7 @@ def failure_record(tool: str, cell: dict[str, Any], out_dir: Path,
 
 def write_failure(tool: str, cell: dict[str, Any], out_dir: Path, settings: dict[str, Any],
                    line: str) -> dict[str, Any]:
-    manifest = failure_record(tool, cell, out_dir, settings, line)
+    manifest = failure_record(_identity(tool, cell, settings), out_dir, line)
     write_manifest(out_dir, manifest)
     return manifest
 
@@ -267,9 +271,8 @@ def main_capture(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
         if isinstance(exc, OSError) and not record_failure:
             raise
         line = _error_line(tool, exc)
-        return _failed(tool, out_dir, line, record_failure, lambda: R.write_atomic(
-            out_dir / CAPTURE,
-            json.dumps(failure_record(tool, cell, out_dir, settings, line), indent=1) + "\n"))
+        return _failed(tool, out_dir, line, record_failure, lambda: write_record(
+            out_dir / CAPTURE, failure_record(_identity(tool, cell, settings), out_dir, line)))
     print(f"dlbench.profiling: {tool}: captured in {out_dir}", file=sys.stderr)
     return 0
 
@@ -280,18 +283,16 @@ def main_finish(tool: str, out_dir: Path, *, record_failure: bool = False) -> in
     try:
         manifest = finish(tool, out_dir)
     except CaptureFailed as failed:
-        record = failed.record
-        return _failed(tool, out_dir, record["error"], record_failure, lambda: write_manifest(
-            out_dir, {**record, "files": files_of(out_dir)}))
+        record, line = failed.record, failed.record["error"]
+        return _failed(tool, out_dir, line, record_failure, lambda: write_manifest(
+            out_dir, failure_record(record, out_dir, line)))
     except (ProfileError, OSError) as exc:
         if isinstance(exc, OSError) and not record_failure:
             raise
         line = _error_line(tool, exc)
-        record = _readable_capture(tool, out_dir)
-        cell = {"study": record.get("study"), "cell_id": record.get("cell_id"),
-                "params": record.get("cell")}
-        return _failed(tool, out_dir, line, record_failure, lambda: write_failure(
-            tool, cell, out_dir, record.get("settings", {}), line))
+        identity = _readable_capture(tool, out_dir) or _identity(tool, {}, {})
+        return _failed(tool, out_dir, line, record_failure, lambda: write_manifest(
+            out_dir, failure_record(identity, out_dir, line)))
     print(f"dlbench.profiling: {tool}: {len(manifest['files'])} files in {out_dir}",
           file=sys.stderr)
     return 0
@@ -311,6 +312,6 @@ def main(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
     """Capture, then finish, in this process (``python -m dlbench.profiling run``)."""
     code = main_capture(tool, cell, out_dir, python, settings, data_dir,
                         record_failure=record_failure)
-    if code != 0 or not (out_dir / CAPTURE).exists():
+    if code != 0:  # with record_failure a failed capture is code 0 and finish records it
         return code
     return main_finish(tool, out_dir, record_failure=record_failure)

@@ -52,12 +52,21 @@ def _partial_notes(frame: pd.DataFrame) -> str:
     return "; ".join(sorted(set(notes[notes != ""])))
 
 
-def energy_figure(models: pd.DataFrame) -> Figure | None:
+def _cells_with(models: pd.DataFrame, column: str) -> tuple[pd.DataFrame, list[str]] | None:
+    """The model cells that have ``column`` and their panels per model and phase; None when
+    there is none."""
     frame = with_energy(models)
-    frame = frame[frame["samples_per_joule"].notna()] if not frame.empty else frame
+    frame = frame[frame[column].notna()] if not frame.empty else frame
     if frame.empty:
         return None
-    frame, panels = with_panel(frame, ["model", "phase"])
+    return with_panel(frame, ["model", "phase"])
+
+
+def energy_figure(models: pd.DataFrame) -> Figure | None:
+    selected = _cells_with(models, "samples_per_joule")
+    if selected is None:
+        return None
+    frame, panels = selected
     tips = model_tooltip(frame, [alt.Tooltip("samples_per_joule:Q", title="samples/J", format=",.2f"),
                             alt.Tooltip("energy_j:Q", title="energy (J)", format=",.1f"),
                             alt.Tooltip("power_mean_w:Q", title="mean power (W)", format=",.1f"),
@@ -75,11 +84,10 @@ def energy_figure(models: pd.DataFrame) -> Figure | None:
 
 def power_figure(models: pd.DataFrame) -> Figure | None:
     """Mean power as lines, the highest sample as a tick above it."""
-    frame = with_energy(models)
-    frame = frame[frame["power_mean_w"].notna()] if not frame.empty else frame
-    if frame.empty:
+    selected = _cells_with(models, "power_mean_w")
+    if selected is None:
         return None
-    frame, panels = with_panel(frame, ["model", "phase"])
+    frame, panels = selected
     tips = model_tooltip(frame, [alt.Tooltip("power_mean_w:Q", title="mean power (W)", format=",.1f"),
                             alt.Tooltip("power_max_w:Q", title="max power (W)", format=",.1f")])
     x = alt.X("batch_size:Q", title="batch size", axis=batch_axis(frame["batch_size"].unique()),
