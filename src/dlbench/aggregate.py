@@ -30,7 +30,9 @@ CELL_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("op_config", pa.string()), ("backward", pa.bool_()), ("exec_mode", pa.string()),
 ]
 ENV_COLUMNS: list[tuple[str, pa.DataType]] = [
-    ("hostname", pa.string()), ("cpu_model", pa.string()), ("gpu_model", pa.string()),
+    ("hostname", pa.string()), ("cpu_model", pa.string()), ("cpu_capability", pa.string()),
+    ("cpu_features", pa.string()), ("cpu_count", pa.int64()), ("cpu_cores", pa.int64()),
+    ("cpu_sockets", pa.int64()), ("gpu_model", pa.string()),
     ("gpu_driver", pa.string()), ("cuda_version", pa.string()), ("cudnn_version", pa.string()),
     ("framework_version", pa.string()), ("python_version", pa.string()),
     ("dlbench_version", pa.string()), ("dlbench_git_revision", pa.string()),
@@ -56,6 +58,7 @@ SCHEMA = pa.schema(
         ("iterations", pa.int64()), ("items_per_iteration", pa.float64()),
         *[(f"time_{k}_s", pa.float64()) for k in SUMMARY_KEYS],
         ("throughput", pa.float64()), ("throughput_unit", pa.string()),
+        ("precision_native", pa.bool_()),
         ("parameters", pa.int64()), ("phi", pa.int64()), ("phi_tflops", pa.float64()),
         ("flops_per_iteration", pa.float64()), ("tflops", pa.float64()),
         ("bytes_per_iteration", pa.float64()), ("gbps", pa.float64()),
@@ -95,6 +98,9 @@ def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
         "finished_at": res.get("finished_at"),
         **{name: env.get(name) for name, _ in ENV_COLUMNS},
         "gpu_model": ", ".join(sorted(set(gpus))) or None,
+        # The ISA features as one comma-separated string: easy to filter on in a table.
+        "cpu_features": ",".join(env.get("cpu_features") or []) or None,
+        "precision_native": (res.get("extra") or {}).get("precision_native"),
         "environment": _json(env), "source": source,
     }
     if not res["measurements"]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import dlbench
+from dlbench import cpu
 
 
 def cpu_model() -> str:
@@ -75,12 +76,27 @@ def gpus_from_nvml() -> dict[str, Any]:
         pynvml.nvmlShutdown()
 
 
+def cpu_facts() -> dict[str, Any]:
+    """The CPU's SIMD level and the ISA features that decide reduced-precision speed
+    (``dlbench.cpu``). A PyTorch runner replaces ``cpu_capability`` by torch's own word."""
+    info = cpu.this_cpu()
+    if info is None:
+        return {"cpu_arch": platform.machine(), "cpu_capability": None, "cpu_features": [],
+                "cpu_cores": None, "cpu_sockets": None, "cpu_native_precisions": []}
+    facts = info.as_dict()
+    return {"cpu_arch": facts["arch"], "cpu_capability": facts["capability"],
+            "cpu_features": facts["features"], "cpu_cores": facts["cores"],
+            "cpu_sockets": facts["sockets"],
+            "cpu_native_precisions": facts["native_precisions"]}
+
+
 def collect() -> dict[str, Any]:
     env: dict[str, Any] = {
         "hostname": socket.gethostname(),
         "os": platform.platform(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
+        **cpu_facts(),
         "memory_gib": memory_gib(),
         "python_version": platform.python_version(),
         "dlbench_version": dlbench.__version__,

@@ -89,12 +89,31 @@ def runner_command(cell: dict[str, Any], output: Path, python: str,
             f"--cell_id={cell['cell_id']}"]
 
 
-def record_launch_failure(cell: dict[str, Any], output: Path, message: str) -> None:
+def record_launch_failure(cell: dict[str, Any], output: Path, message: str,
+                          status: str = "failed") -> None:
     kind = "op" if cell["kind"] == "ops" else "model"
     res = R.new_result(kind=kind, cell=cell["params"], study=cell["study"],
                        cell_id=cell["cell_id"])
     res["environment"] = environment.collect()
-    R.write(R.finish(res, "failed", message), output)
+    R.write(R.finish(res, status, message), output)
+
+
+# Left in a framework environment's folder by its set-up when the environment cannot be
+# built on this machine (envs/mxnet_env.py): one line saying why and how to get it.
+UNAVAILABLE_FILE = "unavailable.txt"
+
+
+def unavailable_reason(python: str) -> str | None:
+    """Why the framework environment of ``python`` (``<env>/bin/python``) was not built,
+    if its set-up said so; None otherwise."""
+    path = Path(python)
+    if path.exists() or len(path.parents) < 2:
+        return None
+    marker = path.parents[1] / UNAVAILABLE_FILE
+    try:
+        return marker.read_text().strip().splitlines()[0] or None
+    except (OSError, IndexError):
+        return None
 
 
 def gpus_needed(cell: dict[str, Any]) -> int:
@@ -131,6 +150,12 @@ def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None
            env: dict[str, str] | None = None, gpu_lock_dir: Path | None = None,
            runner_options: list[str] | None = None) -> int:
     output.unlink(missing_ok=True)  # a stale result must not pass for this run's
+    reason = unavailable_reason(python)
+    if reason:
+        # Not a failure of the cell: the machine cannot run this framework.
+        record_launch_failure(cell, output, reason, status="skipped")
+        print(f"dlbench.launch: skipped: {reason}", file=sys.stderr)
+        return 0
     cmd = [*runner_command(cell, output, python, data_dir), *(runner_options or [])]
     print("dlbench.launch:", " ".join(cmd), file=sys.stderr, flush=True)
     try:

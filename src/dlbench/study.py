@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlbench import models
+from dlbench import cpu, models
 
 FRAMEWORKS = ("pytorch", "mxnet")
 PHASES = ("training", "inference")
@@ -76,6 +76,9 @@ _MIN = {"batch_size": 1, "num_gpus": 1, "num_batches": 1, "num_warmup_batches": 
         "num_loader_threads": 0, "warmup": 0, "iterations": 1}
 _BOOL_AXES = {"cudnn_benchmark", "cudnn_fastest", "data_shuffle", "backward",
               "data_loader_only"}
+STUDY_KEYS = ("kind", "grid", "overrides", "exclude", "description", "precisions")
+# A study's 'precisions': every cell (all), or on a CPU only those it computes natively.
+STUDY_PRECISIONS = ("all", "native")
 _STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -201,6 +204,22 @@ def _normalise(p: dict[str, Any]) -> dict[str, Any]:
     return p
 
 
+def native_here(params: Mapping[str, Any]) -> bool:
+    """Whether a cell's precision is native where the study is expanded. Only CPU cells can
+    be told apart here (the driver does not see the GPUs its cells will get); a CPU whose
+    cpuinfo cannot be read counts as native, so nothing is dropped on a guess."""
+    precision = params.get("precision")
+    if params.get("device") != "cpu" or not isinstance(precision, str):
+        return True
+    info = cpu.this_cpu()
+    return info is None or info.native(precision)
+
+
+def emulated_cells(cells: Iterable[Cell]) -> list[Cell]:
+    """The CPU model cells whose precision this CPU emulates (slow: say so before a run)."""
+    return [c for c in cells if c.kind == "model" and not native_here(c.params)]
+
+
 def _without_unused(kind: str, p: dict[str, Any]) -> dict[str, Any]:
     """Blank the axes a cell does not use, so that their values do not change its id."""
     if kind != "model":
@@ -220,9 +239,11 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any])
     kind = study.get("kind", "model")
     _enum(name, "kind", kind, AXES_BY_KIND)
     axes = AXES_BY_KIND[kind]
-    unknown = sorted(set(study) - {"kind", "grid", "overrides", "exclude", "description"})
+    unknown = sorted(set(study) - set(STUDY_KEYS))
     if unknown:
-        raise _fail(name, unknown[0], "unknown key (valid: kind, grid, overrides, exclude, description)")
+        raise _fail(name, unknown[0], f"unknown key (valid: {', '.join(STUDY_KEYS)})")
+    precisions = study.get("precisions", "all")
+    _enum(name, "precisions", precisions, STUDY_PRECISIONS)
     grid = {**config.get("defaults", {}).get(kind, {}), **(study.get("grid") or {})}
     for key in grid:
         if key not in axes:
@@ -256,6 +277,8 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any])
                 params.update(ov["set"])
         params = _normalise(params)
         if any(_matches(params, rule) for rule in rules):
+            continue
+        if precisions == "native" and not native_here(params):
             continue
         _check_cell(name, kind, params, datasets)
         cell = Cell(name, kind, _without_unused(kind, params))

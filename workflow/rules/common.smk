@@ -285,3 +285,64 @@ PROFILE_JOBS = _profile_jobs(config, CELLS)
 
 def profile_targets():
     return [job.target for job in PROFILE_JOBS]
+
+
+# Progress (dlbench.progress): before the cells run, say which ones this CPU emulates; as
+# they finish, print cells done and time left, and keep results/status.txt current.
+
+from dlbench import cpu as dlbench_cpu
+from dlbench import progress as dlbench_progress
+
+STATUS_FILE = Path("results/status.txt")
+
+
+def pending_cells():
+    return [
+        cell
+        for cell in CELLS
+        if not Path(f"results/{cell.study}/cells/{cell.id}.json").exists()
+    ]
+
+
+def say_emulated(pending):
+    emulated = dlbench_study.emulated_cells(pending)
+    if not emulated:
+        return
+    info = dlbench_cpu.this_cpu()
+    python = framework_python(emulated[0])
+    slowdowns = dlbench_progress.probe_slowdowns(python, Path(".snakemake/dlbench"))
+    words = f"{info.model}, {info.capability}" if info else "unknown CPU"
+    for line in dlbench_progress.emulation_notices(emulated, slowdowns, words):
+        print(line, file=sys.stderr)
+
+
+def start_progress():
+    """The progress watcher of this run (called by onstart, in the main process only)."""
+    pending = pending_cells()
+    say_emulated(pending)
+    planned = {
+        Path(f"results/{cell.study}/cells/{cell.id}.json"): dlbench_progress.Planned(
+            cell.kind, dict(cell.params)
+        )
+        for cell in pending
+    }
+    watcher = dlbench_progress.Watcher(planned, STATUS_FILE)
+    watcher.start()
+    return watcher
+
+
+PROGRESS = []
+
+
+onstart:
+    PROGRESS.append(start_progress())
+
+
+onsuccess:
+    for watcher in PROGRESS:
+        watcher.stop()
+
+
+onerror:
+    for watcher in PROGRESS:
+        watcher.stop()

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from dlbench import cellrun, cli, environment, models, monitor, nvtx_ranges
+from dlbench import cellrun, cli, cpu, environment, models, monitor, nvtx_ranges
 from dlbench import result as R
 from dlbench.cellrun import CellError
 from dlbench.mxnet import reader_choice
@@ -130,6 +130,8 @@ class Plan:
 def run_cell(mx: ModuleType, args, res: dict[str, Any]) -> None:
     res["environment"] = mxnet_environment(mx)
     plan = make_plan(mx, args)
+    # MXNet does not tell a GPU's compute capability: GPU cells say None (unknown).
+    res["extra"]["precision_native"] = cpu.precision_native(plan.precision, args.device)
     common = {"kv_store": args.kv_store, "contexts": [str(c) for c in plan.ctxs],
               "rank": plan.rank, "num_workers": plan.workers,
               "data_source": str(plan.record[0]) if plan.record else "synthetic"}

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlbench import cellrun, cli, environment, models, monitor, subproc
+from dlbench import cellrun, cli, cpu, environment, models, monitor, subproc
 from dlbench import result as R
 from dlbench.profiling import torch_profiler
 
@@ -151,11 +151,23 @@ def framework_environment(device: Any) -> dict[str, Any]:
         "cudnn_version": str(torch.backends.cudnn.version())
         if torch.backends.cudnn.is_available() else None,
     })
+    if hasattr(torch.backends, "cpu"):
+        env["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     if device.type == "cuda":
         env["gpu_models"] = [torch.cuda.get_device_name(i)
                              for i in range(torch.cuda.device_count())]
         env["device_name"] = torch.cuda.get_device_name(device)
     return env
+
+
+def precision_native(precision: str, device: Any) -> bool | None:
+    """Whether the cell's precision is native on the device it runs on (False: emulated,
+    as bfloat16 is on CPUs without AVX-512 BF16 or AMX)."""
+    import torch
+
+    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+    return cpu.precision_native(precision, "gpu" if device.type == "cuda" else "cpu",
+                                capability)
 
 
 def count_flops(step: Callable[..., None], batch: Any) -> float | None:
@@ -188,6 +200,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     if device_type == "cuda":
         precision.apply_cudnn_flags(args.cudnn_benchmark, args.cudnn_fastest)
     res["environment"] = framework_environment(device)
+    res["extra"]["precision_native"] = precision_native(mode.name, device)
 
     built = zoo.build(args.model, args.model_opts)
     if built.pure_precision:

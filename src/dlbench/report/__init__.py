@@ -17,6 +17,7 @@ import pandas as pd
 from dlbench.profiling import summary
 from dlbench.profiling.summary import CellProfile
 from dlbench.report import (
+    cpu_precision,
     model_charts,
     op_charts,
     paradnn_charts,
@@ -63,7 +64,8 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
                          resource_charts.host_memory_figure(models),
                          resource_charts.device_memory_figure(models))),
         Section("precision", "Precision speed-up", "What lower precisions gain over float32.",
-                _present(model_charts.speedup_figure(models))),
+                _present(cpu_precision.emulation_note(models),
+                         model_charts.speedup_figure(models))),
         Section("tflops", "Achieved TFLOP/s", "",
                 _present(model_charts.tflops_figure(models))),
         Section("paradnn", "ParaDnn", "Parameterized fully-connected and convolutional models.",

@@ -70,6 +70,10 @@ def model_frame(frame: pd.DataFrame, *, paradnn: bool = False) -> pd.DataFrame:
         "config": model_opts_label(rows) if paradnn else "",
         "study": rows["study"],
         "cell": rows["cell"],
+        # Where it ran: the CPU decides whether a reduced precision is emulated there.
+        "cpu_model": rows["cpu_model"].fillna("an unnamed CPU"),
+        "cpu_capability": rows["cpu_capability"],
+        "precision_native": rows["precision_native"],
         # The resource monitor's summary of the cell (null where it did not run).
         **{name: rows[name] for name in MONITOR_NAMES},
     })

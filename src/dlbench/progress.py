@@ -1,0 +1,207 @@
+"""Progress of a run: cells done, and an estimate of the time left.
+
+The estimate comes from the cells this run has finished: each remaining cell is expected
+to take the wall time of comparable finished cells scaled by its own work (measured plus
+warmup steps, times the batch), comparable meaning the same kind, framework, model,
+phase, precision and device where such cells exist, else the same model, else any.
+Timed cells run one at a time, so the times add up.
+
+``Watcher`` runs in the workflow's main process (started by ``onstart``): it polls the
+result files of the cells that had none at the start, prints one line to the terminal
+as cells finish and keeps ``results/status.txt`` up to date for users on a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from dlbench.result import write_atomic
+
+# From the most to the least alike: the parameters a reference cell must share.
+SIMILARITY = (
+    ("kind", "framework", "model", "phase", "precision", "device"),
+    ("kind", "framework", "model", "precision", "device"),
+    ("kind", "model"),
+    ("kind",),
+    (),
+)
+
+
+def work(kind: str, params: Mapping[str, Any]) -> float:
+    """What a cell's wall time grows with: steps times samples per step."""
+    if kind == "ops":
+        return float(params.get("warmup", 0) + params.get("iterations", 1))
+    steps = params.get("num_batches", 1) + params.get("num_warmup_batches", 0)
+    return float(steps * params.get("batch_size", 1) * max(1, params.get("num_gpus", 1)))
+
+
+@dataclass(frozen=True)
+class Planned:
+    kind: str
+    params: Mapping[str, Any]
+
+    def key(self, fields: Sequence[str]) -> tuple:
+        values = {"kind": self.kind, **self.params}
+        return tuple(json.dumps(values.get(f), sort_keys=True) for f in fields)
+
+
+def estimate(cell: Planned, finished: Sequence[tuple[Planned, float]]) -> float | None:
+    """Expected wall time of ``cell`` from finished (cell, wall seconds) pairs."""
+    for fields in SIMILARITY:
+        key = cell.key(fields)
+        refs = [(ref, wall) for ref, wall in finished if ref.key(fields) == key]
+        if refs:
+            target = work(cell.kind, cell.params)
+            return statistics.median(wall * target / work(ref.kind, ref.params)
+                                     for ref, wall in refs)
+    return None
+
+
+def time_left(remaining: Sequence[Planned], finished: Sequence[tuple[Planned, float]]
+              ) -> float | None:
+    """Sum of the remaining cells' estimates; None before any cell has finished."""
+    if not finished:
+        return None
+    return sum(estimate(cell, finished) or 0.0 for cell in remaining)
+
+
+def duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def status_line(done: int, total: int, left: float | None, failed: int = 0) -> str:
+    text = f"dlbench: {done}/{total} cells done"
+    if failed:
+        text += f" ({failed} not ok)"
+    if done < total:
+        text += ", time left unknown yet" if left is None else f", about {duration(left)} left"
+    return text
+
+
+def read_wall_time(path: Path) -> tuple[float, str] | None:
+    """A finished result's wall time and status; None while it is absent or partial."""
+    try:
+        data = json.loads(path.read_text())
+        return float(data.get("wall_time_s") or 0.0), str(data.get("status"))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+class Watcher:
+    """Polls the planned cells' result files; says progress as they appear."""
+
+    def __init__(self, planned: Mapping[Path, Planned], status_file: Path,
+                 stream: TextIO | None = None, interval_s: float = 2.0,
+                 clock: Callable[[], float] = time.time):
+        self.planned = dict(planned)
+        self.status_file = status_file
+        self.stream = stream or sys.stderr
+        self.interval_s = interval_s
+        self.clock = clock
+        self.started = clock()
+        self.finished: dict[Path, tuple[float, str]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def poll(self) -> bool:
+        """Read newly finished cells; True when any finished since the last poll."""
+        new = False
+        for path in self.planned:
+            if path not in self.finished and path.exists():
+                got = read_wall_time(path)
+                if got is not None:
+                    self.finished[path] = got
+                    new = True
+        return new
+
+    def report(self) -> str:
+        finished = [(self.planned[p], wall) for p, (wall, _) in self.finished.items()]
+        remaining = [c for p, c in self.planned.items() if p not in self.finished]
+        failed = sum(1 for _, status in self.finished.values() if status != "ok")
+        line = status_line(len(self.finished), len(self.planned), time_left(remaining, finished),
+                           failed)
+        elapsed = duration(self.clock() - self.started)
+        write_atomic(self.status_file, f"{line} (elapsed {elapsed}; updated "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n")
+        return line
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            if self.poll():
+                print(self.report(), file=self.stream, flush=True)
+
+    def start(self) -> None:
+        self.report()
+        self._thread = threading.Thread(target=self._loop, name="dlbench-progress", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.poll()
+        self.report()
+
+
+# -- before a run: which pending cells run in a precision this CPU emulates -------------------
+
+
+def probe_slowdowns(python: str, cache_dir: Path) -> dict[str, float]:
+    """float32 matmul rate over each reduced precision's on this CPU (``python -m dlbench.cpu
+    --probe`` in the framework's interpreter), remembered per CPU and interpreter."""
+    import hashlib
+    import subprocess
+
+    from dlbench import cpu
+
+    info = cpu.this_cpu()
+    key = hashlib.sha256(json.dumps([python, info.model if info else "", sorted(
+        info.flags) if info else []]).encode()).hexdigest()[:16]
+    cached = cache_dir / f"precision-probe-{key}.json"
+    try:
+        rates = json.loads(cached.read_text())
+    except (OSError, ValueError):
+        try:
+            out = subprocess.run([python, "-m", "dlbench.cpu", "--probe"], capture_output=True,
+                                 text=True, timeout=120, check=True)
+            rates = json.loads(out.stdout)["matmul_gflops"]
+        except (OSError, subprocess.SubprocessError, ValueError, KeyError):
+            return {}
+        write_atomic(cached, json.dumps(rates) + "\n")
+    base = rates.get("float32")
+    return {name: base / rate for name, rate in rates.items()
+            if name != "float32" and base and rate}
+
+
+def emulation_notices(cells: Sequence[Any], slowdowns: Mapping[str, float],
+                      cpu_words: str) -> list[str]:
+    """One line per study with pending emulated-precision cells (``study.Cell`` objects)."""
+    by_study: dict[str, list[Any]] = {}
+    for cell in cells:
+        by_study.setdefault(cell.study, []).append(cell)
+    lines = []
+    for study, group in by_study.items():
+        precisions = sorted({c.params["precision"] for c in group})
+        factors = [f"{p} ~{slowdowns[p]:.0f}x" for p in precisions if p in slowdowns]
+        expect = (f"expect them to run far slower than float32 (matmul measured here: "
+                  f"{', '.join(factors)} slower)" if factors
+                  else "expect them to run tens of times slower than float32")
+        lines.append(f"dlbench: study '{study}': {len(group)} cell(s) in "
+                     f"{' and '.join(precisions)}, which this CPU ({cpu_words}) emulates: "
+                     f"{expect}; 'precisions: native' in the study skips them")
+    return lines
