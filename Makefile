@@ -36,7 +36,7 @@ test: setup mxnet-env system-deps
 	$(BIN)/python -m pytest -q -rs
 
 lint: setup
-	$(BIN)/ruff check src tests benchmarks workflow/scripts
+	$(BIN)/ruff check src tests benchmarks workflow/scripts envs
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/snakemake --lint
 

@@ -15,7 +15,7 @@ def run(*cmd):
 
 
 def test_ruff_is_clean():
-    proc = run("ruff", "check", "src", "tests", "benchmarks", "workflow/scripts")
+    proc = run("ruff", "check", "src", "tests", "benchmarks", "workflow/scripts", "envs")
     assert proc.returncode == 0, proc.stdout[-3000:]
 
 
