@@ -57,6 +57,18 @@ def test_a_text_without_processors_is_refused_in_one_line():
         cpu.parse("hello: world\n")
 
 
+def test_a_bad_cpuinfo_override_is_one_line_naming_the_file(tmp_path, monkeypatch):
+    monkeypatch.setenv(cpu.CPUINFO_ENV, str(tmp_path / "missing.txt"))
+    assert cpu.override_problem() == f"{cpu.CPUINFO_ENV}={tmp_path / 'missing.txt'}: " \
+        "No such file or directory"
+    (tmp_path / "notes.txt").write_text("hello: world\n")
+    monkeypatch.setenv(cpu.CPUINFO_ENV, str(tmp_path / "notes.txt"))
+    assert cpu.override_problem() == (f"{cpu.CPUINFO_ENV}={tmp_path / 'notes.txt'}: no "
+                                      "'processor' entries: not a /proc/cpuinfo text")
+    monkeypatch.setenv(cpu.CPUINFO_ENV, str(SAMPLES / "amd-epyc-zen3-avx2.txt"))
+    assert cpu.override_problem() is None
+
+
 @pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="no /proc/cpuinfo (not Linux)")
 def test_this_machine_agrees_with_torch_on_its_capability(monkeypatch):
     torch = pytest.importorskip("torch")

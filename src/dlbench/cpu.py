@@ -129,6 +129,21 @@ def this_cpu() -> CpuInfo | None:
         return None
 
 
+def override_problem() -> str | None:
+    """One line naming ``DLBENCH_CPUINFO``'s file when it is set but is no cpuinfo text
+    (checked before a study is planned, which would otherwise treat the CPU as unknown)."""
+    path = os.environ.get(CPUINFO_ENV)
+    if not path:
+        return None
+    try:
+        parse(Path(path).read_text(errors="replace"))
+    except OSError as exc:
+        return f"{CPUINFO_ENV}={path}: {exc.strerror or exc}"
+    except ValueError as exc:
+        return f"{CPUINFO_ENV}={path}: {exc}"
+    return None
+
+
 def precision_native(precision: str, device: str, gpu_capability: tuple[int, int] | None = None
                      ) -> bool | None:
     """Whether a cell's precision is native where it ran: on the CPU from its flags, on an

@@ -78,16 +78,14 @@ def gpus_from_nvml() -> dict[str, Any]:
 
 def cpu_facts() -> dict[str, Any]:
     """The CPU's SIMD level and the ISA features that decide reduced-precision speed
-    (``dlbench.cpu``). A PyTorch runner replaces ``cpu_capability`` by torch's own word."""
+    (``dlbench.cpu``), as ``cpu_<fact>``; a PyTorch runner replaces ``cpu_capability`` by
+    torch's own word. The model and the logical CPU count are recorded apart."""
     info = cpu.this_cpu()
-    if info is None:
-        return {"cpu_arch": platform.machine(), "cpu_capability": None, "cpu_features": [],
-                "cpu_cores": None, "cpu_sockets": None, "cpu_native_precisions": []}
-    facts = info.as_dict()
-    return {"cpu_arch": facts["arch"], "cpu_capability": facts["capability"],
-            "cpu_features": facts["features"], "cpu_cores": facts["cores"],
-            "cpu_sockets": facts["sockets"],
-            "cpu_native_precisions": facts["native_precisions"]}
+    facts = info.as_dict() if info else {"arch": platform.machine(), "capability": None,
+                                         "features": [], "cores": None, "sockets": None,
+                                         "native_precisions": []}
+    return {f"cpu_{key}": value for key, value in facts.items()
+            if key not in ("model", "logical_cpus")}
 
 
 def collect() -> dict[str, Any]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from snakemake.utils import min_version, validate
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
+from dlbench import cpu as dlbench_cpu
 from dlbench import gpus as dlbench_gpus
 from dlbench import launch as dlbench_launch
 from dlbench import study as dlbench_study
@@ -19,6 +20,10 @@ validate(config, schema="../schemas/config.schema.yaml")
 
 
 def _expand_cells(cfg):
+    problem = dlbench_cpu.override_problem()
+    if problem:
+        print(f"dlbench config error: {problem}", file=sys.stderr)
+        raise SystemExit(1)
     try:
         return dlbench_study.expand_config(cfg)
     except dlbench_study.ConfigError as exc:
@@ -41,8 +46,12 @@ def cell_of(wildcards):
     return CELLS_BY_ID[(wildcards.study, wildcards.cell)]
 
 
+def cell_result_path(cell):
+    return Path(f"results/{cell.study}/cells/{cell.id}.json")
+
+
 def cell_result_files():
-    return [f"results/{cell.study}/cells/{cell.id}.json" for cell in CELLS]
+    return [str(cell_result_path(cell)) for cell in CELLS]
 
 
 def framework_python(cell):
@@ -290,18 +299,15 @@ def profile_targets():
 # Progress (dlbench.progress): before the cells run, say which ones this CPU emulates; as
 # they finish, print cells done and time left, and keep results/status.txt current.
 
-from dlbench import cpu as dlbench_cpu
 from dlbench import progress as dlbench_progress
 
 STATUS_FILE = Path("results/status.txt")
 
 
 def pending_cells():
-    return [
-        cell
-        for cell in CELLS
-        if not Path(f"results/{cell.study}/cells/{cell.id}.json").exists()
-    ]
+    """Cells without a result yet, by result path: what this run will measure."""
+    paths = {cell_result_path(cell): cell for cell in CELLS}
+    return {path: cell for path, cell in paths.items() if not path.exists()}
 
 
 def say_emulated(pending):
@@ -319,12 +325,10 @@ def say_emulated(pending):
 def start_progress():
     """The progress watcher of this run (called by onstart, in the main process only)."""
     pending = pending_cells()
-    say_emulated(pending)
+    say_emulated(list(pending.values()))
     planned = {
-        Path(f"results/{cell.study}/cells/{cell.id}.json"): dlbench_progress.Planned(
-            cell.kind, dict(cell.params)
-        )
-        for cell in pending
+        path: dlbench_progress.Planned(cell.kind, dict(cell.params))
+        for path, cell in pending.items()
     }
     watcher = dlbench_progress.Watcher(planned, STATUS_FILE)
     watcher.start()
