@@ -17,12 +17,13 @@ def test_pytorch_command_uses_the_seed_flags(tmp_path):
                     num_batches=7, num_warmup_batches=2, cudnn_fastest=True)
     cmd = launch.runner_command(cell, tmp_path / "r.json", "/env/bin/python")
     assert cmd[:3] == ["/env/bin/python", "-m", "dlbench.pytorch"]
+    # In the axis table's order (dlbench.axes), then where to write and what to record.
     assert cmd[3:] == [
-        "--model=deep_mnist", "--forward_only=true", "--batch_size=16", "--num_batches=7",
-        "--num_warmup_batches=2", "--num_gpus=1", "--device=cpu", "--dtype=bfloat16",
+        "--model=deep_mnist", "--forward_only=true", "--dtype=bfloat16", "--batch_size=16",
+        "--num_gpus=1", "--device=cpu", "--num_batches=7", "--num_warmup_batches=2",
         "--cudnn_benchmark=true", "--cudnn_fastest=true", "--data_shuffle=false",
-        "--num_loader_threads=4", f"--output={tmp_path / 'r.json'}", "--study=s",
-        f"--cell_id={cell['cell_id']}"]
+        "--num_loader_threads=4", "--data_loader_only=false",
+        f"--output={tmp_path / 'r.json'}", "--study=s", f"--cell_id={cell['cell_id']}"]
 
 
 def test_mxnet_command_has_kv_store_and_data(tmp_path):
@@ -75,7 +76,7 @@ def test_ops_command_uses_params_options_and_keeps_its_log_apart(tmp_path):
     out = tmp_path / "c.json"
     cmd = launch.runner_command(json.loads(cell.to_json()), out, "py")
     assert cmd[:3] == ["py", "-m", "dlbench.ops"]
-    assert cmd[3:17] == ["-c", "config/ops/cpu_demo.json", "-w", "3", "-i", "9", "-d", "cuda",
-                         "--exec-mode", "continuous_events", "--cuda-l2-cache", "on",
-                         "-o", str(tmp_path / "c.param")]
-    assert "-b" in cmd and f"--output={out}" in cmd
+    assert cmd[3:18] == ["-d", "cuda", "-c", "config/ops/cpu_demo.json", "-b",
+                         "--exec-mode", "continuous_events", "-w", "3", "-i", "9",
+                         "--cuda-l2-cache", "on", "-o", str(tmp_path / "c.param")]
+    assert f"--output={out}" in cmd

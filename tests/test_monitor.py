@@ -254,54 +254,6 @@ def test_gpu_energy_from_the_nvml_counter_else_integrated_power_with_an_nvml_tes
     assert nvml.calls["shutdown"] == 1
 
 
-class RecordingHook:
-    def __init__(self, events):
-        self.events = events
-
-    def measure_start(self):
-        self.events.append("start")
-
-    def iteration_end(self):
-        self.events.append("iteration")
-
-    def measure_end(self):
-        self.events.append("end")
-
-
-class _NoNvtx:
-    def push(self, name):
-        pass
-
-    def pop(self):
-        pass
-
-
-def test_timed_loop_hands_hooks_the_measured_iterations_only():
-    from dlbench.pytorch import runner
-
-    events = []
-    batches = iter([(i,) for i in range(10)])
-    runner.timed_loop(batches, lambda i: events.append(f"step {i}"), lambda: None, 2, 3,
-                      nvtx=_NoNvtx(), hooks=[RecordingHook(events)])
-    assert events == ["step 0", "step 1", "start", "step 2", "iteration", "step 3",
-                      "iteration", "step 4", "iteration", "end"]
-
-
-def test_hooks_are_ended_when_a_step_fails():
-    from dlbench.pytorch import runner
-
-    events = []
-
-    def step(i):
-        if i == 2:
-            raise RuntimeError("out of memory")
-
-    with pytest.raises(RuntimeError):
-        runner.timed_loop(iter([(i,) for i in range(5)]), step, lambda: None, 1, 3,
-                          nvtx=_NoNvtx(), hooks=[RecordingHook(events)])
-    assert events == ["start", "iteration", "end"]
-
-
 def test_unknown_gpu_id_is_noted_and_nvml_released_with_an_nvml_test_double():
     nvml = FakeNvml()
     mon = monitor.ResourceMonitor(10, gpus=["GPU-9999"], nvml=nvml)

@@ -218,7 +218,11 @@ def test_cell_writes_a_valid_result(mxnet_python, tmp_path, model, batch, forwar
         "framework": "mxnet", "model": model, "phase": phase, "precision": "float32",
         "batch_size": batch, "num_gpus": 1, "device": "cpu", "data": "synthetic",
         "num_batches": 2, "num_warmup_batches": 1, "kv_store": "device",
-        "data_loader_only": False, "model_opts": {}}
+        "data_loader_only": False, "model_opts": {},
+        # Every model axis of the table: --preprocess_threads is num_loader_threads, the
+        # PyTorch-only axes are None.
+        "num_loader_threads": 4, "data_backend": None, "cudnn_benchmark": None,
+        "cudnn_fastest": None, "data_shuffle": None}
     env = res["environment"]
     assert env["framework"] == "mxnet" and env["framework_version"].startswith("1.")
     assert "MXNET_CUDNN_AUTOTUNE_DEFAULT" in env["library_flags"]

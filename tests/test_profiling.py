@@ -19,9 +19,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from dlbench import study
-from dlbench.profiling import commands, run, summary, tables
+from dlbench import launch, study
 from dlbench.profiling import config as pconfig
+from dlbench.profiling import run, summary, tables
+from dlbench.profiling.tools import hpcrun as hpcrun_tool
+from dlbench.profiling.tools import ncu as ncu_tool
+from dlbench.profiling.tools import torch_profiler as torch_tool
 
 PYTHON = sys.executable
 
@@ -158,13 +161,18 @@ def doubles(tmp_path, monkeypatch):
     return calls
 
 
-def runner_tail(out_dir, num_batches, warmup=1):
-    """The profiled run's command line: the launcher's, with the profile's iterations."""
-    return [PYTHON, "-m", "dlbench.pytorch", "--model=deep_mnist", "--forward_only=false",
-            "--batch_size=2", f"--num_batches={num_batches}", f"--num_warmup_batches={warmup}",
-            "--num_gpus=1", "--device=cpu", "--dtype=float32", "--cudnn_benchmark=true",
-            "--cudnn_fastest=false", "--data_shuffle=false", "--num_loader_threads=4",
-            f"--output={out_dir / 'result.json'}"]
+def runner_tail(out_dir, cell, num_batches, warmup=1):
+    """The profiled run's command line: the launcher's own for the cell (its flags and their
+    order are test_launch's business), with the profile's iterations and its result in the
+    profile folder."""
+    profiled = cell_json(cell)
+    profiled["params"] = {**profiled["params"], "num_batches": num_batches,
+                          "num_warmup_batches": warmup}
+    argv = launch.runner_command(profiled, out_dir / "result.json", PYTHON)
+    assert argv[:3] == [PYTHON, "-m", "dlbench.pytorch"]
+    assert {f"--num_batches={num_batches}", f"--num_warmup_batches={warmup}",
+            f"--output={out_dir / 'result.json'}", "--study=s", f"--cell_id={cell.id}"} <= set(argv)
+    return argv
 
 
 def test_torch_profiler_on_cpu_writes_a_trace_and_an_operator_table(tmp_path, capsys):
@@ -177,7 +185,7 @@ def test_torch_profiler_on_cpu_writes_a_trace_and_an_operator_table(tmp_path, ca
     assert {"aten::addmm", "aten::mm"} <= names
     assert sum(1 for e in trace["traceEvents"] if e.get("name") == "ProfilerStep#3") == 1
     ops = pq.read_table(out / "operators.parquet")
-    assert ops.schema.equals(tables.OPERATOR_SCHEMA, check_metadata=False)
+    assert ops.schema.equals(torch_tool.operator_schema(), check_metadata=False)
     rows = {r["name"]: r for r in ops.to_pylist()}
     assert rows["ProfilerStep*"]["calls"] == 2 and rows["ProfilerStep*"]["is_user_annotation"]
     addmm = rows["aten::addmm"]  # deep_mnist's fully-connected layers, 2 active iterations
@@ -191,7 +199,7 @@ def test_torch_profiler_on_cpu_writes_a_trace_and_an_operator_table(tmp_path, ca
     assert (manifest["status"], manifest["error"]) == ("ok", None)
     assert manifest["artifacts"] == {"trace": "trace.json", "operators": "operators.parquet"}
     assert manifest["commands"][0]["argv"] == [
-        *runner_tail(out, 4), "--study=s", f"--cell_id={cell.id}", "--monitor_interval_ms=0",
+        *runner_tail(out, cell, 4), "--monitor_interval_ms=0",
         f"--torch_profile_dir={out}", "--torch_profile_schedule=1,1,2"]
 
     (profile,) = summary.collect(tmp_path / "profiles", top=3)
@@ -221,7 +229,7 @@ def test_ncu_command_lines_and_raw_page_table_with_ncu_test_double(tmp_path, dou
         "--clock-control", "none", "--launch-count", "50",
         "--cache-control", "all", "--replay-mode", "kernel",
         "--export", str(out / "report"), "--force-overwrite",
-        *runner_tail(out, 1), "--study=s", f"--cell_id={cell.id}", "--monitor_interval_ms=0"]
+        *runner_tail(out, cell, 1), "--monitor_interval_ms=0"]
     assert export["argv"] == ["--import", f"{out / 'report'}.ncu-rep", "--csv", "--page",
                               "raw", "--print-units", "base"]
     kernels = pq.read_table(out / "kernels.parquet")
@@ -252,7 +260,7 @@ def test_nsys_command_lines_and_stats_tables_with_nsys_test_double(tmp_path, dou
     assert profiled["argv"] == [
         "profile", "--trace=cuda,nvtx", "--capture-range=nvtx", "--capture-range-end=stop",
         "--nvtx-capture=measure", f"--output={out / 'report'}", "--force-overwrite=true",
-        *runner_tail(out, 2), "--study=s", f"--cell_id={cell.id}", "--monitor_interval_ms=0"]
+        *runner_tail(out, cell, 2), "--monitor_interval_ms=0"]
     assert profiled["env"]["NSYS_NVTX_PROFILER_REGISTER_ONLY"] == "0"
     assert stats["argv"] == ["stats", "--report", "cuda_gpu_kern_sum,nvtx_sum", "--format",
                              "csv", "--output", str(out / "stats"), "--force-export=true",
@@ -282,7 +290,7 @@ def test_hpcrun_gvprof_flow_with_hpctoolkit_test_doubles(tmp_path, doubles):
     out = profile_dir(tmp_path / "profiles", "hpcrun", cell)
     assert run.main("hpcrun", cell_json(cell), out, PYTHON, settings, None) == 0
     first, gpu_struct, measured, cpu_struct, prof = doubles()
-    app = [*runner_tail(out, 1), "--study=s", f"--cell_id={cell.id}", "--monitor_interval_ms=0"]
+    app = [*runner_tail(out, cell, 1), "--monitor_interval_ms=0"]
     measurements = str(out / "measurements")
     assert first["argv"] == ["-e", "gpu=nvidia", "-o", measurements, *app]
     assert gpu_struct["argv"] == ["--gpucfg", "yes", "-j", "1", measurements]
@@ -305,7 +313,7 @@ def test_hpcrun_gvprof_flow_with_hpctoolkit_test_doubles(tmp_path, doubles):
 
 def test_hpcrun_plain_gpu_tracing_has_no_first_pass():
     settings = pconfig.settings("hpcrun", {"jobs": 8, "gpucfg": False})
-    plan = commands.hpcrun_plan(["python", "app"], Path("p"), settings, library_dir=None,
+    plan = hpcrun_tool.hpcrun_plan(["python", "app"], Path("p"), settings, library_dir=None,
                                 python_binary="/usr/bin/python3.11")
     assert [s.name for s in plan.steps] == ["profiled run", "hpcstruct of the GPU binaries",
                                             "hpcstruct of the interpreter", "hpcprof"]
@@ -487,15 +495,15 @@ def test_raw_csv_units_and_tool_chatter(tmp_path):
                    '"ID","Kernel Name","gpu__time_duration.sum","launch__grid_size"\n'
                    '"","","usecond",""\n'
                    '"0","k1","1.5","1,024"\n')
-    table = tables.ncu_kernels(raw, tmp_path / "k.parquet")
+    table = ncu_tool.ncu_kernels(raw, tmp_path / "k.parquet")
     assert table.column("duration_ns").to_pylist() == [1500.0]
     assert table.column("launch__grid_size").to_pylist() == [1024]
     raw.write_text('"ID","Kernel Name","gpu__time_duration.sum"\n"","","cycle"\n"0","k1","3"\n')
     with pytest.raises(tables.TableError, match="unknown time unit 'cycle'"):
-        tables.ncu_kernels(raw, tmp_path / "k.parquet")
+        ncu_tool.ncu_kernels(raw, tmp_path / "k.parquet")
     raw.write_text('"ID","Kernel Name"\n"",""\n')
     with pytest.raises(tables.TableError, match="no kernel was profiled"):
-        tables.ncu_kernels(raw, tmp_path / "k.parquet")
+        ncu_tool.ncu_kernels(raw, tmp_path / "k.parquet")
 
 
 # Selection of the cells to profile

@@ -1,6 +1,6 @@
 import pytest
 
-from dlbench import study
+from dlbench import axes, study
 
 
 def cfg(grid, **extra):
@@ -12,7 +12,7 @@ def test_lists_expand_to_the_cartesian_product():
                                      "precision": ["float32", "bfloat16"], "device": "cpu"}))
     assert len(cells) == 12
     assert {c.params["batch_size"] for c in cells} == {4, 8, 16}
-    assert all(c.params["num_batches"] == study.MODEL_AXES["num_batches"] for c in cells)
+    assert all(c.params["num_batches"] == axes.get("num_batches").default for c in cells)
 
 
 def test_several_studies_and_defaults():
@@ -96,3 +96,10 @@ def test_a_dataset_path_that_is_not_a_folder_is_named(tmp_path):
         study.expand_config(config)
     (tmp_path / "nope").mkdir()
     assert len(study.expand_config(config)) == 1
+
+
+def test_settings_of_an_unknown_framework_are_one_config_error():
+    with pytest.raises(study.ConfigError,
+                       match=r"^config: frameworks.tensorflow: unknown framework \(valid: "):
+        study.expand_config({"frameworks": {"tensorflow": {"python": "py"}},
+                             "studies": {"s": {"grid": {"model": "deep_mnist"}}}})

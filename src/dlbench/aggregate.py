@@ -15,20 +15,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dlbench import atomic, axes
 from dlbench import result as R
 from dlbench.stats import SUMMARY_KEYS
 
-# Cell axes that become columns (model cells and operator cells; absent ones are null).
-CELL_COLUMNS: list[tuple[str, pa.DataType]] = [
-    ("framework", pa.string()), ("model", pa.string()), ("phase", pa.string()),
-    ("precision", pa.string()), ("batch_size", pa.int64()), ("num_gpus", pa.int64()),
-    ("device", pa.string()), ("data", pa.string()), ("data_backend", pa.string()), ("num_batches", pa.int64()),
-    ("num_warmup_batches", pa.int64()), ("cudnn_benchmark", pa.bool_()),
-    ("cudnn_fastest", pa.bool_()), ("data_shuffle", pa.bool_()),
-    ("num_loader_threads", pa.int64()), ("data_loader_only", pa.bool_()),
-    ("kv_store", pa.string()),
-    ("op_config", pa.string()), ("backward", pa.bool_()), ("exec_mode", pa.string()),
-]
+# Cell axes that become columns (model cells and operator cells; absent ones are null),
+# from the axis table in table order.
+_ARROW = {"int64": pa.int64(), "bool": pa.bool_(), "string": pa.string()}
+CELL_COLUMNS: list[tuple[str, pa.DataType]] = [(name, _ARROW[kind])
+                                               for name, kind in axes.columns()]
 ENV_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("hostname", pa.string()), ("cpu_model", pa.string()), ("cpu_capability", pa.string()),
     ("cpu_features", pa.string()), ("cpu_count", pa.int64()), ("cpu_cores", pa.int64()),
@@ -48,30 +43,36 @@ MONITOR_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("energy_note", pa.string()),
 ]
 
-SCHEMA = pa.schema(
-    [
-        ("study", pa.string()), ("cell_id", pa.string()), ("kind", pa.string()),
-        ("status", pa.string()), ("error", pa.string()),
-        *CELL_COLUMNS,
-        ("model_opts", pa.string()),  # JSON
-        ("name", pa.string()), ("op_name", pa.string()), ("pass", pa.string()),
-        ("iterations", pa.int64()), ("items_per_iteration", pa.float64()),
-        *[(f"time_{k}_s", pa.float64()) for k in SUMMARY_KEYS],
-        ("throughput", pa.float64()), ("throughput_unit", pa.string()),
-        ("precision_native", pa.bool_()),
-        ("parameters", pa.int64()), ("phi", pa.int64()), ("phi_tflops", pa.float64()),
-        ("flops_per_iteration", pa.float64()), ("tflops", pa.float64()),
-        ("bytes_per_iteration", pa.float64()), ("gbps", pa.float64()),
-        ("data_wait_s", pa.float64()), ("compute_s", pa.float64()),
-        *MONITOR_COLUMNS,
-        ("wall_time_s", pa.float64()), ("started_at", pa.string()), ("finished_at", pa.string()),
-        *ENV_COLUMNS,
-        ("times_s", pa.list_(pa.float64())),
-        ("environment", pa.string()),  # JSON
-        ("extra", pa.string()),  # JSON: cell extra merged with measurement extra
-        ("source", pa.string()),  # result file
-    ]
-)
+
+def build_schema() -> pa.Schema:
+    """The table's columns (a function: its cell columns follow the axis table)."""
+    return pa.schema(
+        [
+            ("study", pa.string()), ("cell_id", pa.string()), ("kind", pa.string()),
+            ("status", pa.string()), ("error", pa.string()),
+            *CELL_COLUMNS,
+            ("model_opts", pa.string()),  # JSON
+            ("name", pa.string()), ("op_name", pa.string()), ("pass", pa.string()),
+            ("iterations", pa.int64()), ("items_per_iteration", pa.float64()),
+            *[(f"time_{k}_s", pa.float64()) for k in SUMMARY_KEYS],
+            ("throughput", pa.float64()), ("throughput_unit", pa.string()),
+            ("precision_native", pa.bool_()),
+            ("parameters", pa.int64()), ("phi", pa.int64()), ("phi_tflops", pa.float64()),
+            ("flops_per_iteration", pa.float64()), ("tflops", pa.float64()),
+            ("bytes_per_iteration", pa.float64()), ("gbps", pa.float64()),
+            ("data_wait_s", pa.float64()), ("compute_s", pa.float64()),
+            *MONITOR_COLUMNS,
+            ("wall_time_s", pa.float64()), ("started_at", pa.string()), ("finished_at", pa.string()),
+            *ENV_COLUMNS,
+            ("times_s", pa.list_(pa.float64())),
+            ("environment", pa.string()),  # JSON
+            ("extra", pa.string()),  # JSON: cell extra merged with measurement extra
+            ("source", pa.string()),  # result file
+        ]
+    )
+
+
+SCHEMA = build_schema()
 
 
 def _json(value: Any) -> str | None:
@@ -136,17 +137,13 @@ def build_table(paths: Iterable[str | Path]) -> pa.Table:
 
 def write(paths: Iterable[str | Path], parquet: str | Path, csv: str | Path | None = None) -> pa.Table:
     table = build_table(paths)
-    parquet = Path(parquet)
-    parquet.parent.mkdir(parents=True, exist_ok=True)
-    tmp = parquet.with_name(f".{parquet.name}.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(parquet)
+    with atomic.temp_path(parquet) as tmp:
+        pq.write_table(table, tmp)
     if csv is not None:
         # CSV has no list type: per-iteration times stay in the Parquet file.
         frame = table.drop_columns(["times_s"]).to_pandas()
-        tmp_csv = Path(csv).with_name(f".{Path(csv).name}.tmp")
-        frame.to_csv(tmp_csv, index=False)
-        tmp_csv.replace(csv)
+        with atomic.temp_path(csv) as tmp_csv:
+            frame.to_csv(tmp_csv, index=False)
     return table
 
 

@@ -11,8 +11,6 @@ import argparse
 import json
 from typing import Any
 
-from dlbench.study import PRECISION_ALIASES
-
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
@@ -38,26 +36,22 @@ def json_object(text: str) -> dict[str, Any]:
     return value
 
 
-def add_bool(parser: argparse.ArgumentParser, name: str, default: bool, help_text: str) -> None:
+def add_bool(parser: argparse.ArgumentParser, name: str, default: bool, help_text: str,
+             dest: str | None = None) -> None:
+    kw = {"dest": dest} if dest else {}
     parser.add_argument(name, type=str2bool, nargs="?", const=True, default=default,
-                        metavar="true|false", help=f"{help_text} (default: {str(default).lower()})")
+                        metavar="true|false", help=f"{help_text} (default: {str(default).lower()})",
+                        **kw)
 
 
-def model_runner_parser(prog: str, framework: str, dtypes: list[str]) -> argparse.ArgumentParser:
-    """The flags every model runner shares (seeds 000 and 002)."""
+def model_runner_parser(prog: str, framework: str) -> argparse.ArgumentParser:
+    """The flags of a model runner (seeds 000 and 002): the axis flags the table gives this
+    framework's runner, and the ones every runner takes besides."""
+    from dlbench import axes
+
     p = argparse.ArgumentParser(prog=prog, description=f"Benchmark one {framework} model cell.")
-    p.add_argument("--model", required=True, help="model name from the registry")
-    add_bool(p, "--forward_only", False, "benchmark inference instead of training")
-    p.add_argument("--batch_size", type=int, default=32, help="per-device batch size")
-    p.add_argument("--num_batches", type=int, default=100, help="measured iterations")
-    p.add_argument("--num_warmup_batches", type=int, default=10, help="untimed warmup iterations")
-    p.add_argument("--num_gpus", type=int, default=1,
-                   help="devices (on --device cpu: data-parallel processes)")
-    p.add_argument("--device", choices=["cpu", "gpu"], default="gpu")
-    p.add_argument("--dtype", default="float32", choices=dtypes, help="precision")
+    axes.add_flags(p, framework, framework)
     p.add_argument("--data_dir", default="", help="dataset path; empty means synthetic data")
-    p.add_argument("--data_name", default="", help="dataset name recorded in the result")
-    p.add_argument("--model_opts", type=json_object, default={}, help="model options as JSON")
     p.add_argument("--output", default="", help="write the result JSON here")
     p.add_argument("--study", default=None, help="study name recorded in the result")
     p.add_argument("--cell_id", default=None, help="cell id recorded in the result")
@@ -65,11 +59,20 @@ def model_runner_parser(prog: str, framework: str, dtypes: list[str]) -> argpars
 
 
 def precision(dtype: str) -> str:
-    return PRECISION_ALIASES.get(dtype, dtype)
+    from dlbench import axes
+
+    return axes.get("precision").normalise(dtype)
 
 
-def check_positive(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    for name, minimum in (("batch_size", 1), ("num_batches", 1), ("num_warmup_batches", 0),
-                          ("num_gpus", 1)):
-        if getattr(args, name) < minimum:
-            parser.error(f"--{name} must be >= {minimum}, got {getattr(args, name)}")
+def check_minimums(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                   runner: str) -> None:
+    """The table's lower bounds of the runner's integer flags, as argparse errors."""
+    from dlbench import axes
+
+    for axis in axes.TABLE:
+        flag = axis.flag_for(runner)
+        if flag is None or axis.minimum is None or not hasattr(args, flag.attr):
+            continue
+        value = getattr(args, flag.attr)
+        if value < axis.minimum:
+            parser.error(f"{flag.option} must be >= {axis.minimum}, got {value}")

@@ -25,74 +25,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dlbench import environment, gpus, subproc
+from dlbench import atomic, axes, environment, gpus, kinds, subproc
 from dlbench import result as R
-
-RUNNER_MODULES = {"pytorch": "dlbench.pytorch", "mxnet": "dlbench.mxnet"}
-
-
-def _flag(value: Any) -> str:
-    return "true" if value else "false"
-
-
-def model_argv(p: dict[str, Any], data_dir: str | None) -> list[str]:
-    argv = [
-        f"--model={p['model']}",
-        f"--forward_only={_flag(p['phase'] == 'inference')}",
-        f"--batch_size={p['batch_size']}",
-        f"--num_batches={p['num_batches']}",
-        f"--num_warmup_batches={p['num_warmup_batches']}",
-        f"--num_gpus={p['num_gpus']}",
-        f"--device={p['device']}",
-        f"--dtype={p['precision']}",
-    ]
-    if p.get("model_opts"):
-        argv.append(f"--model_opts={json.dumps(p['model_opts'], sort_keys=True)}")
-    if data_dir:
-        argv += [f"--data_dir={data_dir}", f"--data_name={p['data']}"]
-    if p.get("data_loader_only"):
-        argv.append("--data_loader_only=true")
-    if p["framework"] == "pytorch":
-        argv += [
-            f"--cudnn_benchmark={_flag(p['cudnn_benchmark'])}",
-            f"--cudnn_fastest={_flag(p['cudnn_fastest'])}",
-            f"--data_shuffle={_flag(p['data_shuffle'])}",
-            f"--num_loader_threads={p['num_loader_threads']}",
-        ]
-        if data_dir:
-            argv.append(f"--data_backend={p['data_backend']}")
-    elif p["framework"] == "mxnet":
-        argv += [f"--kv_store={p['kv_store']}",
-                 f"--preprocess_threads={p['num_loader_threads']}"]
-    return argv
-
-
-def ops_argv(p: dict[str, Any], output: Path) -> list[str]:
-    device = "cuda" if p["device"] == "gpu" else "cpu"
-    argv = ["-c", p["op_config"], "-w", str(p["warmup"]), "-i", str(p["iterations"]),
-            "-d", device, "--exec-mode", p["exec_mode"], "--cuda-l2-cache", p["cuda_l2_cache"],
-            # PARAM's JSON-lines log goes beside the result: <cell>.param.json
-            "-o", str(output.with_suffix(".param"))]
-    if p["backward"]:
-        argv.append("-b")
-    return argv
 
 
 def runner_command(cell: dict[str, Any], output: Path, python: str,
                    data_dir: str | None = None) -> list[str]:
-    p = cell["params"]
-    if cell["kind"] == "ops":
-        cmd = [python, "-m", "dlbench.ops", *ops_argv(p, output)]
-    else:
-        cmd = [python, "-m", RUNNER_MODULES[p["framework"]], *model_argv(p, data_dir)]
+    """The runner's command line: its cell kind's runner and the flags of the cell's axes
+    (dlbench.axes), then where to write and what to record."""
+    cmd = kinds.get(cell["kind"]).command(cell["params"], output, python, data_dir)
     return [*cmd, f"--output={output}", f"--study={cell['study']}",
             f"--cell_id={cell['cell_id']}"]
 
 
 def record_launch_failure(cell: dict[str, Any], output: Path, message: str,
                           status: str = "failed") -> None:
-    kind = "op" if cell["kind"] == "ops" else "model"
-    res = R.new_result(kind=kind, cell=cell["params"], study=cell["study"],
+    res = R.new_result(kind=kinds.get(cell["kind"]).result_kind,
+                       cell=axes.recorded(cell["kind"], cell["params"]), study=cell["study"],
                        cell_id=cell["cell_id"])
     res["environment"] = environment.collect()
     R.write(R.finish(res, status, message), output)
@@ -192,10 +141,7 @@ def image_digest(image: str, cache_dir: Path | None = None) -> str | None:
             digest.update(chunk)
     value = f"sha256:{digest.hexdigest()}"
     if cached:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_name(f".{key}.{os.getpid()}")
-        tmp.write_text(value + "\n")
-        tmp.replace(cached)
+        atomic.write_text(cached, value + "\n")
     return value
 
 

@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dlbench import atomic
+
 POWERCAP_ROOT = Path("/sys/class/powercap")
 # Every 0.5 s: on a busy 2-core host, sampling every 0.1 s cost 1.4 % of throughput
 # (benchmarks/monitor_overhead.py); NVML averages power over about a second anyway.
@@ -572,21 +574,19 @@ def series_path(output: str | os.PathLike[str]) -> Path:
 
 
 def write_series(columns: Mapping[str, list[Any]], path: Path) -> Path:
-    """Write the time series atomically (temp file and rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    if path.suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    """Write the time series atomically (``dlbench.atomic``: temp file, fsync, rename)."""
+    with atomic.temp_path(path) as tmp:
+        if path.suffix == ".parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
 
-        pq.write_table(pa.table(dict(columns)), tmp)
-    else:
-        names = list(columns)
-        with open(tmp, "w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(names)
-            writer.writerows(zip(*(columns[n] for n in names), strict=True))
-    os.replace(tmp, path)
+            pq.write_table(pa.table(dict(columns)), tmp)
+        else:
+            names = list(columns)
+            with open(tmp, "w", newline="") as handle:
+                writer = csv.writer(handle)
+                writer.writerow(names)
+                writer.writerows(zip(*(columns[n] for n in names), strict=True))
     return path
 
 

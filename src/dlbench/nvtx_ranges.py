@@ -1,20 +1,36 @@
-"""NVTX ranges for runners without torch (MXNet): the NVIDIA ``nvtx`` package when it is
-installed, else nothing. Without a profiler attached a range costs well under a
-microsecond, so runners mark ``warmup``, ``measure`` and each measured iteration always."""
+"""NVTX ranges that profilers (nsys, ncu) use to find ``warmup``, ``measure`` and each
+batch: torch.cuda.nvtx in a PyTorch process with CUDA, else the NVIDIA ``nvtx`` package
+when it is installed (MXNet, other frameworks), else nothing. Without a profiler attached a
+range costs well under a microsecond, so the harness marks every iteration."""
 
 from __future__ import annotations
 
-try:
-    import nvtx as _nvtx
-except ImportError:  # the package is optional: ranges then cost nothing
-    _nvtx = None
+import sys
+from collections.abc import Callable
+
+_impl: tuple[Callable[[str], object], Callable[[], object]] | None = None
+
+
+def _choose() -> tuple[Callable[[str], object], Callable[[], object]]:
+    torch = sys.modules.get("torch")  # never imported here: the runner already has it or not
+    if torch is not None and torch.cuda.is_available():
+        return torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+    try:
+        import nvtx
+    except ImportError:  # optional: ranges then cost nothing
+        return (lambda name: None), (lambda: None)
+    return nvtx.push_range, nvtx.pop_range
 
 
 def push(name: str) -> None:
-    if _nvtx is not None:
-        _nvtx.push_range(name)
+    global _impl
+    if _impl is None:
+        _impl = _choose()
+    _impl[0](name)
 
 
 def pop() -> None:
-    if _nvtx is not None:
-        _nvtx.pop_range()
+    global _impl
+    if _impl is None:
+        _impl = _choose()
+    _impl[1]()

@@ -11,13 +11,12 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from dlbench import stats
+from dlbench.atomic import write_text as write_atomic  # the name others import it by
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "oom", "failed", "skipped")
@@ -25,8 +24,9 @@ KINDS = ("model", "op", "loader")
 PASSES = ("training", "inference", "forward", "backward", "loader")
 
 
-def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+def now_iso(timespec: str = "milliseconds") -> str:
+    """The current time in UTC, ISO 8601 with its offset: the one clock of every record."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec=timespec)
 
 
 def load_schema() -> dict[str, Any]:
@@ -121,23 +121,6 @@ def validate(result: dict[str, Any]) -> None:
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "<root>"
         raise ValueError(f"result field {where}: {exc.message}") from None
-
-
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same folder and a rename, so
-    that readers never see a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write(result: dict[str, Any], path: str | os.PathLike[str]) -> None:

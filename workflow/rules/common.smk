@@ -1,15 +1,20 @@
 import functools
+import inspect
 import json
 import os
 import shlex
 import sys
 from pathlib import Path
 
+from snakemake.common import overwrite_function_params
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 from dlbench import cpu as dlbench_cpu
+from dlbench import frameworks as dlbench_frameworks
 from dlbench import gpus as dlbench_gpus
+from dlbench import kinds as dlbench_kinds
 from dlbench import launch as dlbench_launch
 from dlbench import study as dlbench_study
 
@@ -61,12 +66,19 @@ def framework_python(cell):
     return configured or sys.executable
 
 
-def cell_threads(wildcards):
+def cell_threads():
     """A timed cell has the machine to itself (benchmark_slot): all the cores Snakemake may
-    use, so that OMP_NUM_THREADS and friends, which Snakemake sets to a job's threads, do
-    not leave a CPU cell one core."""
-    cores = workflow.global_resources.get("_cores")
-    return getattr(cores, "value", cores) or os.cpu_count() or 1
+    use (workflow.cores, from --cores), so that OMP_NUM_THREADS and friends, which Snakemake
+    sets to a job's threads, do not leave a CPU cell one core. Without --cores (a cluster
+    run with --jobs), the cores of this machine. A constant, not a function of the job.
+    """
+    try:
+        return workflow.cores
+    except WorkflowError:
+        return os.cpu_count() or 1
+
+
+CELL_THREADS = cell_threads()
 
 
 def monitor_option():
@@ -96,24 +108,19 @@ def dataset_source(name):
 
 
 def data_dir_of(cell):
-    p = cell.params
-    if cell.kind != "model" or p["data"] == "synthetic":
-        return ""
-    if p["framework"] == "mxnet":
-        return f"results/datasets/{p['data']}/recordio"
-    if p["data_backend"] == "image_folder":
-        return dataset_source(p["data"])
-    return f"results/datasets/{p['data']}/caffe_lmdb"
+    """The prepared dataset a cell's runner reads, in its framework's storage format."""
+    return dlbench_kinds.get(cell.kind).data_dir(
+        cell.params, config.get("datasets") or {}
+    )
 
 
 def dataset_input_of(wildcards):
-    """What a cell reads: its prepared dataset, or its operator config file (so that an
-    edited op config reruns its cells)."""
+    """What a cell reads (its kind says): its prepared dataset, or its operator config
+    file, so that an edited op config reruns its cells."""
     cell = cell_of(wildcards)
-    if cell.kind == "ops":
-        return [cell.params["op_config"]]
-    data_dir = data_dir_of(cell)
-    return [data_dir] if data_dir else []
+    return dlbench_kinds.get(cell.kind).inputs(
+        cell.params, config.get("datasets") or {}
+    )
 
 
 def conversion_args(name, fmt):
@@ -143,6 +150,11 @@ def synthetic_args(name):
 
 def uses_deployment(method):
     return method in workflow.deployment_settings.deployment_method
+
+
+def framework_conda_env(fw):
+    """The framework's conda environment file, relative to this rules folder (None: none)."""
+    return f"../../{fw.conda_env}" if fw.conda_env else None
 
 
 def framework_container(framework):
@@ -201,16 +213,55 @@ def container_digest_of(cell):
     return _image_digest(image) if image else ""
 
 
+def framework_launcher(framework):
+    """launcher_command of the framework's cells (it depends on nothing else)."""
+    return launcher_command(dlbench_study.Cell("", "model", {"framework": framework}))
+
+
+def framework_options(framework):
+    """The launcher options every cell of a framework shares: its interpreter, its image and
+    that image's digest. A constant for the rule, so that Snakemake evaluates no function
+    per job for them (10,000-cell studies); the digest, which reads the image, only when
+    a job of the framework runs."""
+    cell = dlbench_study.Cell("", "model", {"framework": framework})
+    options = [
+        "--python",
+        runner_python(cell),
+        f"--container_image={container_image_of(cell)}",
+    ]
+    if not container_image_of(cell):
+        return [*options, "--container_digest=", *monitor_option()]
+    return lambda wildcards: [
+        *options,
+        f"--container_digest={container_digest_of(cell)}",
+        *monitor_option(),
+    ]
+
+
+def cell_options(wildcards):
+    """The launcher options of one cell: the cell itself and the dataset it reads."""
+    cell = cell_of(wildcards)
+    return ["--cell", cell.to_json(), f"--data_dir={data_dir_of(cell)}"]
+
+
+def _job_functions(*functions):
+    """Snakemake asks a job function for its parameter names several times per job
+    (inspect.signature, ~50 us each): in a 10,000-cell study that is seconds of a dry run.
+    snakemake.common.overwrite_function_params states them once (Snakemake's own helpers
+    use it); benchmarks/dry_run_scaling.py measures the difference."""
+    for func in functions:
+        overwrite_function_params(func, inspect.signature(func).parameters)
+
+
 def container_binds():
     """Host folders that containerised cells read and Snakemake does not bind (it binds the
     working directory): datasets and operator configs elsewhere, and the GPU lock folder.
     """
     wanted = []
+    datasets = config.get("datasets") or {}
     for cell in CELLS:
-        if cell.kind == "ops":
-            wanted.append(Path(cell.params["op_config"]).parent)
-        elif data_dir_of(cell):
-            wanted.append(Path(data_dir_of(cell)))
+        for path in dlbench_kinds.get(cell.kind).inputs(cell.params, datasets):
+            wanted.append(Path(path) if Path(path).is_dir() else Path(path).parent)
     if any(cell.params.get("device") == "gpu" for cell in CELLS):
         wanted.append(dlbench_gpus.lock_dir())
     here = Path.cwd()
@@ -272,6 +323,7 @@ def _declare_gpus():
 
 
 _declare_gpus()
+_job_functions(dataset_input_of, gpus_of, cell_options)
 if uses_deployment(DeploymentMethod.APPTAINER):
     _bind_into_containers()
 

@@ -1,8 +1,8 @@
 # Profiles of the cells that config's profiling.select names, one job per tool and cell,
 # apart from the measurement job, in two halves:
-# - profile_<framework>: the profiled run, in the cell's framework software like its
-#   measurement (the image under --use-singularity, the conda env under --use-conda, else
-#   the host): capture.json, with the tool's raw exports, under
+# - profile_<framework> (one rule per framework of dlbench.frameworks): the profiled run,
+#   in the cell's framework software like its measurement (the image under
+#   --use-singularity, the conda env under --use-conda, else the host): capture.json, with the tool's raw exports, under
 #   results/profiles/<tool>/<study>/<cell>/;
 # - profile_tables: on the driver (pyarrow), the exports become Parquet and profile.json is
 #   written last.
@@ -13,49 +13,45 @@
 # (or delete its folder).
 
 
-rule profile_pytorch:
-    input:
-        dataset=dataset_input_of,
-    output:
-        f"{profiling_config.PROFILES_DIR}/{{tool}}/{{study}}/{{cell}}/{profiling_config.CAPTURE}",
-    log:
-        f"{profiling_config.PROFILES_DIR}/logs/{{tool}}/{{study}}/{{cell}}.capture.log",
-    wildcard_constraints:
-        tool="|".join(profiling_config.TOOLS),
-        cell=r"pytorch_[^/]+",
-    conda:
-        "../../envs/pytorch.yaml"
-    container:
-        framework_container("pytorch")
-    threads: cell_threads
-    resources:
-        # A profile perturbs the machine as much as a measurement: never beside one.
-        benchmark_slot=1,
-        gpu=gpus_of,
-    params:
-        cell=lambda wc: cell_of(wc).to_json(),
-        launcher=lambda wc: launcher_command(cell_of(wc)),
-        python=lambda wc: runner_python(cell_of(wc)),
-        data_dir=lambda wc: data_dir_of(cell_of(wc)),
-        settings=lambda wc: json.dumps(
-            profiling_config.tool_settings(config, wc.tool), sort_keys=True
-        ),
-        out_dir=lambda wc, output: str(Path(output[0]).parent),
-    shell:
-        "{params.launcher:q} -m dlbench.profiling capture --record-failure"
-        " --tool {wildcards.tool:q} --cell {params.cell:q} --out_dir {params.out_dir:q}"
-        " --python {params.python:q} --data_dir={params.data_dir:q}"
-        " --settings {params.settings:q} > {log:q} 2>&1"
+for fw in dlbench_frameworks.registry().values():
 
-
-use rule profile_pytorch as profile_mxnet with:
-    wildcard_constraints:
-        tool="|".join(profiling_config.TOOLS),
-        cell=r"mxnet_[^/]+",
-    conda:
-        "../../envs/mxnet.yaml"
-    container:
-        framework_container("mxnet")
+    rule:
+        name:
+            f"profile_{fw.name}"
+        input:
+            dataset=dataset_input_of,
+        output:
+            f"{profiling_config.PROFILES_DIR}/{{tool}}/{{study}}/{{cell}}/{profiling_config.CAPTURE}",
+        log:
+            f"{profiling_config.PROFILES_DIR}/logs/{{tool}}/{{study}}/{{cell}}.capture.log",
+        wildcard_constraints:
+            tool="|".join(profiling_config.TOOLS),
+            cell=rf"{fw.name}_[^/]+",
+        conda:
+            framework_conda_env(fw)
+        container:
+            framework_container(fw.name)
+        threads: CELL_THREADS
+        resources:
+            # A profile perturbs the machine as much as a measurement: never beside one.
+            benchmark_slot=1,
+            gpu=gpus_of,
+        params:
+            launcher=framework_launcher(fw.name),
+            python=runner_python(
+                dlbench_study.Cell("", "model", {"framework": fw.name})
+            ),
+            cell=lambda wc: cell_of(wc).to_json(),
+            data_dir=lambda wc: data_dir_of(cell_of(wc)),
+            settings=lambda wc: json.dumps(
+                profiling_config.tool_settings(config, wc.tool), sort_keys=True
+            ),
+            out_dir=lambda wc, output: str(Path(output[0]).parent),
+        shell:
+            "{params.launcher:q} -m dlbench.profiling capture --record-failure"
+            " --tool {wildcards.tool:q} --cell {params.cell:q} --out_dir {params.out_dir:q}"
+            " --python {params.python:q} --data_dir={params.data_dir:q}"
+            " --settings {params.settings:q} > {log:q} 2>&1"
 
 
 rule profile_tables:

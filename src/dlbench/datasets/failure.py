@@ -11,19 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dlbench import atomic
 from dlbench.datasets.errors import DatasetError
 
 FILENAME = "preparation-error.txt"
 
 
 def record(out: str | Path, message: str) -> Path:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    marker = out / FILENAME
-    tmp = out / f".{FILENAME}.tmp"
-    tmp.write_text(message.strip() + "\n")
-    tmp.replace(marker)
-    return marker
+    return atomic.write_text(Path(out) / FILENAME, message.strip() + "\n")
 
 
 def raise_if_failed(path: str | Path) -> None:

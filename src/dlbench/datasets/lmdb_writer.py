@@ -18,8 +18,8 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
+from dlbench.atomic import prepared_dir
 from dlbench.datasets import datum, imageops, manifest
-from dlbench.datasets.atomic import prepared_dir
 from dlbench.datasets.encode_jobs import (
     check_options,
     check_target,

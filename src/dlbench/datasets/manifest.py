@@ -3,13 +3,14 @@ the preparation finished."""
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 from pathlib import Path
 from typing import Any
 
+from dlbench import atomic
 from dlbench.datasets.errors import DatasetError
+from dlbench.result import now_iso
 
 FILENAME = "manifest.json"
 LIST_FILENAME = "data.lst"
@@ -51,16 +52,13 @@ def build(*, fmt: str, count: int, classes: list[str], shapes: ShapeRange | None
         "options": options,
         "list_sha256": list_sha256,
         "files": files,
-        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created_at": now_iso(timespec="seconds"),
     }
 
 
 def write(folder: str | os.PathLike, manifest: dict[str, Any]) -> Path:
-    path = Path(folder) / FILENAME
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-    return path
+    return atomic.write_text(Path(folder) / FILENAME,
+                             json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
 def read(folder: str | os.PathLike) -> dict[str, Any] | None:

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
+from dlbench.atomic import prepared_dir
 from dlbench.datasets import imageops, manifest
-from dlbench.datasets.atomic import prepared_dir
 from dlbench.datasets.encode_jobs import (
     check_options,
     check_target,

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
+from dlbench.atomic import prepared_dir
 from dlbench.datasets import manifest
-from dlbench.datasets.atomic import prepared_dir
 from dlbench.datasets.errors import DatasetError
 from dlbench.datasets.imagefolder import scan, write_lst
 

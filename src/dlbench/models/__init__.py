@@ -4,14 +4,16 @@ The registry is plain data so that the workflow driver can validate a study with
 importing a framework. Each entry names, per framework, the builder function that makes
 the network (``"module:function"``), imported only inside that framework's process.
 
-To add a model: add one ``ModelSpec`` to ``CATALOG`` below and write its builder.
+To add a model: add one ``ModelSpec`` to ``CATALOG`` below and write its builder. A
+framework plug-in (dlbench.frameworks) may add builders and models of its own.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 _TV = "dlbench.pytorch.zoo.torchvision_models:build"
@@ -122,19 +124,33 @@ def check_bert_opts(opts: dict[str, Any]) -> None:
         raise ValueError(f"bert: vocab_size must be a positive integer, got {vocab!r}")
 
 
-_BY_NAME = {spec.name: spec for spec in CATALOG}
+@functools.cache
+def _catalog() -> dict[str, ModelSpec]:
+    """CATALOG, with the builders and models that framework plug-ins add."""
+    from dlbench import frameworks
+
+    by_name = {spec.name: spec for spec in CATALOG}
+    for fw in frameworks.registry().values():
+        for spec in fw.new_models:
+            by_name.setdefault(spec.name, spec)
+        for name, builder in fw.models.items():
+            if name not in by_name:
+                raise ValueError(f"framework {fw.name}: builder for unknown model {name!r}")
+            spec = by_name[name]
+            by_name[name] = replace(spec, builders={**spec.builders, fw.name: builder})
+    return by_name
 
 
 def names() -> list[str]:
-    return [spec.name for spec in CATALOG]
+    return list(_catalog())
 
 
 def get(name: str) -> ModelSpec:
     try:
-        return _BY_NAME[name]
+        return _catalog()[name]
     except KeyError:
         raise KeyError(f"unknown model {name!r} (valid: {', '.join(names())})") from None
 
 
 def for_framework(framework: str) -> list[str]:
-    return [spec.name for spec in CATALOG if framework in spec.builders]
+    return [spec.name for spec in _catalog().values() if framework in spec.builders]

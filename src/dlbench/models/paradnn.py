@@ -51,10 +51,6 @@ def fc_phi(layers: int, nodes: int, input_size: int, output_size: int) -> int:
     return nodes * nodes * (layers - 1) + nodes * (input_size + output_size)
 
 
-def fc_biases(layers: int, nodes: int, output_size: int) -> int:
-    return layers * nodes + output_size
-
-
 def check_fc_opts(opts: Mapping[str, Any]) -> None:
     for name in ("layers", "nodes", "input_size", "output_size"):
         _int_opt("paradnn_fc", opts, name)
@@ -91,11 +87,6 @@ def cnn_min_input_size() -> int:
     while cnn_pooled_size(size) < 1:
         size += 1
     return size
-
-
-def cnn_output_channels(filters: int, block_fn: str) -> int:
-    expansion = BOTTLENECK_EXPANSION if block_fn == "bottleneck" else 1
-    return filters * GROUP_WIDTHS[-1] * expansion
 
 
 def check_cnn_opts(opts: Mapping[str, Any]) -> None:

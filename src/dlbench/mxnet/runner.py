@@ -10,18 +10,16 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from dlbench import cellrun, cli, cpu, environment, models, monitor, nvtx_ranges
+from dlbench import axes, cellrun, cli, cpu, environment, harness, models, monitor
 from dlbench import result as R
 from dlbench.cellrun import CellError
 from dlbench.mxnet import reader_choice
-from dlbench.study import KV_STORES
 
 PROG = "python -m dlbench.mxnet"
 ENV_HINT = ("create the MXNet environment with: make mxnet-env (python -m venv .venvs/mxnet && "
@@ -43,45 +41,24 @@ _SGD = {"learning_rate": 0.01, "momentum": 0.9}
 
 
 def build_parser():
-    parser = cli.model_runner_parser(PROG, "mxnet", dtypes=["float", "float32", "float16"])
-    parser.add_argument("--kv_store", choices=KV_STORES, default="device",
-                        help="gradient aggregation (default: device)")
-    parser.add_argument("--preprocess_threads", type=int, default=4,
-                        help="RecordIO decoding threads (native) or worker processes (gluon) "
-                             "(default: 4)")
+    # The axis flags (DLBS's, from dlbench.axes) and the monitor's; then this runner's own.
+    parser = harness.parser("mxnet", PROG)
     parser.add_argument("--data_reader", choices=reader_choice.CHOICES, default="auto",
                         help="RecordIO reader: native (mx.io.ImageRecordIter), gluon "
                              "(gluon.data.DataLoader worker processes, OpenCV), or auto: "
                              "native when its decoding-thread cap (cpus/2 - 1, at least 1) "
                              "covers --preprocess_threads, else gluon (default: auto)")
-    cli.add_bool(parser, "--data_loader_only", False, "time the input pipeline alone")
-    monitor.add_arguments(parser)
     return parser
 
 
 def cell_of(args) -> dict[str, Any]:
-    data = args.data_name or ("synthetic" if not args.data_dir else Path(args.data_dir).stem)
-    return {
-        "framework": "mxnet",
-        "model": args.model,
-        "phase": "inference" if args.forward_only else "training",
-        "precision": cli.precision(args.dtype),
-        "batch_size": args.batch_size,
-        "num_gpus": args.num_gpus,
-        "device": args.device,
-        "data": data,
-        "num_batches": args.num_batches,
-        "num_warmup_batches": args.num_warmup_batches,
-        "kv_store": args.kv_store,
-        "data_loader_only": args.data_loader_only,
-        "model_opts": args.model_opts,
-    }
+    return axes.cell_from_args("model", "mxnet", "mxnet", args)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    cli.check_positive(parser, args)
+    cli.check_minimums(parser, args, "mxnet")
     if args.preprocess_threads < 1:
         parser.error(f"--preprocess_threads must be >= 1, got {args.preprocess_threads}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -248,37 +225,6 @@ def kvstore(mx: ModuleType, kind: str, device: str, num_contexts: int, *,
     return kind, 0, 1
 
 
-def _timed(mx: ModuleType, step: Callable[[], float], warmup: int, iterations: int,
-           hooks: Sequence[Any] = ()) -> tuple[list[float], list[float]]:
-    """Run ``step`` (which returns its time waiting for input) ``warmup`` times untimed,
-    then ``iterations`` times, each timed from an idle engine to all its results done.
-    ``hooks`` (the resource monitor) see the measured iterations only; NVTX ranges mark
-    ``warmup``, ``measure`` and each batch for profilers."""
-    nvtx_ranges.push("warmup")
-    for _ in range(warmup):
-        step()
-        mx.nd.waitall()
-    nvtx_ranges.pop()
-    times, waits = [], []
-    nvtx_ranges.push("measure")
-    for hook in hooks:
-        hook.measure_start()
-    try:
-        for i in range(iterations):
-            mx.nd.waitall()
-            nvtx_ranges.push(f"batch {i}")
-            start = time.perf_counter()
-            waits.append(step())
-            mx.nd.waitall()
-            times.append(time.perf_counter() - start)
-            nvtx_ranges.pop()
-    finally:
-        for hook in hooks:
-            hook.measure_end()
-        nvtx_ranges.pop()
-    return times, waits
-
-
 def _open_reader(args, plan: Plan, input_shape: tuple[int, ...]):
     """The RecordIO reader ``--data_reader`` names (``auto``: see reader_choice)."""
     from dlbench.mxnet import data
@@ -299,15 +245,15 @@ def _loader_measurement(mx: ModuleType, args, plan: Plan, common: dict,
                         hooks: Sequence[Any]) -> dict[str, Any]:
     reader = _open_reader(args, plan, tuple(plan.spec.input_shape))
 
-    def step() -> float:
-        reader.to_devices(reader.next(), plan.ctxs, plan.precision)
-        return 0.0
+    def fetch():
+        return reader.to_devices(reader.next(), plan.ctxs, plan.precision)
 
     try:
-        times, _ = _timed(mx, step, args.num_warmup_batches, args.num_batches, hooks)
+        loop = harness.timed_loop(fetch, lambda parts: None, mx.nd.waitall,
+                                  args.num_warmup_batches, args.num_batches, hooks=hooks)
     finally:
         reader.close()
-    return R.measurement(name=args.model, pass_="loader", times_s=times,
+    return R.measurement(name=args.model, pass_="loader", times_s=loop.times_s,
                          items_per_iteration=plan.batch, throughput_unit="images/s",
                          extra={**common, **_reader_facts(args, reader)})
 
@@ -331,49 +277,43 @@ def _model_measurement(mx: ModuleType, args, plan: Plan, common: dict,
         reader = _open_reader(args, plan, built.input_shape)
 
         def fetch():
-            start = time.perf_counter()
-            host = reader.next()
-            wait = time.perf_counter() - start
-            return reader.to_devices(host, plan.ctxs, plan.precision), wait
+            return reader.to_devices(reader.next(), plan.ctxs, plan.precision)
     else:
         fixed = data.synthetic(plan.ctxs, args.batch_size, built.input_shape,
                                built.num_classes, plan.precision)
 
         def fetch():
-            return fixed, 0.0
+            return fixed
 
     if args.forward_only:
-        def step() -> float:
-            parts, wait = fetch()
+        def step(parts) -> None:
             with autograd.predict_mode():
                 for x, _ in parts:
                     net(x)
-            return wait
     else:
         fp16 = {"multi_precision": True} if plan.precision == "float16" else {}
         trainer = gluon.Trainer(net.collect_params(), "sgd", {**_SGD, **fp16}, kvstore=plan.kv)
         loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
-        def step() -> float:
-            parts, wait = fetch()
+        def step(parts) -> None:
             with autograd.record():
                 # Loss in float32 whatever the network's precision.
                 losses = [loss_fn(net(x).astype("float32", copy=False), y) for x, y in parts]
             autograd.backward(losses)
             trainer.step(plan.batch)  # gradients are summed over devices: scale by the batch
-            return wait
 
     try:
-        times, waits = _timed(mx, step, args.num_warmup_batches, args.num_batches, hooks)
+        loop = harness.timed_loop(fetch, step, mx.nd.waitall, args.num_warmup_batches,
+                                  args.num_batches, hooks=hooks)
     finally:
         if reader is not None:
             reader.close()
     real = plan.record is not None
     return R.measurement(
         name=args.model, pass_="inference" if args.forward_only else "training",
-        times_s=times, items_per_iteration=plan.batch, parameters=parameters,
-        data_wait_s=sum(waits) if real else None,
-        compute_s=sum(times) - sum(waits) if real else sum(times),
+        times_s=loop.times_s, items_per_iteration=plan.batch, parameters=parameters,
+        data_wait_s=loop.data_wait_s if real else None,
+        compute_s=loop.compute_s if real else sum(loop.times_s),
         extra={**common, **built.facts, "hybridize": "static_alloc,static_shape",
                "optimizer": None if args.forward_only else "sgd",
                **(_reader_facts(args, reader) if real else {"preprocess_threads": None})})

@@ -6,12 +6,14 @@ The JSON-lines file ``<prefix>.json`` has PARAM's layout: a first line with
 "measure.time", "measure.gpu.memory"}}, "config": {"build", "input"}}`` (times in ms,
 memory in MiB); a ``{"finish_time"}`` line; and ``{"trace_file"}`` when profiling. A spec
 or operator that failed becomes ``{"op_name", "id", "error"}`` (``metric`` empty), which
-PARAM's readers skip as they skip inputs run with zero iterations.
+PARAM's readers skip as they skip inputs run with zero iterations. ``start_time`` and
+``finish_time`` are ISO 8601 to the second like PARAM's, but in UTC with the offset
+(``dlbench.result.now_iso``, the clock of every dlbench record) where PARAM writes local
+time without one.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import logging
 import os
@@ -27,10 +29,6 @@ from dlbench import result as R
 from dlbench import stats
 
 log = logging.getLogger("dlbench.ops")
-
-
-def now_iso() -> str:
-    return _dt.datetime.now().isoformat(timespec="seconds")
 
 
 def sys_info(device: torch.device) -> dict[str, Any]:
@@ -83,7 +81,7 @@ class JsonlWriter:
         self.stream.flush()
 
     def run_record(self, run_options: dict[str, Any], info: dict[str, Any]) -> None:
-        self.write({"run_options": run_options, "sys_info": info, "start_time": now_iso()})
+        self.write({"run_options": run_options, "sys_info": info, "start_time": R.now_iso("seconds")})
 
     def op_record(self, op_name: str, run_id: str, metrics: dict[str, Any],
                   config: dict[str, Any], notes: list[str] | None = None) -> None:
@@ -96,7 +94,7 @@ class JsonlWriter:
         self.write({"op_name": op_name, "id": run_id, "metric": {}, "error": message})
 
     def finish(self) -> None:
-        self.write({"finish_time": now_iso()})
+        self.write({"finish_time": R.now_iso("seconds")})
 
     def trace(self, trace_file: str) -> None:
         self.write({"trace_file": trace_file})

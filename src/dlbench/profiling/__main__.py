@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from dlbench.profiling import TOOLS, run
+from dlbench.profiling import registry, run
 from dlbench.profiling.config import ProfilingConfigError, settings
 
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, what in (("run", "profile one cell with one tool: capture, then finish"),
                        ("capture", "the profiled run alone, writing DIR/capture.json")):
         job = sub.add_parser(name, help=what)
-        job.add_argument("--tool", required=True, choices=TOOLS)
+        job.add_argument("--tool", required=True, choices=registry.names())
         job.add_argument("--cell", required=True, type=_json,
                          help="the cell (study.Cell.to_json)")
         job.add_argument("--out_dir", required=True, type=Path, help="the profile's folder")
@@ -51,11 +51,11 @@ def main(argv: list[str] | None = None) -> int:
                          help="the tool's settings as JSON (profiling.tools.<tool>)")
         job.add_argument("--record-failure", action="store_true", help=record_help)
     done = sub.add_parser("finish", help="tables and DIR/profile.json of a captured profile")
-    done.add_argument("--tool", required=True, choices=TOOLS)
+    done.add_argument("--tool", required=True, choices=registry.names())
     done.add_argument("--out_dir", required=True, type=Path, help="the profile's folder")
     done.add_argument("--record-failure", action="store_true", help=record_help)
     conv = sub.add_parser("tables", help="convert a profile folder's exports to Parquet")
-    conv.add_argument("--tool", required=True, choices=TOOLS)
+    conv.add_argument("--tool", required=True, choices=registry.names())
     conv.add_argument("folder", type=Path)
     args = parser.parse_args(argv)
     try:
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         from dlbench.profiling import tables  # pyarrow: the driver's, not the framework's
 
         try:
-            made = tables.convert(args.tool, args.folder, tool_settings.get("reports", ()))
+            made = tables.convert(args.tool, args.folder, tool_settings)
         except tables.TableError as exc:
             print(f"{args.tool}: {exc}", file=sys.stderr)
             return 1

@@ -21,7 +21,6 @@ on the profile (the report) is held back.
 
 from __future__ import annotations
 
-import datetime as _dt
 import glob
 import json
 import os
@@ -34,48 +33,29 @@ from typing import Any
 
 from dlbench import gpus, launch, subproc
 from dlbench import result as R
-from dlbench.profiling import commands
+from dlbench.profiling import commands, registry
+from dlbench.profiling.base import Job
 from dlbench.profiling.commands import ProfileError, Step
 from dlbench.profiling.config import CAPTURE, MANIFEST
 
 ERROR_FILE = "error.txt"
-# Where a framework keeps its shared libraries, relative to its package folder.
+# Where a framework keeps its shared libraries: (package, folder in it). The framework
+# registry will supply this; until then it is kept here, behind ``library_dirs``.
 LIBRARY_DIRS = {"pytorch": ("torch", "lib"), "mxnet": ("mxnet", "")}
-_FIND_PACKAGE = ("import importlib.util, os, sys; spec = importlib.util.find_spec(sys.argv[1]); "
-                 "print(os.path.dirname(spec.origin) if spec and spec.origin else '')")
 
 
-def framework_library_dir(python: str, framework: str) -> str:
-    """Ask the framework's interpreter where the framework's shared libraries are (without
-    importing it: a GPU framework's import is slow)."""
-    package, sub = LIBRARY_DIRS.get(framework, LIBRARY_DIRS["pytorch"])
-    try:
-        out = subprocess.run([python, "-c", _FIND_PACKAGE, package], capture_output=True,
-                             text=True, timeout=120)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise ProfileError(f"hpcrun: cannot ask {python} where {package} is ({exc})") from None
-    folder = out.stdout.strip()
-    if out.returncode != 0 or not folder:
-        raise ProfileError(f"hpcrun: {python} cannot find the {package} package")
-    return os.path.join(folder, sub) if sub else folder
+def library_dirs(framework: str) -> tuple[str, str]:
+    """The package whose folder holds ``framework``'s shared libraries, and the folder in
+    it ("" for the package's own); an unknown framework is taken as PyTorch."""
+    return LIBRARY_DIRS.get(framework, LIBRARY_DIRS["pytorch"])
 
 
 def build_plan(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
                settings: dict[str, Any], data_dir: str | None) -> commands.Plan:
-    runner = commands.runner_argv(cell, out_dir, python, tool, settings, data_dir)
-    if tool == "torch":
-        return commands.torch_plan(runner, out_dir, settings)
-    if tool == "ncu":
-        return commands.ncu_plan(runner, out_dir, settings)
-    if tool == "nsys":
-        return commands.nsys_plan(runner, out_dir, settings)
-    library = None
-    if settings["framework_library_path"]:
-        library = framework_library_dir(python, cell["params"].get("framework", "pytorch"))
-    interpreter = os.path.realpath(shutil.which(python) or python)
-    return commands.hpcrun_plan(runner, out_dir, settings, library_dir=library,
-                                python_binary=interpreter,
-                                ld_library_path=os.environ.get("LD_LIBRARY_PATH", ""))
+    profiler = registry.get(tool)
+    runner = commands.runner_argv(cell, out_dir, python, profiler.iterations(settings),
+                                  data_dir)
+    return profiler.plan(Job(cell, out_dir, python, settings, runner))
 
 
 def run_step(tool: str, step: Step, out_dir: Path, env: dict[str, str] | None = None) -> None:
@@ -144,7 +124,7 @@ def capture(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
         raise ProfileError(f"{tool}: {exc}") from None
     record = {
         **_identity(tool, cell, settings), "status": "ok", "error": None,
-        "started_at": started, "captured_at": _now(),
+        "started_at": started, "captured_at": R.now_iso(),
         "commands": [{"name": s.name, "argv": s.argv, "env": s.env} for s in plan.steps],
         "artifacts": dict(plan.artifacts),
     }
@@ -172,16 +152,14 @@ def finish(tool: str, out_dir: Path) -> dict[str, Any]:
     if record["status"] != "ok":
         raise CaptureFailed(record)
     settings = record["settings"]
+    profiler = registry.get(tool)
     try:
-        made = tables.convert(tool, out_dir, settings.get("reports", ()))
+        made = profiler.convert(out_dir, settings)
     except tables.TableError as exc:
         raise ProfileError(f"{tool}: {exc}") from None
-    if tool == "nsys" and not made:
-        raise ProfileError(f"nsys: no report has data ({', '.join(settings['reports'])}): "
-                           "nothing was captured (is the NVTX range "
-                           f"'{settings['nvtx_capture']}' pushed?)")
+    profiler.finish(out_dir, settings, made)
     manifest = {
-        **record, "finished_at": _now(),
+        **record, "finished_at": R.now_iso(),
         "artifacts": {name: rel for name, rel in record["artifacts"].items()
                       if (out_dir / rel).exists()},
         "tables": made, "files": files_of(out_dir),
@@ -205,10 +183,6 @@ class CaptureFailed(Exception):
         self.record = record
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
 def _identity(tool: str, cell: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     return {"schema_version": 1, "tool": tool, "study": cell.get("study"),
             "cell_id": cell.get("cell_id"), "cell": cell.get("params"), "settings": settings}
@@ -230,7 +204,7 @@ def failure_record(identity: dict[str, Any], out_dir: Path, line: str) -> dict[s
     record), its one-line error and what it left behind."""
     return {
         **identity, "status": "failed", "error": line,
-        "finished_at": _now(), "artifacts": {}, "tables": {},
+        "finished_at": R.now_iso(), "artifacts": {}, "tables": {},
         "files": files_of(out_dir) if out_dir.is_dir() else [],
     }
 

@@ -10,10 +10,11 @@ A profile's status is the manifest's (``"ok"`` or ``"failed"``: a failure record
 ``--record-failure``); a folder without a manifest is ``"failed"`` when it has
 ``error.txt`` (a failure not recorded) and ``"incomplete"`` otherwise.
 
-``top`` comes from the Parquet tables: torch operators by self time (device time when the
-profile has device activity, else CPU time), ncu kernels by summed ``gpu__time_duration``,
-nsys kernels by total time (``cuda_gpu_kern_sum``). hpcrun's database has no table: its
-profile lists files only. Paths are relative to the folder given to ``collect``'s caller
+``top`` comes from the Parquet tables, ranked by each tool's module
+(``dlbench.profiling.tools``): torch operators by self time (device time when the profile
+has device activity, else CPU time), ncu kernels by summed ``gpu__time_duration``, nsys
+kernels by total time (``cuda_gpu_kern_sum``). hpcrun's database has no table: its profile
+lists files only. Paths are relative to the folder given to ``collect``'s caller
 (``directory`` is ``root/<tool>/<study>/<cell>``).
 """
 
@@ -27,10 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from dlbench.profiling import TOOLS
+from dlbench.profiling import registry
 from dlbench.profiling.config import MANIFEST
 from dlbench.profiling.run import ERROR_FILE
 
@@ -52,51 +51,10 @@ class CellProfile:
 
 def top_entries(tool: str, directory: Path, tables: dict[str, str],
                 n: int = 10) -> list[dict[str, Any]]:
-    """The ``n`` heaviest kernels or operators of one profile, from its Parquet table."""
-    if tool == "torch" and "operators" in tables:
-        return _top_torch(directory / tables["operators"], n)
-    if tool == "ncu" and "kernels" in tables:
-        return _top_ncu(directory / tables["kernels"], n)
-    if tool == "nsys" and "cuda_gpu_kern_sum" in tables:
-        return _top_nsys(directory / tables["cuda_gpu_kern_sum"], n)
-    return []
-
-
-def _ranked(entries: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-    total = sum(e["time_s"] for e in entries)
-    entries.sort(key=lambda e: e["time_s"], reverse=True)
-    for e in entries:
-        e["share"] = e["time_s"] / total if total > 0 else None
-    return entries[:n]
-
-
-def _top_torch(path: Path, n: int) -> list[dict[str, Any]]:
-    rows = [r for r in pq.read_table(path).to_pylist() if not r["is_user_annotation"]]
-    on_device = any((r["self_device_time_us"] or 0) > 0 for r in rows)
-    key = "self_device_time_us" if on_device else "self_cpu_time_us"
-    return _ranked([{"name": r["name"], "calls": r["calls"], "time_s": (r[key] or 0.0) / 1e6,
-                     "time_kind": "self device" if on_device else "self CPU",
-                     "flops": r["flops"]} for r in rows], n)
-
-
-def _top_ncu(path: Path, n: int) -> list[dict[str, Any]]:
-    kernels: dict[str, dict[str, Any]] = {}
-    for row in pq.read_table(path, columns=["Kernel Name", "duration_ns"]).to_pylist():
-        entry = kernels.setdefault(row["Kernel Name"], {"name": row["Kernel Name"], "calls": 0,
-                                                        "time_s": 0.0, "time_kind": "kernel"})
-        entry["calls"] += 1
-        entry["time_s"] += (row["duration_ns"] or 0.0) / 1e9
-    return _ranked(list(kernels.values()), n)
-
-
-def _top_nsys(path: Path, n: int) -> list[dict[str, Any]]:
-    table = pq.read_table(path)
-    names = table.column("Name").to_pylist()
-    calls = table.column("Instances").to_pylist()
-    totals = pc.cast(table.column("Total Time (ns)"), "float64").to_pylist()
-    return _ranked([{"name": name, "calls": count, "time_s": (total or 0.0) / 1e9,
-                     "time_kind": "kernel"}
-                    for name, count, total in zip(names, calls, totals, strict=True)], n)
+    """The ``n`` heaviest kernels or operators of one profile, from its Parquet table (the
+    tool module's ``top_entries``); [] for a tool this dlbench does not know."""
+    profiler = registry.find(tool)
+    return profiler.top_entries(directory, tables, n) if profiler else []
 
 
 def read_profile(directory: Path, top: int = 10) -> CellProfile:
@@ -137,7 +95,7 @@ def collect(root: str | Path = "results/profiles", top: int = 10) -> list[CellPr
     """Every profile under ``root`` (``root/<tool>/<study>/<cell>``), sorted."""
     root = Path(root)
     found = []
-    for tool in TOOLS:
+    for tool in registry.names():
         for directory in sorted(root.glob(f"{tool}/*/*")):
             if directory.is_dir():
                 found.append(read_profile(directory, top))

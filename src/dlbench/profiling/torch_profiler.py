@@ -17,6 +17,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dlbench import atomic
+
 TRACE = "trace.json"
 OPERATORS = "operators.json"
 DEFAULT_SCHEDULE = (1, 1, 3)  # wait, warmup, active
@@ -114,7 +116,5 @@ class TorchProfilerHook:
             "operators": operator_rows(prof.key_averages(), self.with_device),
         }
         operators = self.out_dir / OPERATORS
-        tmp = operators.with_name(f".{operators.name}.tmp")
-        tmp.write_text(json.dumps(table, indent=1) + "\n")
-        os.replace(tmp, operators)
+        atomic.write_text(operators, json.dumps(table, indent=1) + "\n")
         self.written = [trace, operators]

@@ -11,38 +11,28 @@ import argparse
 import logging
 import os
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlbench import cellrun, cli, cpu, environment, models, monitor, subproc
+from dlbench import axes, cellrun, cli, cpu, environment, harness, models, monitor, subproc
 from dlbench import result as R
 from dlbench.profiling import torch_profiler
 
 log = logging.getLogger("dlbench.pytorch")
 
-DTYPES = ["float", "float32", "tf32", "float16", "bfloat16", "float64"]
 _ERROR_MARK = "dlbench-cell-error:"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = cli.model_runner_parser("python -m dlbench.pytorch", "pytorch", DTYPES)
-    cli.add_bool(p, "--cudnn_benchmark", True, "let cuDNN autotune convolution algorithms")
-    cli.add_bool(p, "--cudnn_fastest", False, "let the autotuner try every algorithm")
-    cli.add_bool(p, "--data_shuffle", False, "shuffle real datasets")
-    p.add_argument("--num_loader_threads", type=int, default=4,
-                   help="input decoding threads (or worker processes, see --loader_workers)")
+    # The axis flags (DLBS's, from dlbench.axes) and the monitor's; then this runner's own.
+    p = harness.parser("pytorch", "python -m dlbench.pytorch")
     p.add_argument("--loader_workers", choices=["threads", "processes"], default="threads",
                    help="decode in threads of this process (faster on few cores) or in "
                         "DataLoader worker processes")
-    p.add_argument("--data_backend", choices=["caffe_lmdb", "image_folder"],
-                   default="caffe_lmdb", help="storage format of --data_dir")
-    cli.add_bool(p, "--data_loader_only", False, "time the input pipeline alone")
     cli.add_bool(p, "--count_flops", True, "count FLOPs of one iteration (untimed)")
     p.add_argument("--rdzv_endpoint", default=None,
                    help="torchrun rendezvous host:port for multi-node runs (default: standalone)")
-    monitor.add_arguments(p)
     p.add_argument("--torch_profile_dir", default="",
                    help="write a torch.profiler trace and operator table of a few measured "
                         "iterations into this folder")
@@ -54,59 +44,17 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cell_of(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "framework": "pytorch", "model": args.model,
-        "phase": "inference" if args.forward_only else "training",
-        "precision": cli.precision(args.dtype), "batch_size": args.batch_size,
-        "num_gpus": args.num_gpus, "device": args.device,
-        "data": args.data_name or (Path(args.data_dir).name if args.data_dir else "synthetic"),
-        "data_backend": args.data_backend if args.data_dir else None,
-        "num_batches": args.num_batches, "num_warmup_batches": args.num_warmup_batches,
-        "cudnn_benchmark": args.cudnn_benchmark, "cudnn_fastest": args.cudnn_fastest,
-        "data_shuffle": args.data_shuffle, "num_loader_threads": args.num_loader_threads,
-        "data_loader_only": args.data_loader_only,
-        "model_opts": args.model_opts,
-    }
+    return axes.cell_from_args("model", "pytorch", "pytorch", args)
 
 
 def timed_loop(batches: Iterator[Any], step: Callable[..., None], sync: Callable[[], None],
-               warmup: int, measured: int, *, nvtx: Any,
+               warmup: int, measured: int, *,
                hooks: Sequence[Any] = ()) -> tuple[list[float], float, float]:
-    """Per-iteration wall times of the measured iterations, total data wait and compute.
-
-    ``hooks`` (the resource monitor, torch.profiler) are told when the measured iterations
-    start, after each one (outside its timing) and when they end, so they see those only."""
-    times: list[float] = []
-    data_wait = compute = 0.0
-    clock = time.perf_counter
-    nvtx.push("warmup")
-    try:
-        for i in range(warmup + measured):
-            if i == warmup:
-                nvtx.pop()
-                nvtx.push("measure")
-                for hook in hooks:
-                    hook.measure_start()
-            if i >= warmup:
-                nvtx.push(f"batch {i - warmup}")
-            t0 = clock()
-            batch = next(batches)
-            t1 = clock()
-            step(*batch)
-            sync()
-            t2 = clock()
-            if i >= warmup:
-                nvtx.pop()
-                times.append(t2 - t0)
-                data_wait += t1 - t0
-                compute += t2 - t1
-                for hook in hooks:
-                    hook.iteration_end()
-    finally:
-        for hook in hooks:
-            hook.measure_end()
-    nvtx.pop()
-    return times, data_wait, compute
+    """The harness's loop over an iterator of argument tuples: per-iteration times of the
+    measured iterations, total data wait and compute."""
+    loop = harness.timed_loop(lambda: next(batches), lambda batch: step(*batch), sync,
+                              warmup, measured, hooks=hooks)
+    return loop.times_s, loop.data_wait_s, loop.compute_s
 
 
 def phase_hooks(args: argparse.Namespace, device: Any,
@@ -183,7 +131,7 @@ def count_flops(step: Callable[..., None], batch: Any) -> float | None:
 def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     import torch
 
-    from dlbench.pytorch import data, distributed, nvtx, precision, steps, zoo
+    from dlbench.pytorch import data, distributed, precision, steps, zoo
 
     topo = distributed.topology()
     if args.device == "gpu" and not torch.cuda.is_available():
@@ -226,7 +174,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     if args.data_loader_only:
         res["kind"] = "loader"
         times, wait, _ = timed_loop(batches, lambda *b: None, sync, args.num_warmup_batches,
-                                    args.num_batches, nvtx=nvtx, hooks=hooks)
+                                    args.num_batches, hooks=hooks)
         times = distributed.slowest_rank_times(times, device)
         res["measurements"] = [R.measurement(name=args.model, pass_="loader", times_s=times,
                                              items_per_iteration=items, data_wait_s=wait)]
@@ -247,7 +195,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         flops = count_flops(step, next(batches))
         sync()
     times, wait, compute = timed_loop(batches, step, sync, args.num_warmup_batches,
-                                      args.num_batches, nvtx=nvtx, hooks=hooks)
+                                      args.num_batches, hooks=hooks)
     times = distributed.slowest_rank_times(times, device)
     extra = dict(built.facts)
     if device_type == "cuda":
@@ -296,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = parser()
     args = p.parse_args(argv)
-    cli.check_positive(p, args)
+    cli.check_minimums(p, args, "pytorch")
     if args.torch_profile_dir and args.num_batches < sum(args.torch_profile_schedule):
         p.error(f"--torch_profile_schedule {','.join(map(str, args.torch_profile_schedule))} "
                 f"needs --num_batches >= {sum(args.torch_profile_schedule)}, "

@@ -18,20 +18,27 @@ from urllib.parse import quote
 import altair as alt
 import pandas as pd
 
-from dlbench.profiling import TOOLS
+from dlbench.profiling import registry
 from dlbench.profiling.summary import CellProfile, by_cell
 from dlbench.report.data import cells
 from dlbench.report.page import Section
 from dlbench.report.style import Figure, styled
 from dlbench.report.tables import Markup, status_badge, table
 
-# What each tool's files open in, for the section's introduction.
+DEFAULT_COLOUR = "#4c78a8"  # bars of a profile whose tool this dlbench does not know
+
+
+def _viewers() -> str:
+    """What each tool's files open in (each tool module's ``opens_in``): "trace.json opens
+    in Perfetto or chrome://tracing, .ncu-rep in Nsight Compute, ..."."""
+    pairs = [p.opens_in for p in registry.profilers() if p.opens_in]
+    return ", ".join(f"{files} {'opens in' if i == 0 else 'in'} {viewer}"
+                     for i, (files, viewer) in enumerate(pairs))
+
+
 INTRO = ("Each profile is a job apart from the measurement (profiling.select in the config). "
-         "trace.json opens in Perfetto or chrome://tracing, .ncu-rep in Nsight Compute, "
-         ".nsys-rep in Nsight Systems, an HPCToolkit database in hpcviewer; the Parquet "
-         "tables hold every kernel or operator.")
-TOOL_ORDER = {tool: i for i, tool in enumerate(TOOLS)}
-TOOL_COLOURS = {"torch": "#ee4c2c", "ncu": "#76b900", "nsys": "#4c78a8", "hpcrun": "#b279a2"}
+         f"{_viewers()}; the Parquet tables hold every kernel or operator.")
+TOOL_ORDER = {p.name: i for i, p in enumerate(registry.profilers())}
 CHART_TOP = 10  # bars per profile chart
 BAR_STEP = 20
 
@@ -143,8 +150,10 @@ def top_figure(profile: CellProfile, name: str) -> Figure:
         "time": [e["time_s"] * factor for e in top],
         "share": [e["share"] for e in top],
     })
-    chart = alt.Chart(data).mark_bar(color=TOOL_COLOURS.get(profile.tool, "#4c78a8"),
-                                     cornerRadiusEnd=2).encode(
+    profiler = registry.find(profile.tool)
+    colour = profiler.colour if profiler else DEFAULT_COLOUR
+    what = profiler.top_kind if profiler else "kernels"
+    chart = alt.Chart(data).mark_bar(color=colour, cornerRadiusEnd=2).encode(
         x=alt.X("time:Q", title=f"{kind} time ({unit})"),
         y=alt.Y("label:N", title=None, sort=list(data["label"]),
                 axis=alt.Axis(labelLimit=320)),
@@ -152,7 +161,7 @@ def top_figure(profile: CellProfile, name: str) -> Figure:
                  alt.Tooltip("time:Q", title=f"time ({unit})", format=",.3f"),
                  alt.Tooltip("share:Q", format=".1%")],
     ).properties(width=360, height=alt.Step(BAR_STEP))
-    return Figure(name, f"Heaviest {'operators' if profile.tool == 'torch' else 'kernels'}",
+    return Figure(name, f"Heaviest {what}",
                   f"{profile.tool} · {profile.study} · {profile.cell_id}: {kind} time of the "
                   f"top {len(top)}.", styled(chart))
 

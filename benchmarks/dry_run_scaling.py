@@ -1,0 +1,94 @@
+"""Workflow overhead at scale: ``snakemake -n`` of a 10,000-cell study against a bare
+Snakefile with the same number of one-line jobs, side by side in one run.
+
+The study: 10 models x 2 phases x 5 precisions x 10 batch sizes x 5 GPU counts x 2
+num_batches, device gpu. The bare Snakefile has one rule whose 10,000 outputs an ``all``
+rule asks for. Each is dry-run ``--rounds`` times, alternating, in fresh temporary folders;
+the ratio is dlbench / bare at the median (1.0: dlbench costs nothing on top of Snakemake).
+
+    python benchmarks/dry_run_scaling.py --out results/benchmarks/dry_run_scaling.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = ["resnet18", "resnet50", "resnet101", "alexnet", "vgg16", "googlenet",
+          "inception3", "deep_mnist", "bert_base", "acoustic_model"]
+STUDY = {"studies": {"big": {"grid": {
+    "model": MODELS, "phase": ["training", "inference"],
+    "precision": ["float32", "tf32", "float16", "bfloat16", "float64"],
+    "batch_size": [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], "num_gpus": [1, 2, 4, 8, 16],
+    "num_batches": [50, 100], "device": "gpu"}}}}
+CELLS = 10 * 2 * 5 * 10 * 5 * 2
+BARE = f"""
+rule all:
+    input: expand("results/big/cells/c{{i}}.json", i=range({CELLS}))
+
+rule cell:
+    output: "results/big/cells/c{{i}}.json"
+    shell: "echo {{wildcards.i}} > {{output}}"
+"""
+
+
+def dry_run(workdir: Path, args: list[str]) -> tuple[float, str]:
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--quiet", "all",
+                           "--cores", "1", "--directory", str(workdir), *args],
+                          capture_output=True, text=True, timeout=1200)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"snakemake -n failed in {workdir}:\n{proc.stderr[-3000:]}")
+    return elapsed, proc.stdout + proc.stderr
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    times: dict[str, list[float]] = {"dlbench": [], "bare": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        config = root / "config.yaml"
+        config.write_text(yaml.safe_dump(STUDY))
+        bare_file = root / "Snakefile.bare"
+        bare_file.write_text(BARE)
+        for i in range(args.rounds):
+            for name in ("bare", "dlbench"):
+                work = root / f"{name}{i}"
+                work.mkdir()
+                run_args = (["--snakefile", str(bare_file)] if name == "bare" else
+                            ["--snakefile", str(REPO / "Snakefile"), "--configfile",
+                             str(config), "--resources", "gpu=16"])
+                elapsed, out = dry_run(work, run_args)
+                times[name].append(elapsed)
+                print(f"round {i}: {name} {elapsed:.2f} s", file=sys.stderr)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    report = {
+        "benchmark": "dry_run_scaling", "cells": CELLS, "rounds": args.rounds,
+        "seconds": times, "median_s": med,
+        "spread_s": {k: [min(v), max(v)] for k, v in times.items()},
+        "ratio_dlbench_over_bare": med["dlbench"] / med["bare"],
+        "machine": {"python": platform.python_version(), "processor": platform.processor(),
+                    "cpu_count": __import__("os").cpu_count()},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({k: report[k] for k in ("median_s", "ratio_dlbench_over_bare")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Write files and folders so that a reader never sees a half-written one.
+
+Every writer here works the same way: the content goes to a temporary name in the target's
+own folder (``.<name>.<pid>.<random>.tmp``, so two processes writing the same target never
+share one, and the final rename stays on one filesystem), the data is fsynced, and
+``os.replace`` (``os.rename`` for a folder) puts it in place. On any exception the temporary
+is removed and whatever was at the target before is left as it was. The parent folder is
+created when missing.
+
+- ``write_text`` / ``write_bytes``: a whole file from memory;
+- ``temp_path``: a path for writers that want a file name (``pyarrow.parquet.write_table``,
+  ``DataFrame.to_csv``, ``csv.writer`` on an ``open``);
+- ``prepared_dir``: a whole folder (a dataset), swapped in for the previous one.
+
+This is the only module that renames into place: ``tests/test_atomic.py`` fails on a
+hand-written temp-file-and-rename anywhere else in ``src/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["prepared_dir", "temp_path", "write_bytes", "write_text"]
+
+
+def _temp_name(target: Path, kind: str = "tmp") -> Path:
+    """A name beside ``target`` that no other process (pid) or call (random) uses."""
+    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(6)}.{kind}")
+
+
+def _fsync(path: Path) -> None:
+    # fsync flushes the file (or folder), whichever descriptor it is given.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def temp_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` (not yet created) for the caller to write;
+    when the block ends without an exception the file is fsynced and renamed onto
+    ``path``. On an exception it is removed and ``path`` stays as it was."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_name(target)
+    try:
+        yield tmp
+        _fsync(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (see the module's docstring)."""
+    with temp_path(path) as tmp, open(tmp, "xb") as handle:
+        handle.write(data)
+    return Path(path)
+
+
+def write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` atomically (see the module's docstring)."""
+    return write_bytes(path, text.encode(encoding))
+
+
+def _fsync_tree(root: Path) -> None:
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(folder, name)
+            if not path.is_symlink():
+                _fsync(path)
+        _fsync(Path(folder))  # the entries themselves
+
+
+@contextlib.contextmanager
+def prepared_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``target``; when the block ends without an
+    exception its files are fsynced and it replaces ``target`` (a folder, a file or
+    nothing). On an exception it is removed and ``target`` stays as it was."""
+    target = Path(target).absolute()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_name(target)
+    tmp.mkdir()
+    os.chmod(tmp, 0o755)  # whatever the umask: a dataset is shared read-only
+    try:
+        yield tmp
+        _fsync_tree(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    # os.replace cannot put a folder over a non-empty one: move the old one aside first,
+    # into a holder folder so that it is removed alike whether it was a folder or a file.
+    old = None
+    if target.exists() or target.is_symlink():
+        old = _temp_name(target, "old")
+        old.mkdir()
+        os.rename(target, old / "previous")
+    try:
+        os.rename(tmp, target)
+    except BaseException:
+        if old is not None:
+            os.rename(old / "previous", target)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,378 @@
+"""The one table of cell axes.
+
+Every parameter a cell can vary is one ``Axis`` row in ``TABLE``: its type, default,
+bounds or valid values, the cell kinds and frameworks that have it, and its flag in each
+runner's command line (DLBS's and PARAM's spellings stay the flags). Everything else is
+derived from this table:
+
+- a study's validation of types and bounds (``check``; cross-axis rules live with the
+  cell kind, ``dlbench.kinds``),
+- the cell id (``id_params``: which values the id's hash covers),
+- the launcher's argv for a runner (``argv``) and each runner's parse-back of its flags to
+  the cell (``add_flags`` and ``cell_from_args``),
+- the Parquet columns (``columns``) and the grid part of the config schema
+  (``schema_fragment``, held equal to workflow/schemas/config.schema.yaml by a test).
+
+To add an axis: add one row. An axis added after the first release has ``since=2``: at
+its default value it is left out of the cell id's hash, so results made before it existed
+keep their ids and are not run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REQUIRED = object()  # default of an axis every study must set (model, op_config)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How one runner spells an axis on its command line.
+
+    ``style``: ``value`` (``--opt=v``), ``bool`` (DLBS's ``--opt=true|false``), ``json``
+    (``--opt=<json>``, left out when empty), ``pair`` (PARAM's ``-w 5``) or ``switch``
+    (PARAM's ``-b``, present when true). ``values`` maps an axis value to the flag's value
+    (phase ``inference`` -> ``--forward_only=true``); ``dest`` is argparse's name for the
+    option when it is not the option without dashes."""
+
+    option: str
+    style: str = "value"
+    values: Mapping[Any, Any] | None = None
+    dest: str | None = None
+    help: str = ""
+
+    @property
+    def attr(self) -> str:
+        return self.dest or self.option.lstrip("-").replace("-", "_")
+
+    def encode(self, value: Any) -> list[str]:
+        if self.values is not None:
+            value = self.values.get(value, value)
+        if value is None:
+            return []  # the axis does not apply to this cell (e.g. data_backend, synthetic)
+        if self.style == "bool":
+            return [f"{self.option}={'true' if value else 'false'}"]
+        if self.style == "json":
+            return [f"{self.option}={json.dumps(value, sort_keys=True)}"] if value else []
+        if self.style == "pair":
+            return [self.option, str(value)]
+        if self.style == "switch":
+            return [self.option] if value else []
+        return [f"{self.option}={value}"]
+
+    def decode(self, parsed: Any) -> Any:
+        if self.values is None:
+            return parsed
+        inverse = {v: k for k, v in self.values.items()}
+        return inverse.get(parsed, parsed)
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str
+    type: type  # int, bool, str or dict
+    default: Any
+    kinds: tuple[str, ...] = ("model",)
+    # Valid values: a tuple, or a function of the cell's parameters giving them (the
+    # framework's precisions); None when another check owns them (models, datasets).
+    choices: tuple[Any, ...] | Callable[[Mapping[str, Any]], Iterable[Any]] | None = None
+    minimum: int | None = None
+    # Frameworks whose runners take the axis; None: every framework of its kinds.
+    frameworks: tuple[str, ...] | None = None
+    # Cells of other frameworks hold None for it, and so does a cell for which ``applies``
+    # says no. ``False`` keeps the value in such cells, as the first release did for a few
+    # PyTorch-only axes: their ids must not change.
+    blank_unused: bool = True
+    applies: Callable[[Mapping[str, Any]], bool] | None = None
+    # Runner (framework name, or "ops") -> its flag; "*": every model runner without its own
+    # entry (DLBS's spelling, which a new framework's runner takes as it is).
+    flags: Mapping[str, Flag] = field(default_factory=dict)
+    column: bool = True  # a column of the aggregate table
+    since: int = 1
+    # Other spellings a config or a runner flag may use (precision f16 -> float16).
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    help: str = ""
+
+    def normalise(self, value: Any) -> Any:
+        return self.aliases.get(value, value) if isinstance(value, str) else value
+
+    def flag_for(self, runner: str) -> Flag | None:
+        return self.flags.get(runner) or (self.flags.get("*") if runner != "ops" else None)
+
+    def used_by(self, params: Mapping[str, Any]) -> bool:
+        if self.frameworks is not None and params.get("framework") not in self.frameworks:
+            return False
+        return self.applies is None or self.applies(params)
+
+    def valid_values(self, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        if self.choices is None:
+            return None
+        if callable(self.choices):
+            return tuple(self.choices(params))
+        return self.choices
+
+
+def _precisions(params: Mapping[str, Any]) -> Iterable[str]:
+    from dlbench import frameworks
+
+    return frameworks.get(params["framework"]).precisions
+
+
+def _frameworks(params: Mapping[str, Any]) -> Iterable[str]:
+    from dlbench import frameworks
+
+    return frameworks.names()
+
+
+_DEVICES = ("cpu", "gpu")
+_KV_STORES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_async")
+_DATA_BACKENDS = ("caffe_lmdb", "image_folder")
+_EXEC_MODES = ("discrete", "continuous", "continuous_events")
+_EVERY = ("*",)
+
+
+def _dlbs(option: str, style: str = "value", runners: Iterable[str] = _EVERY,
+          **kw: Any) -> dict[str, Flag]:
+    return {runner: Flag(option, style, **kw) for runner in runners}
+
+
+def _real_data(params: Mapping[str, Any]) -> bool:
+    return params.get("data") != "synthetic"
+
+
+TABLE: tuple[Axis, ...] = (
+    # Both kinds. The model kind's order below is also the Parquet's column order.
+    Axis("framework", str, "pytorch", kinds=("model", "ops"), choices=_frameworks,
+         help="the framework that runs the cell"),
+    Axis("model", str, REQUIRED, choices=None, flags=_dlbs("--model"),
+         help="a model of the registry (dlbench.models)"),
+    Axis("phase", str, "training", choices=("training", "inference"),
+         flags=_dlbs("--forward_only", "bool",
+                     values={"training": False, "inference": True})),
+    Axis("precision", str, "float32", choices=_precisions, flags=_dlbs("--dtype"),
+         aliases={"float": "float32", "f32": "float32", "f16": "float16",
+                  "bf16": "bfloat16", "f64": "float64"}),
+    Axis("batch_size", int, 32, minimum=1, flags=_dlbs("--batch_size"),
+         help="per-device batch size"),
+    Axis("num_gpus", int, 1, minimum=1, flags=_dlbs("--num_gpus")),
+    Axis("device", str, "gpu", kinds=("model", "ops"), choices=_DEVICES,
+         flags={**_dlbs("--device"),
+                "ops": Flag("-d", "pair", values={"gpu": "cuda", "cpu": "cpu"})}),
+    # The runner reads a prepared copy of the dataset (--data_dir) that the workflow
+    # chooses by the framework's storage format; the name travels as --data_name.
+    Axis("data", str, "synthetic", choices=None,
+         flags=_dlbs("--data_name", values={"synthetic": None})),
+    Axis("data_backend", str, "caffe_lmdb", choices=_DATA_BACKENDS, frameworks=("pytorch",),
+         applies=_real_data, flags=_dlbs("--data_backend", runners=("pytorch",)),
+         help="how the PyTorch runner reads a dataset (DLBS's default: caffe_lmdb)"),
+    Axis("num_batches", int, 100, minimum=1, flags=_dlbs("--num_batches")),
+    Axis("num_warmup_batches", int, 10, minimum=0, flags=_dlbs("--num_warmup_batches")),
+    Axis("cudnn_benchmark", bool, True, frameworks=("pytorch",), blank_unused=False,
+         flags=_dlbs("--cudnn_benchmark", "bool", runners=("pytorch",))),
+    Axis("cudnn_fastest", bool, False, frameworks=("pytorch",), blank_unused=False,
+         flags=_dlbs("--cudnn_fastest", "bool", runners=("pytorch",))),
+    Axis("data_shuffle", bool, False, frameworks=("pytorch",), blank_unused=False,
+         flags=_dlbs("--data_shuffle", "bool", runners=("pytorch",))),
+    Axis("num_loader_threads", int, 4, minimum=0,
+         flags={"*": Flag("--num_loader_threads"),
+                "mxnet": Flag("--preprocess_threads")}),
+    Axis("data_loader_only", bool, False, flags=_dlbs("--data_loader_only", "bool"),
+         help="time the input pipeline alone (DLBS's --data_loader_only)"),
+    Axis("kv_store", str, "device", choices=_KV_STORES, frameworks=("mxnet",),
+         flags=_dlbs("--kv_store", runners=("mxnet",))),
+    Axis("model_opts", dict, {}, flags=_dlbs("--model_opts", "json"), column=False,
+         help="model options (the model's registry entry lists them)"),
+    # Operator cells (PARAM's flags, seed 003).
+    Axis("op_config", str, REQUIRED, kinds=("ops",),
+         flags={"ops": Flag("-c", "pair", dest="config")},
+         help="a PARAM-style JSON op config file"),
+    Axis("backward", bool, False, kinds=("ops",), flags={"ops": Flag("-b", "switch")}),
+    Axis("exec_mode", str, "discrete", kinds=("ops",), choices=_EXEC_MODES,
+         flags={"ops": Flag("--exec-mode", "pair")}),
+    Axis("warmup", int, 5, kinds=("ops",), minimum=0, column=False,
+         flags={"ops": Flag("-w", "pair", dest="warmup")}),
+    Axis("iterations", int, 20, kinds=("ops",), minimum=1, column=False,
+         flags={"ops": Flag("-i", "pair", dest="iteration")}),
+    Axis("cuda_l2_cache", str, "on", kinds=("ops",), choices=("on", "off"),
+         flags={"ops": Flag("--cuda-l2-cache", "pair")}),
+)
+
+# Cell kinds with axes; a kind's axes in table order.
+_BY_NAME = {axis.name: axis for axis in TABLE}
+
+
+def table() -> tuple[Axis, ...]:
+    return TABLE
+
+
+def get(name: str) -> Axis:
+    return _BY_NAME[name]
+
+
+def of_kind(kind: str) -> tuple[Axis, ...]:
+    return tuple(axis for axis in TABLE if kind in axis.kinds)
+
+
+def defaults(kind: str) -> dict[str, Any]:
+    """Axis name -> default (``REQUIRED`` for the axes a study must set)."""
+    return {axis.name: axis.default for axis in of_kind(kind)}
+
+
+class AxisError(ValueError):
+    """One axis value is wrong: ``field`` names it, the message says why."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field_name
+
+
+def check(kind: str, params: Mapping[str, Any]) -> None:
+    """Types, bounds and valid values of every axis of a cell (raises AxisError)."""
+    for axis in of_kind(kind):
+        value = params.get(axis.name)
+        if value is None and not axis.used_by(params):
+            continue
+        if axis.type is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise AxisError(axis.name, f"must be an integer, got {value!r}")
+        if axis.type is bool and not isinstance(value, bool):
+            raise AxisError(axis.name, f"must be true or false, got {value!r}")
+        if axis.type is str and not isinstance(value, str):
+            raise AxisError(axis.name, f"must be a string, got {value!r}")
+        if axis.type is dict and not isinstance(value, dict):
+            raise AxisError(axis.name, f"must be a mapping, got {value!r}")
+        if axis.minimum is not None and value < axis.minimum:
+            raise AxisError(axis.name, f"must be >= {axis.minimum}, got {value}")
+        valid = axis.valid_values(params) if axis.used_by(params) else None
+        if valid is not None and value not in valid:
+            raise AxisError(axis.name, f"unknown value {value!r} "
+                                       f"(valid: {', '.join(map(str, valid))})")
+
+
+def blank_unused(kind: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Set the axes a cell does not use to None, so that their values do not change its id
+    (a synthetic-data cell has no data_backend; a PyTorch cell no kv_store)."""
+    for axis in of_kind(kind):
+        if axis.blank_unused and not axis.used_by(params):
+            params[axis.name] = None
+    return params
+
+
+def id_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The values a cell id's hash covers: every parameter, except an axis added after the
+    first release while it holds its default (ids made before it existed stay valid)."""
+    out = {}
+    for name, value in params.items():
+        axis = _BY_NAME.get(name)
+        if axis is not None and axis.since > 1 and value in (axis.default, None):
+            continue
+        out[name] = value
+    return out
+
+
+def argv(runner: str, params: Mapping[str, Any]) -> list[str]:
+    """The runner's flags for a cell's axes, in table order (an argument list)."""
+    out: list[str] = []
+    for axis in TABLE:
+        flag = axis.flag_for(runner)
+        if flag is None or axis.name not in params:
+            continue
+        out += flag.encode(params[axis.name])
+    return out
+
+
+def add_flags(parser: argparse.ArgumentParser, runner: str, framework: str) -> None:
+    """Add to a runner's parser every axis flag it has: name, type, default and valid
+    values from the table (the runner's parse-back is ``cell_from_args``)."""
+    from dlbench import cli
+
+    for axis in TABLE:
+        flag = axis.flag_for(runner)
+        if flag is None or flag.style in ("pair", "switch"):
+            continue  # PARAM's parser is PARAM's own (dlbench.ops.cli)
+        help_text = flag.help or axis.help or axis.name.replace("_", " ")
+        default = axis.default if axis.default is not REQUIRED else None
+        if flag.values is not None:
+            default = flag.values.get(default, default)
+        kw: dict[str, Any] = {"dest": flag.attr}
+        if flag.style == "bool":
+            cli.add_bool(parser, flag.option, bool(default), help_text, dest=flag.attr)
+            continue
+        if flag.style == "json":
+            kw.update(type=cli.json_object, default={})
+        elif axis.type is int:
+            kw.update(type=int, default=default)
+        else:
+            kw.update(default=default if default is not None else "")
+            valid = axis.valid_values({"framework": framework})
+            if valid is not None and flag.values is None:
+                aliases = [a for a, v in axis.aliases.items() if v in valid]
+                kw["choices"] = [*aliases, *valid]
+        if axis.default is REQUIRED:
+            kw["required"] = True
+        parser.add_argument(flag.option, help=help_text, **kw)
+
+
+def cell_from_args(kind: str, runner: str, framework: str,
+                   args: argparse.Namespace) -> dict[str, Any]:
+    """A runner's flags read back into the cell's axes (what its result records)."""
+    cell: dict[str, Any] = {}
+    for axis in of_kind(kind):
+        flag = axis.flag_for(runner)
+        if axis.name == "framework":
+            cell["framework"] = framework
+        elif flag is not None:
+            cell[axis.name] = flag.decode(getattr(args, flag.attr))
+        else:
+            cell[axis.name] = None
+    for axis in of_kind(kind):
+        cell[axis.name] = axis.normalise(cell[axis.name])
+    if kind == "model":
+        # The dataset: its name, else the folder (or record file) read, else synthetic.
+        data_dir = Path(getattr(args, "data_dir", "") or ".")
+        read = data_dir.stem if data_dir.is_file() else data_dir.name
+        cell["data"] = cell.get("data") or read or "synthetic"
+    for axis in of_kind(kind):
+        if not axis.used_by(cell):
+            cell[axis.name] = None
+    return cell
+
+
+def recorded(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The cell as a result records it: the axes its framework does not use are None."""
+    out = dict(params)
+    for axis in of_kind(kind):
+        if axis.name in out and not axis.used_by(out):
+            out[axis.name] = None
+    return out
+
+
+_ARROW_TYPES = {int: "int64", bool: "bool", str: "string"}
+
+
+def columns() -> list[tuple[str, str]]:
+    """(column, arrow type name) of the axes that are columns of the aggregate table."""
+    return [(axis.name, _ARROW_TYPES[axis.type]) for axis in TABLE
+            if axis.column and axis.type in _ARROW_TYPES]
+
+
+_JSON_TYPES = {int: "integer", bool: "boolean", str: "string", dict: "object"}
+
+
+def schema_fragment(kind: str) -> dict[str, Any]:
+    """The grid of a study of this kind as the config schema states it: each axis, a value
+    of its type or a non-empty list of them. Structure only, like the rest of the schema:
+    unknown axes, bounds and valid values are dlbench.study's one-line errors."""
+    props = {}
+    for axis in of_kind(kind):
+        value = {"type": _JSON_TYPES[axis.type]}
+        props[axis.name] = {"anyOf": [value, {"type": "array", "minItems": 1, "items": value}]}
+    return {"type": "object", "properties": props}

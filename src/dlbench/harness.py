@@ -1,0 +1,150 @@
+"""The one measurement harness every runner uses.
+
+``timed_loop`` runs warmup iterations untimed and then the measured ones, each timed on
+its own from the request of its input to the device having finished it (the framework
+supplies ``sync``), with the wait for input recorded apart from compute. Hooks (the
+resource monitor, torch.profiler) and NVTX ranges see the same window in every cell kind:
+the measured iterations only.
+
+A framework whose runner has nothing special to do (one process, one device) only builds
+a ``Workload`` and calls ``main``: flags, result, failures, timing, monitor and writing
+are done here (see tests/plugins/numpy_framework for a whole framework in one file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from dlbench import axes, cellrun, cli, monitor, nvtx_ranges
+from dlbench import result as R
+
+
+class Hook(Protocol):
+    """Told when the measured iterations start, after each one (outside its timing) and
+    when they end."""
+
+    def measure_start(self) -> None: ...
+    def iteration_end(self) -> None: ...
+    def measure_end(self) -> None: ...
+
+
+@dataclass
+class LoopTimes:
+    times_s: list[float]  # per measured iteration, seconds
+    data_wait_s: float  # of those, waiting for input
+    compute_s: float  # the rest
+
+
+def timed_loop(fetch: Callable[[], Any], step: Callable[[Any], Any], sync: Callable[[], None],
+               warmup: int, measured: int, *, hooks: Sequence[Hook] = ()) -> LoopTimes:
+    """``fetch()`` gives an iteration's input, ``step(batch)`` runs it and ``sync()`` waits
+    until the device has finished; each iteration ends synchronised, so the next one starts
+    from an idle device."""
+    times: list[float] = []
+    data_wait = compute = 0.0
+    clock = time.perf_counter
+    nvtx_ranges.push("warmup")
+    for _ in range(warmup):
+        step(fetch())
+        sync()
+    nvtx_ranges.pop()
+    nvtx_ranges.push("measure")
+    for hook in hooks:
+        hook.measure_start()
+    try:
+        for i in range(measured):
+            nvtx_ranges.push(f"batch {i}")
+            try:
+                t0 = clock()
+                batch = fetch()
+                t1 = clock()
+                step(batch)
+                sync()
+                t2 = clock()
+            finally:
+                nvtx_ranges.pop()
+            times.append(t2 - t0)
+            data_wait += t1 - t0
+            compute += t2 - t1
+            for hook in hooks:
+                hook.iteration_end()
+    finally:
+        for hook in hooks:
+            hook.measure_end()
+        nvtx_ranges.pop()
+    return LoopTimes(times, data_wait, compute)
+
+
+@dataclass
+class Workload:
+    """What a framework builds for one model cell."""
+
+    fetch: Callable[[], Any]
+    step: Callable[[Any], Any]
+    sync: Callable[[], None]
+    items_per_iteration: float  # samples per iteration (all devices)
+    parameters: int | None = None
+    flops_per_iteration: float | None = None
+    real_data: bool = False  # False: no input pipeline, so no data wait is reported
+    gpus: list[int | str] = field(default_factory=list)  # NVML ids the monitor samples
+    facts: dict[str, Any] = field(default_factory=dict)  # measurement extra
+    cell_facts: dict[str, Any] = field(default_factory=dict)  # result extra
+    close: Callable[[], None] = lambda: None
+
+
+def pass_of(args: argparse.Namespace) -> str:
+    if getattr(args, "data_loader_only", False):
+        return "loader"
+    return "inference" if args.forward_only else "training"
+
+
+def measure(work: Workload, args: argparse.Namespace, res: dict[str, Any],
+            hooks: Sequence[Hook] = ()) -> dict[str, Any]:
+    """Time a workload with the cell's warmup and measured iterations; its measurement."""
+    try:
+        loop = timed_loop(work.fetch, work.step, work.sync, args.num_warmup_batches,
+                          args.num_batches, hooks=hooks)
+    finally:
+        work.close()
+    res["extra"].update(work.cell_facts)
+    return R.measurement(
+        name=args.model, pass_=pass_of(args), times_s=loop.times_s,
+        items_per_iteration=work.items_per_iteration, parameters=work.parameters,
+        flops_per_iteration=work.flops_per_iteration,
+        data_wait_s=loop.data_wait_s if work.real_data else None,
+        compute_s=loop.compute_s if work.real_data else sum(loop.times_s),
+        extra=work.facts)
+
+
+def parser(framework: str, prog: str | None = None) -> argparse.ArgumentParser:
+    """A model runner's flags: the axis table's for this framework, and the monitor's."""
+    p = cli.model_runner_parser(prog or f"python -m {framework}", framework)
+    monitor.add_arguments(p)
+    return p
+
+
+def main(framework: str, build: Callable[[argparse.Namespace], Workload],
+         environment: Callable[[argparse.Namespace], dict[str, Any]],
+         argv: list[str] | None = None, *, prog: str | None = None) -> int:
+    """A whole model runner: parse the flags, build the workload, time it, write the
+    result (failures included, as cellrun.recorded does for every runner)."""
+    p = parser(framework, prog)
+    args = p.parse_args(argv)
+    cli.check_minimums(p, args, framework)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    res = R.new_result(kind="loader" if args.data_loader_only else "model",
+                       cell=axes.cell_from_args("model", framework, framework, args),
+                       study=args.study, cell_id=args.cell_id)
+    with cellrun.recorded(res, args.output or None):
+        res["environment"] = environment(args)
+        work = build(args)
+        mon = monitor.ResourceMonitor(args.monitor_interval_ms, gpus=work.gpus)
+        res["measurements"] = [measure(work, args, res, hooks=[mon])]
+        monitor.attach(res, args.output, mon)
+        res["status"] = "ok"
+    return cellrun.exit_code(res)

@@ -1,0 +1,79 @@
+"""Cell kinds as plug-ins: one module each (model cells, PARAM operator cells).
+
+A kind says how its cells are named (the readable part of the cell id), which rules join
+several axes (the table in dlbench.axes checks each axis alone), which runner runs a cell
+and with which arguments, and which files a cell reads. Its axes are the rows of the axis
+table whose ``kinds`` name it. To add a kind: one module here with a ``KIND``, listed in
+``BUILTIN``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+BUILTIN = ("dlbench.kinds.model", "dlbench.kinds.ops")
+
+
+class CellKind:
+    """The base of a cell kind; subclasses set the class attributes and override what
+    differs."""
+
+    name: str = ""
+    result_kind: str = ""  # the result document's kind (result.KINDS)
+    id_axes: tuple[str, ...] = ()  # the readable part of a cell id, in this order
+
+    def id_part(self, axis: str, value: Any, params: Mapping[str, Any]) -> str | None:
+        """How one axis reads in the id; None: the default slug."""
+        return None
+
+    def readable_id(self, params: Mapping[str, Any]) -> list[str]:
+        parts = []
+        for axis in self.id_axes:
+            value = params.get(axis)
+            part = self.id_part(axis, value, params)
+            parts.append(slug(value) if part is None else part)
+        return parts
+
+    def check(self, params: Mapping[str, Any], datasets: Mapping[str, Any]) -> None:
+        """Rules joining several axes; raise axes.AxisError(field, message)."""
+
+    def command(self, params: Mapping[str, Any], output: Path, python: str,
+                data_dir: str | None) -> list[str]:
+        raise NotImplementedError
+
+    def data_dir(self, params: Mapping[str, Any], datasets: Mapping[str, Any]) -> str:
+        """The prepared dataset the cell's runner reads ('' for none)."""
+        return ""
+
+    def inputs(self, params: Mapping[str, Any], datasets: Mapping[str, Any]) -> list[str]:
+        """Files or folders a cell reads: a change to one of them reruns the cell."""
+        folder = self.data_dir(params, datasets)
+        return [folder] if folder else []
+
+
+def slug(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    text = str(value)
+    if "/" in text or text.endswith(".json"):
+        text = text.rsplit("/", 1)[-1].removesuffix(".json")
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-") or "x"
+
+
+@functools.cache
+def registry() -> dict[str, CellKind]:
+    kinds = [importlib.import_module(module).KIND for module in BUILTIN]
+    return {kind.name: kind for kind in kinds}
+
+
+def names() -> list[str]:
+    return list(registry())
+
+
+def get(name: str) -> CellKind:
+    return registry()[name]

@@ -1,0 +1,93 @@
+"""Model cells: one model of the registry trained or run for inference by a framework."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dlbench import axes, frameworks, models
+from dlbench.axes import AxisError
+from dlbench.kinds import CellKind
+
+
+class ModelKind(CellKind):
+    name = "model"
+    result_kind = "model"
+    id_axes = ("framework", "model", "phase", "precision", "batch_size", "device", "num_gpus",
+               "data")
+
+    def readable_id(self, params: Mapping[str, Any]) -> list[str]:
+        parts = super().readable_id(params)
+        # resnet50_training_..._gpu4: the GPU count rides on the device.
+        i = self.id_axes.index("num_gpus")
+        return [*parts[:i - 1], parts[i - 1] + parts[i], *parts[i + 1:]]
+
+    def id_part(self, axis: str, value: Any, params: Mapping[str, Any]) -> str | None:
+        if axis == "batch_size":
+            return f"bs{value}"
+        if axis == "num_gpus":
+            return str(value)
+        if axis == "phase" and params.get("data_loader_only"):
+            return "loader"
+        return None
+
+    def check(self, params: Mapping[str, Any], datasets: Mapping[str, Any]) -> None:
+        fw = frameworks.get(params["framework"])
+        if self.name not in fw.kinds:
+            raise AxisError("framework", f"{fw.name} does not run {self.name} cells")
+        name = params["model"]
+        if name not in models.names():
+            raise AxisError("model", f"unknown value {name!r} (valid: {', '.join(models.names())})")
+        spec = models.get(name)
+        if fw.name not in spec.frameworks:
+            raise AxisError("model", f"no {fw.name} implementation of {name} (pair "
+                                     f"{fw.name}/{name}; {name} exists for "
+                                     f"{', '.join(spec.frameworks)})")
+        if params["precision"] == "tf32" and params["device"] != "gpu":
+            raise AxisError("precision", "tf32 exists on device gpu only")
+        if params["data"] != "synthetic" and params["data"] not in datasets:
+            valid = ["synthetic", *datasets]
+            raise AxisError("data", f"unknown dataset {params['data']!r} "
+                                    f"(valid: {', '.join(valid)})")
+        if params["data_loader_only"] and params["data"] == "synthetic":
+            raise AxisError("data_loader_only", "needs a dataset on the data axis, not synthetic")
+        _check_model_opts(spec, params["model_opts"])
+
+    def command(self, params: Mapping[str, Any], output: Path, python: str,
+                data_dir: str | None) -> list[str]:
+        fw = frameworks.get(params["framework"])
+        data = [f"--data_dir={data_dir}"] if data_dir else []
+        return [python, "-m", fw.runner, *axes.argv(fw.name, params), *data]
+
+    def data_dir(self, params: Mapping[str, Any], datasets: Mapping[str, Any]) -> str:
+        name = params["data"]
+        if name == "synthetic":
+            return ""
+        fmt = frameworks.get(params["framework"]).dataset_format
+        fmt = fmt(params) if fmt else "image_folder"
+        if fmt == "image_folder":
+            # The user's own tree, or the synthetic one workflow/rules/datasets.smk makes.
+            return (datasets.get(name) or {}).get("path") or \
+                f"results/datasets/{name}/image_folder"
+        return f"results/datasets/{name}/{fmt}"
+
+
+@functools.cache
+def _checker(path: str):
+    module_name, func = path.split(":")
+    return getattr(importlib.import_module(module_name), func)
+
+
+def _check_model_opts(spec: models.ModelSpec, opts: Any) -> None:
+    try:
+        full = spec.opts(opts)
+        if spec.check_opts:
+            _checker(spec.check_opts)(full)
+    except ValueError as exc:
+        raise AxisError("model_opts", str(exc)) from None
+
+
+KIND = ModelKind()

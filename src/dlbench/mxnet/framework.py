@@ -1,0 +1,13 @@
+"""MXNet as the driver sees it (no mxnet import): see dlbench.frameworks."""
+
+from dlbench.frameworks import Framework
+
+FRAMEWORK = Framework(
+    name="mxnet",
+    runner="dlbench.mxnet",
+    precisions=("float32", "float16"),
+    dataset_format=lambda params: "recordio",
+    conda_env="envs/mxnet.yaml",
+    library_package=("mxnet", ""),
+    description="MXNet Gluon (seed 002's flags)",
+)

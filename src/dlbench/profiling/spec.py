@@ -1,0 +1,135 @@
+"""A profiler's settings, typed once: name, default, valid values, help.
+
+Each kind of setting checks a config value (one line naming the field, as every profiling
+config problem is said) and gives its JSON-schema fragment, so that the check and
+``workflow/schemas/config.schema.yaml`` come from the same declaration. The schema only
+says what the Snakemake validation already said before these were declared here; the finer
+checks (a non-empty optional string, an UPPER_CASE knob name) stay in ``check``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class ProfilingConfigError(ValueError):
+    """A problem in the profiling config, said in one line naming the field."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    help: str = ""
+    nullable: bool = False  # null is a value (e.g. "the cell's own")
+
+    def check(self, field: str, value: Any) -> None:
+        if value is None and self.nullable:
+            return
+        self._check(field, value)
+
+    def _check(self, field: str, value: Any) -> None:
+        raise NotImplementedError
+
+    def schema(self) -> dict[str, Any]:
+        out = self._schema()
+        if self.help:
+            out["description"] = self.help
+        return out
+
+    def _schema(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _type(self, name: str) -> str | list[str]:
+        return [name, "null"] if self.nullable else name
+
+
+@dataclass(frozen=True, kw_only=True)
+class Int(Setting):
+    minimum: int = 0
+
+    def _check(self, field: str, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
+            raise ProfilingConfigError(
+                f"{field}: must be an integer >= {self.minimum}, got {value!r}")
+
+    def _schema(self) -> dict[str, Any]:
+        return {"type": self._type("integer"), "minimum": self.minimum}
+
+
+@dataclass(frozen=True)
+class Str(Setting):
+    def _check(self, field: str, value: Any) -> None:
+        if not isinstance(value, str) or not value:
+            raise ProfilingConfigError(f"{field}: must be a non-empty string, got {value!r}")
+
+    def _schema(self) -> dict[str, Any]:
+        if self.nullable:  # an empty string is caught by check, not by the schema
+            return {"type": self._type("string")}
+        return {"type": "string", "minLength": 1}
+
+
+@dataclass(frozen=True)
+class Bool(Setting):
+    def _check(self, field: str, value: Any) -> None:
+        if not isinstance(value, bool):
+            raise ProfilingConfigError(f"{field}: must be true or false, got {value!r}")
+
+    def _schema(self) -> dict[str, Any]:
+        return {"type": self._type("boolean")}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Choice(Setting):
+    choices: tuple[str, ...]
+
+    def _check(self, field: str, value: Any) -> None:
+        if value not in self.choices:
+            raise ProfilingConfigError(
+                f"{field}: unknown value {value!r} (valid: {', '.join(self.choices)})")
+
+    def _schema(self) -> dict[str, Any]:
+        return {"enum": list(self.choices)}
+
+
+@dataclass(frozen=True)
+class Strings(Setting):
+    """A list of non-empty strings (options, metrics, events...)."""
+
+    def _check(self, field: str, value: Any) -> None:
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ProfilingConfigError(
+                f"{field}: must be a list of non-empty strings, got {value!r}")
+
+    def _schema(self) -> dict[str, Any]:
+        return {"$ref": "#/$defs/strings"}  # shared with the rest of the config schema
+
+
+@dataclass(frozen=True)
+class Knobs(Setting):
+    """NAME: value pairs, NAME in UPPER_CASE (environment-style knobs)."""
+
+    def _check(self, field: str, value: Any) -> None:
+        if not isinstance(value, Mapping):
+            raise ProfilingConfigError(
+                f"{field}: must be a mapping of NAME: value, got {value!r}")
+        for name, knob in value.items():
+            if not (isinstance(name, str) and name.replace("_", "").isalnum()
+                    and name.isupper()):
+                raise ProfilingConfigError(f"{field}: knob name {name!r} must be UPPER_CASE")
+            if isinstance(knob, bool) or not isinstance(knob, (int, float, str)):
+                raise ProfilingConfigError(
+                    f"{field}.{name}: must be a number or string, got {knob!r}")
+
+    def _schema(self) -> dict[str, Any]:
+        return {"type": "object", "additionalProperties": {"type": ["number", "string"]}}
+
+
+# The profiled run's iterations, shared by the tools that run the cell's own loop: a profile
+# needs few iterations, and a tool like ncu replays every kernel it profiles.
+NUM_BATCHES = Int("num_batches", None, "Measured iterations of the profiled run (null: the "
+                  "cell's own).", nullable=True, minimum=1)
+NUM_WARMUP_BATCHES = Int("num_warmup_batches", None, "Warmup iterations of the profiled run "
+                         "(null: the cell's own).", nullable=True, minimum=0)

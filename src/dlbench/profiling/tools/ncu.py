@@ -1,0 +1,171 @@
+"""ncu: Nsight Compute on the kernels inside the runner's NVTX range "measure".
+
+The profiled run exports ``report.ncu-rep``; ``ncu --import ... --csv --page raw`` prints
+a header row, a unit row and one row per profiled kernel launch, which becomes
+``kernels.parquet``: one column per metric with its unit in the field's metadata, plus
+``duration_ns`` from ``gpu__time_duration.sum``. The report sums launches per kernel name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dlbench.profiling.base import Job, Profiler, ranked
+from dlbench.profiling.commands import Plan, ProfileError, Step
+from dlbench.profiling.spec import NUM_BATCHES, NUM_WARMUP_BATCHES, Choice, Int, Str, Strings
+
+# ncu columns that identify a launch; they stay text even when they look like numbers.
+TEXT_COLUMNS = {"Process Name", "Host Name", "Kernel Name", "Context", "Stream",
+                "Block Size", "Grid Size", "Device", "CC"}
+DURATION = "gpu__time_duration.sum"
+_TIME_UNITS_NS = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6,
+                  "ms": 1e6, "second": 1e9, "s": 1e9}
+
+
+def ncu_plan(runner: list[str], out_dir: Path, s: Mapping[str, Any]) -> Plan:
+    ncu = s["binary"]
+    argv = [ncu, "--target-processes", s["target_processes"]]
+    if s["nvtx_include"]:
+        argv.append("--nvtx")
+        for expr in s["nvtx_include"]:
+            argv += ["--nvtx-include", expr]
+    if s["set"]:
+        argv += ["--set", s["set"]]
+    for section in s["sections"]:
+        argv += ["--section", section]
+    if s["metrics"]:
+        argv += ["--metrics", ",".join(s["metrics"])]
+    argv += ["--clock-control", s["clock_control"]]
+    if s["launch_skip"] is not None:
+        argv += ["--launch-skip", str(s["launch_skip"])]
+    if s["launch_count"] is not None:
+        argv += ["--launch-count", str(s["launch_count"])]
+    argv += args_file_words(s["args_file"]) + s["extra_args"]
+    report = out_dir / "report"
+    argv += ["--export", str(report), "--force-overwrite", *runner]
+    export = [ncu, "--import", f"{report}.ncu-rep", "--csv", "--page", "raw",
+              "--print-units", "base"]
+    return Plan("ncu", [Step("profiled run", argv, runs_cell=True),
+                        Step("raw page export", export, stdout="raw.csv")],
+                [(ncu, "binary")],
+                {"report": "report.ncu-rep", "raw": "raw.csv", "kernels": "kernels.parquet"})
+
+
+def args_file_words(path: str | None) -> list[str]:
+    """The args file's options as words, the way PARAM's ``--ncu-args-file`` holds them
+    (``shlex``, comments allowed; it never reaches a shell)."""
+    if not path:
+        return []
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ProfileError(f"ncu: args file {path!r} cannot be read ({exc.strerror}) "
+                           "(set profiling.tools.ncu.args_file)") from None
+    try:
+        return shlex.split(text, comments=True)
+    except ValueError as exc:
+        raise ProfileError(f"ncu: args file {path!r}: {exc}") from None
+
+
+def ncu_kernels(source: Path, dest: Path) -> Any:
+    """``raw.csv`` -> ``kernels.parquet``; returns the table."""
+    import pyarrow as pa
+
+    from dlbench.profiling.tables import TableError, column, read_csv, write_parquet
+
+    rows = read_csv(source, first_header='"ID"')
+    if len(rows) < 2:
+        raise TableError(f"{source}: ncu raw CSV needs a header row and a unit row")
+    header, units, data = rows[0], rows[1], rows[2:]
+    if not data:
+        raise TableError(f"{source}: no kernel was profiled (check the NVTX filter and "
+                         "launch skip/count)")
+    fields, arrays = [], []
+    for j, name in enumerate(header):
+        values = [row[j] if j < len(row) else "" for row in data]
+        unit = units[j] if j < len(units) else ""
+        field, array = column(name, values, unit, TEXT_COLUMNS | _nvtx_columns(header))
+        fields.append(field)
+        arrays.append(array)
+    fields.append(pa.field("duration_ns", pa.float64()))
+    arrays.append(pa.array(_durations_ns(header, units, data), pa.float64()))
+    table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+    write_parquet(table, dest)
+    return table
+
+
+def _nvtx_columns(header: Sequence[str]) -> set[str]:
+    return {name for name in header if "Push/Pop_Range" in name or "Start/Stop_Range" in name}
+
+
+def _durations_ns(header: Sequence[str], units: Sequence[str],
+                  data: Sequence[Sequence[str]]) -> list[float | None]:
+    from dlbench.profiling.tables import MISSING, TableError, is_number, parse_number
+
+    if DURATION not in header:
+        return [None] * len(data)
+    j = header.index(DURATION)
+    unit = units[j].strip().lower() if j < len(units) else ""
+    if unit not in _TIME_UNITS_NS:
+        raise TableError(f"ncu raw CSV: unknown time unit {unit!r} of {DURATION}")
+    out = []
+    for row in data:
+        value = row[j] if j < len(row) else ""
+        out.append(None if not is_number(value) or value in MISSING
+                   else parse_number(value) * _TIME_UNITS_NS[unit])
+    return out
+
+
+class Ncu(Profiler):
+    name = "ncu"
+    order = 1
+    description = "Nsight Compute; kernels inside the NVTX range 'measure' by default."
+    settings = (
+        Str("binary", "ncu", "The ncu executable (a name on PATH or a path)."),
+        dataclasses.replace(NUM_BATCHES, default=1),  # ncu replays every profiled kernel
+        NUM_WARMUP_BATCHES,
+        # Kernels launched while the runner's NVTX range "measure" is on the push/pop stack.
+        Strings("nvtx_include", ["measure/"], "--nvtx-include expressions ([]: every kernel)."),
+        Str("set", None, "--set (a section set).", nullable=True),
+        Strings("sections", [], "--section, one per entry."),
+        Strings("metrics", [], "--metrics, joined with commas."),
+        Str("args_file", None, "Extra ncu options, one file (PARAM's --ncu-args-file).",
+            nullable=True),
+        Choice("clock_control", "base", "--clock-control.", choices=("base", "none")),
+        Int("launch_skip", None, "--launch-skip.", nullable=True, minimum=0),
+        Int("launch_count", None, "--launch-count.", nullable=True, minimum=1),
+        Choice("target_processes", "all", "--target-processes.",
+               choices=("all", "application-only")),
+        Strings("extra_args", [], "More ncu options, before the application."),
+    )
+    colour = "#76b900"
+    opens_in = (".ncu-rep", "Nsight Compute")
+
+    def plan(self, job: Job) -> Plan:
+        return ncu_plan(job.runner, job.out_dir, job.settings)
+
+    def convert(self, folder: Path, settings: Mapping[str, Any]) -> dict[str, Any]:
+        ncu_kernels(folder / "raw.csv", folder / "kernels.parquet")
+        return {"kernels": "kernels.parquet"}
+
+    def top_entries(self, directory: Path, tables: Mapping[str, str],
+                    n: int) -> list[dict[str, Any]]:
+        if "kernels" not in tables:
+            return []
+        import pyarrow.parquet as pq
+
+        kernels: dict[str, dict[str, Any]] = {}
+        table = pq.read_table(directory / tables["kernels"], columns=["Kernel Name", "duration_ns"])
+        for row in table.to_pylist():
+            entry = kernels.setdefault(row["Kernel Name"], {
+                "name": row["Kernel Name"], "calls": 0, "time_s": 0.0, "time_kind": "kernel"})
+            entry["calls"] += 1
+            entry["time_s"] += (row["duration_ns"] or 0.0) / 1e9
+        return ranked(list(kernels.values()), n)
+
+
+PROFILER = Ncu()

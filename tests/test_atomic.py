@@ -1,0 +1,203 @@
+"""dlbench.atomic: the one way files and folders are put in place, and a check that no
+hand-written temp-file-and-rename comes back elsewhere in src/."""
+
+import ast
+import os
+from pathlib import Path
+
+import pytest
+
+from dlbench import atomic
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "dlbench"
+
+
+def entries(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+@pytest.fixture
+def fsyncs(monkeypatch):
+    """Record what os.fsync is called on (as paths), still syncing for real."""
+    calls = []
+    real = os.fsync
+
+    def recording(fd):
+        calls.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+        real(fd)
+
+    monkeypatch.setattr(atomic.os, "fsync", recording)
+    return calls
+
+
+def test_write_text_writes_creates_the_folder_and_leaves_no_temp(tmp_path):
+    path = tmp_path / "a" / "b" / "out.txt"
+    assert atomic.write_text(path, "héllo\n") == path
+    assert path.read_text(encoding="utf-8") == "héllo\n"
+    assert entries(path.parent) == ["out.txt"]
+    atomic.write_text(path, "again\n")  # replaces
+    assert path.read_text() == "again\n" and entries(path.parent) == ["out.txt"]
+
+
+def test_write_bytes(tmp_path):
+    path = tmp_path / "blob.bin"
+    atomic.write_bytes(str(path), b"\x00\x01\xff")
+    assert path.read_bytes() == b"\x00\x01\xff"
+    assert entries(tmp_path) == ["blob.bin"]
+
+
+def test_written_data_is_fsynced_before_the_rename(tmp_path, monkeypatch):
+    path = tmp_path / "out.txt"
+    calls = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        calls.append(("fsync", Path(os.readlink(f"/proc/self/fd/{fd}"))))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        calls.append(("replace", Path(src)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(atomic.os, "fsync", fsync)
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    atomic.write_text(path, "x")
+    # the temporary beside the target is synced, then renamed onto it
+    (step1, synced), (step2, renamed) = calls
+    assert (step1, step2) == ("fsync", "replace")
+    assert synced == renamed and synced.parent == tmp_path and synced != path
+
+
+def test_temp_path_fsyncs_what_the_caller_wrote(tmp_path, fsyncs):
+    path = tmp_path / "table.csv"
+    with atomic.temp_path(path) as tmp:
+        assert tmp.parent == tmp_path and not tmp.exists()
+        tmp.write_text("a,b\n1,2\n")
+    assert path.read_text() == "a,b\n1,2\n"
+    assert fsyncs == [tmp] and entries(tmp_path) == ["table.csv"]
+
+
+def test_temp_names_are_unique_per_process_and_call(tmp_path):
+    names = []
+    for _ in range(2):
+        with atomic.temp_path(tmp_path / "x") as tmp:
+            names.append(tmp.name)
+            tmp.write_text("")
+    assert names[0] != names[1]
+    assert all(n.startswith(".x.") and f".{os.getpid()}." in n for n in names)
+
+
+def test_an_exception_while_writing_keeps_the_old_file_and_no_temp(tmp_path):
+    path = tmp_path / "out.parquet"
+    path.write_text("old\n")
+    with pytest.raises(RuntimeError, match="writer died"), atomic.temp_path(path) as tmp:
+        tmp.write_text("half of the new")
+        raise RuntimeError("writer died")
+    assert path.read_text() == "old\n"
+    assert entries(tmp_path) == ["out.parquet"]
+
+
+def test_a_failed_fsync_keeps_the_old_file_and_no_temp(tmp_path, monkeypatch):
+    path = tmp_path / "out.txt"
+    atomic.write_text(path, "old\n")
+
+    def disk_full(fd):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(atomic.os, "fsync", disk_full)
+    with pytest.raises(OSError, match="disk full"):
+        atomic.write_text(path, "new\n")
+    assert path.read_text() == "old\n"
+    assert entries(tmp_path) == ["out.txt"]
+
+
+def test_a_writer_that_wrote_nothing_fails_without_touching_the_target(tmp_path):
+    path = tmp_path / "out.txt"
+    path.write_text("old\n")
+    with pytest.raises(FileNotFoundError), atomic.temp_path(path):
+        pass
+    assert path.read_text() == "old\n" and entries(tmp_path) == ["out.txt"]
+
+
+# Folders --------------------------------------------------------------------------------
+
+
+def test_prepared_dir_replaces_the_old_folder_and_fsyncs_its_files(tmp_path, fsyncs):
+    target = tmp_path / "data" / "set"
+    target.mkdir(parents=True)
+    (target / "stale.txt").write_text("old")
+    with atomic.prepared_dir(target) as tmp:
+        assert tmp.parent == target.parent and entries(tmp) == []
+        assert f".{os.getpid()}." in tmp.name
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "a.bin").write_bytes(b"a")
+        (tmp / "b.txt").write_text("b")
+    assert entries(target) == ["b.txt", "sub"] and (target / "sub" / "a.bin").read_bytes() == b"a"
+    assert entries(target.parent) == ["set"]  # neither the temporary nor the old folder left
+    assert (target.stat().st_mode & 0o777) == 0o755
+    synced = {p.name for p in fsyncs}
+    assert {"a.bin", "b.txt", "sub"} <= synced
+
+
+def test_prepared_dir_failure_keeps_the_old_folder_and_no_temp(tmp_path):
+    target = tmp_path / "set"
+    target.mkdir()
+    (target / "keep.txt").write_text("old")
+    with pytest.raises(KeyboardInterrupt), atomic.prepared_dir(target) as tmp:
+        (tmp / "half.txt").write_text("new")
+        raise KeyboardInterrupt
+    assert entries(target) == ["keep.txt"]
+    assert entries(tmp_path) == ["set"]
+
+
+def test_prepared_dir_replaces_a_file_or_nothing(tmp_path):
+    target = tmp_path / "set"
+    target.write_text("a file where the folder goes")
+    with atomic.prepared_dir(target) as tmp:
+        (tmp / "x").write_text("x")
+    assert target.is_dir() and entries(target) == ["x"]
+    fresh = tmp_path / "new" / "set"
+    with atomic.prepared_dir(fresh) as tmp:
+        (tmp / "y").write_text("y")
+    assert entries(fresh) == ["y"] and entries(fresh.parent) == ["set"]
+
+
+# No second writer -----------------------------------------------------------------------
+
+# Files allowed to rename into place by hand: none. Use atomic.write_text / write_bytes /
+# temp_path / prepared_dir.
+ALLOWED: set[str] = set()
+
+
+def _renames(tree):
+    """Calls that put a file in place by a rename: os.replace / os.rename / shutil.move,
+    and ``x.replace(y)`` / ``x.rename(y)`` with one argument (``Path.replace``; the str
+    method takes two, DataFrame.rename keywords)."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        func = node.func
+        owner = func.value.id if isinstance(func.value, ast.Name) else None
+        module_call = (owner, func.attr) in {("os", "replace"), ("os", "rename"),
+                                             ("shutil", "move")}
+        path_method = (func.attr in ("replace", "rename") and len(node.args) == 1
+                       and not node.keywords and not isinstance(node.args[0], ast.Constant))
+        if module_call or path_method:
+            yield node.lineno
+
+
+def test_the_rename_check_sees_the_hand_written_kinds():
+    code = ("os.replace(tmp, path)\ntmp.replace(path)\nPath(t).rename(p)\n"
+            "name.replace('_', '')\nframe.rename(columns={})\n")
+    assert list(_renames(ast.parse(code))) == [1, 2, 3]
+
+
+def test_no_hand_written_temp_file_and_rename_outside_atomic():
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel == "atomic.py" or rel in ALLOWED:
+            continue
+        found += [f"src/dlbench/{rel}:{line}" for line in _renames(ast.parse(path.read_text()))]
+    assert not found, ("rename into place with dlbench.atomic (write_text, write_bytes, "
+                       "temp_path, prepared_dir), not by hand: " + ", ".join(found))

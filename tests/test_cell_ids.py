@@ -1,0 +1,71 @@
+"""Cell ids never change: a results/ folder made by an earlier release must still give
+"Nothing to be done". tests/data/cell_ids/v1.json.gz holds the ids the first release gave
+every cell of the shipped configs and of a grid that touches every axis value."""
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dlbench import axes, study
+
+ROOT = Path(__file__).resolve().parents[1]
+SAVED = json.loads(gzip.decompress((ROOT / "tests/data/cell_ids/v1.json.gz").read_bytes()))
+
+EVERY_AXIS = {
+    "studies": {
+        "allaxes": {
+            "grid": {
+                "framework": ["pytorch", "mxnet"], "model": ["resnet50", "deep_mnist"],
+                "phase": ["training", "inference"], "precision": ["float32", "float16"],
+                "batch_size": [1, 64], "num_gpus": [1, 4], "device": ["gpu"],
+                "data": ["synthetic", "imgs"], "data_backend": ["caffe_lmdb", "image_folder"],
+                "kv_store": ["device", "nccl"], "cudnn_benchmark": [True, False],
+                "data_loader_only": [False, True], "num_loader_threads": [0, 4]},
+            "exclude": [{"data": "synthetic", "data_loader_only": True}]},
+        "ops": {
+            "kind": "ops",
+            "grid": {"op_config": ["config/ops/gvprof_units.json"], "device": ["cpu", "gpu"],
+                     "backward": [False, True],
+                     "exec_mode": ["discrete", "continuous", "continuous_events"],
+                     "cuda_l2_cache": ["on", "off"]}}},
+    "datasets": {"imgs": {"synthetic": {"classes": 2, "images_per_class": 2, "image_size": 32,
+                                        "seed": 1}}},
+}
+
+
+def shipped(path):
+    cfg = yaml.safe_load((ROOT / path).read_text())
+    for spec in cfg["studies"].values():
+        spec.pop("precisions", None)  # every cell, whatever this CPU computes natively
+    for spec in (cfg.get("datasets") or {}).values():
+        if spec and spec.get("path"):
+            spec["path"] = str(ROOT)  # a user's folder need not exist here
+    return cfg
+
+
+@pytest.mark.parametrize("name", sorted(SAVED))
+def test_cell_ids_are_those_of_the_first_release(name):
+    cfg = EVERY_AXIS if name == "grid" else shipped(name)
+    ids = [f"{c.study}/{c.id}" for c in study.expand_config(cfg)]
+    assert ids == SAVED[name]
+
+
+def test_an_axis_added_later_keeps_old_ids_at_its_default(monkeypatch):
+    """A row with since=2 leaves every id unchanged while it holds its default; another
+    value gives another id."""
+    row = axes.Axis("test_only_mode", str, "plain", choices=("plain", "fancy"), since=2)
+    monkeypatch.setattr(axes, "TABLE", (*axes.TABLE, row))
+    monkeypatch.setitem(axes._BY_NAME, row.name, row)
+    base = {"model": "deep_mnist", "device": "cpu"}
+    (old,) = study.expand_config({"studies": {"s": {"grid": base}}})
+    (new,) = study.expand_config({"studies": {"s": {"grid": {**base,
+                                                            "test_only_mode": "fancy"}}}})
+    assert old.params["test_only_mode"] == "plain"
+    assert old.id == SAVED_DEEP_MNIST and new.id != old.id
+
+
+# deep_mnist on the CPU with every other axis at its default, as the first release named it.
+SAVED_DEEP_MNIST = "pytorch_deep-mnist_training_float32_bs32_cpu1_synthetic_66883ddd"
