@@ -17,6 +17,7 @@ from dlbench import gpus as dlbench_gpus
 from dlbench import kinds as dlbench_kinds
 from dlbench import launch as dlbench_launch
 from dlbench import study as dlbench_study
+from dlbench import workflow_support as support
 
 min_version("8.20")
 
@@ -24,20 +25,16 @@ min_version("8.20")
 validate(config, schema="../schemas/config.schema.yaml")
 
 
-def _expand_cells(cfg):
-    problem = dlbench_cpu.override_problem()
-    if problem:
-        print(f"dlbench config error: {problem}", file=sys.stderr)
-        raise SystemExit(1)
-    try:
-        return dlbench_study.expand_config(cfg)
-    except dlbench_study.ConfigError as exc:
-        # One line naming the study and the field, before any job runs.
-        print(f"dlbench config error: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
+def _config_error(exc):
+    # One line naming the study and the field, before any job runs.
+    print(f"dlbench config error: {exc}", file=sys.stderr)
+    raise SystemExit(1) from None
 
 
-CELLS = _expand_cells(config)
+try:
+    CELLS = support.expand_cells(config)
+except support.WorkflowConfigError as exc:
+    _config_error(exc)
 CELLS_BY_ID = {(cell.study, cell.id): cell for cell in CELLS}
 
 
@@ -52,7 +49,7 @@ def cell_of(wildcards):
 
 
 def cell_result_path(cell):
-    return Path(f"results/{cell.study}/cells/{cell.id}.json")
+    return support.result_path(cell)
 
 
 def cell_result_files():
@@ -61,9 +58,7 @@ def cell_result_files():
 
 def framework_python(cell):
     """The interpreter of the cell's framework environment (DLBS's host_python_path)."""
-    framework = cell.params.get("framework", "pytorch")
-    configured = config.get("frameworks", {}).get(framework, {}).get("python") or ""
-    return configured or sys.executable
+    return support.framework_python(config, cell.params.get("framework", "pytorch"))
 
 
 def cell_threads():
@@ -82,67 +77,34 @@ CELL_THREADS = cell_threads()
 
 
 def monitor_option():
-    """The launcher's monitor option from config 'monitor.interval_ms' (none: the default)."""
-    interval = config.get("monitor", {}).get("interval_ms")
-    return [] if interval is None else [f"--monitor_interval_ms={interval}"]
+    return support.monitor_option(config)
 
 
 def gpus_of(wildcards):
-    cell = cell_of(wildcards)
-    return cell.params["num_gpus"] if cell.params["device"] == "gpu" else 0
+    return support.gpus_of(cell_of(wildcards))
 
 
 # Datasets (prepared by workflow/rules/datasets.smk)
 
 
-def dataset_config(name):
-    return config.get("datasets", {})[name]
-
-
 def dataset_source(name):
-    """The ImageFolder a dataset is made from: the user's tree, or the synthetic one."""
-    spec = dataset_config(name)
-    if spec.get("path"):
-        return spec["path"]
-    return f"results/datasets/{name}/image_folder"
+    return support.dataset_source(config, name)
 
 
 def data_dir_of(cell):
-    """The prepared dataset a cell's runner reads, in its framework's storage format."""
-    return dlbench_kinds.get(cell.kind).data_dir(
-        cell.params, config.get("datasets") or {}
-    )
+    return support.data_dir(config, cell)
 
 
 def dataset_input_of(wildcards):
-    """What a cell reads (its kind says): its prepared dataset, or its operator config
-    file, so that an edited op config reruns its cells."""
-    cell = cell_of(wildcards)
-    return dlbench_kinds.get(cell.kind).inputs(
-        cell.params, config.get("datasets") or {}
-    )
+    return support.inputs(config, cell_of(wildcards))
 
 
 def conversion_args(name, fmt):
-    """Command-line options of a conversion, from the dataset's config (an argument list)."""
-    spec = dataset_config(name)
-    opts = {**spec.get("convert", {}), **spec.get(fmt, {})}
-    args = []
-    for key in ("resize", "quality", "seed", "workers", "subset"):
-        if opts.get(key) is not None:
-            args += [f"--{key}", str(opts[key])]
-    for key in ("center_crop", "shuffle", "encoded"):
-        if opts.get(key):
-            args.append(f"--{key.replace('_', '-')}")
-    return args
+    return support.conversion_args(config, name, fmt)
 
 
 def synthetic_args(name):
-    spec = dataset_config(name)["synthetic"]
-    args = []
-    for key in ("classes", "images_per_class", "image_size", "seed"):
-        args += [f"--{key.replace('_', '-')}", str(spec[key])]
-    return args
+    return support.synthetic_args(config, name)
 
 
 # Containers, conda environments and GPUs (workflow/rules/benchmark.smk)
@@ -158,8 +120,7 @@ def framework_conda_env(fw):
 
 
 def framework_container(framework):
-    """The framework's image (.sif path, docker:// or oras:// URI); None: none configured."""
-    return config.get("frameworks", {}).get(framework, {}).get("container") or None
+    return support.framework_container(config, framework)
 
 
 def in_container(cell):
@@ -254,32 +215,13 @@ def _job_functions(*functions):
 
 
 def container_binds():
-    """Host folders that containerised cells read and Snakemake does not bind (it binds the
-    working directory): datasets and operator configs elsewhere, and the GPU lock folder.
-    """
-    wanted = []
-    datasets = config.get("datasets") or {}
-    for cell in CELLS:
-        for path in dlbench_kinds.get(cell.kind).inputs(cell.params, datasets):
-            wanted.append(Path(path) if Path(path).is_dir() else Path(path).parent)
-    if any(cell.params.get("device") == "gpu" for cell in CELLS):
-        wanted.append(dlbench_gpus.lock_dir())
-    here = Path.cwd()
-    binds = []
-    for path in wanted:
-        path = path.absolute()  # not resolved: the cell reads the path as configured
-        if path == here or here in path.parents or not path.exists():
-            continue  # missing inputs are reported by the rules that need them
-        if any(ch in str(path) for ch in ":,"):
-            print(
-                f"dlbench config error: {path}: a path with ':' or ',' cannot be bound into "
-                "a container",
-                file=sys.stderr,
-            )
-            raise SystemExit(1)
-        binds.append(path)
-    # A folder inside another bound one needs no bind of its own.
-    return sorted(p for p in set(binds) if not any(q in p.parents for q in binds))
+    gpu = any(cell.params.get("device") == "gpu" for cell in CELLS)
+    try:
+        return support.container_binds(
+            config, CELLS, Path.cwd(), dlbench_gpus.lock_dir() if gpu else None
+        )
+    except support.WorkflowConfigError as exc:
+        _config_error(exc)
 
 
 def _bind_into_containers():
@@ -323,7 +265,7 @@ def _declare_gpus():
 
 
 _declare_gpus()
-_job_functions(dataset_input_of, gpus_of, cell_options)
+_job_functions(dataset_input_of, cell_options)
 if uses_deployment(DeploymentMethod.APPTAINER):
     _bind_into_containers()
 
@@ -357,9 +299,7 @@ STATUS_FILE = Path("results/status.txt")
 
 
 def pending_cells():
-    """Cells without a result yet, by result path: what this run will measure."""
-    paths = {cell_result_path(cell): cell for cell in CELLS}
-    return {path: cell for path, cell in paths.items() if not path.exists()}
+    return support.pending(CELLS)
 
 
 def say_emulated(pending):

@@ -1,0 +1,128 @@
+"""The workflow's helpers: what ``workflow/rules/common.smk`` needs, as plain functions of
+the config and the cells (testable without Snakemake). common.smk binds them to the
+running workflow; what touches Snakemake itself stays there, one function each.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from dlbench import cpu, kinds, study
+
+
+class WorkflowConfigError(ValueError):
+    """A config problem found while planning jobs, said in one line."""
+
+
+def expand_cells(config: Mapping[str, Any]) -> list[study.Cell]:
+    """Every cell of the config; a problem is one line naming the study and the field."""
+    problem = cpu.override_problem()
+    if problem:
+        raise WorkflowConfigError(problem)
+    try:
+        return study.expand_config(config)
+    except study.ConfigError as exc:
+        raise WorkflowConfigError(str(exc)) from None
+
+
+def result_path(cell: study.Cell) -> Path:
+    return Path(f"results/{cell.study}/cells/{cell.id}.json")
+
+
+def pending(cells: Iterable[study.Cell]) -> dict[Path, study.Cell]:
+    """Cells without a result yet, by result path: what a run will measure."""
+    paths = {result_path(cell): cell for cell in cells}
+    return {path: cell for path, cell in paths.items() if not path.exists()}
+
+
+def framework_settings(config: Mapping[str, Any], framework: str) -> Mapping[str, Any]:
+    return (config.get("frameworks") or {}).get(framework) or {}
+
+
+def framework_python(config: Mapping[str, Any], framework: str) -> str:
+    """The interpreter of a framework's environment (DLBS's host_python_path); empty or
+    unset: the one running Snakemake."""
+    return framework_settings(config, framework).get("python") or sys.executable
+
+
+def framework_container(config: Mapping[str, Any], framework: str) -> str | None:
+    """The framework's image (.sif path, docker:// or oras:// URI); None: none configured."""
+    return framework_settings(config, framework).get("container") or None
+
+
+def monitor_option(config: Mapping[str, Any]) -> list[str]:
+    """The launcher's monitor option from 'monitor.interval_ms' (none: the default)."""
+    interval = (config.get("monitor") or {}).get("interval_ms")
+    return [] if interval is None else [f"--monitor_interval_ms={interval}"]
+
+
+def gpus_of(cell: study.Cell) -> int:
+    return cell.params["num_gpus"] if cell.params.get("device") == "gpu" else 0
+
+
+def datasets(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    return config.get("datasets") or {}
+
+
+def data_dir(config: Mapping[str, Any], cell: study.Cell) -> str:
+    """The prepared dataset a cell's runner reads, in its framework's storage format."""
+    return kinds.get(cell.kind).data_dir(cell.params, datasets(config))
+
+
+def inputs(config: Mapping[str, Any], cell: study.Cell) -> list[str]:
+    """What a cell reads (its kind says): a change to one of them reruns it."""
+    return kinds.get(cell.kind).inputs(cell.params, datasets(config))
+
+
+def dataset_source(config: Mapping[str, Any], name: str) -> str:
+    """The ImageFolder a dataset is made from: the user's tree, or the synthetic one."""
+    return datasets(config)[name].get("path") or f"results/datasets/{name}/image_folder"
+
+
+def conversion_args(config: Mapping[str, Any], name: str, fmt: str) -> list[str]:
+    """Command-line options of a conversion, from the dataset's config (an argument list)."""
+    spec = datasets(config)[name]
+    opts = {**spec.get("convert", {}), **spec.get(fmt, {})}
+    args = []
+    for key in ("resize", "quality", "seed", "workers", "subset"):
+        if opts.get(key) is not None:
+            args += [f"--{key}", str(opts[key])]
+    for key in ("center_crop", "shuffle", "encoded"):
+        if opts.get(key):
+            args.append(f"--{key.replace('_', '-')}")
+    return args
+
+
+def synthetic_args(config: Mapping[str, Any], name: str) -> list[str]:
+    spec = datasets(config)[name]["synthetic"]
+    args = []
+    for key in ("classes", "images_per_class", "image_size", "seed"):
+        args += [f"--{key.replace('_', '-')}", str(spec[key])]
+    return args
+
+
+def container_binds(config: Mapping[str, Any], cells: Iterable[study.Cell], here: Path,
+                    gpu_lock_dir: Path | None) -> list[Path]:
+    """Host folders that containerised cells read and Snakemake does not bind (it binds
+    the working directory ``here``): datasets and op configs elsewhere, and the GPU lock
+    folder when a cell uses GPUs."""
+    wanted = []
+    for cell in cells:
+        for path in inputs(config, cell):
+            wanted.append(Path(path) if Path(path).is_dir() else Path(path).parent)
+    if gpu_lock_dir is not None:
+        wanted.append(gpu_lock_dir)
+    binds = []
+    for path in wanted:
+        path = path.absolute()  # not resolved: the cell reads the path as configured
+        if path == here or here in path.parents or not path.exists():
+            continue  # missing inputs are reported by the rules that need them
+        if any(ch in str(path) for ch in ":,"):
+            raise WorkflowConfigError(f"{path}: a path with ':' or ',' cannot be bound into "
+                                      "a container")
+        binds.append(path)
+    # A folder inside another bound one needs no bind of its own.
+    return sorted(p for p in set(binds) if not any(q in p.parents for q in binds))

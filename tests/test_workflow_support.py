@@ -1,0 +1,77 @@
+"""The workflow's helpers (dlbench.workflow_support), without Snakemake."""
+
+import sys
+
+import pytest
+
+from dlbench import study
+from dlbench import workflow_support as support
+
+
+def cells(config):
+    return study.expand_config(config)
+
+
+def test_a_config_problem_is_one_line():
+    with pytest.raises(support.WorkflowConfigError, match=r"^study 's': batch_size: must be"):
+        support.expand_cells({"studies": {"s": {"grid": {"model": "deep_mnist",
+                                                          "batch_size": 0}}}})
+
+
+def test_framework_settings_fall_back_to_the_running_interpreter():
+    config = {"frameworks": {"mxnet": {"python": "/env/bin/python", "container": ""}}}
+    assert support.framework_python(config, "mxnet") == "/env/bin/python"
+    assert support.framework_python(config, "pytorch") == sys.executable
+    assert support.framework_container(config, "mxnet") is None
+    assert support.monitor_option({"monitor": {"interval_ms": 0}}) == ["--monitor_interval_ms=0"]
+    assert support.monitor_option({}) == []
+
+
+def test_each_framework_reads_its_own_copy_of_a_dataset(tmp_path):
+    config = {"datasets": {"mine": {"path": str(tmp_path)}, "tiny": {"synthetic": {}}},
+              "studies": {"s": {"grid": {"model": "resnet18", "framework": ["pytorch", "mxnet"],
+                                         "data": ["mine", "tiny"],
+                                         "data_backend": ["caffe_lmdb", "image_folder"]}}}}
+    dirs = {(c.params["framework"], c.params["data"], c.params["data_backend"]):
+            support.data_dir(config, c) for c in cells(config)}
+    assert dirs == {
+        ("pytorch", "mine", "caffe_lmdb"): "results/datasets/mine/caffe_lmdb",
+        ("pytorch", "mine", "image_folder"): str(tmp_path),
+        ("pytorch", "tiny", "caffe_lmdb"): "results/datasets/tiny/caffe_lmdb",
+        ("pytorch", "tiny", "image_folder"): "results/datasets/tiny/image_folder",
+        ("mxnet", "mine", None): "results/datasets/mine/recordio",
+        ("mxnet", "tiny", None): "results/datasets/tiny/recordio",
+    }
+    assert support.dataset_source(config, "tiny") == "results/datasets/tiny/image_folder"
+
+
+def test_conversion_options_are_an_argument_list():
+    config = {"datasets": {"d": {"synthetic": {"classes": 2, "images_per_class": 3,
+                                               "image_size": 32, "seed": 7},
+                                 "convert": {"resize": 64, "shuffle": True},
+                                 "lmdb": {"encoded": True, "quality": 80}}}}
+    assert support.conversion_args(config, "d", "lmdb") == [
+        "--resize", "64", "--quality", "80", "--shuffle", "--encoded"]
+    assert support.conversion_args(config, "d", "recordio") == ["--resize", "64", "--shuffle"]
+    assert support.synthetic_args(config, "d") == [
+        "--classes", "2", "--images-per-class", "3", "--image-size", "32", "--seed", "7"]
+
+
+def test_container_binds_cover_inputs_outside_the_working_directory(tmp_path):
+    work, outside = tmp_path / "work", tmp_path / "ops"
+    work.mkdir()
+    outside.mkdir()
+    (outside / "a.json").write_text("{}")
+    (work / "b.json").write_text("{}")
+    config = {"studies": {"o": {"kind": "ops", "grid": {
+        "op_config": [str(outside / "a.json"), str(work / "b.json")], "device": "cpu"}}}}
+    lock = tmp_path / "locks"
+    lock.mkdir()
+    binds = support.container_binds(config, cells(config), work, lock)
+    assert binds == sorted([outside, lock])
+    bad = tmp_path / "a:b"
+    bad.mkdir()
+    (bad / "c.json").write_text("{}")
+    config["studies"]["o"]["grid"]["op_config"] = str(bad / "c.json")
+    with pytest.raises(support.WorkflowConfigError, match="cannot be bound"):
+        support.container_binds(config, cells(config), work, None)
