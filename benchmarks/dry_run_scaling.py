@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         "spread_s": {k: [min(v), max(v)] for k, v in times.items()},
         "ratio_dlbench_over_bare": med["dlbench"] / med["bare"],
         "machine": {"python": platform.python_version(), "processor": platform.processor(),
-                    "cpu_count": __import__("os").cpu_count()},
+                    "cpu_count": os.cpu_count()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -30,10 +30,6 @@ from typing import Any
 REQUIRED = object()  # default of an axis every study must set (model, op_config)
 
 
-def _identity(value: Any) -> Any:
-    return value
-
-
 @dataclass(frozen=True)
 class Flag:
     """How one runner spells an axis on its command line.

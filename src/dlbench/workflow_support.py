@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dlbench import cpu, kinds, study
+from dlbench import cpu, kinds, launch, study
 
 
 class WorkflowConfigError(ValueError):
@@ -60,7 +60,7 @@ def monitor_option(config: Mapping[str, Any]) -> list[str]:
 
 
 def gpus_of(cell: study.Cell) -> int:
-    return cell.params["num_gpus"] if cell.params.get("device") == "gpu" else 0
+    return launch.gpus_needed({"params": cell.params})
 
 
 def datasets(config: Mapping[str, Any]) -> Mapping[str, Any]:

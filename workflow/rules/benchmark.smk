@@ -31,7 +31,7 @@ for fw in dlbench_frameworks.registry().values():
             benchmark_slot=1,
             gpu=gpus_of,
         params:
-            launcher=framework_launcher(fw.name),
+            launcher=launcher_command(fw.name),
             framework=framework_options(fw.name),
             cell=cell_options,
         shell:

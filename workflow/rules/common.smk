@@ -56,9 +56,9 @@ def cell_result_files():
     return [str(cell_result_path(cell)) for cell in CELLS]
 
 
-def framework_python(cell):
-    """The interpreter of the cell's framework environment (DLBS's host_python_path)."""
-    return support.framework_python(config, cell.params.get("framework", "pytorch"))
+def framework_python(framework):
+    """The interpreter of the framework's environment (DLBS's host_python_path)."""
+    return support.framework_python(config, framework)
 
 
 def cell_threads():
@@ -123,9 +123,8 @@ def framework_container(framework):
     return support.framework_container(config, framework)
 
 
-def in_container(cell):
-    """True when the cell runs in its framework's image (--use-apptainer and an image set)."""
-    framework = cell.params.get("framework", "pytorch")
+def in_container(framework):
+    """True when the framework's cells run in its image (--use-apptainer and an image set)."""
     return uses_deployment(DeploymentMethod.APPTAINER) and bool(
         framework_container(framework)
     )
@@ -134,22 +133,22 @@ def in_container(cell):
 DLBENCH_SOURCES = Path(workflow.main_snakefile).resolve().parent / "src"
 
 
-def launcher_command(cell):
-    """How the cell's job starts dlbench.launch (an argument list): with the image's python in
+def launcher_command(framework):
+    """How a cell's job starts dlbench.launch (an argument list): with the image's python in
     a container, with the conda env's python under --use-conda (dlbench's sources on its
     path), otherwise with the interpreter running Snakemake."""
-    if in_container(cell):
+    if in_container(framework):
         return ["python"]
     if uses_deployment(DeploymentMethod.CONDA):
         return ["env", f"PYTHONPATH={DLBENCH_SOURCES}", "python"]
     return [sys.executable]
 
 
-def runner_python(cell):
-    """The interpreter of the cell's runner, where the launcher runs it."""
-    if in_container(cell) or uses_deployment(DeploymentMethod.CONDA):
+def runner_python(framework):
+    """The interpreter of the framework's runner, where the launcher runs it."""
+    if in_container(framework) or uses_deployment(DeploymentMethod.CONDA):
         return "python"
-    return framework_python(cell)
+    return framework_python(framework)
 
 
 @functools.cache
@@ -160,23 +159,9 @@ def _image_digest(image):
     )
 
 
-def container_image_of(cell):
-    """The image a cell runs in, recorded with its result ('' on the host)."""
-    return (
-        framework_container(cell.params.get("framework", "pytorch"))
-        if in_container(cell)
-        else ""
-    )
-
-
-def container_digest_of(cell):
-    image = container_image_of(cell)
-    return _image_digest(image) if image else ""
-
-
-def framework_launcher(framework):
-    """launcher_command of the framework's cells (it depends on nothing else)."""
-    return launcher_command(dlbench_study.Cell("", "model", {"framework": framework}))
+def container_image_of(framework):
+    """The image the framework's cells run in, recorded with their results ('' on the host)."""
+    return framework_container(framework) if in_container(framework) else ""
 
 
 def framework_options(framework):
@@ -184,17 +169,13 @@ def framework_options(framework):
     that image's digest. A constant for the rule, so that Snakemake evaluates no function
     per job for them (10,000-cell studies); the digest, which reads the image, only when
     a job of the framework runs."""
-    cell = dlbench_study.Cell("", "model", {"framework": framework})
-    options = [
-        "--python",
-        runner_python(cell),
-        f"--container_image={container_image_of(cell)}",
-    ]
-    if not container_image_of(cell):
+    image = container_image_of(framework)
+    options = ["--python", runner_python(framework), f"--container_image={image}"]
+    if not image:
         return [*options, "--container_digest=", *monitor_option()]
     return lambda wildcards: [
         *options,
-        f"--container_digest={container_digest_of(cell)}",
+        f"--container_digest={_image_digest(image)}",
         *monitor_option(),
     ]
 
@@ -307,7 +288,7 @@ def say_emulated(pending):
     if not emulated:
         return
     info = dlbench_cpu.this_cpu()
-    python = framework_python(emulated[0])
+    python = framework_python(emulated[0].params["framework"])
     slowdowns = dlbench_progress.probe_slowdowns(python, Path(".snakemake/dlbench"))
     words = f"{info.model}, {info.capability}" if info else "unknown CPU"
     for line in dlbench_progress.emulation_notices(emulated, slowdowns, words):

@@ -47,9 +47,7 @@ rule dataset_recordio:
     conda:
         "../../envs/mxnet.yaml"
     params:
-        python=lambda wc: framework_python(
-            dlbench_study.Cell("", "model", {"framework": "mxnet"})
-        ),
+        python=framework_python("mxnet"),
         args=lambda wc: conversion_args(wc.dataset, "recordio"),
     shell:
         "{params.python:q} -m dlbench.datasets recordio --record-failure --source {input:q}"

@@ -37,10 +37,8 @@ for fw in dlbench_frameworks.registry().values():
             benchmark_slot=1,
             gpu=gpus_of,
         params:
-            launcher=framework_launcher(fw.name),
-            python=runner_python(
-                dlbench_study.Cell("", "model", {"framework": fw.name})
-            ),
+            launcher=launcher_command(fw.name),
+            python=runner_python(fw.name),
             cell=lambda wc: cell_of(wc).to_json(),
             data_dir=lambda wc: data_dir_of(cell_of(wc)),
             settings=lambda wc: json.dumps(

@@ -39,9 +39,11 @@ class ModelKind(CellKind):
         if self.name not in fw.kinds:
             raise AxisError("framework", f"{fw.name} does not run {self.name} cells")
         name = params["model"]
-        if name not in models.names():
-            raise AxisError("model", f"unknown value {name!r} (valid: {', '.join(models.names())})")
-        spec = models.get(name)
+        try:
+            spec = models.get(name)
+        except KeyError:
+            raise AxisError("model", f"unknown value {name!r} "
+                                     f"(valid: {', '.join(models.names())})") from None
         if fw.name not in spec.frameworks:
             raise AxisError("model", f"no {fw.name} implementation of {name} (pair "
                                      f"{fw.name}/{name}; {name} exists for "

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dlbench import gpus, launch, subproc
+from dlbench import frameworks, gpus, launch, subproc
 from dlbench import result as R
 from dlbench.profiling import commands, registry
 from dlbench.profiling.base import Job
@@ -39,15 +39,13 @@ from dlbench.profiling.commands import ProfileError, Step
 from dlbench.profiling.config import CAPTURE, MANIFEST
 
 ERROR_FILE = "error.txt"
-# Where a framework keeps its shared libraries: (package, folder in it). The framework
-# registry will supply this; until then it is kept here, behind ``library_dirs``.
-LIBRARY_DIRS = {"pytorch": ("torch", "lib"), "mxnet": ("mxnet", "")}
-
-
 def library_dirs(framework: str) -> tuple[str, str]:
     """The package whose folder holds ``framework``'s shared libraries, and the folder in
-    it ("" for the package's own); an unknown framework is taken as PyTorch."""
-    return LIBRARY_DIRS.get(framework, LIBRARY_DIRS["pytorch"])
+    it ("" for the package's own), as its plug-in says (dlbench.frameworks); an unknown
+    framework is taken as PyTorch."""
+    if framework not in frameworks.names():
+        framework = "pytorch"
+    return frameworks.get(framework).library_package
 
 
 def build_plan(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
