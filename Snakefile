@@ -21,6 +21,10 @@ include: "workflow/rules/profile.smk"
 
 rule all:
     input:
+        # The cells' results too: Snakemake remakes a missing file only for a job that
+        # needs it, and the Parquet, already there, would not (a result set aside as
+        # invalid, or by retry_failed, must run again).
+        cell_result_files(),
         "results/benchmarks.parquet",
         "results/report/index.html",
         # Also inputs of the report; a failed profile is recorded (status failed), not lost.

@@ -41,9 +41,13 @@ def test_rows_per_measurement_and_failed_cells_keep_a_row(tmp_path):
     assert csv.read_text().count("\n") == 5  # header + 4 rows
 
 
-def test_bad_result_file_is_named(tmp_path, capsys):
+def test_cli_turns_a_bad_result_file_into_a_failed_row_naming_it(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text("[]")
     rc = aggregate.main([str(bad), "--parquet", str(tmp_path / "x.parquet")])
-    assert rc == 2
-    assert "bad.json: not a dlbench result" in capsys.readouterr().err
+    assert rc == 0
+    (row,) = pq.read_table(tmp_path / "x.parquet").to_pylist()
+    assert row["status"] == "failed" and row["source"] == str(bad)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{bad}: not a dlbench result" in err
+    assert not bad.exists() and len(list((tmp_path / "invalid").iterdir())) == 1

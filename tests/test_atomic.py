@@ -134,7 +134,7 @@ def test_prepared_dir_replaces_the_old_folder_and_fsyncs_its_files(tmp_path, fsy
         (tmp / "b.txt").write_text("b")
     assert entries(target) == ["b.txt", "sub"] and (target / "sub" / "a.bin").read_bytes() == b"a"
     assert entries(target.parent) == ["set"]  # neither the temporary nor the old folder left
-    assert (target.stat().st_mode & 0o777) == 0o755
+    assert (target.stat().st_mode & 0o777) == 0o777 & ~atomic.umask()
     synced = {p.name for p in fsyncs}
     assert {"a.bin", "b.txt", "sub"} <= synced
 
@@ -160,6 +160,83 @@ def test_prepared_dir_replaces_a_file_or_nothing(tmp_path):
     with atomic.prepared_dir(fresh) as tmp:
         (tmp / "y").write_text("y")
     assert entries(fresh) == ["y"] and entries(fresh.parent) == ["set"]
+
+
+# Modes ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=[0o022, 0o077], ids=["umask022", "umask077"])
+def umask(request):
+    """Run the test under this umask, restored after."""
+    old = os.umask(request.param)
+    yield request.param
+    os.umask(old)
+
+
+def mode(path):
+    return path.stat().st_mode & 0o777
+
+
+def test_files_and_folders_get_the_mode_a_plain_open_or_mkdir_gives(tmp_path, umask):
+    file_mode, folder_mode = 0o666 & ~umask, 0o777 & ~umask
+    assert (file_mode, folder_mode) == {0o022: (0o644, 0o755), 0o077: (0o600, 0o700)}[umask]
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    assert mode(plain) == file_mode  # what the atomic writers must agree with
+
+    atomic.write_text(tmp_path / "result.json", "{}\n")
+    atomic.write_bytes(tmp_path / "blob.bin", b"\x00")
+    with atomic.temp_path(tmp_path / "table.csv") as tmp:
+        tmp.write_text("a\n")
+    with atomic.temp_path(tmp_path / "index.html") as tmp:
+        # a writer that creates its file as tempfile.mkstemp does (0600)
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    with atomic.temp_path(tmp_path / "wide.txt") as tmp:
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.chmod(tmp, 0o777)  # or one that makes it wider than the umask allows
+    for name in ("result.json", "blob.bin", "table.csv", "index.html", "wide.txt"):
+        assert mode(tmp_path / name) == file_mode, name
+
+    with atomic.prepared_dir(tmp_path / "set") as tmp:
+        (tmp / "x").write_text("x")
+    assert mode(tmp_path / "set") == folder_mode
+    with atomic.prepared_dir(tmp_path / "set") as tmp:  # replacing an older folder
+        pass
+    assert mode(tmp_path / "set") == folder_mode
+
+
+def test_an_existing_targets_mode_is_not_kept(tmp_path, umask):
+    """Like a fresh open(): the new file is a new inode, with the umask's mode."""
+    path = tmp_path / "out.txt"
+    path.write_text("old")
+    path.chmod(0o640)
+    atomic.write_text(path, "new")
+    assert mode(path) == 0o666 & ~umask
+
+
+def test_the_umask_is_read_without_setting_it(umask, monkeypatch):
+    calls = []
+    real = os.umask
+    monkeypatch.setattr(atomic.os, "umask", lambda m: calls.append(m) or real(m))
+    assert atomic.umask() == umask and calls == []  # /proc/self/status: no race
+
+
+def test_without_proc_the_umask_is_set_and_restored_once(tmp_path, monkeypatch):
+    old = os.umask(0o027)
+    try:
+        monkeypatch.setattr(atomic, "_PROC_STATUS", str(tmp_path / "no-such-status"))
+        atomic._umask_once.cache_clear()
+        calls = []
+        real = os.umask
+        monkeypatch.setattr(atomic.os, "umask", lambda m: calls.append(m) or real(m))
+        assert atomic.umask() == 0o027 and atomic.umask() == 0o027
+        assert len(calls) == 2 and calls[1] == 0o027  # set, restored; once only
+        assert real(0o027) == 0o027  # left as it was
+        atomic.write_text(tmp_path / "f", "x")
+        assert mode(tmp_path / "f") == 0o640
+    finally:
+        atomic._umask_once.cache_clear()
+        os.umask(old)
 
 
 # No second writer -----------------------------------------------------------------------

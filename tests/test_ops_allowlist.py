@@ -177,7 +177,7 @@ def test_from_file_in_a_config_leaves_files_alone_and_fails_the_cell(tmp_path, n
     assert code == 1 and res["status"] == "failed" and res["measurements"] == []
     errors = [line for line in lines if "error" in line]
     assert errors and all(e["id"] is None and REFUSAL in e["error"] for e in errors)
-    assert res["error"].endswith(f"first: {name}: {REFUSAL} (aten::from_file: its string "
+    assert res["error"].endswith(f"{name}: {REFUSAL} (aten::from_file: its string "
                                  "argument 'filename' is not an option selector: an op may "
                                  f"not name a file); `{HINT}` lists what is allowed")
 

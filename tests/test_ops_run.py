@@ -315,3 +315,15 @@ def test_gpu_continuous_loop_bookkeeping_runs_on_cpu_without_gpu_timing():
     assert len(metrics["backward"]["measure.time"]) == 1
     assert metrics["forward"]["measure.time"][0] > 0
     assert a.grad is not None and a.grad.shape == (64, 64)
+
+
+def test_inputs_the_allocator_cannot_hold_make_an_oom_result(tmp_path):
+    """A tensor of 2**42 floats (16 TiB): the CPU allocator refuses it, and a cell where no
+    input could be allocated is out of memory, not a failure."""
+    config = write_config(tmp_path, {"torch.add": {"config": [{"input": [{"args": [
+        {"type": "tensor", "dtype": "float", "shape": [2**42]},
+        {"type": "tensor", "dtype": "float", "shape": [2**42]}]}]}]}})
+    code, _, res = run_ops(tmp_path, config)
+    assert res["status"] == "oom", res["error"]
+    assert "allocate" in res["error"]
+    assert res["extra"]["errors"][0]["oom"] is True

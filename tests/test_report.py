@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from html import escape
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -20,9 +24,18 @@ from dlbench import result as R
 from dlbench.profiling import run as profile_run
 from dlbench.profiling import tables as profile_tables
 from dlbench.profiling.config import settings as profile_settings
-from dlbench.report import ReportError, model_charts, render, resource_charts, sections
+from dlbench.report import (
+    ReportError,
+    WriteError,
+    model_charts,
+    output,
+    render,
+    resource_charts,
+    sections,
+)
 from dlbench.report.data import load
 
+ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 FAILURE_ERROR = 'RuntimeError: shape <1x3> & "weights" mismatch'
 # Seconds per sample at float32; lower precisions are faster by these factors.
@@ -456,6 +469,89 @@ def test_a_table_that_is_not_an_aggregate_is_rejected_in_one_line(tmp_path):
     (tmp_path / "text.parquet").write_text("not parquet")
     with pytest.raises(ReportError, match=r"text.parquet: not a readable Parquet file"):
         render(tmp_path / "text.parquet", tmp_path / "out")
+
+
+def test_an_empty_table_gives_a_page_that_says_so(tmp_path):
+    parquet = tmp_path / "benchmarks.parquet"
+    aggregate.write([], parquet)
+    outdir = tmp_path / "out"
+    files = render(parquet, outdir)
+    assert files == [outdir / "index.html"]
+    assert list((outdir / "charts").iterdir()) == []  # the folder the workflow declares
+    html = files[0].read_text()
+    assert re.findall(r'<section id="([^"]+)">', html) == ["empty"]
+    assert "The aggregate table benchmarks.parquet has no rows" in section_of(html, "empty")
+    assert "(0 rows)" in html and "vegaEmbed" not in html
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (hidden ones too) by relative path, with its bytes."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def full_disk_at(monkeypatch, name: str) -> None:
+    """Make the report's writer fail with ENOSPC on the file ``name`` (or its temporary)."""
+    real = output.write_file
+
+    def write_file(path: Path, data: bytes) -> None:
+        if path.name == name or path.name.startswith(f".{name}."):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(path, data)
+
+    monkeypatch.setattr(output, "write_file", write_file)
+
+
+def one_cell_parquet(tmp_path: Path) -> Path:
+    return write_parquet(tmp_path, [model_result("s", model_cell("alexnet", "training",
+                                                                 "float32", 8))])
+
+
+@pytest.mark.parametrize("failing", ["throughput.svg", "index.html"])
+def test_a_full_disk_leaves_the_previous_report_whole(tmp_path, report, monkeypatch, failing):
+    outdir = tmp_path / "report"
+    shutil.copytree(report[0], outdir)
+    before = snapshot(outdir)
+    full_disk_at(monkeypatch, failing)
+    with pytest.raises(WriteError) as info:
+        render(one_cell_parquet(tmp_path), outdir)
+    target = outdir / "index.html" if failing == "index.html" else outdir / "charts" / failing
+    assert info.value.errno == errno.ENOSPC
+    assert str(info.value) == (f"[Errno 28] {target}: No space left on device; the previous "
+                               "report is left as it was")
+    assert snapshot(outdir) == before  # no file changed, none added (no temporary left)
+
+
+def test_the_report_script_log_ends_naming_the_file_on_a_full_disk(tmp_path, report,
+                                                                   monkeypatch):
+    outdir = tmp_path / "results" / "report"
+    shutil.copytree(report[0], outdir)
+    before = snapshot(outdir)
+    full_disk_at(monkeypatch, "index.html")
+    log = tmp_path / "results" / "logs" / "report.log"
+    log.parent.mkdir()
+    fake = SimpleNamespace(
+        input=SimpleNamespace(parquet=str(one_cell_parquet(tmp_path))), log=[str(log)],
+        output=SimpleNamespace(html=str(outdir / "index.html"), charts=str(outdir / "charts")),
+        params=SimpleNamespace(profiles_dir=None))
+    monkeypatch.setattr(sys, "stdout", sys.stdout)  # the script redirects both for a while
+    monkeypatch.setattr(sys, "stderr", sys.stderr)
+    with pytest.raises(WriteError):
+        runpy.run_path(str(ROOT / "workflow" / "scripts" / "report.py"),
+                       init_globals={"snakemake": fake}, run_name="__main__")
+    text = log.read_text()
+    assert text.startswith("Traceback (most recent call last):")
+    last = text.strip().splitlines()[-1]
+    assert "No space left on device" in last and str(outdir / "index.html") in last
+    assert not sys.stderr.closed
+    assert snapshot(outdir) == before
+
+
+def test_the_report_outputs_are_kept_by_snakemake_when_the_job_fails():
+    """update(): Snakemake neither deletes them before the job nor after a failure."""
+    rule = (ROOT / "workflow" / "rules" / "report.smk").read_text()
+    for name in ("html", "charts"):
+        assert re.search(rf"^\s+{name}=update\(\s*report\(", rule, re.MULTILINE), name
 
 
 def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:

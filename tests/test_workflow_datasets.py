@@ -1,6 +1,7 @@
 """A study over one small synthetic dataset in all three storage formats, end to end:
 the dataset rules prepare an ImageFolder, a Caffe LMDB and MXNet RecordIO, and PyTorch
-(image_folder, caffe_lmdb) and MXNet (RecordIO) cells train on them."""
+(image_folder, caffe_lmdb) and MXNet (RecordIO) cells train on them. Then what goes wrong
+around them: a prepared LMDB cut short, a source tree edited in place, no MXNet env."""
 
 import json
 import subprocess
@@ -11,8 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from dlbench.datasets import check, failure, synthetic
+
 REPO = Path(__file__).resolve().parents[1]
 MXNET_PYTHON = REPO / ".venvs" / "mxnet" / "bin" / "python"
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile")]
 
 pytestmark = pytest.mark.slow
 
@@ -77,3 +81,87 @@ def test_cells_on_every_storage_format(tmp_path):
     loader = by[("pytorch", "caffe_lmdb", "loader")]
     assert loader["pass"] == "loader" and loader["data_wait_s"] > 0
     assert by[("pytorch", "image_folder", "model")]["data_wait_s"] is not None
+
+
+def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*SNAKEMAKE, "--directory", str(workdir), "--configfile",
+                           str(workdir / "config.yaml"), "--cores", "2", *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def _tiny_study(framework: str, data: str, **grid) -> dict:
+    return {"grid": {"framework": framework, "model": "resnet18", "data": data,
+                     "device": "cpu", "batch_size": 1, "num_batches": 1,
+                     "num_warmup_batches": 0, "num_loader_threads": 0, **grid}}
+
+
+LMDB_TARGET = "results/datasets/mine/caffe_lmdb"
+
+
+def _prepared_from_a_user_tree(workdir: Path, broken: Path | None = None) -> Path:
+    """A user's ImageFolder tree (with ``broken``, relative to it, not a JPEG), and its
+    Caffe LMDB prepared by the workflow (whose metadata Snakemake keeps): the tree's root."""
+    source = workdir / "images"
+    synthetic.generate(source, synthetic.Spec(2, 3, 40, 5))
+    if broken:
+        (source / broken).write_bytes(b"\xff\xd8 not really a JPEG")
+    config = {"datasets": {"mine": {"path": str(source)}},
+              "studies": {"pt": _tiny_study("pytorch", "mine", data_backend="caffe_lmdb")}}
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    first = _snakemake(workdir, LMDB_TARGET)
+    assert first.returncode == 0, first.stderr[-4000:]
+    return source
+
+
+def test_a_truncated_lmdb_is_removed_and_prepared_again(tmp_path):
+    _prepared_from_a_user_tree(tmp_path)
+    data = tmp_path / LMDB_TARGET / "data.mdb"
+    full = data.stat().st_size
+    with open(data, "r+b") as fh:
+        fh.truncate(full // 2)
+    again = _snakemake(tmp_path, LMDB_TARGET)
+    assert again.returncode == 0, again.stderr[-4000:]
+    # Before: "Nothing to be done", and a runner reading it died of SIGBUS.
+    assert (f"dlbench: removed {LMDB_TARGET} to prepare it again: {LMDB_TARGET}/data.mdb: "
+            f"truncated LMDB: its meta page declares {full} bytes") in again.stderr
+    assert "rule dataset_lmdb" in again.stdout + again.stderr
+    assert check.check("caffe_lmdb", tmp_path / LMDB_TARGET, sample=0)["count"] == 6
+
+
+def test_a_bad_image_fixed_in_place_prepares_the_dataset_again(tmp_path):
+    bad = Path("class_0001/bad.jpg")
+    source = _prepared_from_a_user_tree(tmp_path, broken=bad)
+    marker = tmp_path / LMDB_TARGET / failure.FILENAME
+    assert "bad.jpg: unreadable image" in marker.read_text()
+    root_mtime = source.stat().st_mtime_ns
+    (source / bad).write_bytes(next((source / "class_0000").glob("*.jpg")).read_bytes())
+    assert source.stat().st_mtime_ns == root_mtime  # all that Snakemake sees of its input
+    dry = _snakemake(tmp_path, "--dry-run", LMDB_TARGET)
+    # Before: "Nothing to be done", the recorded failure kept forever.
+    assert "Params have changed" in dry.stdout + dry.stderr, dry.stderr[-3000:]
+    fixed = _snakemake(tmp_path, LMDB_TARGET)
+    assert fixed.returncode == 0, fixed.stderr[-4000:]
+    assert not marker.exists()
+    assert check.check("caffe_lmdb", tmp_path / LMDB_TARGET, sample=0)["count"] == 7
+    (source / "class_0000" / "added.jpg").write_bytes((source / bad).read_bytes())
+    added = _snakemake(tmp_path, "--dry-run", LMDB_TARGET)  # an image added in a class
+    assert "Params have changed" in added.stdout + added.stderr, added.stderr[-3000:]
+
+
+def test_missing_mxnet_env_is_a_recorded_preparation_failure_and_cells_skip(tmp_path):
+    venv = tmp_path / "mxnet"  # as envs/mxnet_env.py leaves it without a usable Python
+    venv.mkdir()
+    (venv / "unavailable.txt").write_text("MXNet 1.9.1 needs Python 3.8 to 3.11; none here\n")
+    config = {
+        "frameworks": {"mxnet": {"python": str(venv / "bin" / "python")}},
+        "datasets": {"tiny": {"synthetic": {"classes": 2, "images_per_class": 2,
+                                            "image_size": 16, "seed": 1}}},
+        "studies": {"mx": _tiny_study("mxnet", "tiny")},
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    proc = _snakemake(tmp_path, "results/benchmarks.parquet")
+    assert proc.returncode == 0, proc.stderr[-4000:]  # exit 127 of the shell before
+    marker = (tmp_path / "results/datasets/tiny/recordio" / failure.FILENAME).read_text()
+    assert str(venv / "bin" / "python") in marker and "none here" in marker
+    (row,) = pq.read_table(tmp_path / "results" / "benchmarks.parquet").to_pylist()
+    assert row["status"] == "skipped" and "none here" in row["error"], row["error"]

@@ -7,6 +7,9 @@ import pytest
 from dlbench import study
 from dlbench import workflow_support as support
 
+# The smallest op config there is: one operator, one input.
+OPS = '{"torch.relu": {"config": [{"input": [{"args": [{"type": "tensor", "shape": [2]}]}]}]}}'
+
 
 def cells(config):
     return study.expand_config(config)
@@ -61,8 +64,8 @@ def test_container_binds_cover_inputs_outside_the_working_directory(tmp_path):
     work, outside = tmp_path / "work", tmp_path / "ops"
     work.mkdir()
     outside.mkdir()
-    (outside / "a.json").write_text("{}")
-    (work / "b.json").write_text("{}")
+    (outside / "a.json").write_text(OPS)
+    (work / "b.json").write_text(OPS)
     config = {"studies": {"o": {"kind": "ops", "grid": {
         "op_config": [str(outside / "a.json"), str(work / "b.json")], "device": "cpu"}}}}
     lock = tmp_path / "locks"
@@ -71,7 +74,7 @@ def test_container_binds_cover_inputs_outside_the_working_directory(tmp_path):
     assert binds == sorted([outside, lock])
     bad = tmp_path / "a:b"
     bad.mkdir()
-    (bad / "c.json").write_text("{}")
+    (bad / "c.json").write_text(OPS)
     config["studies"]["o"]["grid"]["op_config"] = str(bad / "c.json")
     with pytest.raises(support.WorkflowConfigError, match="cannot be bound"):
         support.container_binds(config, cells(config), work, None)

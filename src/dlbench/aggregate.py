@@ -2,13 +2,22 @@
 
 One row per measurement; a cell without measurements (failed, oom, skipped) still gives
 one row, with its status and error and empty metrics.
+
+A result file that cannot be trusted (not JSON, against the result schema, another cell's
+identity, a value no column can hold) never fails the table: it becomes one ``failed`` row
+whose error names the file and the problem, and ``write`` moves the file aside into
+``invalid/`` beside it, so that the workflow sees the cell's result missing and measures
+the cell again on its next run (nothing is deleted).
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime as _dt
 import json
+import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,40 +136,196 @@ def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
     return rows
 
 
-def build_table(paths: Iterable[str | Path]) -> pa.Table:
-    rows: list[dict[str, Any]] = []
+# An invalid result is moved here, beside the cell results (results/<study>/cells/invalid/).
+INVALID_DIR = "invalid"
+# A problem is said on one line; a schema message quoting a whole document is cut here.
+MAX_PROBLEM_CHARS = 300
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+class InvalidResult(ValueError):
+    """Why one result file cannot become rows, in one line (the caller names the file)."""
+
+
+class WriteError(OSError):
+    """A file of the table or report could not be written (a full disk): one line naming
+    it and saying that what was there before is left as it was."""
+
+
+@contextlib.contextmanager
+def writing(target: str | Path, kept: str = "the previous version is left as it was"
+            ) -> Iterator[None]:
+    """Turn an OSError raised in the block into a WriteError naming ``target``: the
+    writers' own errors (pyarrow's, a bare ENOSPC) often do not say which file."""
+    try:
+        yield
+    except WriteError:
+        raise  # an inner block already named its file
+    except OSError as exc:
+        reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
+        raise WriteError(exc.errno, f"{target}: {reason}; {kept}") from exc
+
+
+def _one_line(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= MAX_PROBLEM_CHARS else text[:MAX_PROBLEM_CHARS - 1] + "…"
+
+
+def expected_identity(path: str | Path) -> dict[str, str] | None:
+    """study and cell_id that a result at results/<study>/cells/<cell_id>.json must carry;
+    None for a file elsewhere (its identity is whatever it says)."""
+    path = Path(path)
+    if path.suffix != ".json" or path.parent.name != "cells" or not path.parent.parent.name:
+        return None
+    return {"study": path.parent.parent.name, "cell_id": path.stem}
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """The result document at ``path``, checked against the result schema and against the
+    identity its path gives; InvalidResult says what is wrong."""
+    try:
+        res = R.read(path)
+    except UnicodeDecodeError as exc:  # random bytes: a ValueError, but not a JSON one
+        raise InvalidResult(f"not a JSON result file (not UTF-8 text at byte {exc.start})") from None
+    except (ValueError, RecursionError, OSError) as exc:
+        # R.read's messages start with the path, which the caller says anyway.
+        raise InvalidResult(_one_line(str(exc).removeprefix(f"{path}: "))) from None
+    try:
+        R.validate(res)
+    except ValueError as exc:
+        raise InvalidResult(_one_line(str(exc))) from None
+    for key, expected in (expected_identity(path) or {}).items():
+        if res.get(key) != expected:
+            raise InvalidResult(_one_line(f"{key} is {res.get(key)!r} but its path says "
+                                          f"{expected!r}"))
+    return res
+
+
+def _column_problem(values: list[Any], dtype: pa.DataType, exc: Exception) -> str:
+    if pa.types.is_integer(dtype):
+        for value in values:
+            if isinstance(value, int) and not _INT64[0] <= value <= _INT64[1]:
+                return f"{value} is outside int64"
+    return _one_line(str(exc) or type(exc).__name__)
+
+
+def table_of_rows(rows: list[dict[str, Any]]) -> pa.Table:
+    """The rows as a table of SCHEMA, column by column, so that a value no column can hold
+    (an integer beyond int64, text where a number belongs) is named by its field."""
+    arrays = []
+    for field in SCHEMA:
+        values = [row.get(field.name) for row in rows]
+        try:
+            arrays.append(pa.array(values, type=field.type))
+        except (pa.ArrowException, OverflowError) as exc:
+            raise InvalidResult(f"field {field.name}: {_column_problem(values, field.type, exc)}"
+                                ) from None
+    return pa.Table.from_arrays(arrays, schema=SCHEMA)
+
+
+def table_of(path: str | Path) -> pa.Table:
+    """The rows of one result file; InvalidResult when it cannot give them."""
+    res = load(path)
+    try:
+        rows = rows_of(res, str(path))
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        # The schema leaves extra and most of environment open: a value of another shape.
+        raise InvalidResult(_one_line(f"cannot be tabulated ({type(exc).__name__}: {exc})")
+                            ) from None
+    return table_of_rows(rows)
+
+
+def _stamp() -> str:
+    """The UTC time in a file name: when a file was set aside, sortable."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def move_aside(path: str | Path) -> Path:
+    """Move ``path`` into invalid/<stem>.<UTC stamp>.json beside it and return where.
+    A hard link then an unlink rather than a rename: the link never replaces a file set
+    aside earlier under the same name (a rename would, silently)."""
+    path = Path(path)
+    folder = path.parent / INVALID_DIR
+    folder.mkdir(exist_ok=True)
+    stamp = _stamp()
+    for n in range(1000):
+        target = folder / f"{path.stem}.{stamp}{f'.{n}' if n else ''}{path.suffix}"
+        try:
+            os.link(path, target)
+        except FileExistsError:
+            continue
+        path.unlink()
+        return target
+    raise FileExistsError(f"{folder}: no free name for {path.name} at {stamp}")
+
+
+def invalid_row(path: str | Path, problem: str, move: bool) -> dict[str, Any]:
+    """The failed row that stands for an invalid result file, said in the log too; with
+    ``move`` the file is moved aside so that the next run measures its cell again."""
+    message = f"invalid result file {path}: {problem}"
+    moved = None
+    if move:
+        try:
+            moved = move_aside(path)
+            message += f"; moved to {moved} so that the next run measures the cell again"
+        except OSError as exc:
+            message += f"; it could not be moved aside ({exc}): remove it to measure the cell again"
+    print(f"dlbench.aggregate: {message}", file=sys.stderr)
+    identity = expected_identity(path) or {}
+    return {"study": identity.get("study"), "cell_id": identity.get("cell_id"),
+            "status": "failed", "error": message, "source": str(path),
+            "extra": _json({"invalid_result": problem,
+                            "moved_to": None if moved is None else str(moved)})}
+
+
+def build_table(paths: Iterable[str | Path], *, move_invalid: bool = False) -> pa.Table:
+    """One table of every result file; an invalid one gives a failed row (``invalid_row``)."""
+    tables = []
     for path in paths:
-        rows.extend(rows_of(R.read(path), str(path)))
-    columns = {name: [row.get(name) for row in rows] for name in SCHEMA.names}
-    return pa.table(columns, schema=SCHEMA)
+        try:
+            tables.append(table_of(path))
+        except InvalidResult as exc:
+            tables.append(table_of_rows([invalid_row(path, str(exc), move_invalid)]))
+    if not tables:
+        return SCHEMA.empty_table()
+    return pa.concat_tables(tables).combine_chunks()
 
 
-def write(paths: Iterable[str | Path], parquet: str | Path, csv: str | Path | None = None) -> pa.Table:
-    table = build_table(paths)
-    with atomic.temp_path(parquet) as tmp:
-        pq.write_table(table, tmp)
-    if csv is not None:
-        # CSV has no list type: per-iteration times stay in the Parquet file.
-        frame = table.drop_columns(["times_s"]).to_pandas()
-        with atomic.temp_path(csv) as tmp_csv:
-            frame.to_csv(tmp_csv, index=False)
+def write(paths: Iterable[str | Path], parquet: str | Path, csv: str | Path | None = None,
+          *, move_invalid: bool = True) -> pa.Table:
+    """Write the table of ``paths`` to ``parquet`` (and ``csv``), each file whole or not at
+    all; invalid result files are moved aside (``move_invalid``, see the module)."""
+    table = build_table(paths, move_invalid=move_invalid)
+    kept = "the previous table is left as it was"
+    # Both files are written before either replaces its previous version, so that a full
+    # disk leaves the pair as it was, not a new Parquet beside an old CSV.
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(writing(parquet, kept))
+        pq.write_table(table, stack.enter_context(atomic.temp_path(parquet)))
+        if csv is not None:
+            stack.enter_context(writing(csv, kept))
+            # CSV has no list type: per-iteration times stay in the Parquet file.
+            frame = table.drop_columns(["times_s"]).to_pandas()
+            frame.to_csv(stack.enter_context(atomic.temp_path(csv)), index=False)
     return table
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m dlbench.aggregate",
-                                     description="Aggregate cell result files into Parquet/CSV.")
+    parser = argparse.ArgumentParser(
+        prog="python -m dlbench.aggregate",
+        description="Aggregate cell result files into Parquet/CSV. An invalid result file "
+                    f"becomes a failed row and is moved into {INVALID_DIR}/ beside it.")
     parser.add_argument("results", nargs="+", help="cell result JSON files")
     parser.add_argument("--parquet", required=True)
     parser.add_argument("--csv")
     args = parser.parse_args(argv)
     try:
         table = write(args.results, args.parquet, args.csv)
-    except ValueError as exc:
+    except OSError as exc:
         print(f"dlbench.aggregate: {exc}", file=sys.stderr)
-        return 2
+        return 1
     print(f"{table.num_rows} rows -> {args.parquet}")
     return 0
 

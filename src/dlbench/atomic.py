@@ -12,6 +12,13 @@ created when missing.
   ``DataFrame.to_csv``, ``csv.writer`` on an ``open``);
 - ``prepared_dir``: a whole folder (a dataset), swapped in for the previous one.
 
+What lands has the mode a plain ``open()`` or ``mkdir()`` would give it: files
+``0666 & ~umask``, folders ``0777 & ~umask``, even where the writer of a ``temp_path``
+created its file with another mode (``tempfile.mkstemp`` and some libraries use 0600). The umask is
+read from ``/proc/self/status``, which changes nothing; where that is unavailable it is
+read once with ``os.umask`` set-and-restore, which is not thread-safe and so is done only
+the first time.
+
 This is the only module that renames into place: ``tests/test_atomic.py`` fails on a
 hand-written temp-file-and-rename anywhere else in ``src/``.
 """
@@ -19,6 +26,7 @@ hand-written temp-file-and-rename anywhere else in ``src/``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import shutil
@@ -33,10 +41,48 @@ def _temp_name(target: Path, kind: str = "tmp") -> Path:
     return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(6)}.{kind}")
 
 
-def _fsync(path: Path) -> None:
-    # fsync flushes the file (or folder), whichever descriptor it is given.
+_PROC_STATUS = "/proc/self/status"
+
+
+@functools.cache
+def _umask_once() -> int:
+    """The umask by setting and restoring it: another thread creating a file in between
+    would get mode 0o077-masked, so this runs once per process, and only as a fallback."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def umask() -> int:
+    """The process's umask, read without changing it (Linux >= 4.7 lists it in
+    ``/proc/self/status``); else the value read once by ``_umask_once``."""
+    try:
+        with open(_PROC_STATUS, encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split(":", 1)[1].strip(), 8) & 0o777
+    except (OSError, ValueError):
+        pass
+    return _umask_once()
+
+
+def file_mode() -> int:
+    """The mode ``open(path, "w")`` gives a new file: ``0o666 & ~umask``."""
+    return 0o666 & ~umask()
+
+
+def folder_mode() -> int:
+    """The mode ``os.mkdir(path)`` gives a new folder: ``0o777 & ~umask``."""
+    return 0o777 & ~umask()
+
+
+def _fsync(path: Path, mode: int | None = None) -> None:
+    # fsync flushes the file (or folder), whichever descriptor it is given; with ``mode``
+    # the file's mode is set first, so that the sync covers it too.
     fd = os.open(path, os.O_RDONLY)
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -45,14 +91,15 @@ def _fsync(path: Path) -> None:
 @contextlib.contextmanager
 def temp_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` (not yet created) for the caller to write;
-    when the block ends without an exception the file is fsynced and renamed onto
-    ``path``. On an exception it is removed and ``path`` stays as it was."""
+    when the block ends without an exception the file gets the mode a plain ``open()``
+    would give it, is fsynced and renamed onto ``path``. On an exception it is removed
+    and ``path`` stays as it was."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_name(target)
     try:
         yield tmp
-        _fsync(tmp)
+        _fsync(tmp, file_mode())
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -82,14 +129,15 @@ def _fsync_tree(root: Path) -> None:
 
 @contextlib.contextmanager
 def prepared_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield an empty temporary folder beside ``target``; when the block ends without an
-    exception its files are fsynced and it replaces ``target`` (a folder, a file or
-    nothing). On an exception it is removed and ``target`` stays as it was."""
+    """Yield an empty temporary folder (mode ``0o777 & ~umask``) beside ``target``; when
+    the block ends without an exception its files are fsynced and it replaces ``target``
+    (a folder, a file or nothing). On an exception it is removed and ``target`` stays as
+    it was."""
     target = Path(target).absolute()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_name(target)
     tmp.mkdir()
-    os.chmod(tmp, 0o755)  # whatever the umask: a dataset is shared read-only
+    os.chmod(tmp, folder_mode())  # mkdir's mode, stated: 0777 & ~umask
     try:
         yield tmp
         _fsync_tree(tmp)
@@ -99,14 +147,14 @@ def prepared_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
     # os.replace cannot put a folder over a non-empty one: move the old one aside first,
     # into a holder folder so that it is removed alike whether it was a folder or a file.
     old = None
-    if target.exists() or target.is_symlink():
-        old = _temp_name(target, "old")
-        old.mkdir()
-        os.rename(target, old / "previous")
-    try:
+    try:  # a full disk can fail the holder's mkdir too: never leave the temporary behind
+        if target.exists() or target.is_symlink():
+            old = _temp_name(target, "old")
+            old.mkdir()
+            os.rename(target, old / "previous")
         os.rename(tmp, target)
     except BaseException:
-        if old is not None:
+        if old is not None and os.path.lexists(old / "previous"):
             os.rename(old / "previous", target)
         shutil.rmtree(tmp, ignore_errors=True)
         raise

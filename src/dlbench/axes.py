@@ -231,6 +231,10 @@ class AxisError(ValueError):
         self.field = field_name
 
 
+# The largest integer an axis may hold: its Parquet column is a 64-bit integer.
+INT_MAX = 2**63 - 1
+
+
 def check(kind: str, params: Mapping[str, Any]) -> None:
     """Types, bounds and valid values of every axis of a cell (raises AxisError)."""
     for axis in of_kind(kind):
@@ -247,6 +251,9 @@ def check(kind: str, params: Mapping[str, Any]) -> None:
             raise AxisError(axis.name, f"must be a mapping, got {value!r}")
         if axis.minimum is not None and value < axis.minimum:
             raise AxisError(axis.name, f"must be >= {axis.minimum}, got {value}")
+        if axis.type is int and value > INT_MAX:
+            raise AxisError(axis.name, f"must be <= {INT_MAX} (a 64-bit integer column), "
+                                       f"got {value}")
         valid = axis.valid_values(params) if axis.used_by(params) else None
         if valid is not None and value not in valid:
             raise AxisError(axis.name, f"unknown value {value!r} "

@@ -7,6 +7,12 @@ is missing, the framework does not import, the process was killed), a ``failed``
 with the runner's last error line is written, so the study goes on and the cell shows up
 in the table. It imports no framework.
 
+The runner writes its result under a name of this launcher's own (dlbench.staging); the
+launcher checks it (schema, the cell's identity) and moves it into place once the runner
+has exited. The runner runs in a process group of its own that dies with the launcher,
+and is stopped after ``--timeout_s``. A runner killed by the kernel's OOM killer is
+recorded as ``oom``; one killed by a signal names the signal.
+
 A GPU cell gets its own GPUs: the launcher holds ``num_gpus`` free GPU ids (``dlbench.gpus``)
 while the runner runs and gives it ``CUDA_VISIBLE_DEVICES``. A cell run in a container
 records the image and its digest (``DLBENCH_CONTAINER_IMAGE``/``_DIGEST``, read by
@@ -20,21 +26,23 @@ import contextlib
 import hashlib
 import json
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dlbench import atomic, axes, environment, gpus, kinds, subproc
+from dlbench import atomic, axes, environment, gpus, kinds, oom_kills, staging, subproc
 from dlbench import result as R
 
 
 def runner_command(cell: dict[str, Any], output: Path, python: str,
-                   data_dir: str | None = None) -> list[str]:
+                   data_dir: str | None = None, write_to: Path | None = None) -> list[str]:
     """The runner's command line: its cell kind's runner and the flags of the cell's axes
-    (dlbench.axes), then where to write and what to record."""
+    (dlbench.axes), then where to write (``write_to``, default ``output``; the runner's
+    side files go beside ``output``) and what to record."""
     cmd = kinds.get(cell["kind"]).command(cell["params"], output, python, data_dir)
-    return [*cmd, f"--output={output}", f"--study={cell['study']}",
+    return [*cmd, f"--output={write_to or output}", f"--study={cell['study']}",
             f"--cell_id={cell['cell_id']}"]
 
 
@@ -95,29 +103,87 @@ def assigned_gpus(cell: dict[str, Any], lock_dir: Path | None) -> Iterator[dict[
         yield {"CUDA_VISIBLE_DEVICES": allocation.cuda_visible_devices}
 
 
+def take_staged(path: Path) -> bytes | None:
+    """The runner's result file as it is now, removed (None: there is none)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    path.unlink(missing_ok=True)
+    return data
+
+
+def accepted_result(data: bytes | None, cell: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The runner's result if it is valid and is this cell's; else None and why not."""
+    if data is None:
+        return None, ""
+    try:
+        res = json.loads(data)
+        if not isinstance(res, dict) or res.get("schema_version") != R.SCHEMA_VERSION:
+            raise ValueError(f"not a dlbench result of schema version {R.SCHEMA_VERSION}")
+        R.validate(res)
+    except (UnicodeDecodeError, ValueError) as exc:
+        return None, f"the runner wrote an invalid result ({exc})"
+    for key in ("cell_id", "study"):
+        if res.get(key) != cell[key]:
+            return None, (f"the runner's result is for {key} {res.get(key)!r}, "
+                          f"not {cell[key]!r}")
+    return res, ""
+
+
+def runner_failure(ran: subproc.Ran, oom_before: int | None, timeout_s: float | None,
+                   module: str) -> tuple[str, str]:
+    """The status and one-line message of a runner that left no result."""
+    if ran.timed_out:
+        return "failed", (f"timed out after {timeout_s:g} s (timeout_s); the runner's process "
+                          "group was killed")
+    line = subproc.last_error_line(ran.tail)
+    if ran.rc == -signal.SIGKILL and oom_kills.rose(oom_before, oom_kills.count()):
+        return "oom", ("killed by the kernel's out-of-memory killer (SIGKILL; the memory "
+                       "cgroup's oom_kill count rose)")
+    if ran.rc < 0:
+        words = subproc.exit_words(ran.rc)
+        return "failed", f"{module}: {words}" + (f"; last error line: {line}" if line else "")
+    return "failed", f"{module}: {line or subproc.exit_words(ran.rc)}"
+
+
 def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None = None,
            env: dict[str, str] | None = None, gpu_lock_dir: Path | None = None,
-           runner_options: list[str] | None = None) -> int:
+           runner_options: list[str] | None = None, timeout_s: float | None = None) -> int:
     output.unlink(missing_ok=True)  # a stale result must not pass for this run's
+    for stale in staging.stale(output):  # left by a killed launcher: never accepted
+        stale.unlink(missing_ok=True)
     reason = unavailable_reason(python)
     if reason:
         # Not a failure of the cell: the machine cannot run this framework.
         record_launch_failure(cell, output, reason, status="skipped")
         print(f"dlbench.launch: skipped: {reason}", file=sys.stderr)
         return 0
-    cmd = [*runner_command(cell, output, python, data_dir), *(runner_options or [])]
+    staged = staging.staging_path(output)
+    cmd = [*runner_command(cell, output, python, data_dir, write_to=staged),
+           *(runner_options or [])]
     print("dlbench.launch:", " ".join(cmd), file=sys.stderr, flush=True)
+    taken: list[bytes | None] = [None]
+
+    def take() -> None:  # the moment the runner exits
+        taken[0] = take_staged(staged)
+
     try:
         with assigned_gpus(cell, gpu_lock_dir) as gpu_env:
-            rc, stderr_tail = subproc.run_tee(cmd, env={**os.environ, **(env or {}), **gpu_env})
+            oom_before = oom_kills.count()
+            ran = subproc.supervised(cmd, env={**os.environ, **(env or {}), **gpu_env},
+                                     timeout_s=timeout_s, on_exit=take)
     except gpus.GpuAllocationError as exc:
         record_launch_failure(cell, output, f"dlbench.launch: {exc}")
         print(f"dlbench.launch: {exc}", file=sys.stderr)
         return 1
-    if not output.exists():
-        why = subproc.last_error_line(stderr_tail) or f"runner exited with code {rc}"
-        record_launch_failure(cell, output, f"{Path(python).name} -m {cmd[2]}: {why}")
-    return rc
+    res, invalid = (None, "") if ran.timed_out else accepted_result(taken[0], cell)
+    if res is not None:
+        R.write(res, output)
+        return ran.rc
+    status, why = runner_failure(ran, oom_before, timeout_s, f"{Path(python).name} -m {cmd[2]}")
+    record_launch_failure(cell, output, invalid or why, status=status)
+    return ran.rc
 
 
 def image_digest(image: str, cache_dir: Path | None = None) -> str | None:
@@ -160,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--container_digest", default="", help="that image's digest")
     parser.add_argument("--monitor_interval_ms", type=float, default=None,
                         help="the runner's resource-monitor interval (0: off)")
+    parser.add_argument("--timeout_s", type=float, default=None,
+                        help="stop the runner (its whole process group) after this many "
+                             "seconds and record the cell as failed")
     args = parser.parse_args(argv)
     try:
         cell = json.loads(args.cell)
@@ -171,14 +240,25 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["DLBENCH_CONTAINER_DIGEST"] = args.container_digest
     options = ([] if args.monitor_interval_ms is None
                else [f"--monitor_interval_ms={args.monitor_interval_ms:g}"])
-    rc = launch(cell, args.output, args.python, args.data_dir or None,
-                gpu_lock_dir=args.gpu_lock_dir, runner_options=options)
+    try:
+        rc = launch(cell, args.output, args.python, args.data_dir or None,
+                    gpu_lock_dir=args.gpu_lock_dir, runner_options=options,
+                    timeout_s=args.timeout_s)
+        status = R.read(args.output)["status"]
+    except OSError as exc:
+        # No result could be written (a full disk, a read-only folder): the job fails, and
+        # its one line names the cause.
+        print(f"dlbench.launch: cell {cell['cell_id']}: no result written: "
+              f"{subproc.errno_words(exc)}", file=sys.stderr)
+        return 1
     # The cell's outcome lives in its result file; a recorded failure is not a job failure.
-    status = R.read(args.output)["status"]
-    print(f"dlbench.launch: cell {cell['cell_id']}: {status} (runner exit code {rc})",
-          file=sys.stderr)
+    print(f"dlbench.launch: cell {cell['cell_id']}: {status} "
+          f"(runner {subproc.exit_words(rc)})", file=sys.stderr)
     return 0
 
 
 if __name__ == "__main__":
+    # The job's shell execs us, so our parent is the Snakemake process running the job: if
+    # it dies, we end (and our runner's group with us) instead of measuring on unseen.
+    subproc.die_with_parent()
     sys.exit(main())

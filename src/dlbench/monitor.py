@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlbench import atomic
+from dlbench import atomic, staging
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
 # Every 0.5 s: on a busy 2-core host, sampling every 0.1 s cost 1.4 % of throughput
@@ -569,7 +569,7 @@ def series_path(output: str | os.PathLike[str]) -> Path:
         suffix = ".monitor.parquet"
     except ImportError:
         suffix = ".monitor.csv"
-    output = Path(output)
+    output = staging.final_path(output)  # named after the cell's result, not its staging
     return output.with_name(output.stem + suffix)
 
 

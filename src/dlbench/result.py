@@ -9,6 +9,7 @@ has none, so it still becomes a row in the aggregate table.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 from collections.abc import Sequence
@@ -112,15 +113,25 @@ def finish(result: dict[str, Any], status: str, error: str | None = None) -> dic
     return result
 
 
+@functools.cache
+def _validator() -> Any:
+    # Built once: jsonschema.validate checks the schema itself on every call (~30 ms).
+    import jsonschema
+
+    schema = load_schema()
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
 def validate(result: dict[str, Any]) -> None:
     """Raise ValueError with a one-line message if ``result`` breaks the schema."""
     import jsonschema
 
-    try:
-        jsonschema.validate(result, load_schema())
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "<root>"
-        raise ValueError(f"result field {where}: {exc.message}") from None
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(result))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "<root>"
+        raise ValueError(f"result field {where}: {error.message}")
 
 
 def write(result: dict[str, Any], path: str | os.PathLike[str]) -> None:

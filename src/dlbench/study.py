@@ -14,7 +14,9 @@ import functools
 import hashlib
 import itertools
 import json
+import math
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,14 +24,26 @@ from typing import Any
 
 from dlbench import axes, cpu, kinds
 
-STUDY_KEYS = ("kind", "grid", "overrides", "exclude", "description", "precisions")
+STUDY_KEYS = ("kind", "grid", "overrides", "exclude", "description", "precisions",
+              "timeout_s")
+# A cell's runner is stopped after a study's timeout_s (default one hour; a hung cell must
+# not hold the benchmark slot forever).
+DEFAULT_TIMEOUT_S = 3600
+# A config expanding to more cells than this is refused before the cells are made (ten
+# million cells took 11 GB and ten minutes, then crashed): config key max_cells raises it.
+DEFAULT_MAX_CELLS = 100_000
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # A study's 'precisions': every cell (all), or on a CPU only those it computes natively.
 STUDY_PRECISIONS = ("all", "native")
-_STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class ConfigError(ValueError):
     """A config problem, said in one line naming the study and field."""
+
+
+def warn(message: str) -> None:
+    """A config oddity that does not stop the run (a rule matching nothing): one line."""
+    print(f"dlbench config warning: {message}", file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -104,8 +118,31 @@ def emulated_cells(cells: Iterable[Cell]) -> list[Cell]:
     return [c for c in cells if c.kind == "model" and not native_here(c.params)]
 
 
-def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any]) -> list[Cell]:
-    if not _STUDY_NAME.match(name):
+def _number(study: str, field: str, value: Any, minimum: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+        raise _fail(study, field, f"must be a number >= {minimum:g}, got {value!r}")
+    return value
+
+
+def timeout_s(name: str, study: Mapping[str, Any], config: Mapping[str, Any]) -> float:
+    """How long a cell of the study may run before it is stopped: the study's timeout_s,
+    else the config's, else DEFAULT_TIMEOUT_S."""
+    value = study.get("timeout_s", config.get("timeout_s", DEFAULT_TIMEOUT_S))
+    return _number(name, "timeout_s", value, 1)
+
+
+def max_cells(config: Mapping[str, Any]) -> int:
+    value = config.get("max_cells", DEFAULT_MAX_CELLS)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"config: max_cells: must be a positive integer, got {value!r}")
+    return value
+
+
+def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
+                 cap: int | None = None) -> list[Cell]:
+    """The study's cells, validated. ``cap``: the most cells it may have (checked on the
+    grid's size before any cell is made)."""
+    if not _NAME.match(name):
         raise _fail(name, "name", "use letters, digits, '_', '-' and '.' only")
     if not isinstance(study, Mapping):
         raise _fail(name, "study", "must be a mapping with a grid")
@@ -117,6 +154,7 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any])
         raise _fail(name, unknown[0], f"unknown key (valid: {', '.join(STUDY_KEYS)})")
     precisions = study.get("precisions", "all")
     _enum(name, "precisions", precisions, STUDY_PRECISIONS)
+    timeout_s(name, study, config)
     grid = {**config.get("defaults", {}).get(kind, {}), **(study.get("grid") or {})}
     for key in grid:
         if key not in axis_defaults:
@@ -129,6 +167,12 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any])
     for key, vals in values.items():
         if not vals:
             raise _fail(name, f"grid.{key}", "is an empty list")
+    size = math.prod(len(vals) for vals in values.values())
+    if cap is not None and size > cap:
+        raise _fail(name, "grid", f"{size:,} cells (the product of its axes' value counts) is "
+                                  f"more than max_cells allows ({cap:,} left of "
+                                  f"{max_cells(config):,}); raise max_cells in the config "
+                                  "(e.g. --config max_cells=N) to run it")
     rules = study.get("exclude") or []
     overrides = study.get("overrides") or []
     for i, rule in enumerate(rules):
@@ -145,27 +189,47 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any])
     datasets = config.get("datasets") or {}
     cells: list[Cell] = []
     seen: set[str] = set()
+    used_overrides: set[int] = set()
+    used_rules: set[int] = set()
+    dropped_as_emulated = 0
     for combo in itertools.product(*values.values()):
         params = _normalise(dict(zip(values, combo, strict=True)))
-        for ov in overrides:
+        for i, ov in enumerate(overrides):
             if _matches(params, ov["match"]):
                 params.update(ov["set"])
+                used_overrides.add(i)
         params = _normalise(params)
-        if any(_matches(params, rule) for rule in rules):
+        excluded_by = [i for i, rule in enumerate(rules) if _matches(params, rule)]
+        if excluded_by:
+            used_rules.update(excluded_by)
             continue
         if precisions == "native" and not native_here(params):
+            dropped_as_emulated += 1
             continue
         _check_cell(name, kind, params, datasets)
         cell = Cell(name, kind, axes.blank_unused(kind, params))
         if cell.id not in seen:
             seen.add(cell.id)
             cells.append(cell)
+    for i in sorted(set(range(len(overrides))) - used_overrides):
+        warn(f"study '{name}': overrides[{i}]: matches no cell of the grid")
+    for i in sorted(set(range(len(rules))) - used_rules):
+        warn(f"study '{name}': exclude[{i}]: matches no cell of the grid")
+    if not cells:
+        why = ("precisions: native drops every cell (this CPU emulates all their precisions)"
+               if dropped_as_emulated else "exclude: removes every cell of the grid")
+        raise _fail(name, *why.split(": ", 1))
     return cells
 
 
 def check_datasets(datasets: Mapping[str, Any]) -> None:
-    """A dataset read from the user's own ImageFolder must exist before anything runs."""
+    """A dataset's name becomes a folder under results/datasets/: letters, digits, '_',
+    '-' and '.' only. One read from the user's own ImageFolder must exist before anything
+    runs."""
     for name, spec in datasets.items():
+        if not _NAME.match(str(name)):
+            raise ConfigError(f"dataset '{name}': name: use letters, digits, '_', '-' and '.' "
+                              "only, starting with a letter or digit")
         path = (spec or {}).get("path")
         if path is not None and not Path(path).is_dir():
             raise ConfigError(f"dataset '{name}': path: {path} is not a folder")
@@ -188,7 +252,8 @@ def expand_config(config: Mapping[str, Any]) -> list[Cell]:
     studies = config.get("studies")
     if not isinstance(studies, Mapping) or not studies:
         raise ConfigError("config: studies: at least one study is required")
+    limit = max_cells(config)
     cells: list[Cell] = []
     for name, study in studies.items():
-        cells.extend(expand_study(str(name), study, config))
+        cells.extend(expand_study(str(name), study, config, cap=limit - len(cells)))
     return cells

@@ -1,47 +1,189 @@
-"""Run a child process, pass its output through, and keep its last stderr lines."""
+"""Run a child process, pass its output through, and keep its last stderr lines.
+
+``supervised`` is how a cell's runner runs: in a process group of its own (so that a
+timeout or an interrupt ends the runner's whole tree: DataLoader workers, torchrun's ranks),
+killed by the kernel if this process dies (``PR_SET_PDEATHSIG``: no orphan keeps measuring
+beside the next cell), and stopped after a time limit.
+"""
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import ctypes
+import errno
+import os
+import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    # Looked up once here: the child calls it between fork and exec, where nothing may load.
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _load_prctl()
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> bool:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux). The
+    parent is the thread that started us: for a job, the Snakemake process running it."""
+    return _PRCTL is not None and _PRCTL(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+
+
+def _child_setup(parent: int) -> Callable[[], None]:
+    def setup() -> None:
+        if _PRCTL is not None:
+            _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the line above: do not run
+            os._exit(1)
+    return setup
+
+
+def _pump(stream, sink, tail: collections.deque[str] | None) -> None:
+    for line in stream:
+        try:
+            sink.write(line)
+            sink.flush()
+        except OSError:
+            pass  # our own log cannot be written (a full disk): keep the tail regardless
+        if tail is not None:
+            tail.append(line.rstrip("\n"))
 
 
 def run_tee(cmd: Sequence[str], env: Mapping[str, str] | None = None,
             keep: int = 40) -> tuple[int, list[str]]:
     """Run ``cmd`` (an argument list, never a shell string); copy its stdout and stderr to
     ours as they come and return the exit code and the last ``keep`` stderr lines."""
+    ran = supervised(cmd, env=env, keep=keep, own_group=False, tie_to_parent=False)
+    return ran.rc, ran.tail
+
+
+@dataclass
+class Ran:
+    """How a supervised child ended: its exit code (negative: the signal that ended it),
+    its last stderr lines, and whether we stopped it for its time limit."""
+
+    rc: int
+    tail: list[str] = field(default_factory=list)
+    timed_out: bool = False
+
+
+def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+@contextlib.contextmanager
+def _forwarding_signals(proc: subprocess.Popen) -> Iterator[None]:
+    """While the child runs, SIGTERM/SIGHUP to us end its whole group first (Snakemake
+    stops a job that way), then end us with the default action."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):  # noqa: ARG001 (signal handler signature)
+        kill_group(proc.pid)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        proc = subprocess.Popen(list(cmd), env=dict(env) if env is not None else None,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                errors="replace")
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+# How long to wait for the rest of a child's output once it has exited: a process that
+# left its group (setsid) may hold the pipes open forever.
+DRAIN_S = 10.0
+
+
+def supervised(cmd: Sequence[str], env: Mapping[str, str] | None = None, keep: int = 40,
+               timeout_s: float | None = None, own_group: bool = True,
+               tie_to_parent: bool = True,
+               on_exit: Callable[[], None] | None = None) -> Ran:
+    """Run ``cmd`` as ``run_tee`` does; with ``own_group`` in a new session whose whole
+    group is killed on a timeout or an interrupt, with ``tie_to_parent`` killed by the
+    kernel when this process dies. ``on_exit`` runs the moment the child has exited, before
+    anything else (the launcher takes the child's result then: nothing written later by a
+    process that escaped the group counts)."""
+    try:
+        proc = subprocess.Popen(
+            list(cmd), env=dict(env) if env is not None else None,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+            start_new_session=own_group,
+            preexec_fn=_child_setup(os.getpid()) if tie_to_parent else None)
     except OSError as exc:
-        return 127, [f"cannot start {cmd[0]}: {exc.strerror}"]
+        return Ran(127, [f"cannot start {cmd[0]}: {exc.strerror}"])
     tail: collections.deque[str] = collections.deque(maxlen=keep)
-
-    def pump(stream, sink, remember: bool) -> None:
-        for line in stream:
-            sink.write(line)
-            sink.flush()
-            if remember:
-                tail.append(line.rstrip("\n"))
-
-    threads = [threading.Thread(target=pump, args=(proc.stdout, sys.stdout, False)),
-               threading.Thread(target=pump, args=(proc.stderr, sys.stderr, True))]
+    threads = [threading.Thread(target=_pump, args=(proc.stdout, sys.stdout, None),
+                                daemon=True),
+               threading.Thread(target=_pump, args=(proc.stderr, sys.stderr, tail),
+                                daemon=True)]
     for t in threads:
         t.start()
+    timed_out = False
+
+    def stop() -> None:
+        if own_group:
+            kill_group(proc.pid)
+        else:
+            proc.kill()
+
     try:
-        rc = proc.wait()
+        with _forwarding_signals(proc) if own_group else contextlib.nullcontext():
+            try:
+                rc = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                stop()
+                rc = proc.wait()
+            if on_exit is not None:
+                on_exit()
     except KeyboardInterrupt:
-        proc.terminate()
+        stop()
         proc.wait()
         raise
     finally:
+        if own_group:
+            kill_group(proc.pid)  # what the runner left behind must not measure on
         for t in threads:
-            t.join()
-    return rc, list(tail)
+            t.join(DRAIN_S if own_group else None)
+    return Ran(rc, list(tail), timed_out)
+
+
+def exit_words(rc: int) -> str:
+    """An exit code in words: 'exited with code 3', 'killed by SIGBUS (Bus error)'."""
+    if rc >= 0:
+        return f"exited with code {rc}"
+    try:
+        sig = signal.Signals(-rc)
+    except ValueError:
+        return f"killed by signal {-rc}"
+    description = signal.strsignal(sig) or ""
+    return f"killed by {sig.name}" + (f" ({description})" if description else "")
+
+
+def errno_words(exc: OSError) -> str:
+    """An OSError in one line that always names its cause (ENOSPC: 'No space left on
+    device'), and its file when it has one."""
+    why = exc.strerror or (os.strerror(exc.errno) if exc.errno else "") or str(exc)
+    name = errno.errorcode.get(exc.errno or 0, "")
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"{why}{f' ({name})' if name else ''}{where}"
 
 
 def last_error_line(lines: Sequence[str]) -> str:

@@ -5,12 +5,14 @@ running workflow; what touches Snakemake itself stays there, one function each.
 
 from __future__ import annotations
 
+import datetime
+import json
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dlbench import cpu, kinds, launch, study
+from dlbench import atomic, cpu, kinds, launch, study
 
 
 class WorkflowConfigError(ValueError):
@@ -26,6 +28,113 @@ def expand_cells(config: Mapping[str, Any]) -> list[study.Cell]:
         return study.expand_config(config)
     except study.ConfigError as exc:
         raise WorkflowConfigError(str(exc)) from None
+
+
+def validate_config(config: Mapping[str, Any], schema_path: Path) -> None:
+    """The config against workflow/schemas/config.schema.yaml, its first problem in one
+    line naming the field (Snakemake's own validation prints the whole config)."""
+    import jsonschema
+    import yaml
+
+    schema = yaml.safe_load(schema_path.read_text())
+    error = jsonschema.exceptions.best_match(
+        jsonschema.Draft202012Validator(schema).iter_errors(dict(config)))
+    if error is None:
+        return
+    where = ".".join(str(p) for p in error.absolute_path) or "config"
+    if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+        allowed = set(error.schema.get("properties") or {})
+        extra = sorted(str(k) for k in error.instance if k not in allowed)
+        if extra:
+            valid = ", ".join(sorted(allowed))
+            raise WorkflowConfigError(f"{where}: unknown key {extra[0]!r} (valid: {valid})")
+    message = error.message if len(error.message) <= 200 else error.message[:200] + " ..."
+    raise WorkflowConfigError(f"{where}: {message}")
+
+
+def duplicate_keys(path: Path) -> list[str]:
+    """Keys a YAML file gives twice in one mapping (YAML keeps the last one silently: a
+    study pasted twice under one name loses the first): one line each."""
+    import yaml
+
+    found: list[str] = []
+
+    def construct_mapping(loader, node, deep=False):
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if isinstance(key, str | int) and key in seen:
+                found.append(f"{path}: line {key_node.start_mark.line + 1}: key {key!r} is "
+                             "given twice (the last one wins)")
+            seen.add(key)
+        return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    try:
+        yaml.load(path.read_text(), Loader=Loader)  # noqa: S506 (a SafeLoader subclass)
+    except (OSError, yaml.YAMLError):
+        return []  # Snakemake reports an unreadable config itself
+    return found
+
+
+def timeouts(config: Mapping[str, Any]) -> dict[str, float]:
+    """Each study's timeout_s (dlbench.study.timeout_s), by study name."""
+    return {name: study.timeout_s(name, spec, config)
+            for name, spec in (config.get("studies") or {}).items()}
+
+
+RETRY_STATUSES = ("failed", "oom", "skipped")
+
+
+def retry_statuses(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """Which recorded outcomes to run again (config retry_failed: true means failed; a list,
+    or on the command line a comma-separated string, names statuses)."""
+    value = config.get("retry_failed", False)
+    if isinstance(value, str):  # from the command line: --config retry_failed=true
+        words = value.strip().lower()
+        value = (True if words in ("true", "yes", "1") else
+                 False if words in ("false", "no", "0", "") else words.split(","))
+    if value is True:
+        return ("failed",)
+    if value is False or value is None:
+        return ()
+    values = [v.strip() if isinstance(v, str) else v
+              for v in (value if isinstance(value, list) else [value])]
+    bad = [v for v in values if v not in RETRY_STATUSES]
+    if bad:
+        raise WorkflowConfigError(f"config: retry_failed: unknown status {bad[0]!r} (valid: "
+                                  f"true, false, or a list of {', '.join(RETRY_STATUSES)})")
+    return tuple(values)
+
+
+def results_to_retry(cells: Iterable[study.Cell], statuses: Iterable[str]) -> list[Path]:
+    """The result files of these cells whose recorded status is one of ``statuses``."""
+    wanted = set(statuses)
+    if not wanted:
+        return []
+    paths = []
+    for cell in cells:
+        path = result_path(cell)
+        try:
+            status = json.loads(path.read_text()).get("status")
+        except (OSError, ValueError, AttributeError):
+            continue  # missing (runs anyway) or unreadable (the aggregate sets it aside)
+        if status in wanted:
+            paths.append(path)
+    return paths
+
+
+def set_aside(path: Path, why: str) -> Path:
+    """Move a result out of its cell's way, into ``<its folder>/<why>/<name>.<UTC time>.json``
+    (copied, then removed): the cell runs again and the old record is kept."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    target = path.parent / why / f"{path.stem}.{stamp}{path.suffix}"
+    atomic.write_bytes(target, path.read_bytes())
+    path.unlink()
+    return target
 
 
 def result_path(cell: study.Cell) -> Path:

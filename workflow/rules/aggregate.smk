@@ -1,9 +1,15 @@
+# The table is flagged update: Snakemake does not delete the previous table before the job
+# and puts it back when the job fails (a full disk), instead of leaving none. An invalid
+# cell result does not fail the job: it becomes a failed row and is moved aside into
+# results/<study>/cells/invalid/, so that the next run measures that cell again.
+
+
 rule aggregate:
     input:
         cell_result_files(),
     output:
-        parquet="results/benchmarks.parquet",
-        csv="results/benchmarks.csv",
+        parquet=update("results/benchmarks.parquet"),
+        csv=update("results/benchmarks.csv"),
     log:
         "results/logs/aggregate.log",
     conda:

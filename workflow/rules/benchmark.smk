@@ -13,7 +13,7 @@ for fw in dlbench_frameworks.registry().values():
         name:
             f"benchmark_{fw.name}"
         input:
-            dataset=dataset_input_of,
+            dataset=cell_inputs(fw.name),
         output:
             "results/{study}/cells/{cell}.json",
         log:
@@ -30,10 +30,14 @@ for fw in dlbench_frameworks.registry().values():
             # Timed cells never share a machine with another timed cell (see the profile).
             benchmark_slot=1,
             gpu=gpus_of,
+            # The study's timeout_s: the launcher stops the cell after it.
+            timeout_s=cell_timeout(),
         params:
             launcher=launcher_command(fw.name),
             framework=framework_options(fw.name),
             cell=cell_options,
+        # exec: the launcher replaces the job's shell, so that it dies with the Snakemake
+        # process running the job (and its runner with it: dlbench.subproc).
         shell:
-            "{params.launcher:q} -m dlbench.launch {params.cell:q} {params.framework:q}"
-            " --output {output:q} > {log:q} 2>&1"
+            "exec {params.launcher:q} -m dlbench.launch {params.cell:q} {params.framework:q}"
+            " --timeout_s {resources.timeout_s} --output {output:q} > {log:q} 2>&1"

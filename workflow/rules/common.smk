@@ -1,8 +1,10 @@
 import functools
 import inspect
 import json
+import math
 import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -19,10 +21,7 @@ from dlbench import launch as dlbench_launch
 from dlbench import study as dlbench_study
 from dlbench import workflow_support as support
 
-min_version("8.20")
-
-
-validate(config, schema="../schemas/config.schema.yaml")
+min_version("9.14")
 
 
 def _config_error(exc):
@@ -31,8 +30,24 @@ def _config_error(exc):
     raise SystemExit(1) from None
 
 
+for _configfile in workflow.configfiles:
+    for _line in support.duplicate_keys(Path(_configfile)):
+        print(f"dlbench config warning: {_line}", file=sys.stderr)
+try:
+    # Our own check first: one line naming the field (Snakemake's prints the whole config).
+    support.validate_config(
+        config,
+        Path(workflow.main_snakefile).parent / "workflow/schemas/config.schema.yaml",
+    )
+except support.WorkflowConfigError as exc:
+    _config_error(exc)
+validate(config, schema="../schemas/config.schema.yaml")
+
+
 try:
     CELLS = support.expand_cells(config)
+    TIMEOUTS = support.timeouts(config)
+    RETRY = support.retry_statuses(config)
 except support.WorkflowConfigError as exc:
     _config_error(exc)
 CELLS_BY_ID = {(cell.study, cell.id): cell for cell in CELLS}
@@ -54,6 +69,51 @@ def cell_result_path(cell):
 
 def cell_result_files():
     return [str(cell_result_path(cell)) for cell in CELLS]
+
+
+def _dry_run():
+    """Whether this run is a dry run. Snakemake tells the workflow only after it has been
+    parsed, so read Snakemake's own command line with its own parser."""
+    from snakemake.cli import get_argument_parser
+
+    try:
+        args, _ = get_argument_parser().parse_known_args(sys.argv[1:])
+    except SystemExit:
+        return False
+    return bool(getattr(args, "dryrun", False))
+
+
+def _retry_recorded_outcomes():
+    """retry_failed: run the cells recorded as failed (or with the statuses listed) again.
+    Their results move to results/<study>/cells/retried/ (kept, with the time), so the
+    cells have none and run; a dry run only says how many would. Decided in the main
+    process only (cluster jobs parse this file again)."""
+    if not RETRY or not workflow.is_main_process:
+        return
+    paths = support.results_to_retry(CELLS, RETRY)
+    if not paths:
+        return
+    words = f"{len(paths)} cell(s) recorded as {' or '.join(RETRY)}"
+    if _dry_run():
+        print(f"dlbench: retry_failed: would run {words} again", file=sys.stderr)
+        return
+    for path in paths:
+        support.set_aside(path, "retried")
+    print(f"dlbench: retry_failed: running {words} again", file=sys.stderr)
+
+
+_retry_recorded_outcomes()
+
+
+def timeout_of(wildcards):
+    return math.ceil(TIMEOUTS[wildcards.study])
+
+
+def cell_timeout():
+    """The launcher's time limit (seconds): a constant when every study has the same one,
+    so that Snakemake evaluates no function per job for it."""
+    values = set(TIMEOUTS.values())
+    return math.ceil(values.pop()) if len(values) == 1 else timeout_of
 
 
 def framework_python(framework):
@@ -97,6 +157,18 @@ def data_dir_of(cell):
 
 def dataset_input_of(wildcards):
     return support.inputs(config, cell_of(wildcards))
+
+
+def cell_inputs(framework):
+    """The input of a framework's cell jobs: a function of the job where some of its cells
+    read files (datasets, op configs), else none at all, so that Snakemake evaluates no
+    function per job for it."""
+    reads = any(
+        support.inputs(config, cell)
+        for cell in CELLS
+        if cell.params.get("framework") == framework
+    )
+    return dataset_input_of if reads else []
 
 
 def conversion_args(name, fmt):
@@ -246,7 +318,7 @@ def _declare_gpus():
 
 
 _declare_gpus()
-_job_functions(dataset_input_of, cell_options)
+_job_functions(dataset_input_of, cell_options, timeout_of)
 if uses_deployment(DeploymentMethod.APPTAINER):
     _bind_into_containers()
 
@@ -312,6 +384,10 @@ PROGRESS = []
 
 
 onstart:
+    # Snakemake copies an update() output (the Parquet, the report) into .snakemake/backups
+    # before its job; a copy cut short by a full disk is never removed, and the next copy
+    # of a folder then fails. No job has started yet, so a backup found now is stale.
+    shutil.rmtree(".snakemake/backups", ignore_errors=True)
     PROGRESS.append(start_progress())
 
 

@@ -1,5 +1,8 @@
 # The profiles' manifests are inputs: a profile's failure is a manifest too (status failed),
 # so none holds the report back; without profiling.select the list is empty.
+# The outputs are flagged update: Snakemake does not delete the previous report before the
+# job and puts it back if the job fails; the writer itself replaces it only once the new
+# one is whole (dlbench.report.output).
 
 
 rule report:
@@ -7,16 +10,20 @@ rule report:
         parquet="results/benchmarks.parquet",
         profiles=profile_targets(),
     output:
-        html=report(
-            "results/report/index.html",
-            caption="../report/index.rst",
-            category="Report",
+        html=update(
+            report(
+                "results/report/index.html",
+                caption="../report/index.rst",
+                category="Report",
+            )
         ),
-        charts=report(
-            directory("results/report/charts"),
-            patterns=["{name}.svg"],
-            caption="../report/chart.rst",
-            category="Charts",
+        charts=update(
+            report(
+                directory("results/report/charts"),
+                patterns=["{name}.svg"],
+                caption="../report/chart.rst",
+                category="Charts",
+            )
         ),
     log:
         "results/logs/report.log",

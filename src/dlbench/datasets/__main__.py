@@ -2,13 +2,18 @@
 
 Bad input ends with one line on stderr naming the file and what is wrong, exit code 2.
 Writers are imported on demand: ``recordio`` runs in the MXNet environment, which has
-neither lmdb nor protobuf; the others run in the main one.
+neither lmdb nor protobuf; the others run in the main one. ``recordio --python PY`` runs
+the conversion again in MXNet's interpreter PY (the workflow starts it with its own, which
+always exists, so that a missing MXNet environment is a recorded failure, not a job that
+exits 127 and holds back the aggregate).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -28,6 +33,8 @@ def _at_least(minimum: int):
 
     return parse
 
+
+PYTHON_OPTION = "--python"
 
 _positive = _at_least(1)
 _non_negative = _at_least(0)
@@ -80,9 +87,13 @@ def parser() -> argparse.ArgumentParser:
     _record_failure_option(p)
     p.add_argument("--encoded", action="store_true", help="store JPEG bytes, not raw pixels")
 
-    p = sub.add_parser("recordio", help="MXNet RecordIO as im2rec (run with MXNet's python)")
+    # No abbreviations: --python is taken out of the command line by its exact spelling.
+    p = sub.add_parser("recordio", help="MXNet RecordIO as im2rec (run with MXNet's python)",
+                       allow_abbrev=False)
     _writer_options(p)
     _record_failure_option(p)
+    p.add_argument(PYTHON_OPTION, metavar="PY",
+                   help="MXNet's interpreter: convert in a subprocess of it (default: here)")
 
     p = sub.add_parser("check", help="validate a prepared dataset")
     p.add_argument("--format", required=True, choices=("image_folder", "caffe_lmdb", "recordio"))
@@ -118,9 +129,61 @@ def run(args: argparse.Namespace) -> dict:
     return check(args.format, args.path, sample=args.sample)
 
 
+def _without_python_option(argv: Sequence[str]) -> list[str]:
+    """The command line less ``--python PY``: what the MXNet interpreter is given."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == PYTHON_OPTION:
+            skip = True
+        elif not arg.startswith(PYTHON_OPTION + "="):
+            out.append(arg)
+    return out
+
+
+def _missing_interpreter(python: str) -> str:
+    from dlbench.launch import unavailable_reason  # envs/mxnet_env.py's unavailable.txt
+
+    reason = unavailable_reason(python)
+    return (f"recordio needs MXNet's interpreter {python}, which cannot be started"
+            + (f": {reason}" if reason else " (no such executable; make mxnet-env builds it)"))
+
+
+def _exit_words(rc: int) -> str:
+    if rc >= 0:
+        return f"exited with code {rc}"
+    try:
+        return f"killed by {signal.Signals(-rc).name}"
+    except ValueError:
+        return f"killed by signal {-rc}"
+
+
+def _in_interpreter(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Convert in ``args.python`` (a subprocess, its output passed through). A child that
+    fails without recording why (it crashed, or bad input without --record-failure)
+    fails here the same way."""
+    from dlbench import subproc
+
+    if shutil.which(args.python) is None:
+        raise DatasetError(_missing_interpreter(args.python))
+    cmd = [args.python, "-m", "dlbench.datasets", *_without_python_option(argv)]
+    rc, tail = subproc.run_tee(cmd)
+    if rc == 0:
+        return 0
+    if not args.record_failure:
+        return rc if rc > 0 else 1
+    line = subproc.last_error_line(tail) or _exit_words(rc)
+    raise DatasetError(f"{args.python} -m dlbench.datasets recordio: {line}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser().parse_args(argv)
     try:
+        if getattr(args, "python", None):
+            return _in_interpreter(args, argv)
         summary = run(args)
     except (DatasetError, OSError) as exc:
         if isinstance(exc, DatasetError):

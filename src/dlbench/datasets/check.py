@@ -1,7 +1,9 @@
 """Validate a prepared dataset: it opens, holds what its manifest says, records decode.
 
-Every record's container is checked (header, key, Datum shape); image bytes are decoded
-for an evenly spaced sample (``sample`` records, or all with ``sample=0``).
+First its structure, cheaply (``dlbench.datasets.quick``: file sizes against what the
+headers declare, so that a truncated LMDB is reported, not mapped and read into a SIGBUS).
+Then every record's container (header, key, Datum shape); image bytes are decoded for an
+evenly spaced sample (``sample`` records, or all with ``sample=0``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from dlbench.datasets import manifest
 from dlbench.datasets.errors import DatasetError
 from dlbench.datasets.imagefolder import scan
 from dlbench.datasets.imageops import DECODE_ERRORS, unreadable
+from dlbench.datasets.quick import quick_problem, structural_problem
+
+__all__ = ["CHECKS", "check", "quick_problem", "structural_problem"]
 
 DEFAULT_SAMPLE = 64
 
@@ -57,10 +62,7 @@ def check_caffe_lmdb(path: Path, sample: int) -> dict[str, Any]:
 
     from dlbench.datasets import datum
 
-    if not path.is_dir():
-        raise DatasetError(f"{path}: no such LMDB directory")
-    if not (path / "data.mdb").is_file():
-        raise DatasetError(f"{path}: not an LMDB (no data.mdb)")
+    # check() has compared data.mdb's size with its meta pages: mapping it cannot SIGBUS.
     try:
         env = lmdb.open(str(path), readonly=True, lock=False, readahead=False, subdir=True)
     except lmdb.Error as exc:
@@ -117,4 +119,7 @@ def check(fmt: str, path: str | os.PathLike, *, sample: int = DEFAULT_SAMPLE) ->
     path = Path(path)
     if not path.exists():
         raise DatasetError(f"{path}: no such file or directory")
+    problem = structural_problem(path, fmt)  # before any reader maps a file cut short
+    if problem:
+        raise DatasetError(problem)
     return {"format": fmt, "path": str(path), **CHECKS[fmt](path, sample)}

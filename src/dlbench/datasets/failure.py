@@ -4,7 +4,9 @@ Snakemake would otherwise hold back every cell that reads the dataset, and with 
 aggregate and the report. With ``--record-failure`` the preparing command writes the
 one-line reason into ``<out>/preparation-error.txt`` and exits 0; each cell on that dataset
 then fails in one line quoting it, and the rest of the study goes on. Fix the source and
-rerun the preparation (``snakemake --forcerun dataset_lmdb``) to replace the marker.
+run the workflow again: a change anywhere in a user's source tree prepares it again (the
+tree's fingerprint is a params entry of the conversion rules, dlbench.datasets.fingerprint);
+``snakemake --forcerun dataset_lmdb`` does it by hand.
 """
 
 from __future__ import annotations

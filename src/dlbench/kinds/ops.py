@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,20 @@ from typing import Any
 from dlbench import axes, frameworks
 from dlbench.axes import AxisError
 from dlbench.kinds import CellKind
+
+
+@functools.lru_cache(maxsize=256)
+def _file_problem(path: str, mtime_ns: int) -> str | None:  # noqa: ARG001 (the cache key)
+    """Why the op config cannot be one (not JSON, no operators, ...), or None. Read once
+    per file and version: a study's cells share a few files."""
+    from dlbench.cellrun import CellError
+    from dlbench.ops import configfile  # plain JSON reading: imports no framework
+
+    try:
+        configfile.load(path)
+    except CellError as exc:
+        return str(exc).removeprefix("config ")
+    return None
 
 
 class OpsKind(CellKind):
@@ -25,6 +40,14 @@ class OpsKind(CellKind):
     def check(self, params: Mapping[str, Any], datasets: Mapping[str, Any]) -> None:
         if self.name not in frameworks.get(params["framework"]).kinds:
             raise AxisError("framework", "operator benchmarks run on pytorch only")
+        # Checked here, before any job: a missing file would otherwise leave Snakemake with
+        # nothing to do for the whole run (a missing input), and say it in many lines.
+        path = Path(params["op_config"])
+        if not path.is_file():
+            raise AxisError("op_config", f"{path}: no such file")
+        problem = _file_problem(str(path), path.stat().st_mtime_ns)
+        if problem:
+            raise AxisError("op_config", problem)
 
     def command(self, params: Mapping[str, Any], output: Path, python: str,
                 data_dir: str | None) -> list[str]:

@@ -47,6 +47,11 @@ def resolve_record(data_dir: str) -> tuple[Path, Path]:
     if not idx.is_file():
         raise CellError(f"--data_dir: index {idx} of {rec.name} does not exist "
                         "(create both with im2rec or mxnet.recordio.MXIndexedRecordIO)")
+    from dlbench.datasets.quick import recordio_problem
+
+    problem = recordio_problem(rec)  # a cut-short .rec: say so instead of a reader error
+    if problem:
+        raise CellError(problem)
     return rec, idx
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ import dlbench
 from dlbench import environment, monitor
 from dlbench import result as R
 from dlbench.cellrun import CellError, exit_code, recorded
-from dlbench.ops import output
+from dlbench.ops import configfile, output
 from dlbench.ops.runner import Benchmark, seed
 from dlbench.ops.timing import EXEC_MODES, ExecOptions
 
@@ -98,16 +97,17 @@ def parse_device(text: str) -> torch.device:
 
 
 def load_config(path: str) -> dict[str, Any]:
-    try:
-        with open(path) as handle:
-            data = json.load(handle)
-    except OSError as exc:
-        raise CellError(f"config {path}: cannot read ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise CellError(f"config {path}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, dict):
-        raise CellError(f"config {path}: expected an object of operator name: spec")
-    return data
+    """The operators of the config file, or a one-line ``CellError`` naming it."""
+    return configfile.load(path)
+
+
+def failure_line(config: str, errors: list[dict[str, Any]]) -> str:
+    """The result's error when every operator input failed: the file, then the error
+    (the first of several, with their count)."""
+    name = configfile.shown(config)
+    if len(errors) == 1:
+        return f"config {name}: {errors[0]['error']}"
+    return f"config {name}: {len(errors)} errors, none measured; first: {errors[0]['error']}"
 
 
 def read_args_file(flag: str, path: str | None) -> str:
@@ -260,7 +260,8 @@ def run(args: argparse.Namespace, device: torch.device, res: dict[str, Any]) -> 
     if bench.measurements:
         res["status"] = "ok"
     elif bench.errors:
-        R.finish(res, "failed", f"{len(bench.errors)} error(s), none measured; first: "
-                                f"{bench.errors[0]['error']}")
+        # Nothing measured because no input could be allocated: the cell is out of memory.
+        oom = all(error.get("oom") for error in bench.errors)
+        R.finish(res, "oom" if oom else "failed", failure_line(args.config, bench.errors))
     else:
         R.finish(res, "skipped", "no operator input was measured (resume/stop ids or -i 0)")

@@ -7,7 +7,9 @@
 from earlier-resolved tensor args) and strips the meta attributes.
 
 Both yield ``ConfigItem``s; a spec that fails its check becomes one item carrying the
-one-line error, so the caller records it and carries on with the next spec.
+one-line error, so the caller records it and carries on with the next spec. So does a
+ranged spec that would take the list past ``MAX_EXPANDED`` concrete specs (counted before
+any is made).
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from typing import Any
 
 from dlbench.ops import grammar
 from dlbench.ops.grammar import ATTR_COPY, ATTR_RANGE, META_ATTRS, SpecError
+
+# The most concrete specs one build or input list may expand to (``__range__``s
+# multiply): more would take days to run and, being listed first, memory to hold.
+MAX_EXPANDED = 100_000
 
 
 @dataclass
@@ -59,6 +65,7 @@ class DefaultConfigIterator(ConfigIterator):
 
 class RangeConfigIterator(ConfigIterator):
     def __iter__(self) -> Iterator[ConfigItem]:
+        total = 0
         for var_id, spec in enumerate(self.specs):
             path = f"{self.base}[{var_id}]"
             try:
@@ -66,6 +73,17 @@ class RangeConfigIterator(ConfigIterator):
             except SpecError as exc:
                 yield ConfigItem(f"{var_id}_*", None, path, str(exc))
                 continue
+            count = count_combinations(spec)
+            if total + count > MAX_EXPANDED:
+                if count > MAX_EXPANDED:
+                    why = (f"its __range__ fields make more than {MAX_EXPANDED} combinations, "
+                           "the most one list may run")
+                else:
+                    why = (f"its {count} __range__ combinations and the {total} before it "
+                           f"exceed the {MAX_EXPANDED} one list may run")
+                yield ConfigItem(f"{var_id}_*", None, path, f"{path}: {why}")
+                continue
+            total += count
             for config_id, combination in enumerate(expand_config(spec)):
                 item_id = f"{var_id}_{config_id}"
                 try:
@@ -85,6 +103,35 @@ ITERATORS: dict[str, type[ConfigIterator]] = {
 def normalized(spec: dict[str, Any]) -> dict[str, Any]:
     return {"args": copy.deepcopy(spec.get("args", [])),
             "kwargs": copy.deepcopy(spec.get("kwargs", {}))}
+
+
+def count_combinations(spec: dict[str, Any]) -> int:
+    """How many concrete specs ``expand_config`` makes of a checked spec, counted without
+    making them (and only up to ``MAX_EXPANDED + 1``)."""
+    count = 1
+    for arg in [*spec.get("args", []), *spec.get("kwargs", {}).values()]:
+        count = min(count * count_variants(arg), MAX_EXPANDED + 1)
+    return count
+
+
+def count_variants(spec: dict[str, Any]) -> int:
+    """``len(expand_arg(spec))``, counted without expanding (up to ``MAX_EXPANDED + 1``)."""
+    ranges = set(spec.get(ATTR_RANGE, []))
+    kind = spec["type"]
+    count = 1
+    for key in ranges:
+        value = spec[key]
+        if kind == "tensor" and key == "shape":
+            sizes = [len(grammar.full_range(s, "shape")) for s in value if isinstance(s, list)]
+        elif kind in ("int", "long"):
+            sizes = [len(grammar.full_range(value, "value"))]
+        elif kind in ("genericlist", "tuple"):
+            sizes = [count_variants(item) for item in value]
+        else:
+            sizes = [len(value)]
+        for size in sizes:
+            count = min(count * size, MAX_EXPANDED + 1)
+    return count
 
 
 def expand_config(spec: dict[str, Any]) -> Iterator[dict[str, Any]]:

@@ -4,8 +4,10 @@ Ids are PARAM's: an input runs as ``<config>|<build>|<input>`` (e.g. ``0|0|3_1``
 range-expanded input), and ``--resume-id``/``--stop_id`` match ``<op_name>|<id>``: a
 resume id skips everything before it, a stop id stops before it (exclusive).
 
-A bad operator, build or input spec, or an input that raises, is logged as one line,
-recorded, and skipped; the rest of the config still runs.
+A bad operator, build or input spec (an operator with an empty ``config`` or ``input``
+list is one: it would run nothing), or an input that raises, is logged as one line,
+recorded, and skipped; the rest of the config still runs. The file itself is read by
+``configfile``, which fails the whole cell on a file that holds no operators.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from typing import Any
 
 import torch
 
-from dlbench.cellrun import one_line
+from dlbench.cellrun import is_oom, one_line
 from dlbench.ops import cost, grammar, iterators, output, registry
+from dlbench.ops.configfile import json_type, shown
 from dlbench.ops.grammar import SpecError
 from dlbench.ops.iterators import ConfigItem
 from dlbench.ops.registry import Operator, OpError
@@ -28,6 +31,8 @@ from dlbench.ops.timing import ExecOptions, Executor
 log = logging.getLogger("dlbench.ops")
 
 DATA_GENERATORS = ("PyTorch:DefaultDataGenerator", "PyTorch::DefaultDataGenerator")
+OP_SHAPE = ("expected an object with a \"config\" list (and optional iterators and data "
+            "generators)")
 
 
 class StopBenchmark(Exception):
@@ -42,9 +47,10 @@ def seed(value: int = 0) -> None:
 
 def check_op_info(info: Any) -> None:
     if not isinstance(info, dict):
-        raise SpecError("<operator>", f"expected an object, got {type(info).__name__}")
+        raise SpecError("<operator>", OP_SHAPE + f", got {json_type(info)}")
     for key in ("build_iterator", "input_iterator"):
-        if key in info and info[key] not in iterators.ITERATORS:
+        if key in info and (not isinstance(info[key], str)
+                            or info[key] not in iterators.ITERATORS):
             raise SpecError(key, f"unknown iterator {info[key]!r} "
                                  f"(valid: {', '.join(iterators.ITERATORS)})")
     for key in ("build_data_generator", "input_data_generator"):
@@ -53,6 +59,8 @@ def check_op_info(info: Any) -> None:
                                  f"(valid: {DATA_GENERATORS[0]})")
     if not isinstance(info.get("config"), list):
         raise SpecError("config", "missing or not a list of {\"build\", \"input\"} objects")
+    if not info["config"]:
+        raise SpecError("config", "an empty list, no inputs to run")
 
 
 def to_meta(value: Any) -> Any:
@@ -108,16 +116,25 @@ class Benchmark:
             log.warning("resume id %r matched no input: nothing ran", self.resume_id)
 
     def run_op(self, op_name: str, info: Any) -> None:
+        # the name as it starts a message: quoted when it could not be told apart
+        label = op_name if op_name and op_name.strip() == op_name else repr(op_name)
+        if not isinstance(info, dict):
+            self.error(op_name, None, f"{label}: {OP_SHAPE}, got {json_type(info)}")
+            return
         try:
             check_op_info(info)
             factory = registry.resolve(op_name)
         except (SpecError, OpError) as exc:
-            self.error(op_name, None, f"{op_name}: {exc}" if isinstance(exc, SpecError) else str(exc))
+            self.error(op_name, None, f"{label}: {exc}" if isinstance(exc, SpecError) else str(exc))
             return
         log.info("### op: %s", op_name)
         for c, config in enumerate(info["config"]):
             cpath = f"config[{c}]"
-            if not isinstance(config, dict) or "input" not in config:
+            if not isinstance(config, dict):
+                self.error(op_name, None, f"{op_name}: {cpath}: expected an object with "
+                                          f"\"input\" (and \"build\"), got {json_type(config)}")
+                continue
+            if "input" not in config:
                 self.error(op_name, None, f"{op_name}: {cpath}.input: missing")
                 continue
             try:
@@ -126,6 +143,10 @@ class Benchmark:
                                                       "input", str(self.options.device), cpath))
             except SpecError as exc:
                 self.error(op_name, None, f"{op_name}: {exc}")
+                continue
+            if not inputs:
+                self.error(op_name, None, f"{op_name}: {cpath}.input: an empty list, no "
+                                          "inputs to run")
                 continue
             for build in builds:
                 for item in inputs:
@@ -152,10 +173,12 @@ class Benchmark:
             raise StopBenchmark(f"stopped before [{full_id}]")
         return not self.skipping
 
-    def error(self, op_name: str, run_id: str | None, message: str) -> None:
+    def error(self, op_name: str, run_id: str | None, message: str,
+              oom: bool = False) -> None:
+        message = shown(message)  # one line, whatever names the config holds
         log.error("%s", message)
         self.writer.error_record(op_name, run_id, message)
-        self.errors.append({"op_name": op_name, "id": run_id, "error": message})
+        self.errors.append({"op_name": op_name, "id": run_id, "error": message, "oom": oom})
 
     # -- one input --------------------------------------------------------------------
 
@@ -185,8 +208,9 @@ class Benchmark:
         except Exception as exc:  # an input that fails is recorded; the others still run
             if isinstance(exc, SpecError):
                 self.error(op_name, run_id, f"{op_name}: {exc}")
-            else:
-                self.error(op_name, run_id, f"{op_name}: {item.path}: {one_line(exc)}")
+            else:  # an input the allocator cannot hold is out of memory, not a bug
+                self.error(op_name, run_id, f"{op_name}: {item.path}: {one_line(exc)}",
+                           oom=is_oom(exc))
             return
         finally:
             del args, kwargs

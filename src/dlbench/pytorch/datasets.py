@@ -288,6 +288,13 @@ def make_loader(data_dir: str | Path, backend: str, *, batch_size: int, image_si
     failure.raise_if_failed(data_dir)
     if backend not in BACKENDS:
         raise CellError(f"data backend {backend!r} is not one of {', '.join(BACKENDS)}")
+    if backend == "caffe_lmdb" and Path(data_dir).is_dir():
+        from dlbench.datasets.quick import lmdb_problem
+
+        # A cut-short data.mdb kills a reader with SIGBUS when it maps it: say it first.
+        problem = lmdb_problem(Path(data_dir))
+        if problem:
+            raise CellError(problem)
     for name, value, low in (("batch_size", batch_size, 1), ("image_size", image_size, 1),
                              ("num_workers", num_workers, 0), ("world_size", world_size, 1)):
         if value < low:

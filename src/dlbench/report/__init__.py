@@ -3,12 +3,14 @@
 ``render(parquet, outdir, profiles_dir=None)`` writes ``outdir/index.html`` and, beside it,
 every chart as ``charts/<name>.png`` and ``charts/<name>.svg``. With ``profiles_dir`` (the
 workflow's ``results/profiles``) the page has a Profiles section linking to each profile's
-files. Sections without data are left out.
+files. Sections without data are left out; a table without rows gives a page saying so.
+The new report replaces the previous one whole or not at all (``report.output``).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+from html import escape
 from pathlib import Path
 
 import altair as alt
@@ -26,14 +28,13 @@ from dlbench.report import (
     tables,
 )
 from dlbench.report.data import ReportError, load, ordered
-from dlbench.report.export import javascript_bundle, save_images
+from dlbench.report.export import javascript_bundle
+from dlbench.report.output import WriteError, publish
 from dlbench.report.page import Section, chart_id, page_html
 from dlbench.report.style import Figure
-from dlbench.result import write_atomic
 
-__all__ = ["ReportError", "render", "sections"]
+__all__ = ["ReportError", "WriteError", "render", "sections"]
 
-CHARTS_DIR = "charts"
 TITLE = "dlbench report"
 
 
@@ -87,13 +88,12 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
     return [s for s in candidates if s is not None and s.blocks]
 
 
-def _remove_stale_charts(folder: Path, keep: set[str]) -> None:
-    """Charts of an earlier report that this one no longer has (their section is empty)."""
-    if not folder.is_dir():
-        return
-    for path in folder.iterdir():
-        if path.suffix in (".png", ".svg") and path.is_file() and path.stem not in keep:
-            path.unlink()
+def empty_section(parquet_path: str | Path) -> Section:
+    """What the page says of a table without rows, in place of every other section."""
+    text = (f"The aggregate table {Path(parquet_path).name} has no rows: no cell result was "
+            "aggregated, so there is nothing to chart. Its studies may have no cells, or the "
+            "cells may not have run yet.")
+    return Section("empty", "No results", "", [f'<p class="note">{escape(text)}</p>'])
 
 
 def render(parquet_path: str | Path, outdir: str | Path,
@@ -101,20 +101,15 @@ def render(parquet_path: str | Path, outdir: str | Path,
     """Write the report of ``parquet_path`` into ``outdir``; return the files written.
     ``profiles_dir``: the profiles' root (``<tool>/<study>/<cell>`` folders), if any."""
     frame = load(parquet_path)
-    if frame.empty:
-        raise ReportError(f"{parquet_path}: the aggregate table has no rows")
     outdir = Path(outdir)
-    cell_profiles = summary.collect(profiles_dir) if profiles_dir is not None else []
-    charts_dir = outdir / CHARTS_DIR
-    charts_dir.mkdir(parents=True, exist_ok=True)  # the workflow expects it, even empty
-    with alt.data_transformers.enable("default", max_rows=None):
+    if frame.empty:
+        parts = [empty_section(parquet_path)]
+    else:
+        cell_profiles = summary.collect(profiles_dir) if profiles_dir is not None else []
         parts = sections(frame, cell_profiles, outdir)
+    with alt.data_transformers.enable("default", max_rows=None):
         figures = [b for s in parts for b in s.blocks if isinstance(b, Figure)]
         specs = {chart_id(f): f.chart.to_dict() for f in figures}
-    written: list[Path] = []
-    for figure in figures:
-        written += save_images(specs[chart_id(figure)], charts_dir, figure.name)
-    _remove_stale_charts(charts_dir, {f.name for f in figures})
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     html = page_html(
         title=TITLE, studies=[str(s) for s in ordered(frame["study"])],
@@ -122,6 +117,4 @@ def render(parquet_path: str | Path, outdir: str | Path,
              f"({len(frame)} rows).",
         cards=tables.status_cards(frame), sections=parts, specs=specs,
         bundle=javascript_bundle() if specs else "")
-    index = outdir / "index.html"
-    write_atomic(index, html)
-    return [index, *written]
+    return publish(outdir, html, {f.name: specs[chart_id(f)] for f in figures})

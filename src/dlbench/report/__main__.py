@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dlbench.report import ReportError, render
+from dlbench.report import ReportError, WriteError, render
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     except ReportError as exc:
         print(f"dlbench.report: {exc}", file=sys.stderr)
         return 2
+    except WriteError as exc:  # a full disk: the file, and the previous report is kept
+        print(f"dlbench.report: {exc}", file=sys.stderr)
+        return 1
     for path in files:
         print(path)
     return 0

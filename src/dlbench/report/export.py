@@ -7,7 +7,6 @@ inline in every spec, and conversions are denied any base URL.
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Any
 
 import altair as alt
@@ -30,13 +29,10 @@ def javascript_bundle() -> str:
     return bundle.replace("</script", "<\\/script")
 
 
-def save_images(spec: dict[str, Any], folder: Path, name: str) -> list[Path]:
-    """Write ``name``.png and ``name``.svg into ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
+def images(spec: dict[str, Any]) -> dict[str, bytes]:
+    """The chart as image files' contents by extension: ``png`` and ``svg``."""
     version = vegalite_version()
-    png = folder / f"{name}.png"
-    svg = folder / f"{name}.svg"
-    png.write_bytes(vl_convert.vegalite_to_png(spec, vl_version=version, scale=PNG_SCALE,
-                                               allowed_base_urls=[]))
-    svg.write_text(vl_convert.vegalite_to_svg(spec, vl_version=version, allowed_base_urls=[]))
-    return [png, svg]
+    png = vl_convert.vegalite_to_png(spec, vl_version=version, scale=PNG_SCALE,
+                                     allowed_base_urls=[])
+    svg = vl_convert.vegalite_to_svg(spec, vl_version=version, allowed_base_urls=[])
+    return {"png": png, "svg": svg.encode("utf-8")}

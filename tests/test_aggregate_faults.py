@@ -1,0 +1,223 @@
+"""Result files that cannot be trusted never fail the aggregate: each becomes one failed
+row naming the file and the problem, and is moved aside so that its cell runs again.
+A table that cannot be written keeps the previous one and says why in the job's log."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import runpy
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow.parquet as pq
+import pytest
+
+from dlbench import aggregate
+from dlbench import result as R
+
+SCRIPT = Path(__file__).resolve().parents[1] / "workflow" / "scripts" / "aggregate.py"
+
+
+def result(cell_id: str, study: str = "s", **cell) -> dict:
+    res = R.new_result(kind="model", study=study, cell_id=cell_id,
+                       cell={"framework": "pytorch", "model": "resnet18", "batch_size": 8,
+                             "precision": "float32", "phase": "training", "device": "cpu",
+                             "num_gpus": 1, **cell})
+    res["measurements"].append(R.measurement(name="resnet18", pass_="training",
+                                             times_s=[0.1, 0.2], items_per_iteration=8))
+    return R.finish(res, "ok")
+
+
+def cell_path(root: Path, cell_id: str, study: str = "s") -> Path:
+    return root / "results" / study / "cells" / f"{cell_id}.json"
+
+
+def write_json(path: Path, data: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def good_and_bad(tmp_path: Path, bad_bytes: bytes) -> tuple[Path, Path]:
+    """results/s/cells/A.json (valid) and results/s/cells/B.json (``bad_bytes``)."""
+    good = write_json(cell_path(tmp_path, "A"), result("A"))
+    bad = cell_path(tmp_path, "B")
+    bad.write_bytes(bad_bytes)
+    return good, bad
+
+
+def without(data: dict, key: str) -> dict:
+    return {k: v for k, v in data.items() if k != key}
+
+
+VALID_B = json.dumps(result("B")).encode()
+BAD_FILES = {
+    "truncated": (VALID_B[: len(VALID_B) // 2], "not a JSON result file"),
+    "random bytes": (bytes(range(256)) * 4, "not a JSON result file (not UTF-8 text"),
+    "empty": (b"", "not a JSON result file"),
+    "not a result": (b"[1, 2]", "not a dlbench result of schema version 1"),
+    "status excellent": (json.dumps({**result("B"), "status": "excellent"}).encode(),
+                         "result field status: 'excellent' is not one of"),
+    "no kind": (json.dumps(without(result("B"), "kind")).encode(),
+                "'kind' is a required property"),
+    "another cell's id": (json.dumps(result("A")).encode(),
+                          "cell_id is 'A' but its path says 'B'"),
+    "another study's": (json.dumps(result("B", study="t")).encode(),
+                        "study is 't' but its path says 's'"),
+}
+
+
+@pytest.mark.parametrize("content, problem", BAD_FILES.values(), ids=list(BAD_FILES))
+def test_an_invalid_result_is_a_failed_row_and_is_moved_aside(tmp_path, capsys, content,
+                                                              problem):
+    good, bad = good_and_bad(tmp_path, content)
+    parquet, csv = tmp_path / "results" / "benchmarks.parquet", tmp_path / "results" / "b.csv"
+    table = aggregate.write([good, bad], parquet, csv)
+    assert pq.read_table(parquet).equals(table) and csv.read_text().count("\n") == 3
+    rows = {row["cell_id"]: row for row in table.to_pylist()}
+    assert set(rows) == {"A", "B"} and len(table) == 2  # one row each, whatever B says
+    assert rows["A"]["status"] == "ok" and rows["A"]["throughput"] > 0
+    row = rows["B"]
+    assert (row["study"], row["status"], row["source"]) == ("s", "failed", str(bad))
+    assert row["kind"] is None and row["throughput"] is None
+    # Nothing is lost: the file is moved, intact, into invalid/ beside the results.
+    assert not bad.exists()
+    (moved,) = (bad.parent / "invalid").iterdir()
+    assert moved.name.startswith("B.") and moved.suffix == ".json"
+    assert moved.read_bytes() == content
+    error = row["error"]
+    assert error.startswith(f"invalid result file {bad}: ") and problem in error
+    assert f"moved to {moved} so that the next run measures the cell again" in error
+    assert "\n" not in error and len(error) < 700
+    assert json.loads(row["extra"]) == {"invalid_result": error.split(": ", 1)[1].split(
+        "; moved to")[0], "moved_to": str(moved)}
+    # The job's log (stderr) says the same, in one line.
+    assert capsys.readouterr().err == f"dlbench.aggregate: {error}\n"
+
+
+def test_an_integer_beyond_int64_is_a_failed_row_naming_the_field(tmp_path, capsys):
+    good = write_json(cell_path(tmp_path, "A"), result("A"))
+    absurd = write_json(cell_path(tmp_path, "B"), result("B", batch_size=10**23))
+    R.validate(json.loads(absurd.read_text()))  # the schema sets no upper bound
+    table = aggregate.write([good, absurd], tmp_path / "t.parquet")
+    row = table.to_pylist()[1]
+    assert row["status"] == "failed" and row["batch_size"] is None
+    assert row["error"].startswith(f"invalid result file {absurd}: field batch_size: "
+                                   f"{10**23} is outside int64; moved to ")
+    assert table.to_pylist()[0]["batch_size"] == 8
+
+
+def test_a_value_of_the_wrong_shape_in_an_open_part_is_named(tmp_path, capsys):
+    res = result("B")
+    res["environment"]["cpu_count"] = "many"  # the schema leaves environment open
+    res["extra"]["monitor"] = ["not", "a", "summary"]
+    bad = write_json(cell_path(tmp_path, "B"), res)
+    (row,) = aggregate.build_table([bad]).to_pylist()
+    assert row["status"] == "failed" and str(bad) in row["error"]
+    assert "cannot be tabulated (AttributeError" in row["error"]
+    res["extra"] = {}
+    bad.write_text(json.dumps(res))
+    (row,) = aggregate.build_table([bad]).to_pylist()
+    assert "field cpu_count: Could not convert 'many'" in row["error"]
+    assert bad.exists()  # build_table alone moves nothing
+
+
+def test_identity_is_checked_only_where_the_path_gives_one(tmp_path):
+    # Outside results/<study>/cells/ a file is whatever it says it is.
+    elsewhere = write_json(tmp_path / "mine" / "x.json", result("A", study="t"))
+    (row,) = aggregate.build_table([elsewhere]).to_pylist()
+    assert (row["study"], row["cell_id"], row["status"]) == ("t", "A", "ok")
+    assert aggregate.expected_identity("results/s/cells/c1.json") == {"study": "s",
+                                                                      "cell_id": "c1"}
+    assert aggregate.expected_identity("x/c1.json") is None
+
+
+def test_moving_aside_never_replaces_an_earlier_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(aggregate, "_stamp", lambda: "20250101T000000Z")
+    path = cell_path(tmp_path, "B")
+    moved = []
+    for text in ("first", "second", "third"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        moved.append(aggregate.move_aside(path))
+    assert [p.name for p in moved] == ["B.20250101T000000Z.json", "B.20250101T000000Z.1.json",
+                                       "B.20250101T000000Z.2.json"]
+    assert [p.read_text() for p in moved] == ["first", "second", "third"]
+
+
+def test_a_file_that_cannot_be_moved_is_still_a_row_that_says_so(tmp_path, capsys):
+    missing = cell_path(tmp_path, "gone")
+    (row,) = aggregate.write([missing], tmp_path / "t.parquet").to_pylist()
+    assert row["cell_id"] == "gone" and row["status"] == "failed"
+    assert "could not be moved aside" in row["error"] and "remove it" in row["error"]
+
+
+def test_no_result_files_give_an_empty_table(tmp_path):
+    table = aggregate.write([], tmp_path / "t.parquet", tmp_path / "t.csv")
+    assert table.num_rows == 0 and pq.read_table(tmp_path / "t.parquet").schema.equals(
+        aggregate.SCHEMA)
+
+
+def enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_disk_keeps_the_previous_table_and_names_the_file(tmp_path, monkeypatch):
+    good = write_json(cell_path(tmp_path, "A"), result("A"))
+    parquet, csv = tmp_path / "t.parquet", tmp_path / "t.csv"
+    aggregate.write([good], parquet, csv)
+    before = parquet.read_bytes(), csv.read_bytes()
+    monkeypatch.setattr(type(aggregate.SCHEMA.empty_table().to_pandas()), "to_csv", enospc)
+    with pytest.raises(aggregate.WriteError) as info:
+        aggregate.write([good, good], parquet, csv)
+    assert info.value.errno == errno.ENOSPC
+    assert str(info.value) == (f"[Errno 28] {csv}: No space left on device; the previous "
+                               "table is left as it was")
+    # The Parquet, written first, is not swapped in without its CSV; no temporary is left.
+    assert (parquet.read_bytes(), csv.read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results", "t.csv", "t.parquet"]
+
+
+def run_script(tmp_path: Path, monkeypatch, inputs: list[Path]) -> Path:
+    """workflow/scripts/aggregate.py as Snakemake runs it, in this process; return its log."""
+    log = tmp_path / "logs" / "aggregate.log"
+    log.parent.mkdir(exist_ok=True)
+    fake = SimpleNamespace(input=[str(p) for p in inputs], log=[str(log)],
+                           output=SimpleNamespace(parquet=str(tmp_path / "t.parquet"),
+                                                  csv=str(tmp_path / "t.csv")))
+    # The script redirects them; whatever it leaves, the test gets its own back.
+    monkeypatch.setattr(sys, "stdout", sys.stdout)
+    monkeypatch.setattr(sys, "stderr", sys.stderr)
+    runpy.run_path(str(SCRIPT), init_globals={"snakemake": fake}, run_name="__main__")
+    return log
+
+
+def test_the_script_logs_invalid_files_and_succeeds(tmp_path, monkeypatch):
+    good, bad = good_and_bad(tmp_path, b"\x00\xff garbage")
+    log = run_script(tmp_path, monkeypatch, [good, bad])
+    lines = log.read_text().splitlines()
+    assert lines[0].startswith(f"dlbench.aggregate: invalid result file {bad}: ")
+    assert lines[1] == "2 rows from 2 result files"
+
+
+def test_the_script_keeps_the_traceback_in_its_log_when_it_fails(tmp_path, monkeypatch):
+    good = write_json(cell_path(tmp_path, "A"), result("A"))
+    monkeypatch.setattr(aggregate.pq, "write_table", enospc)
+    with pytest.raises(OSError):
+        run_script(tmp_path, monkeypatch, [good])
+    text = (tmp_path / "logs" / "aggregate.log").read_text()
+    assert text.startswith("Traceback (most recent call last):")
+    last = text.strip().splitlines()[-1]
+    assert "No space left on device" in last and str(tmp_path / "t.parquet") in last
+    assert not sys.stderr.closed  # the error itself reached a live stderr
+
+
+def test_the_table_is_kept_by_snakemake_when_the_job_fails():
+    """update(): Snakemake neither deletes it before the job nor after a failure."""
+    rule = (SCRIPT.parents[1] / "rules" / "aggregate.smk").read_text()
+    for name in ("parquet", "csv"):
+        assert re.search(rf"^\s+{name}=update\(", rule, re.MULTILINE), name

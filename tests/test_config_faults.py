@@ -1,0 +1,148 @@
+"""Careless and hostile configs: each is refused (or warned about) in one line naming the
+study and field before any job runs."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dlbench import result as R
+from dlbench import study, workflow_support
+
+SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def grid(**axes):
+    return {"studies": {"s": {"grid": {"model": "deep_mnist", "device": "cpu", **axes}}}}
+
+
+def error_of(config) -> str:
+    with pytest.raises(study.ConfigError) as info:
+        study.expand_config(config)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_an_integer_beyond_what_its_column_holds_is_refused():
+    assert error_of(grid(batch_size=10**23)) == (
+        "study 's': batch_size: must be <= 9223372036854775807 (a 64-bit integer column), "
+        "got 100000000000000000000000")
+
+
+def test_a_grid_larger_than_max_cells_is_refused_before_any_cell_is_made(monkeypatch):
+    made = []
+    monkeypatch.setattr(study, "_check_cell", lambda *a: made.append(a))
+    huge = grid(batch_size=list(range(1, 1001)), num_batches=list(range(1, 1001)),
+                num_warmup_batches=list(range(0, 10)))
+    message = error_of(huge)
+    assert message.startswith("study 's': grid: 10,000,000 cells")
+    assert "max_cells" in message and not made
+    assert "100,000" in message
+    # Raised by the config key, and counted over all studies together.
+    small = {**grid(batch_size=[1, 2, 3]), "max_cells": 3}
+    assert len(study.expand_config(small)) == 3
+    two = {"max_cells": 4, "studies": {
+        "a": {"grid": {"model": "deep_mnist", "device": "cpu", "batch_size": [1, 2, 3]}},
+        "b": {"grid": {"model": "deep_mnist", "device": "cpu", "batch_size": [1, 2]}}}}
+    assert error_of(two).startswith("study 'b': grid: 2 cells")
+
+
+def test_an_exclude_removing_every_cell_is_refused():
+    config = grid(batch_size=[1, 2])
+    config["studies"]["s"]["exclude"] = [{"model": "deep_mnist"}]
+    assert error_of(config) == "study 's': exclude: removes every cell of the grid"
+
+
+def test_rules_that_match_nothing_are_warned_about(capsys):
+    config = grid(batch_size=[1, 2])
+    config["studies"]["s"]["exclude"] = [{"batch_size": 3}, {"batch_size": 2}]
+    config["studies"]["s"]["overrides"] = [{"match": {"batch_size": 7}, "set": {"num_batches": 3}}]
+    assert len(study.expand_config(config)) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["dlbench config warning: study 's': overrides[0]: matches no cell of the grid",
+                   "dlbench config warning: study 's': exclude[0]: matches no cell of the grid"]
+
+
+@pytest.mark.parametrize("name", ["my data", "../x", ".hidden", "a/b"])
+def test_a_dataset_name_that_is_not_a_folder_name_is_refused(name):
+    config = {"datasets": {name: {"synthetic": {}}}, **grid(data=name)}
+    assert error_of(config).startswith(f"dataset '{name}': name: use letters, digits")
+
+
+def test_a_missing_op_config_is_refused():
+    config = {"studies": {"o": {"kind": "ops", "grid": {"op_config": "nowhere/ops.json"}}}}
+    assert error_of(config) == "study 'o': op_config: nowhere/ops.json: no such file"
+
+
+def test_timeout_s_per_study_and_for_the_config():
+    config = {**grid(), "timeout_s": 120}
+    config["studies"]["t"] = {"timeout_s": 5, "grid": {"model": "deep_mnist", "device": "cpu"}}
+    assert workflow_support.timeouts(config) == {"s": 120, "t": 5}
+    assert workflow_support.timeouts(grid()) == {"s": study.DEFAULT_TIMEOUT_S}
+    config["studies"]["t"]["timeout_s"] = 0
+    assert error_of(config) == "study 't': timeout_s: must be a number >= 1, got 0"
+
+
+def test_an_unknown_top_level_key_is_one_line():
+    config = {**grid(), "studeis": {}}
+    with pytest.raises(workflow_support.WorkflowConfigError) as info:
+        workflow_support.validate_config(config, SCHEMA)
+    message = str(info.value)
+    assert message.startswith("config: unknown key 'studeis' (valid: ")
+    assert "\n" not in message and len(message) < 300
+
+
+def test_a_schema_problem_deep_in_the_config_names_its_field():
+    config = grid()
+    config["monitor"] = {"interval_ms": "often"}
+    with pytest.raises(workflow_support.WorkflowConfigError) as info:
+        workflow_support.validate_config(config, SCHEMA)
+    assert str(info.value).startswith("monitor.interval_ms: 'often' is not of type")
+
+
+def test_a_study_given_twice_in_one_file_is_found(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("studies:\n  a:\n    grid: {model: alexnet}\n  b:\n    grid: {}\n"
+                    "  a:\n    grid: {model: resnet50}\n")
+    assert workflow_support.duplicate_keys(path) == [
+        f"{path}: line 6: key 'a' is given twice (the last one wins)"]
+    path.write_text("studies:\n  a: {grid: {}}\n")
+    assert workflow_support.duplicate_keys(path) == []
+
+
+@pytest.mark.parametrize(("value", "statuses"), [
+    (True, ("failed",)), ("true", ("failed",)), (False, ()), ("false", ()), (None, ()),
+    ("failed,oom", ("failed", "oom")), (["oom"], ("oom",))])
+def test_retry_failed_values(value, statuses):
+    assert workflow_support.retry_statuses({"retry_failed": value}) == statuses
+
+
+def test_retry_failed_refuses_an_unknown_status():
+    with pytest.raises(workflow_support.WorkflowConfigError, match="unknown status 'ok'"):
+        workflow_support.retry_statuses({"retry_failed": "ok"})
+
+
+def test_results_to_retry_are_the_recorded_failures_and_are_set_aside_kept(tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cells = study.expand_config(grid(batch_size=[1, 2, 3]))
+    for cell, status in zip(cells, ["ok", "failed", "oom"], strict=True):
+        res = R.new_result(kind="model", cell=dict(cell.params), study=cell.study,
+                           cell_id=cell.id)
+        R.write(R.finish(res, status, None if status == "ok" else "broke"),
+                workflow_support.result_path(cell))
+    (path,) = workflow_support.results_to_retry(cells, ("failed",))
+    assert path == workflow_support.result_path(cells[1])
+    assert len(workflow_support.results_to_retry(cells, ("failed", "oom"))) == 2
+    kept = workflow_support.set_aside(path, "retried")
+    assert not path.exists() and kept.parent == path.parent / "retried"
+    assert json.loads(kept.read_text())["status"] == "failed"
+
+
+def test_an_op_config_that_is_not_one_is_refused_before_any_job(tmp_path):
+    bad = tmp_path / "ops.json"
+    bad.write_text("{}")
+    config = {"studies": {"o": {"kind": "ops", "grid": {"op_config": str(bad)}}}}
+    assert error_of(config) == (f"study 'o': op_config: {bad}: holds no operators (an empty "
+                                "JSON object)")

@@ -1,0 +1,301 @@
+"""What the launcher does when its runner misbehaves or its world breaks: killed launchers,
+orphans writing late, hung runners, signals, the OOM killer, a full disk.
+
+Runners here are stand-in interpreters (small scripts given as the framework's python), so
+each test is fast and the fault is certain; the launcher itself is the real one, run as a
+process where it matters (``python -m dlbench.launch``)."""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dlbench import launch, oom_kills, study, subproc
+from dlbench import result as R
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def one_cell():
+    (cell,) = study.expand_config({"studies": {"s": {"grid": {"model": "deep_mnist",
+                                                                "device": "cpu"}}}})
+    return json.loads(cell.to_json())
+
+
+def fake_python(tmp_path: Path, body: str, name: str = "python") -> str:
+    """An interpreter that ignores the runner's arguments but ``--output=`` (as ``OUT``) and
+    runs ``body``."""
+    script = tmp_path / f"{name}.py"
+    script.write_text(
+        "import os, signal, subprocess, sys, time\n"
+        "OUT = next(a.split('=', 1)[1] for a in sys.argv if a.startswith('--output='))\n"
+        + body)
+    fake = tmp_path / name
+    fake.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
+    fake.chmod(0o755)
+    return str(fake)
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def wait_for(predicate, timeout: float = 20.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def start_launcher(cell, out: Path, python: str, *extra: str, env=None,
+                   **popen) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "dlbench.launch", "--cell", json.dumps(cell), "--output",
+         str(out), "--python", python, *extra],
+        env={**os.environ, "PYTHONPATH": SRC, **(env or {})}, stderr=subprocess.PIPE,
+        text=True, **popen)
+
+
+SLEEPER = """
+child = subprocess.Popen(['sleep', '120'])
+open(os.environ['PIDS'], 'w').write(f'{os.getpid()} {child.pid}')
+time.sleep(120)
+"""
+
+
+def test_runner_and_its_children_die_when_the_launcher_is_killed(tmp_path):
+    """kill -9 of the launcher: the kernel kills its runner (PR_SET_PDEATHSIG), so no
+    orphan measures beside the next cell; the cell has no result, so it reruns."""
+    pids = tmp_path / "pids"
+    out = tmp_path / "cells" / "c.json"
+    proc = start_launcher(one_cell(), out, fake_python(tmp_path, SLEEPER),
+                          env={"PIDS": str(pids)})
+    assert wait_for(pids.exists), proc.stderr.read()
+    time.sleep(0.2)
+    runner, _ = map(int, pids.read_text().split())
+    proc.kill()
+    proc.wait()
+    assert wait_for(lambda: not alive(runner), 5), "the runner outlived its launcher"
+    assert not out.exists()
+
+
+def test_launcher_and_runner_die_when_the_process_running_the_job_is_killed(tmp_path):
+    """kill -9 of Snakemake itself: the job's shell execs the launcher, so the launcher's
+    parent is the Snakemake process; the kernel ends the launcher (SIGTERM), which ends its
+    runner's group. Here a plain Python process stands in for Snakemake."""
+    pids = tmp_path / "pids"
+    out = tmp_path / "c.json"
+    cell = one_cell()
+    python = fake_python(tmp_path, SLEEPER)
+    job = (f"import subprocess, sys; subprocess.Popen([sys.executable, '-m', "
+           f"'dlbench.launch', '--cell', {json.dumps(json.dumps(cell))}, '--output', "
+           f"{str(out)!r}, '--python', {python!r}]).wait()")
+    parent = subprocess.Popen([sys.executable, "-c", job],
+                              env={**os.environ, "PYTHONPATH": SRC, "PIDS": str(pids)})
+    assert wait_for(pids.exists)
+    time.sleep(0.2)
+    runner, grandchild = map(int, pids.read_text().split())
+    launcher = int(Path(f"/proc/{runner}/stat").read_text().split(") ")[1].split()[1])
+    parent.kill()
+    parent.wait()
+    assert wait_for(lambda: not any(map(alive, (launcher, runner, grandchild))), 5)
+    assert not out.exists()
+
+
+def test_sigterm_to_the_launcher_ends_the_runners_whole_group(tmp_path):
+    """Snakemake stops a job with a signal: the runner's children go too."""
+    pids = tmp_path / "pids"
+    out = tmp_path / "c.json"
+    proc = start_launcher(one_cell(), out, fake_python(tmp_path, SLEEPER),
+                          env={"PIDS": str(pids)})
+    assert wait_for(pids.exists), proc.stderr.read()
+    time.sleep(0.2)
+    runner, grandchild = map(int, pids.read_text().split())
+    proc.terminate()
+    proc.wait()
+    assert wait_for(lambda: not alive(runner) and not alive(grandchild), 5)
+    assert not out.exists()
+
+
+def test_a_result_written_late_by_an_escaped_process_is_never_accepted(tmp_path):
+    """A runner whose process escapes (its own session) and writes an 'ok' result after the
+    launcher has recorded the cell: the late write lands on the launcher's private staging
+    name, never on the cell's result, and the next launch removes it."""
+    cell = one_cell()
+    late_ok = R.finish(R.new_result(kind="model", cell=cell["params"], study=cell["study"],
+                                    cell_id=cell["cell_id"]), "ok")
+    python = fake_python(tmp_path, f"""
+if os.fork() == 0:
+    os.setsid()
+    time.sleep(1.0)
+    open(OUT, 'w').write({json.dumps(json.dumps(late_ok))})
+    os._exit(0)
+sys.exit(3)
+""")
+    out = tmp_path / "c.json"
+    launch.launch(cell, out, python)
+    assert R.read(out)["status"] == "failed"
+    time.sleep(1.5)
+    assert R.read(out)["status"] == "failed"  # the escaped process wrote elsewhere
+    assert list(tmp_path.glob(".c.json.*.running"))
+    launch.launch(cell, out, fake_python(tmp_path, "sys.exit(4)", "python2"))
+    assert not list(tmp_path.glob(".c.json.*.running"))
+
+
+def test_a_hung_runner_is_stopped_after_timeout_s_with_its_whole_group(tmp_path):
+    pids = tmp_path / "pids"
+    out = tmp_path / "c.json"
+    os.environ["PIDS"] = str(pids)
+    try:
+        launch.launch(one_cell(), out, fake_python(tmp_path, SLEEPER), timeout_s=1.5)
+    finally:
+        del os.environ["PIDS"]
+    res = R.read(out)
+    assert res["status"] == "failed"
+    assert res["error"].startswith("timed out after 1.5 s")
+    runner, grandchild = map(int, pids.read_text().split())
+    assert wait_for(lambda: not alive(runner) and not alive(grandchild), 5)
+
+
+def test_a_runner_killed_by_a_signal_is_named_by_it(tmp_path):
+    """A truncated memory-mapped file ends a runner with SIGBUS: the row says so."""
+    out = tmp_path / "c.json"
+    launch.launch(one_cell(), out, fake_python(
+        tmp_path, "print('reading data.mdb', file=sys.stderr)\n"
+                  "os.kill(os.getpid(), signal.SIGBUS)\n"))
+    res = R.read(out)
+    assert res["status"] == "failed"
+    assert "killed by SIGBUS (Bus error)" in res["error"]
+    assert "reading data.mdb" in res["error"]
+
+
+def test_a_result_for_another_cell_is_not_accepted(tmp_path):
+    cell = one_cell()
+    other = R.finish(R.new_result(kind="model", cell=cell["params"], study=cell["study"],
+                                  cell_id="pytorch_someone_else"), "ok")
+    out = tmp_path / "c.json"
+    launch.launch(cell, out, fake_python(
+        tmp_path, f"open(OUT, 'w').write({json.dumps(json.dumps(other))})\n"))
+    res = R.read(out)
+    assert res["status"] == "failed" and res["cell_id"] == cell["cell_id"]
+    assert "pytorch_someone_else" in res["error"]
+
+
+def test_exit_words_name_signals_and_codes():
+    assert subproc.exit_words(3) == "exited with code 3"
+    assert subproc.exit_words(-signal.SIGKILL).startswith("killed by SIGKILL")
+    assert subproc.exit_words(-200) == "killed by signal 200"
+
+
+def test_oom_kill_count_is_read_from_cgroup_v1_and_v2_files(tmp_path):
+    v2 = tmp_path / "v2"
+    (v2 / "job" / "step").mkdir(parents=True)
+    (v2 / "job" / "memory.events").write_text("low 0\nhigh 0\nmax 4\noom 2\noom_kill 2\n")
+    # The innermost cgroup has no memory files here (not delegated): its parent counts.
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    assert oom_kills._count(v2 / "job") == 2
+    dirs = oom_kills._cgroup_dirs("0::/job/step\n", v2)
+    assert dirs == [v2 / "job" / "step", v2 / "job", v2]
+    v1 = tmp_path / "v1"
+    (v1 / "memory" / "a").mkdir(parents=True)
+    (v1 / "memory" / "a" / "memory.oom_control").write_text(
+        "oom_kill_disable 0\nunder_oom 0\noom_kill 7\n")
+    dirs = oom_kills._cgroup_dirs("4:memory:/a\n3:cpu:/\n", v1)
+    assert dirs[0] == v1 / "memory" / "a" and oom_kills._count(dirs[0]) == 7
+    assert oom_kills.rose(1, 2) and not oom_kills.rose(None, 2) and not oom_kills.rose(2, 2)
+
+
+@contextlib.contextmanager
+def memory_cgroup(limit_bytes: int):
+    """A child memory cgroup with a limit (needs root and a writable memory controller)."""
+    text = Path("/proc/self/cgroup").read_text()
+    base = None
+    for line in text.splitlines():
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if "memory" in controllers.split(","):
+            base = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+        elif hierarchy == "0" and controllers == "" and base is None:
+            base = Path("/sys/fs/cgroup") / path.lstrip("/")
+    folder = base / f"dlbench-test-{os.getpid()}" if base else None
+    try:
+        folder.mkdir()
+    except (OSError, AttributeError) as exc:
+        pytest.skip(f"cannot make a memory cgroup here ({exc}): the OOM-killer path is "
+                    "not exercised on this machine")
+    try:
+        for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "memory.max",
+                     "memory.swap.max"):
+            if (folder / name).exists():
+                (folder / name).write_text(str(limit_bytes if "swap" not in name else 0))
+        yield folder
+    finally:
+        for _ in range(50):
+            try:
+                folder.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+def test_a_runner_killed_by_the_oom_killer_is_an_oom_row(tmp_path):
+    """A real OOM kill: the launcher and its runner in a memory cgroup of 300 MB, the
+    runner touching 2 GB."""
+    out = tmp_path / "c.json"
+    python = fake_python(tmp_path, "b = bytearray(2 * 1024**3)\nb[::4096] = b'x' * len(b[::4096])\n")
+    with memory_cgroup(300 * 1024**2) as folder:
+        procs = folder / "cgroup.procs"
+
+        def join() -> None:
+            procs.write_text(str(os.getpid()))
+
+        proc = start_launcher(one_cell(), out, python, preexec_fn=join)
+        _, stderr = proc.communicate(timeout=120)
+    res = R.read(out)
+    assert res["status"] == "oom", stderr
+    assert "out-of-memory killer" in res["error"]
+
+
+def test_a_full_disk_is_named_in_one_line(tmp_path):
+    """A 1 MB tmpfs filled up: the launcher cannot write the cell's result and says 'No
+    space left on device' (the job fails; Snakemake shows the line)."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs",
+                                            str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root): a real ENOSPC is not "
+                    "exercised on this machine")
+    try:
+        with contextlib.suppress(OSError):
+            (mount / "filler").write_bytes(b"\0" * (2 * 1024**2))
+        proc = start_launcher(one_cell(), mount / "c.json",
+                              fake_python(tmp_path, "sys.exit(1)"))
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+    assert proc.returncode == 1
+    assert "No space left on device (ENOSPC)" in stderr.strip().splitlines()[-1]
+
+
+def test_side_files_are_named_after_the_cell_not_its_staging_name(tmp_path):
+    """The monitor's series of a runner writing to its staging name lands beside the
+    cell's result under the result's own stem."""
+    from dlbench import monitor, staging
+
+    staged = staging.staging_path(tmp_path / "cell.json", pid=42)
+    assert staged.name == ".cell.json.42.running"
+    assert staging.final_path(staged) == tmp_path / "cell.json"
+    assert monitor.series_path(staged).name.startswith("cell.monitor.")
