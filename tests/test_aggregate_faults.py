@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pyarrow.parquet as pq
 import pytest
 
-from dlbench import aggregate
+from dlbench import aggregate, atomic
 from dlbench import result as R
 
 SCRIPT = Path(__file__).resolve().parents[1] / "workflow" / "scripts" / "aggregate.py"
@@ -137,7 +137,7 @@ def test_identity_is_checked_only_where_the_path_gives_one(tmp_path):
 
 
 def test_moving_aside_never_replaces_an_earlier_file(tmp_path, monkeypatch):
-    monkeypatch.setattr(aggregate, "_stamp", lambda: "20250101T000000Z")
+    monkeypatch.setattr(atomic, "_stamp", lambda: "20250101T000000Z")
     path = cell_path(tmp_path, "B")
     moved = []
     for text in ("first", "second", "third"):
@@ -172,7 +172,7 @@ def test_a_full_disk_keeps_the_previous_table_and_names_the_file(tmp_path, monke
     aggregate.write([good], parquet, csv)
     before = parquet.read_bytes(), csv.read_bytes()
     monkeypatch.setattr(type(aggregate.SCHEMA.empty_table().to_pandas()), "to_csv", enospc)
-    with pytest.raises(aggregate.WriteError) as info:
+    with pytest.raises(atomic.WriteError) as info:
         aggregate.write([good, good], parquet, csv)
     assert info.value.errno == errno.ENOSPC
     assert str(info.value) == (f"[Errno 28] {csv}: No space left on device; the previous "

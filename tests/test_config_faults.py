@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from dlbench import atomic, study, workflow_support
 from dlbench import result as R
-from dlbench import study, workflow_support
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -135,7 +135,7 @@ def test_results_to_retry_are_the_recorded_failures_and_are_set_aside_kept(tmp_p
     (path,) = workflow_support.results_to_retry(cells, ("failed",))
     assert path == workflow_support.result_path(cells[1])
     assert len(workflow_support.results_to_retry(cells, ("failed", "oom"))) == 2
-    kept = workflow_support.set_aside(path, "retried")
+    kept = atomic.set_aside(path, "retried")
     assert not path.exists() and kept.parent == path.parent / "retried"
     assert json.loads(kept.read_text())["status"] == "failed"
 

@@ -13,11 +13,9 @@ the cell again on its next run (nothing is deleted).
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import json
-import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ import pyarrow.parquet as pq
 
 from dlbench import atomic, axes
 from dlbench import result as R
+from dlbench.atomic import writing
 from dlbench.stats import SUMMARY_KEYS
 
 # Cell axes that become columns (model cells and operator cells; absent ones are null),
@@ -147,25 +146,6 @@ class InvalidResult(ValueError):
     """Why one result file cannot become rows, in one line (the caller names the file)."""
 
 
-class WriteError(OSError):
-    """A file of the table or report could not be written (a full disk): one line naming
-    it and saying that what was there before is left as it was."""
-
-
-@contextlib.contextmanager
-def writing(target: str | Path, kept: str = "the previous version is left as it was"
-            ) -> Iterator[None]:
-    """Turn an OSError raised in the block into a WriteError naming ``target``: the
-    writers' own errors (pyarrow's, a bare ENOSPC) often do not say which file."""
-    try:
-        yield
-    except WriteError:
-        raise  # an inner block already named its file
-    except OSError as exc:
-        reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
-        raise WriteError(exc.errno, f"{target}: {reason}; {kept}") from exc
-
-
 def _one_line(text: str) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= MAX_PROBLEM_CHARS else text[:MAX_PROBLEM_CHARS - 1] + "…"
@@ -223,40 +203,20 @@ def table_of_rows(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=SCHEMA)
 
 
-def table_of(path: str | Path) -> pa.Table:
+def rows_of_file(path: str | Path) -> list[dict[str, Any]]:
     """The rows of one result file; InvalidResult when it cannot give them."""
     res = load(path)
     try:
-        rows = rows_of(res, str(path))
+        return rows_of(res, str(path))
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         # The schema leaves extra and most of environment open: a value of another shape.
         raise InvalidResult(_one_line(f"cannot be tabulated ({type(exc).__name__}: {exc})")
                             ) from None
-    return table_of_rows(rows)
-
-
-def _stamp() -> str:
-    """The UTC time in a file name: when a file was set aside, sortable."""
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
 def move_aside(path: str | Path) -> Path:
-    """Move ``path`` into invalid/<stem>.<UTC stamp>.json beside it and return where.
-    A hard link then an unlink rather than a rename: the link never replaces a file set
-    aside earlier under the same name (a rename would, silently)."""
-    path = Path(path)
-    folder = path.parent / INVALID_DIR
-    folder.mkdir(exist_ok=True)
-    stamp = _stamp()
-    for n in range(1000):
-        target = folder / f"{path.stem}.{stamp}{f'.{n}' if n else ''}{path.suffix}"
-        try:
-            os.link(path, target)
-        except FileExistsError:
-            continue
-        path.unlink()
-        return target
-    raise FileExistsError(f"{folder}: no free name for {path.name} at {stamp}")
+    """Move an invalid result into invalid/ beside it (``atomic.set_aside``)."""
+    return atomic.set_aside(path, INVALID_DIR)
 
 
 def invalid_row(path: str | Path, problem: str, move: bool) -> dict[str, Any]:
@@ -280,14 +240,22 @@ def invalid_row(path: str | Path, problem: str, move: bool) -> dict[str, Any]:
 
 def build_table(paths: Iterable[str | Path], *, move_invalid: bool = False) -> pa.Table:
     """One table of every result file; an invalid one gives a failed row (``invalid_row``)."""
-    tables = []
+    files: list[tuple[str | Path, list[dict[str, Any]]]] = []
     for path in paths:
         try:
-            tables.append(table_of(path))
+            files.append((path, rows_of_file(path)))
+        except InvalidResult as exc:
+            files.append((path, [invalid_row(path, str(exc), move_invalid)]))
+    try:  # all rows at once: a table per file would cost some 2 ms a file
+        return table_of_rows([row for _, rows in files for row in rows])
+    except InvalidResult:
+        pass  # a value no column can hold: find the files that hold one
+    tables = []
+    for path, rows in files:
+        try:
+            tables.append(table_of_rows(rows))
         except InvalidResult as exc:
             tables.append(table_of_rows([invalid_row(path, str(exc), move_invalid)]))
-    if not tables:
-        return SCHEMA.empty_table()
     return pa.concat_tables(tables).combine_chunks()
 
 

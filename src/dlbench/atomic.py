@@ -10,7 +10,10 @@ created when missing.
 - ``write_text`` / ``write_bytes``: a whole file from memory;
 - ``temp_path``: a path for writers that want a file name (``pyarrow.parquet.write_table``,
   ``DataFrame.to_csv``, ``csv.writer`` on an ``open``);
-- ``prepared_dir``: a whole folder (a dataset), swapped in for the previous one.
+- ``prepared_dir``: a whole folder (a dataset), swapped in for the previous one;
+- ``set_aside``: a file moved out of its place into a folder beside it, never replacing
+  one set aside earlier (an invalid result, a failed one run again);
+- ``writing``: an OSError of a writer said as ``WriteError``, naming the file.
 
 What lands has the mode a plain ``open()`` or ``mkdir()`` would give it: files
 ``0666 & ~umask``, folders ``0777 & ~umask``, even where the writer of a ``temp_path``
@@ -26,6 +29,7 @@ hand-written temp-file-and-rename anywhere else in ``src/``.
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import functools
 import os
 import secrets
@@ -33,7 +37,8 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["prepared_dir", "temp_path", "write_bytes", "write_text"]
+__all__ = ["WriteError", "prepared_dir", "set_aside", "temp_path", "write_bytes",
+           "write_text", "writing"]
 
 
 def _temp_name(target: Path, kind: str = "tmp") -> Path:
@@ -161,3 +166,46 @@ def prepared_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+
+
+class WriteError(OSError):
+    """A file could not be written (a full disk): one line naming it and saying that what
+    was there before is left as it was."""
+
+
+@contextlib.contextmanager
+def writing(target: str | os.PathLike[str],
+            kept: str = "the previous version is left as it was") -> Iterator[None]:
+    """Turn an OSError raised in the block into a WriteError naming ``target``: the
+    writers' own errors (pyarrow's, a bare ENOSPC) often do not say which file."""
+    try:
+        yield
+    except WriteError:
+        raise  # an inner block already named its file
+    except OSError as exc:
+        reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
+        raise WriteError(exc.errno, f"{target}: {reason}; {kept}") from exc
+
+
+def _stamp() -> str:
+    """The UTC time in a file name: when a file was set aside, sortable."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def set_aside(path: str | os.PathLike[str], folder: str) -> Path:
+    """Move ``path`` into ``folder``/<stem>.<UTC stamp>.<suffix> beside it and return where.
+    A hard link then an unlink rather than a rename: the link never replaces a file set
+    aside earlier under the same name (a rename would, silently)."""
+    path = Path(path)
+    holder = path.parent / folder
+    holder.mkdir(exist_ok=True)
+    stamp = _stamp()
+    for n in range(1000):
+        target = holder / f"{path.stem}.{stamp}{f'.{n}' if n else ''}{path.suffix}"
+        try:
+            os.link(path, target)
+        except FileExistsError:
+            continue
+        path.unlink()
+        return target
+    raise FileExistsError(f"{holder}: no free name for {path.name} at {stamp}")

@@ -113,14 +113,14 @@ def take_staged(path: Path) -> bytes | None:
     return data
 
 
-def accepted_result(data: bytes | None, cell: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
-    """The runner's result if it is valid and is this cell's; else None and why not."""
+def accepted_result(data: bytes | None, cell: dict[str, Any],
+                    where: str = "result") -> tuple[dict[str, Any] | None, str]:
+    """The runner's result (``data``, read from ``where``) if it is valid and is this
+    cell's; else None and why not."""
     if data is None:
         return None, ""
     try:
-        res = json.loads(data)
-        if not isinstance(res, dict) or res.get("schema_version") != R.SCHEMA_VERSION:
-            raise ValueError(f"not a dlbench result of schema version {R.SCHEMA_VERSION}")
+        res = R.loads(data, where)
         R.validate(res)
     except (UnicodeDecodeError, ValueError) as exc:
         return None, f"the runner wrote an invalid result ({exc})"
@@ -177,7 +177,7 @@ def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None
         record_launch_failure(cell, output, f"dlbench.launch: {exc}")
         print(f"dlbench.launch: {exc}", file=sys.stderr)
         return 1
-    res, invalid = (None, "") if ran.timed_out else accepted_result(taken[0], cell)
+    res, invalid = (None, "") if ran.timed_out else accepted_result(taken[0], cell, staged.name)
     if res is not None:
         R.write(res, output)
         return ran.rc

@@ -139,12 +139,18 @@ def write(result: dict[str, Any], path: str | os.PathLike[str]) -> None:
     write_atomic(path, json.dumps(result, indent=1, sort_keys=False, allow_nan=False) + "\n")
 
 
-def read(path: str | os.PathLike[str]) -> dict[str, Any]:
+def loads(text: str | bytes, where: str | os.PathLike[str]) -> dict[str, Any]:
+    """A result document from its text; ValueError (a UnicodeDecodeError for bytes that
+    are not UTF-8) naming ``where`` when it is not one."""
     try:
-        with open(path) as handle:
-            data = json.load(handle)
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not a JSON result file ({exc.msg} at line {exc.lineno})") from None
+        raise ValueError(f"{where}: not a JSON result file ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"{path}: not a dlbench result of schema version {SCHEMA_VERSION}")
+        raise ValueError(f"{where}: not a dlbench result of schema version {SCHEMA_VERSION}")
     return data
+
+
+def read(path: str | os.PathLike[str]) -> dict[str, Any]:
+    with open(path) as handle:
+        return loads(handle.read(), path)

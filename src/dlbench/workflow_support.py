@@ -5,14 +5,13 @@ running workflow; what touches Snakemake itself stays there, one function each.
 
 from __future__ import annotations
 
-import datetime
 import json
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dlbench import atomic, cpu, kinds, launch, study
+from dlbench import cpu, kinds, launch, study
 
 
 class WorkflowConfigError(ValueError):
@@ -125,16 +124,6 @@ def results_to_retry(cells: Iterable[study.Cell], statuses: Iterable[str]) -> li
         if status in wanted:
             paths.append(path)
     return paths
-
-
-def set_aside(path: Path, why: str) -> Path:
-    """Move a result out of its cell's way, into ``<its folder>/<why>/<name>.<UTC time>.json``
-    (copied, then removed): the cell runs again and the old record is kept."""
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-    target = path.parent / why / f"{path.stem}.{stamp}{path.suffix}"
-    atomic.write_bytes(target, path.read_bytes())
-    path.unlink()
-    return target
 
 
 def result_path(cell: study.Cell) -> Path:

@@ -13,6 +13,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
+from dlbench import atomic as dlbench_atomic
 from dlbench import cpu as dlbench_cpu
 from dlbench import frameworks as dlbench_frameworks
 from dlbench import gpus as dlbench_gpus
@@ -98,7 +99,7 @@ def _retry_recorded_outcomes():
         print(f"dlbench: retry_failed: would run {words} again", file=sys.stderr)
         return
     for path in paths:
-        support.set_aside(path, "retried")
+        dlbench_atomic.set_aside(path, "retried")
     print(f"dlbench: retry_failed: running {words} again", file=sys.stderr)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import signal
 import sys
 from collections.abc import Sequence
 
@@ -151,15 +150,6 @@ def _missing_interpreter(python: str) -> str:
             + (f": {reason}" if reason else " (no such executable; make mxnet-env builds it)"))
 
 
-def _exit_words(rc: int) -> str:
-    if rc >= 0:
-        return f"exited with code {rc}"
-    try:
-        return f"killed by {signal.Signals(-rc).name}"
-    except ValueError:
-        return f"killed by signal {-rc}"
-
-
 def _in_interpreter(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Convert in ``args.python`` (a subprocess, its output passed through). A child that
     fails without recording why (it crashed, or bad input without --record-failure)
@@ -174,7 +164,7 @@ def _in_interpreter(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return 0
     if not args.record_failure:
         return rc if rc > 0 else 1
-    line = subproc.last_error_line(tail) or _exit_words(rc)
+    line = subproc.last_error_line(tail) or subproc.exit_words(rc)
     raise DatasetError(f"{args.python} -m dlbench.datasets recordio: {line}")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench import atomic
-from dlbench.aggregate import WriteError, writing
+from dlbench.atomic import WriteError, writing
 from dlbench.report import export
 
 __all__ = ["CHARTS_DIR", "INDEX", "WriteError", "publish", "write_file"]
