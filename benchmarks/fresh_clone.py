@@ -3,7 +3,7 @@
     python benchmarks/fresh_clone.py --out results/benchmarks/fresh_clone.json \
         [--python python3.12] [--test]
 
-Clones this repository's HEAD into a new folder, runs ``make setup mxnet-env`` (set-up:
+Clones this repository's HEAD into a new folder, runs ``make environments`` (set-up:
 both environments; pip's cache is used as on any machine that installed before), then
 ``make run`` (the default study and its report), and with ``--test`` also ``make test``.
 It records each command's wall time, the cells' own wall times from the Parquet (sum, and
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             text=True).stdout.strip(),
         "python": f"{args.python} ({python})", "machine": platform.machine(),
         "cpu": info.as_dict() if info else None, "cpus": os.cpu_count(), "steps": {}}
-    steps = [("setup", ["make", f"PYTHON={args.python}", "setup", "mxnet-env"]),
+    steps = [("setup", ["make", f"PYTHON={args.python}", "environments"]),
              ("run", ["make", f"PYTHON={args.python}", "run"])]
     if args.test:
         steps.append(("test", ["make", f"PYTHON={args.python}", "test"]))

@@ -36,8 +36,13 @@ EVERY_AXIS = {
 }
 
 
+# The default study as the first release shipped it: config/config.yaml itself has since
+# lost cells (to keep `make run` short), and a smaller grid proves less.
+FROZEN = {"config/config.yaml": "tests/data/cell_ids/config.v1.yaml"}
+
+
 def shipped(path):
-    cfg = yaml.safe_load((ROOT / path).read_text())
+    cfg = yaml.safe_load((ROOT / FROZEN.get(path, path)).read_text())
     for spec in cfg["studies"].values():
         spec.pop("precisions", None)  # every cell, whatever this CPU computes natively
     for spec in (cfg.get("datasets") or {}).values():

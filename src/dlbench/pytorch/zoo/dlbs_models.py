@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torchvision.models.resnet import Bottleneck, ResNet
 
 from dlbench.models import ModelSpec
 from dlbench.pytorch.zoo import BuiltModel
@@ -165,7 +164,14 @@ RESNET_UNITS = {"resnet200": [3, 24, 36, 3], "resnet269": [3, 30, 48, 8]}
 
 
 def _resnet(units: list[int]) -> Callable[[int], nn.Module]:
-    return lambda num_classes: ResNet(Bottleneck, units, num_classes=num_classes)
+    def build(num_classes: int) -> nn.Module:
+        # Imported here: torchvision pulls in torch._dynamo (about 2 s per process), which
+        # the cells of the fully-connected models below would pay for nothing.
+        from torchvision.models.resnet import Bottleneck, ResNet
+
+        return ResNet(Bottleneck, units, num_classes=num_classes)
+
+    return build
 
 
 # Fully-connected nets ------------------------------------------------------------------------
