@@ -3,6 +3,8 @@
 set -u
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# A C++ compiler: torch.compile's inductor generates C++ for the CPU.
+command -v g++ >/dev/null 2>&1 || need+=(g++)
 # A real single-node Slurm for the cluster tests.
 command -v slurmctld >/dev/null 2>&1 || need+=(slurmctld slurmd slurm-client munge)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi

@@ -586,3 +586,32 @@ def test_charts_draw_in_headless_chromium(report, tmp_path):
     with Image.open(shot) as image:
         colours = image.convert("RGB").getcolors(maxcolors=1_000_000)
         assert colours is None or len(colours) > 200, "screenshot looks blank"
+
+
+def test_compile_speedup_is_over_eager_of_the_same_cell_and_precisions_stay_apart(tmp_path):
+    """Execution modes are series of their own: the precision speed-up compares float16
+    with float32 of the same mode, and the compile speed-up each mode with eager."""
+    results = []
+    for mode, faster in (("eager", 1.0), ("inductor", 1.5)):
+        for precision in ("float32", "float16"):
+            cell = model_cell("resnet50", "training", precision, 64, compile=mode,
+                              memory_format="contiguous")
+            res = model_result("modes", cell)
+            res["cell_id"] = f"{cell_id_of(cell)}_{mode}"
+            (m,) = res["measurements"]
+            res["measurements"] = [R.measurement(
+                name=m["name"], pass_=m["pass"], times_s=[t / faster for t in m["times_s"]],
+                items_per_iteration=64,
+                extra={"compile": {"mode": mode, "compile_time_s": 12.5}} if faster > 1 else {})]
+            results.append(res)
+    frame = load(write_parquet(tmp_path, results))
+    models = model_charts.model_frame(frame)
+    assert sorted(set(models["mode"])) == ["eager", "inductor"]
+    compiled = model_charts.compile_speedup_frame(models)
+    assert sorted(compiled["precision"]) == ["float16", "float32"]
+    assert compiled["speedup"].tolist() == pytest.approx([1.5, 1.5])
+    assert compiled["compile_time_s"].tolist() == [12.5, 12.5]
+    precision = model_charts.speedup_frame(models)
+    assert precision["speedup"].tolist() == pytest.approx([2.0, 2.0])
+    (part,) = [s for s in sections(frame) if s.id == "execution"]
+    assert [b.name for b in part.blocks] == ["compile-speedup"]

@@ -52,6 +52,33 @@ MONITOR_COLUMNS: list[tuple[str, pa.DataType]] = [
 ]
 
 
+# Execution mode and numerical sanity of a model cell (result extra "compile", "accuracy",
+# "last_loss"; dlbench.pytorch.execution and .accuracy). inaccurate is null when unchecked.
+EXECUTION_COLUMNS: list[tuple[str, pa.DataType]] = [
+    ("compile_time_s", pa.float64()), ("graph_breaks", pa.int64()),
+    ("recompilations", pa.int64()), ("recompiled_in_measurement", pa.bool_()),
+    ("inductor_cache_warm", pa.bool_()),
+    ("accuracy_cosine", pa.float64()), ("accuracy_max_rel_error", pa.float64()),
+    ("inaccurate", pa.bool_()), ("last_loss", pa.float64()), ("loss_finite", pa.bool_()),
+]
+
+
+def execution_values(extra: dict[str, Any]) -> dict[str, Any]:
+    comp = extra.get("compile") or {}
+    acc = extra.get("accuracy") or {}
+    checked = "ok" in acc
+    return {
+        "compile_time_s": comp.get("compile_time_s"), "graph_breaks": comp.get("graph_breaks"),
+        "recompilations": comp.get("recompilations"),
+        "recompiled_in_measurement": (bool(comp.get("recompiled_in_measurement"))
+                                      if comp else None),
+        "inductor_cache_warm": comp.get("inductor_cache_warm"),
+        "accuracy_cosine": acc.get("cosine"), "accuracy_max_rel_error": acc.get("max_rel_error"),
+        "inaccurate": (not acc["ok"]) if checked else None,
+        "last_loss": extra.get("last_loss"), "loss_finite": extra.get("loss_finite"),
+    }
+
+
 def build_schema() -> pa.Schema:
     """The table's columns (a function: its cell columns follow the axis table)."""
     return pa.schema(
@@ -69,6 +96,7 @@ def build_schema() -> pa.Schema:
             ("flops_per_iteration", pa.float64()), ("tflops", pa.float64()),
             ("bytes_per_iteration", pa.float64()), ("gbps", pa.float64()),
             ("data_wait_s", pa.float64()), ("compute_s", pa.float64()),
+            *EXECUTION_COLUMNS,
             *MONITOR_COLUMNS,
             ("wall_time_s", pa.float64()), ("started_at", pa.string()), ("finished_at", pa.string()),
             *ENV_COLUMNS,
@@ -129,6 +157,7 @@ def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
             "flops_per_iteration": m.get("flops_per_iteration"), "tflops": m.get("tflops"),
             "bytes_per_iteration": m.get("bytes_per_iteration"), "gbps": m.get("gbps"),
             "data_wait_s": m.get("data_wait_s"), "compute_s": m.get("compute_s"),
+            **execution_values(extra),
             **monitor_values(extra),
             "times_s": m["times_s"], "extra": _json(extra),
         })

@@ -88,6 +88,9 @@ class Axis:
     # says no. ``False`` keeps the value in such cells, as the first release did for a few
     # PyTorch-only axes: their ids must not change.
     blank_unused: bool = True
+    # A value other than the default for a framework without the axis is a config error
+    # naming the pair (MXNet has no compile modes), instead of being ignored.
+    refuse_unused: bool = False
     applies: Callable[[Mapping[str, Any]], bool] | None = None
     # Runner (framework name, or "ops") -> its flag; "*": every model runner without its own
     # entry (DLBS's spelling, which a new framework's runner takes as it is).
@@ -134,6 +137,9 @@ _KV_STORES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_
 _DATA_BACKENDS = ("caffe_lmdb", "image_folder")
 _EXEC_MODES = ("discrete", "continuous", "continuous_events")
 _EVERY = ("*",)
+COMPILE_MODES = ("eager", "inductor", "inductor-reduce-overhead", "inductor-max-autotune",
+                 "cudagraphs")
+MEMORY_FORMATS = ("contiguous", "channels_last")
 
 
 def _dlbs(option: str, style: str = "value", runners: Iterable[str] = _EVERY,
@@ -185,6 +191,15 @@ TABLE: tuple[Axis, ...] = (
          help="time the input pipeline alone (DLBS's --data_loader_only)"),
     Axis("kv_store", str, "device", choices=_KV_STORES, frameworks=("mxnet",),
          flags=_dlbs("--kv_store", runners=("mxnet",))),
+    # Execution modes (PyTorch): added after the first release, so at their defaults they
+    # leave ids unchanged. A framework without them refuses any other value (refuse_unused).
+    Axis("compile", str, "eager", choices=COMPILE_MODES, frameworks=("pytorch",),
+         refuse_unused=True, since=2, flags=_dlbs("--compile", runners=("pytorch",)),
+         help="eager, or torch.compile with inductor (default, reduce-overhead or "
+              "max-autotune mode), or CUDA graphs without inductor (cudagraphs, GPU only)"),
+    Axis("memory_format", str, "contiguous", choices=MEMORY_FORMATS, frameworks=("pytorch",),
+         refuse_unused=True, since=2, flags=_dlbs("--memory_format", runners=("pytorch",)),
+         help="the layout of the model's weights and 4-D inputs"),
     Axis("model_opts", dict, {}, flags=_dlbs("--model_opts", "json"), column=False,
          help="model options (the model's registry entry lists them)"),
     # Operator cells (PARAM's flags, seed 003).

@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -147,6 +148,26 @@ def runner_failure(ran: subproc.Ran, oom_before: int | None, timeout_s: float | 
     return "failed", f"{module}: {line or subproc.exit_words(ran.rc)}"
 
 
+# The environment variable inductor reads for its cache folder (dlbench.pytorch.execution).
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def compile_cache_env(cell: dict[str, Any], output: Path) -> dict[str, str]:
+    """A compiled cell's own inductor cache: results/cache/inductor/<host>/<study>/<cell>.
+    A rerun of the cell finds its own cache (its compile time is comparable, and recorded
+    as warm), and no cell's compilation shortens another's. A cache folder the user set
+    in the environment is kept."""
+    mode = (cell.get("params") or {}).get("compile")
+    if mode in (None, "eager") or os.environ.get(INDUCTOR_CACHE_ENV):
+        return {}
+    output = Path(output)
+    root = output.parents[2] if output.parent.name == "cells" and len(output.parents) > 2 \
+        else output.parent
+    folder = root / "cache" / "inductor" / socket.gethostname() / str(cell.get("study")) \
+        / str(cell["cell_id"])
+    return {INDUCTOR_CACHE_ENV: str(folder.resolve())}
+
+
 def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None = None,
            env: dict[str, str] | None = None, gpu_lock_dir: Path | None = None,
            runner_options: list[str] | None = None, timeout_s: float | None = None) -> int:
@@ -171,7 +192,8 @@ def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None
     try:
         with assigned_gpus(cell, gpu_lock_dir) as gpu_env:
             oom_before = oom_kills.count()
-            ran = subproc.supervised(cmd, env={**os.environ, **(env or {}), **gpu_env},
+            ran = subproc.supervised(cmd, env={**os.environ, **compile_cache_env(cell, output),
+                                               **(env or {}), **gpu_env},
                                      timeout_s=timeout_s, on_exit=take)
     except gpus.GpuAllocationError as exc:
         record_launch_failure(cell, output, f"dlbench.launch: {exc}")

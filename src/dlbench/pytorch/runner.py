@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -128,10 +129,57 @@ def count_flops(step: Callable[..., None], batch: Any) -> float | None:
     return float(total) if total else None
 
 
+def compile_warmup(mode: str, step: Callable[..., None], batches: Any,
+                   sync: Callable[[], None]) -> dict[str, Any]:
+    """The first compiled step (its wall time is the compile time) and more warm-up steps
+    until the step time is steady; what dynamo compiled meanwhile."""
+    from dlbench.pytorch import execution
+
+    cache = execution.cache_state()  # before compiling: was the cache warm?
+    compile_s = execution.first_step(step, next(batches), sync, mode, cellrun.is_oom)
+    first = execution.DynamoCounts.now()
+    settle_steps, steady = execution.settle(step, batches, sync)
+    counts = execution.DynamoCounts.now()
+    facts: dict[str, Any] = {
+        "mode": mode, "compile_time_s": compile_s, "graphs": counts.graphs,
+        "graph_breaks": counts.graph_breaks,
+        "recompilations": counts.frames - first.frames,
+        "extra_warmup_steps": settle_steps, "steady": steady,
+        "note": (f"warm-up extended by {settle_steps} steps until two steps took within "
+                 f"{execution.STEADY_TOLERANCE:.0%} of each other" if steady else
+                 f"the step time was not steady after {settle_steps} extra warm-up steps"),
+    }
+    if cache is not None:
+        facts["inductor_cache_dir"] = cache["dir"]
+        facts["inductor_cache_warm"] = cache["warm"]
+    return facts
+
+
+def accuracy_of(cell_module: Any, eager_module: Any, built: Any,
+                args: argparse.Namespace, mode: Any, device: Any) -> dict[str, Any]:
+    """The cell's output on one fixed batch against eager float32 (dlbench.pytorch.accuracy);
+    a check that cannot run says why instead of failing a measured cell."""
+    import torch
+
+    from dlbench.pytorch import accuracy, data, execution
+
+    if torch.distributed.is_initialized():
+        return {"checked": False, "why": "not checked in a data-parallel cell"}
+    # The measured batch size: a compiled model would compile again for another shape.
+    inputs, _ = next(data.synthetic(built, args.batch_size, device, torch.float32, seed=4321))
+    cell_inputs = inputs.to(mode.param_dtype) if inputs.is_floating_point() else inputs
+    (cell_inputs,) = next(execution.batches_in(iter([(cell_inputs,)]), args.memory_format))
+    try:
+        return accuracy.check(cell_module, eager_module, inputs, cell_inputs, mode.name,
+                              mode.autocast(device.type))
+    except Exception as exc:  # noqa: BLE001 (the measurement stands; say why unchecked)
+        return {"checked": False, "why": cellrun.one_line(exc)}
+
+
 def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     import torch
 
-    from dlbench.pytorch import data, distributed, precision, steps, zoo
+    from dlbench.pytorch import accuracy, data, distributed, execution, precision, steps, zoo
 
     topo = distributed.topology()
     if args.device == "gpu" and not torch.cuda.is_available():
@@ -153,7 +201,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     built = zoo.build(args.model, args.model_opts)
     if built.pure_precision:
         mode = precision.pure(mode)
-    model = built.module.to(device=device, dtype=mode.param_dtype)
+    eager_module = built.module.to(device=device, dtype=mode.param_dtype)
+    model = execution.to_memory_format(eager_module, args.memory_format)
     n_params = zoo.parameter_count(model)
     if args.data_dir:
         source, manifest = data.real(
@@ -167,6 +216,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     else:
         batches = data.synthetic(built, args.batch_size, device, mode.param_dtype,
                                  seed=topo.rank)
+    batches = execution.batches_in(batches, args.memory_format)
     sync = precision.synchronizer(device)
     items = args.batch_size * topo.world_size
     mon, hooks = phase_hooks(args, device, topo.rank)
@@ -185,19 +235,41 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     if topo.distributed:
         ids = [device.index] if device_type == "cuda" else None
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
-    if args.forward_only:
-        step = steps.inference_step(model, mode, device_type)
-    else:
-        step = steps.training_step(model, built, mode, device_type)
+
+    def make_step(module: torch.nn.Module) -> steps.Step:
+        if args.forward_only:
+            return steps.inference_step(module, mode, device_type)
+        return steps.training_step(module, built, mode, device_type)
 
     flops = None
-    if args.count_flops:
-        flops = count_flops(step, next(batches))
+    if args.count_flops:  # on the eager model: compiled or not, the arithmetic is the same
+        flops = count_flops(make_step(model), next(batches))
         sync()
+    extra = dict(built.facts)
+    # Compiled after DDP wraps the model, as PyTorch recommends for DDP with torch.compile.
+    cell_module = execution.compiled(model, args.compile)
+    step = make_step(cell_module)
+    if args.compile != "eager":
+        extra["compile"] = compile_warmup(args.compile, step, batches, sync)
+    before = execution.DynamoCounts.now()
     times, wait, compute = timed_loop(batches, step, sync, args.num_warmup_batches,
                                       args.num_batches, hooks=hooks)
     times = distributed.slowest_rank_times(times, device)
-    extra = dict(built.facts)
+    if args.compile != "eager":
+        recompiled = execution.DynamoCounts.now().frames - before.frames
+        extra["compile"]["recompilations_measured"] = recompiled
+        if recompiled:  # flagged, not hidden: those iterations include compiling
+            extra["compile"]["recompiled_in_measurement"] = True
+    last_loss = getattr(step, "last_loss", None)
+    if last_loss is not None:
+        value = float(last_loss)
+        extra["loss_finite"] = math.isfinite(value)
+        # JSON has no NaN: a non-finite loss is null, and its text says which.
+        extra["last_loss"] = value if extra["loss_finite"] else None
+        if not extra["loss_finite"]:
+            extra["last_loss_text"] = str(value)
+    if accuracy.wanted(mode.name, args.compile):
+        extra["accuracy"] = accuracy_of(cell_module, eager_module, built, args, mode, device)
     if device_type == "cuda":
         extra["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
     res["measurements"] = [R.measurement(

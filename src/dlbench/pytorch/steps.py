@@ -26,7 +26,7 @@ def make_optimizer(built: BuiltModel, params: Any) -> torch.optim.Optimizer:
     raise ValueError(f"unknown optimizer {built.optimizer!r}")
 
 
-def _logits(output: Any) -> torch.Tensor:
+def logits(output: Any) -> torch.Tensor:
     # Some models return a named tuple (e.g. with auxiliary heads); the first is the logits.
     if isinstance(output, torch.Tensor):
         return output
@@ -45,8 +45,8 @@ def training_step(model: torch.nn.Module, built: BuiltModel, mode: PrecisionMode
     def step(inputs: torch.Tensor, labels: torch.Tensor) -> None:
         optimizer.zero_grad(set_to_none=True)
         with mode.autocast(device_type):
-            logits = _logits(model(inputs))
-            loss = criterion(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+            out = logits(model(inputs))
+            loss = criterion(out.reshape(-1, out.shape[-1]), labels.reshape(-1))
         if scaler is not None:
             scaler.scale(loss).backward()
             scaler.step(optimizer)
@@ -54,7 +54,10 @@ def training_step(model: torch.nn.Module, built: BuiltModel, mode: PrecisionMode
         else:
             loss.backward()
             optimizer.step()
+        # A reference only (no copy, no synchronisation): read after the measured steps.
+        step.last_loss = loss
 
+    step.last_loss = None
     return step
 
 

@@ -18,7 +18,7 @@ PRECISION_ORDER = ("float64", "float32", "tf32", "bfloat16", "float16")
 PHASE_ORDER = ("training", "inference")
 STATUS_ORDER = ("ok", "oom", "failed", "skipped")
 # Model-cell axes besides model/phase/precision/batch that tell two series apart.
-VARIANT_AXES = ("framework", "device", "num_gpus", "data")
+VARIANT_AXES = ("framework", "mode", "device", "num_gpus", "data")
 
 
 class ReportError(ValueError):

@@ -43,6 +43,18 @@ def model_label(rows: pd.DataFrame) -> pd.Series:
     return label
 
 
+EAGER = "eager"
+
+
+def execution_mode(rows: pd.DataFrame) -> pd.Series:
+    """A cell's execution mode in words: its compile mode, and channels_last where set
+    ('eager' for cells without the axes: MXNet, and tables made before they existed)."""
+    compile_mode = rows.get("compile", pd.Series(index=rows.index, dtype=object))
+    layout = rows.get("memory_format", pd.Series(index=rows.index, dtype=object))
+    mode = compile_mode.fillna(EAGER).astype(str)
+    return mode.where(layout.fillna("contiguous") != "channels_last", mode + " · channels_last")
+
+
 def model_frame(frame: pd.DataFrame, *, paradnn: bool = False) -> pd.DataFrame:
     """Ok model measurements as chart rows; ParaDnn families apart (they have their section)."""
     rows = measured(frame, "model")
@@ -63,6 +75,8 @@ def model_frame(frame: pd.DataFrame, *, paradnn: bool = False) -> pd.DataFrame:
         "time_ms": rows["time_median_s"].astype(float) * 1e3,
         "tflops": rows["tflops"].astype(float),
         "framework": rows["framework"].fillna("?"),
+        "mode": execution_mode(rows),
+        "compile_time_s": rows.get("compile_time_s", pd.Series(index=rows.index, dtype=float)),
         "device": rows["device"].fillna("?"),
         "num_gpus": rows["num_gpus"].fillna(0).astype(int),
         "data": rows["data"].fillna("synthetic"),
@@ -151,7 +165,7 @@ def throughput_figure(models: pd.DataFrame) -> Figure | None:
 
 def framework_figure(models: pd.DataFrame) -> Figure | None:
     """Frameworks side by side where several ran the same model, batch and precision."""
-    keys = ["model", "phase", "precision", "batch_size", "device", "num_gpus", "data"]
+    keys = ["model", "phase", "precision", "batch_size", "mode", "device", "num_gpus", "data"]
     if models.empty or models["framework"].nunique() < 2:
         return None
     counts = models.groupby(keys)["framework"].transform("nunique")
@@ -178,16 +192,24 @@ def framework_figure(models: pd.DataFrame) -> Figure | None:
                   styled(chart))
 
 
-def speedup_frame(models: pd.DataFrame) -> pd.DataFrame:
-    """Throughput of each precision over float32 of the same model/phase/batch/device/framework."""
-    keys = ["model", "phase", "batch_size", "device", "framework", "num_gpus", "data"]
-    baseline = (models[models["precision"] == "float32"].groupby(keys, as_index=False)
-                ["throughput"].median().rename(columns={"throughput": "float32_throughput"}))
-    merged = models[models["precision"] != "float32"].merge(baseline, on=keys)
-    merged = merged[merged["float32_throughput"] > 0]
-    merged["speedup"] = merged["throughput"] / merged["float32_throughput"]
+def ratio_frame(models: pd.DataFrame, axis: str, baseline: str) -> pd.DataFrame:
+    """Throughput of each value of ``axis`` over ``baseline``'s median throughput for the
+    same cell otherwise (the baseline's throughput in ``<baseline>_throughput``)."""
+    keys = [k for k in ("model", "phase", "precision", "batch_size", "device", "framework",
+                        "mode", "num_gpus", "data") if k != axis]
+    reference = f"{baseline}_throughput"
+    base = (models[models[axis] == baseline].groupby(keys, as_index=False)["throughput"]
+            .median().rename(columns={"throughput": reference}))
+    merged = models[models[axis] != baseline].merge(base, on=keys)
+    merged = merged[merged[reference] > 0]
+    merged["speedup"] = merged["throughput"] / merged[reference]
     merged["label"] = merged["speedup"].map(lambda s: f"{s:.2f}×")
     return merged.reset_index(drop=True)
+
+
+def speedup_frame(models: pd.DataFrame) -> pd.DataFrame:
+    """Throughput of each precision over float32 of the same cell otherwise."""
+    return ratio_frame(models, "precision", "float32")
 
 
 def speedup_figure(models: pd.DataFrame) -> Figure | None:
@@ -196,7 +218,8 @@ def speedup_figure(models: pd.DataFrame) -> Figure | None:
     frame = speedup_frame(models)
     if frame.empty:
         return None
-    columns = ["model", "phase", *varying(frame, ("framework", "device", "num_gpus", "data"))]
+    columns = ["model", "phase",
+               *varying(frame, ("framework", "mode", "device", "num_gpus", "data"))]
     frame, panels = with_panel(frame, columns)
     precisions = ordered(frame["precision"])
     base = alt.Chart().encode(
@@ -223,6 +246,52 @@ def speedup_figure(models: pd.DataFrame) -> Figure | None:
     return Figure("precision-speedup", "Speed-up over float32",
                   "Throughput of each precision divided by float32 throughput for the same "
                   "model, phase, batch size, device and framework; the dashed line is parity.",
+                  styled(chart))
+
+
+def compile_speedup_frame(models: pd.DataFrame) -> pd.DataFrame:
+    """Throughput of each execution mode over eager of the same model, phase, precision,
+    batch, device and framework."""
+    return ratio_frame(models, "mode", EAGER)
+
+
+def compile_speedup_figure(models: pd.DataFrame) -> Figure | None:
+    if models.empty or models["mode"].nunique() < 2:
+        return None
+    frame = compile_speedup_frame(models)
+    if frame.empty:
+        return None
+    columns = ["model", "phase", "precision",
+               *varying(frame, ("framework", "device", "num_gpus", "data"))]
+    frame, panels = with_panel(frame, columns)
+    modes = ordered(frame["mode"])
+    base = alt.Chart().encode(
+        x=alt.X("batch_size:O", title="batch size", axis=alt.Axis(labelAngle=0), scale=BAND),
+        xOffset=alt.XOffset("mode:N", sort=modes),
+    )
+    bars = base.mark_bar(cornerRadiusEnd=2).encode(
+        y=alt.Y("speedup:Q", title="speed-up over eager (×)"),
+        color=alt.Color("mode:N", title="execution mode", sort=modes,
+                        scale=alt.Scale(scheme="tableau10")),
+        tooltip=model_tooltip(frame, [*([] if "mode" in varying(frame, VARIANT_AXES)
+                                        else [alt.Tooltip("mode:N")]),
+                                      alt.Tooltip("label:N", title="speed-up"),
+                                      alt.Tooltip("throughput:Q", format=",.1f"),
+                                      alt.Tooltip("eager_throughput:Q", format=",.1f",
+                                                  title="eager throughput"),
+                                      alt.Tooltip("compile_time_s:Q", format=",.1f",
+                                                  title="compile time (s)")]),
+    )
+    parity = alt.Chart().mark_rule(color=MUTED, strokeDash=[4, 3]).encode(y=alt.datum(1))
+    chart = alt.layer(bars, parity, data=frame).properties(
+        width=PANEL_WIDTH, height=PANEL_HEIGHT).facet(
+        facet=alt.Facet("panel:N", title=None, sort=panels), columns=facet_columns(len(panels)),
+    ).resolve_scale(xOffset="independent")
+    return Figure("compile-speedup", "Speed-up over eager",
+                  "Throughput of each execution mode (torch.compile mode, CUDA graphs, "
+                  "channels_last) divided by eager throughput for the same model, phase, "
+                  "precision, batch size, device and framework; compile time, measured apart "
+                  "from the iterations, is in the tooltip. The dashed line is parity.",
                   styled(chart))
 
 
