@@ -22,7 +22,8 @@ def test_pytorch_command_uses_the_seed_flags(tmp_path):
         "--model=deep_mnist", "--forward_only=true", "--dtype=bfloat16", "--batch_size=16",
         "--num_gpus=1", "--device=cpu", "--num_batches=7", "--num_warmup_batches=2",
         "--cudnn_benchmark=true", "--cudnn_fastest=true", "--data_shuffle=false",
-        "--num_loader_threads=4", "--data_loader_only=false",
+        "--num_loader_threads=4", "--data_loader_only=false", "--compile=eager",
+        "--memory_format=contiguous",
         f"--output={tmp_path / 'r.json'}", "--study=s", f"--cell_id={cell['cell_id']}"]
 
 

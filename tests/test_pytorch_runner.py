@@ -159,7 +159,14 @@ def test_paradnn_cells_run_wholly_in_the_low_precision(tmp_path):
         runner.run(args, res)
     finally:
         torch.nn.Linear.forward = original
-    assert seen and set(seen) == {(torch.bfloat16, torch.bfloat16)}
+    # After the measured steps, the accuracy check (dlbench.pytorch.accuracy) runs one
+    # forward through an eager float32 copy, then one through the cell's bfloat16 model.
+    reference = [i for i, s in enumerate(seen) if s == (torch.float32, torch.float32)]
+    assert reference == list(range(reference[0], reference[0] + len(reference)))
+    measured, check = seen[:reference[0]], seen[reference[-1] + 1:]
+    assert measured and set(measured) == {(torch.bfloat16, torch.bfloat16)}
+    assert check == [(torch.bfloat16, torch.bfloat16)] * len(reference)
+    assert res["measurements"][0]["extra"]["accuracy"]["ok"] is True
     (m,) = res["measurements"]
     phi = 16 * 16 * 1 + 16 * (8 + 4)
     assert m["extra"]["phi"] == phi

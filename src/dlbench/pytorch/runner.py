@@ -262,7 +262,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             extra["compile"]["recompiled_in_measurement"] = True
     last_loss = getattr(step, "last_loss", None)
     if last_loss is not None:
-        value = float(last_loss)
+        value = float(last_loss.detach())
         extra["loss_finite"] = math.isfinite(value)
         # JSON has no NaN: a non-finite loss is null, and its text says which.
         extra["last_loss"] = value if extra["loss_finite"] else None
