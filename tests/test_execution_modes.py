@@ -243,3 +243,34 @@ def test_channels_last_bfloat16_cell_records_its_layout_and_accuracy(tmp_path):
     acc = res["measurements"][0]["extra"]["accuracy"]
     assert acc["ok"] is True and 0.99 <= acc["cosine"] <= 1.0 + 1e-9
     assert acc["min_cosine"] == accuracy.TOLERANCES["bfloat16"][0]
+
+
+def test_the_runner_gives_weights_and_inputs_the_channels_last_layout():
+    """In process, with a spy on every convolution: channels_last reaches the layers the
+    measured steps run (contiguous does not)."""
+    from dlbench.pytorch import runner
+
+    def layouts(memory_format):
+        args = runner.parser().parse_args([
+            "--model=resnet18", "--device=cpu", "--batch_size=1", "--num_batches=1",
+            "--num_warmup_batches=0", "--forward_only=true", "--count_flops=false",
+            "--monitor_interval_ms=0", f"--memory_format={memory_format}"])
+        seen = []
+        original = torch.nn.Conv2d.forward
+
+        def spy(self, x):
+            seen.append((self.weight.is_contiguous(memory_format=torch.channels_last),
+                         x.is_contiguous(memory_format=torch.channels_last)))
+            return original(self, x)
+
+        res = R.new_result(kind="model", cell=runner.cell_of(args))
+        try:
+            torch.nn.Conv2d.forward = spy
+            runner.run(args, res)
+        finally:
+            torch.nn.Conv2d.forward = original
+        return set(seen)
+
+    assert layouts("channels_last") == {(True, True)}
+    # A 1x1 convolution's weight is contiguous in both layouts; the inputs tell them apart.
+    assert {x for _, x in layouts("contiguous")} == {False}

@@ -269,6 +269,11 @@ def check(kind: str, params: Mapping[str, Any]) -> None:
         if axis.type is int and value > INT_MAX:
             raise AxisError(axis.name, f"must be <= {INT_MAX} (a 64-bit integer column), "
                                        f"got {value}")
+        if axis.refuse_unused and not axis.used_by(params) and value != axis.default:
+            framework = params.get("framework")
+            raise AxisError(axis.name, f"{framework} has no {axis.name} {value!r} (pair "
+                                       f"{framework}/{value}; only "
+                                       f"{', '.join(axis.frameworks or ())} cells take it)")
         valid = axis.valid_values(params) if axis.used_by(params) else None
         if valid is not None and value not in valid:
             raise AxisError(axis.name, f"unknown value {value!r} "

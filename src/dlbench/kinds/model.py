@@ -48,13 +48,6 @@ class ModelKind(CellKind):
             raise AxisError("model", f"no {fw.name} implementation of {name} (pair "
                                      f"{fw.name}/{name}; {name} exists for "
                                      f"{', '.join(spec.frameworks)})")
-        for axis in axes.of_kind(self.name):
-            value = params.get(axis.name)
-            if axis.refuse_unused and not axis.used_by(params) and value not in (
-                    None, axis.default):
-                raise AxisError(axis.name, f"{fw.name} has no {axis.name} {value!r} (pair "
-                                           f"{fw.name}/{value}; only {', '.join(axis.frameworks)} "
-                                           f"cells take it)")
         if params["precision"] == "tf32" and params["device"] != "gpu":
             raise AxisError("precision", "tf32 exists on device gpu only")
         if params.get("compile") == "cudagraphs" and params["device"] != "gpu":

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from dlbench.pytorch.steps import logits
+
 # precision -> (least cosine similarity, largest relative error) still called accurate.
 TOLERANCES: dict[str, tuple[float, float]] = {
     "float64": (0.99999, 1e-4),
@@ -71,19 +73,13 @@ def _no_tf32() -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
 
 
-def _logits(output: Any) -> torch.Tensor:
-    from dlbench.pytorch.steps import logits
-
-    return logits(output)
-
-
 def _forward(module: torch.nn.Module, inputs: torch.Tensor,
              autocast: contextlib.AbstractContextManager[Any]) -> torch.Tensor:
     was_training = module.training
     module.eval()
     try:
         with torch.inference_mode(), autocast:
-            return _logits(module(inputs)).float().clone()
+            return logits(module(inputs)).float().clone()
     finally:
         module.train(was_training)
 

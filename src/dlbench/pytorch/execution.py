@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from dlbench.cellrun import CellError
+from dlbench.launch import INDUCTOR_CACHE_ENV
 
 # axes.COMPILE_MODES -> torch.compile's arguments.
 _COMPILE_ARGS: dict[str, dict[str, Any]] = {
@@ -34,8 +35,6 @@ _COMPILE_ARGS: dict[str, dict[str, Any]] = {
 # fraction of each other, or after MAX_SETTLE_STEPS.
 STEADY_TOLERANCE = 0.10
 MAX_SETTLE_STEPS = 20
-# Where inductor keeps its cache: the launcher sets it per cell (dlbench.launch).
-CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
 def compiled(module: torch.nn.Module, mode: str) -> torch.nn.Module:
@@ -52,32 +51,31 @@ def to_memory_format(module: torch.nn.Module, memory_format: str) -> torch.nn.Mo
     return module
 
 
+def _channels_last(batch: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(x.contiguous(memory_format=torch.channels_last)
+                 if isinstance(x, torch.Tensor) and x.dim() == 4 else x for x in batch)
+
+
 def batches_in(batches: Iterator[tuple[Any, ...]], memory_format: str) -> Iterator[tuple]:
     """The batches with their 4-D tensors in the memory format (the conversion is part of
     fetching a batch, not of the step; for synthetic data it happens once)."""
     if memory_format != "channels_last":
         return batches
-    last = None
-    converted: tuple[Any, ...] = ()
 
-    def convert(batch: tuple[Any, ...]) -> tuple[Any, ...]:
-        return tuple(x.contiguous(memory_format=torch.channels_last)
-                     if isinstance(x, torch.Tensor) and x.dim() == 4 else x for x in batch)
-
-    def gen() -> Iterator[tuple[Any, ...]]:
-        nonlocal last, converted
+    def converted() -> Iterator[tuple[Any, ...]]:
+        last = out = None
         for batch in batches:
             if batch is not last:  # synthetic data repeats one batch: convert it once
-                last, converted = batch, convert(batch)
-            yield converted
+                last, out = batch, _channels_last(batch)
+            yield out
 
-    return gen()
+    return converted()
 
 
 def cache_state() -> dict[str, Any] | None:
     """Inductor's cache folder and whether it held anything before this cell compiled
     (a warm cache makes compile time shorter: record it beside the compile time)."""
-    folder = os.environ.get(CACHE_ENV)
+    folder = os.environ.get(INDUCTOR_CACHE_ENV)  # set per cell by the launcher
     if not folder:
         return None
     path = Path(folder)

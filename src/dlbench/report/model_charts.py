@@ -212,6 +212,29 @@ def speedup_frame(models: pd.DataFrame) -> pd.DataFrame:
     return ratio_frame(models, "precision", "float32")
 
 
+def speedup_bars(frame: pd.DataFrame, panels: list[str], axis: str, baseline: str,
+                 colour: alt.Color, tooltip: list[alt.Tooltip]) -> alt.FacetChart:
+    """Bars of ``speedup`` (a ``ratio_frame``) per batch size, one per value of ``axis``,
+    a dashed parity line, the ratio written over each bar where the labels fit."""
+    order = ordered(frame[axis])
+    base = alt.Chart().encode(
+        x=alt.X("batch_size:O", title="batch size", axis=alt.Axis(labelAngle=0), scale=BAND),
+        xOffset=alt.XOffset(f"{axis}:N", sort=order),
+    )
+    bars = base.mark_bar(cornerRadiusEnd=2).encode(
+        y=alt.Y("speedup:Q", title=f"speed-up over {baseline} (×)"), color=colour,
+        tooltip=tooltip)
+    labels = base.mark_text(dy=-6, fontSize=9, color=MUTED).encode(
+        y="speedup:Q", text="label:N")
+    parity = alt.Chart().mark_rule(color=MUTED, strokeDash=[4, 3]).encode(y=alt.datum(1))
+    layers = [bars, parity]
+    if frame["batch_size"].nunique() * len(order) <= 8:  # labels only where they fit
+        layers.append(labels)
+    return alt.layer(*layers, data=frame).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT).facet(
+        facet=alt.Facet("panel:N", title=None, sort=panels), columns=facet_columns(len(panels)),
+    ).resolve_scale(xOffset="independent")
+
+
 def speedup_figure(models: pd.DataFrame) -> Figure | None:
     if models.empty:
         return None
@@ -222,27 +245,12 @@ def speedup_figure(models: pd.DataFrame) -> Figure | None:
                *varying(frame, ("framework", "mode", "device", "num_gpus", "data"))]
     frame, panels = with_panel(frame, columns)
     precisions = ordered(frame["precision"])
-    base = alt.Chart().encode(
-        x=alt.X("batch_size:O", title="batch size", axis=alt.Axis(labelAngle=0), scale=BAND),
-        xOffset=alt.XOffset("precision:N", sort=precisions),
-    )
-    bars = base.mark_bar(cornerRadiusEnd=2).encode(
-        y=alt.Y("speedup:Q", title="speed-up over float32 (×)"),
-        color=alt.Color("precision:N", scale=precision_scale(precisions)),
-        tooltip=model_tooltip(frame, [alt.Tooltip("label:N", title="speed-up"),
+    colour = alt.Color("precision:N", scale=precision_scale(precisions))
+    tips = model_tooltip(frame, [alt.Tooltip("label:N", title="speed-up"),
                                  alt.Tooltip("throughput:Q", format=",.1f"),
                                  alt.Tooltip("float32_throughput:Q", format=",.1f",
-                                             title="float32 throughput")]),
-    )
-    labels = base.mark_text(dy=-6, fontSize=9, color=MUTED).encode(
-        y="speedup:Q", text="label:N")
-    parity = alt.Chart().mark_rule(color=MUTED, strokeDash=[4, 3]).encode(y=alt.datum(1))
-    layers = [bars, parity]
-    if frame["batch_size"].nunique() * len(precisions) <= 8:  # labels only where they fit
-        layers.append(labels)
-    chart = alt.layer(*layers, data=frame).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT).facet(
-        facet=alt.Facet("panel:N", title=None, sort=panels), columns=facet_columns(len(panels)),
-    ).resolve_scale(xOffset="independent")
+                                             title="float32 throughput")])
+    chart = speedup_bars(frame, panels, "precision", "float32", colour, tips)
     return Figure("precision-speedup", "Speed-up over float32",
                   "Throughput of each precision divided by float32 throughput for the same "
                   "model, phase, batch size, device and framework; the dashed line is parity.",
@@ -264,29 +272,17 @@ def compile_speedup_figure(models: pd.DataFrame) -> Figure | None:
     columns = ["model", "phase", "precision",
                *varying(frame, ("framework", "device", "num_gpus", "data"))]
     frame, panels = with_panel(frame, columns)
-    modes = ordered(frame["mode"])
-    base = alt.Chart().encode(
-        x=alt.X("batch_size:O", title="batch size", axis=alt.Axis(labelAngle=0), scale=BAND),
-        xOffset=alt.XOffset("mode:N", sort=modes),
-    )
-    bars = base.mark_bar(cornerRadiusEnd=2).encode(
-        y=alt.Y("speedup:Q", title="speed-up over eager (×)"),
-        color=alt.Color("mode:N", title="execution mode", sort=modes,
-                        scale=alt.Scale(scheme="tableau10")),
-        tooltip=model_tooltip(frame, [*([] if "mode" in varying(frame, VARIANT_AXES)
-                                        else [alt.Tooltip("mode:N")]),
-                                      alt.Tooltip("label:N", title="speed-up"),
-                                      alt.Tooltip("throughput:Q", format=",.1f"),
-                                      alt.Tooltip("eager_throughput:Q", format=",.1f",
-                                                  title="eager throughput"),
-                                      alt.Tooltip("compile_time_s:Q", format=",.1f",
-                                                  title="compile time (s)")]),
-    )
-    parity = alt.Chart().mark_rule(color=MUTED, strokeDash=[4, 3]).encode(y=alt.datum(1))
-    chart = alt.layer(bars, parity, data=frame).properties(
-        width=PANEL_WIDTH, height=PANEL_HEIGHT).facet(
-        facet=alt.Facet("panel:N", title=None, sort=panels), columns=facet_columns(len(panels)),
-    ).resolve_scale(xOffset="independent")
+    colour = alt.Color("mode:N", title="execution mode", sort=ordered(frame["mode"]),
+                       scale=alt.Scale(scheme="tableau10"))
+    tips = model_tooltip(frame, [*([] if "mode" in varying(frame, VARIANT_AXES)
+                                   else [alt.Tooltip("mode:N")]),
+                                 alt.Tooltip("label:N", title="speed-up"),
+                                 alt.Tooltip("throughput:Q", format=",.1f"),
+                                 alt.Tooltip("eager_throughput:Q", format=",.1f",
+                                             title="eager throughput"),
+                                 alt.Tooltip("compile_time_s:Q", format=",.1f",
+                                             title="compile time (s)")])
+    chart = speedup_bars(frame, panels, "mode", EAGER, colour, tips)
     return Figure("compile-speedup", "Speed-up over eager",
                   "Throughput of each execution mode (torch.compile mode, CUDA graphs, "
                   "channels_last) divided by eager throughput for the same model, phase, "
