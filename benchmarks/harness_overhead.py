@@ -3,6 +3,11 @@
 Same model, batch, device and precision; the two alternate round by round in one process
 so that drift (thermal, other load) hits both alike. Each round reports throughput at the
 median iteration time, as the runner does; the ratio is runner / bare (1.0 = no overhead).
+Compiled cells (``--compile inductor``) compare the runner's ``--compile`` with a bare loop
+around the same ``torch.compile``d model: both compile the model only (the optimizer step
+stays eager), dynamo is reset before each run, and both read one inductor cache, so that
+after the first run compiling costs each side alike (and it is outside the measured
+iterations on both).
 
     python benchmarks/harness_overhead.py --out results/benchmarks/harness_overhead.json
 """
@@ -11,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,10 +30,14 @@ from dlbench import result as R
 from dlbench.pytorch import runner
 
 
-def bare_loop(model_name: str, batch: int, forward_only: bool, warmup: int, measured: int) -> float:
+def bare_loop(model_name: str, batch: int, forward_only: bool, warmup: int, measured: int,
+              mode: str) -> float:
     """What a person would write by hand: no harness, just the loop and a clock."""
     torch.manual_seed(0)
     model = getattr(torchvision.models, model_name)(num_classes=1000)
+    if mode != "eager":
+        torch._dynamo.reset()
+        model = torch.compile(model, backend="inductor")
     x = torch.rand(batch, 3, 224, 224)
     y = torch.randint(0, 1000, (batch,))
     times = []
@@ -55,14 +66,38 @@ def bare_loop(model_name: str, batch: int, forward_only: bool, warmup: int, meas
 RUNNER_OPTIONS: list[str] = []
 
 
-def our_runner(model_name: str, batch: int, forward_only: bool, warmup: int, measured: int) -> float:
+def our_runner(model_name: str, batch: int, forward_only: bool, warmup: int, measured: int,
+               mode: str) -> float:
+    if mode != "eager":
+        torch._dynamo.reset()
     args = runner.parser().parse_args([
         f"--model={model_name}", f"--batch_size={batch}", f"--num_batches={measured}",
         f"--num_warmup_batches={warmup}", "--device=cpu", "--count_flops=false",
-        f"--forward_only={'true' if forward_only else 'false'}", *RUNNER_OPTIONS])
+        f"--forward_only={'true' if forward_only else 'false'}", f"--compile={mode}",
+        *RUNNER_OPTIONS])
     res = R.new_result(kind="model", cell=runner.cell_of(args))
     runner.run(args, res)
     return res["measurements"][0]["throughput"]
+
+
+def case_of(model_name: str, mode: str, forward_only: bool, args: argparse.Namespace
+            ) -> dict:
+    ours, bare = [], []
+    for rnd in range(args.rounds):
+        # Alternate which goes first so neither always runs on a warmer machine.
+        order = (our_runner, bare_loop) if rnd % 2 == 0 else (bare_loop, our_runner)
+        for fn in order:
+            tput = fn(model_name, args.batch_size, forward_only, args.warmup, args.measured,
+                      mode)
+            (ours if fn is our_runner else bare).append(tput)
+    ratio = statistics.median(ours) / statistics.median(bare)
+    case = {"model": model_name, "phase": "inference" if forward_only else "training",
+            "compile": mode, "batch_size": args.batch_size, "device": "cpu",
+            "runner_samples_per_s": ours, "bare_samples_per_s": bare,
+            "median_ratio": ratio, "target": 0.99, "meets_target": ratio >= 0.99}
+    print(f"{model_name} {mode} {case['phase']}: runner {statistics.median(ours):.2f} "
+          f"bare {statistics.median(bare):.2f} samples/s, ratio {ratio:.4f}", flush=True)
+    return case
 
 
 def main() -> None:
@@ -73,29 +108,19 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--measured", type=int, default=8)
+    p.add_argument("--compile", nargs="+", default=["eager", "inductor"],
+                   choices=["eager", "inductor"], help="execution modes to compare")
     p.add_argument("--runner_option", action="append", default=[],
                    help="extra runner flag, e.g. --runner_option=--monitor_interval_ms=0")
     args = p.parse_args()
     RUNNER_OPTIONS.extend(args.runner_option)
+    # One inductor cache for both sides (the user's, or a fresh one for this run).
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-"))
     cases = []
     for model_name in args.models:
-        for forward_only in (False, True):
-            ours, bare = [], []
-            for rnd in range(args.rounds):
-                # Alternate which goes first so neither always runs on a warmer machine.
-                order = (our_runner, bare_loop) if rnd % 2 == 0 else (bare_loop, our_runner)
-                for fn in order:
-                    tput = fn(model_name, args.batch_size, forward_only, args.warmup,
-                              args.measured)
-                    (ours if fn is our_runner else bare).append(tput)
-            ratio = statistics.median(ours) / statistics.median(bare)
-            case = {"model": model_name, "phase": "inference" if forward_only else "training",
-                    "batch_size": args.batch_size, "device": "cpu",
-                    "runner_samples_per_s": ours, "bare_samples_per_s": bare,
-                    "median_ratio": ratio, "target": 0.99, "meets_target": ratio >= 0.99}
-            cases.append(case)
-            print(f"{model_name} {case['phase']}: runner {statistics.median(ours):.2f} "
-                  f"bare {statistics.median(bare):.2f} samples/s, ratio {ratio:.4f}")
+        for mode in args.compile:
+            for forward_only in (False, True):
+                cases.append(case_of(model_name, mode, forward_only, args))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"benchmark": "harness_overhead", "torch": torch.__version__,

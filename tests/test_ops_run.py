@@ -14,6 +14,7 @@ import torch
 from dlbench import result as R
 from dlbench.ops import registry
 from dlbench.ops.cli import main
+from dlbench.ops.modes import Prepared
 from dlbench.ops.timing import ExecOptions, Executor, new_metrics
 
 PARAM_CONFIGS = Path(__file__).resolve().parent / "data" / "param-configs"
@@ -310,7 +311,8 @@ def test_gpu_continuous_loop_bookkeeping_runs_on_cpu_without_gpu_timing():
     a, b = torch.rand(64, 64, requires_grad=True), torch.rand(64, 64, requires_grad=True)
     fn, args, kwargs = op.call([a, b], {})
     metrics = new_metrics(True)
-    executor._continuous(3, fn, args, kwargs, [a, b], metrics, "measure", "torch.mm:0|0|0")
+    executor._continuous(3, Prepared(fn, args, kwargs, [a, b]), metrics, "measure",
+                         "torch.mm:0|0|0")
     assert len(metrics["forward"]["measure.time"]) == 1
     assert len(metrics["backward"]["measure.time"]) == 1
     assert metrics["forward"]["measure.time"][0] > 0

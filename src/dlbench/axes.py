@@ -139,7 +139,17 @@ _EXEC_MODES = ("discrete", "continuous", "continuous_events")
 _EVERY = ("*",)
 COMPILE_MODES = ("eager", "inductor", "inductor-reduce-overhead", "inductor-max-autotune",
                  "cudagraphs")
+# Operator cells have one more: PARAM's --pt2-model and --cuda-graph together.
+OPS_COMPILE_MODES = (*COMPILE_MODES, "inductor-cudagraphs")
 MEMORY_FORMATS = ("contiguous", "channels_last")
+
+
+def compile_modes(kind: str) -> tuple[str, ...]:
+    return OPS_COMPILE_MODES if kind == "ops" else COMPILE_MODES
+
+
+def _compile_choices(params: Mapping[str, Any]) -> tuple[str, ...]:
+    return compile_modes("ops" if "op_config" in params else "model")  # op_config: ops only
 
 
 def _dlbs(option: str, style: str = "value", runners: Iterable[str] = _EVERY,
@@ -193,10 +203,14 @@ TABLE: tuple[Axis, ...] = (
          flags=_dlbs("--kv_store", runners=("mxnet",))),
     # Execution modes (PyTorch): added after the first release, so at their defaults they
     # leave ids unchanged. A framework without them refuses any other value (refuse_unused).
-    Axis("compile", str, "eager", choices=COMPILE_MODES, frameworks=("pytorch",),
-         refuse_unused=True, since=2, flags=_dlbs("--compile", runners=("pytorch",)),
+    Axis("compile", str, "eager", kinds=("model", "ops"), choices=_compile_choices,
+         frameworks=("pytorch",), refuse_unused=True, since=2,
+         flags={**_dlbs("--compile", runners=("pytorch",)),
+                "ops": Flag("--compile", "pair", values={"eager": None})},
          help="eager, or torch.compile with inductor (default, reduce-overhead or "
-              "max-autotune mode), or CUDA graphs without inductor (cudagraphs, GPU only)"),
+              "max-autotune mode), or CUDA graphs without inductor (cudagraphs, GPU only); "
+              "operator cells also take inductor-cudagraphs (PARAM's --pt2-model "
+              "--cuda-graph)"),
     Axis("memory_format", str, "contiguous", choices=MEMORY_FORMATS, frameworks=("pytorch",),
          refuse_unused=True, since=2, flags=_dlbs("--memory_format", runners=("pytorch",)),
          help="the layout of the model's weights and 4-D inputs"),

@@ -40,6 +40,10 @@ class OpsKind(CellKind):
     def check(self, params: Mapping[str, Any], datasets: Mapping[str, Any]) -> None:
         if self.name not in frameworks.get(params["framework"]).kinds:
             raise AxisError("framework", "operator benchmarks run on pytorch only")
+        if params.get("compile") in ("cudagraphs", "inductor-cudagraphs") \
+                and params["device"] != "gpu":
+            raise AxisError("compile", f"{params['compile']} captures CUDA graphs: device "
+                                       "gpu only")
         # Checked here, before any job: a missing file would otherwise leave Snakemake with
         # nothing to do for the whole run (a missing input), and say it in many lines.
         path = Path(params["op_config"])

@@ -18,10 +18,10 @@ from typing import Any
 import torch
 
 import dlbench
-from dlbench import environment, monitor
+from dlbench import axes, environment, monitor
 from dlbench import result as R
 from dlbench.cellrun import CellError, exit_code, recorded
-from dlbench.ops import configfile, output
+from dlbench.ops import configfile, modes, output
 from dlbench.ops.runner import Benchmark, seed
 from dlbench.ops.timing import EXEC_MODES, ExecOptions
 
@@ -71,6 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exec-mode", default="discrete", nargs="?", const="discrete",
                    choices=list(EXEC_MODES),
                    help="Execution mode of the operators. Default=discrete")
+    p.add_argument("--pt2-model", action="store_true",
+                   help="Compile the operator with torch.compile (inductor) before the run.")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="Capture each input's forward (and backward) in CUDA graphs and time "
+                        "their replay (cuda devices; ignored with a warning elsewhere).")
+    p.add_argument("--compile", default=None, choices=list(axes.compile_modes("ops")),
+                   help="dlbench's execution mode (the compile axis): eager, inductor[-reduce-"
+                        "overhead|-max-autotune], cudagraphs (= --cuda-graph), "
+                        "inductor-cudagraphs (= --pt2-model --cuda-graph).")
     p.add_argument("-p", "--profile", action="store_true",
                    help="Enable the torch profiler; trace to <prefix>_trace.json.")
     p.add_argument("-l", "--log-level", default="INFO", help="Log output verbosity.")
@@ -110,6 +119,22 @@ def failure_line(config: str, errors: list[dict[str, Any]]) -> str:
     return f"config {name}: {len(errors)} errors, none measured; first: {errors[0]['error']}"
 
 
+def compile_mode(args: argparse.Namespace, device: torch.device) -> str:
+    """The execution mode from ``--compile`` or PARAM's ``--pt2-model``/``--cuda-graph``
+    (which must agree with it when both are given). Off a GPU, CUDA-graph capture is
+    dropped with a warning, as PARAM does."""
+    from_flags = modes.from_param_flags(args.pt2_model, args.cuda_graph)
+    mode = args.compile or from_flags
+    if args.compile and from_flags != "eager" and from_flags != args.compile:
+        raise ValueError(f"--compile {args.compile} contradicts --pt2-model/--cuda-graph "
+                         f"({from_flags})")
+    if device.type != "cuda" and mode in modes.CAPTURE_MODES:
+        log.warning("CUDA graphs need a cuda device; running %s without them on %s",
+                    modes.without_capture(mode), device)
+        mode = modes.without_capture(mode)
+    return mode
+
+
 def read_args_file(flag: str, path: str | None) -> str:
     if not path:
         return ""
@@ -146,6 +171,9 @@ def run_options(args: argparse.Namespace, device: torch.device) -> dict[str, Any
         "batch_cuda_device": args.batch_cuda_device,
         "batch_cmd": args.batch_cmd,
         "profile": args.profile,
+        "pt2-model": args.compile not in ("eager", "cudagraphs"),
+        "cuda-graph": args.compile in modes.CAPTURE_MODES,
+        "compile": args.compile,
         "cmd_args": vars(args),
     }
 
@@ -190,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         device = parse_device(args.device)
     except ValueError as exc:
         parser.error(f"-d/--device: {exc}")
+    try:
+        args.compile = compile_mode(args, device)
+    except ValueError as exc:
+        parser.error(str(exc))
 
     cell = {
         "framework": "pytorch",
@@ -201,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         "warmup": args.warmup,
         "iterations": args.iteration,
         "cuda_l2_cache": args.cuda_l2_cache,
+        "compile": args.compile,
     }
     res = R.new_result(kind="op", cell=cell, study=args.study, cell_id=args.cell_id)
     with recorded(res, args.output):
@@ -227,7 +260,8 @@ def run(args: argparse.Namespace, device: torch.device, res: dict[str, Any]) -> 
                     args.exec_mode)
     options = ExecOptions(device=device, warmup=args.warmup, iterations=args.iteration,
                           backward=args.backward, exec_mode=args.exec_mode,
-                          cuda_l2_cache=args.cuda_l2_cache == "on", profile=args.profile)
+                          cuda_l2_cache=args.cuda_l2_cache == "on", profile=args.profile,
+                          compile=args.compile)
     seed(0)
     gpu_index = [device.index] if device.type == "cuda" else []
     mon = monitor.ResourceMonitor(args.monitor_interval_ms, gpus=monitor.nvml_ids(gpu_index))

@@ -18,8 +18,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from dlbench.ops.grammar import tensors_in
+from dlbench.ops.modes import grad_targets
 from dlbench.ops.registry import Operator, grad_mode
-from dlbench.ops.timing import grad_targets
 
 
 def nbytes(tensor: torch.Tensor) -> int:

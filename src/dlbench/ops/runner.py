@@ -219,6 +219,12 @@ class Benchmark:
         notes = list(self.executor.notes)
         self.writer.op_record(op_name, run_id, metrics, final_config, notes)
         extra = {"exec_mode": self.options.exec_mode, "cost_device": counted_on}
+        facts = dict(self.executor.facts)
+        if facts.get("accuracy"):
+            extra["accuracy"] = facts.pop("accuracy")
+        facts.pop("accuracy", None)
+        if facts:
+            extra["compile"] = facts
         if notes:
             extra["notes"] = notes
         self.measurements += output.measurements(op_name, run_id, metrics, work, final_config,

@@ -22,14 +22,17 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from dlbench.ops import modes
 from dlbench.ops.grammar import tensors_in
+from dlbench.ops.modes import Prepared, grad_targets
 from dlbench.ops.registry import Operator, grad_mode
+from dlbench.pytorch import execution
 
 log = logging.getLogger("dlbench.ops")
 
@@ -47,6 +50,7 @@ class ExecOptions:
     exec_mode: str = "discrete"
     cuda_l2_cache: bool = True  # True: leave the L2 warm between calls ("on")
     profile: bool = False
+    compile: str = "eager"  # the compile axis (dlbench.ops.modes)
 
     @property
     def cuda(self) -> bool:
@@ -81,11 +85,6 @@ class L2Flusher:
         self.buffer.fill_(self.count % 251)
 
 
-def grad_targets(output: Any) -> list[torch.Tensor]:
-    """The output tensors backward starts from (those autograd recorded)."""
-    return [t for t in tensors_in([output]) if t.grad_fn is not None]
-
-
 def new_metrics(backward: bool) -> dict[str, dict[str, list[float]]]:
     passes = ("forward", "backward") if backward else ("forward",)
     return {p: {f"{tag}.{metric}": [] for tag in ("warmup", "measure")
@@ -103,11 +102,14 @@ class Executor:
         if options.cuda and not options.cuda_l2_cache and options.exec_mode == "discrete":
             self.flusher = L2Flusher(options.device)
         self.notes: list[str] = []
+        self.facts: dict[str, Any] = {}
 
     def run(self, op: Operator, args: list[Any], kwargs: dict[str, Any], label: str
             ) -> dict[str, dict[str, list[float]]]:
-        """PARAM's metrics for one input; ``label`` is ``op_name:run_id`` for trace ranges."""
+        """PARAM's metrics for one input; ``label`` is ``op_name:run_id`` for trace ranges.
+        A compiled or captured input leaves what preparing it found in ``self.facts``."""
         self.notes = []
+        self.facts = {}
         metrics = new_metrics(self.o.backward)
         fn, fargs, fkwargs = op.call(args, kwargs)
         leaves = [t for t in tensors_in([args, kwargs]) if t.requires_grad and t.is_leaf]
@@ -118,16 +120,36 @@ class Executor:
         gc.disable()  # as timeit does: no collector pauses inside timed calls
         try:
             with grad_mode(op):
+                prepared = modes.prepare(self.o.compile, fn, fargs, fkwargs, leaves,
+                                         self.o.backward, self.o.device)
+                self.facts = prepared.facts
                 for tag, count in (("warmup", self.o.warmup), ("measure", self.o.iterations)):
+                    if tag == "measure" and prepared.counts is not None:
+                        before = execution.DynamoCounts.now()
                     if count > 0:
                         with self._range(f"param_bench:{tag}"):
-                            loop(count, fn, fargs, fkwargs, leaves, metrics, tag, label)
+                            loop(count, prepared, metrics, tag, label)
+                if prepared.counts is not None:
+                    self._dynamo_facts(prepared.counts, before)
+                if self.o.compile != "eager":
+                    self.facts["accuracy"] = modes.accuracy(prepared, fn, fargs, fkwargs)
         finally:
             for leaf in leaves:
                 leaf.grad = None
             if gc_was_enabled:
                 gc.enable()
         return metrics
+
+    def _dynamo_facts(self, first: execution.DynamoCounts,
+                      before_measure: execution.DynamoCounts) -> None:
+        """Recompilations after the first compiled call; one inside the measured calls is
+        flagged (those times include compiling), not hidden."""
+        now = execution.DynamoCounts.now()
+        self.facts["recompilations"] = now.frames - first.frames
+        measured = now.frames - before_measure.frames
+        self.facts["recompilations_measured"] = measured
+        if measured:
+            self.facts["recompiled_in_measurement"] = True
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -167,8 +189,8 @@ class Executor:
 
     # -- the three loops -------------------------------------------------------------
 
-    def _discrete(self, count: int, fn: Callable[..., Any], args: list, kwargs: dict,
-                  leaves: list[torch.Tensor], metrics: dict, tag: str, label: str) -> None:
+    def _discrete(self, count: int, p: Prepared, metrics: dict, tag: str, label: str) -> None:
+        fn, args, kwargs, leaves, backward = p.fn, p.args, p.kwargs, p.leaves, p.backward
         cuda, flusher, perf = self.o.cuda, self.flusher, time.perf_counter
         sync = torch.cuda.synchronize
         device = self.o.device
@@ -210,15 +232,15 @@ class Executor:
             self._sync()
             with self._range(bw_label):
                 start = perf()
-                torch.autograd.backward(targets, grads)
+                backward(targets, grads)
                 if cuda:
                     sync(device)
                 stop = perf()
             self._record(metrics, "backward", tag, (stop - start) * 1e3)
             del targets, grads
 
-    def _continuous(self, count: int, fn: Callable[..., Any], args: list, kwargs: dict,
-                    leaves: list[torch.Tensor], metrics: dict, tag: str, label: str) -> None:
+    def _continuous(self, count: int, p: Prepared, metrics: dict, tag: str, label: str) -> None:
+        fn, args, kwargs, leaves, backward = p.fn, p.args, p.kwargs, p.leaves, p.backward
         perf = time.perf_counter
         self._reset_peak()
         self._sync()
@@ -241,13 +263,14 @@ class Executor:
                 targets = grad_targets(fn(*args, **kwargs))
                 for leaf in leaves:
                     leaf.grad = None
-                torch.autograd.backward(targets, grads)
+                backward(targets, grads)
             self._sync()
             both_ms = (perf() - start) * 1e3 / count
         self._record(metrics, "backward", tag, both_ms - fw_ms)
 
-    def _events(self, count: int, fn: Callable[..., Any], args: list, kwargs: dict,
-                leaves: list[torch.Tensor], metrics: dict, tag: str, label: str) -> None:
+    def _events(self, count: int, p: Prepared, metrics: dict, tag: str, label: str) -> None:
+        fn, args, kwargs, leaves, backward = p.fn, p.args, p.kwargs, p.leaves, p.backward
+
         def pairs() -> list[tuple[torch.cuda.Event, torch.cuda.Event]]:
             return [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                     for _ in range(count)]
@@ -277,7 +300,7 @@ class Executor:
                 for leaf in leaves:
                     leaf.grad = None
                 begin.record()
-                torch.autograd.backward(targets, grads)
+                backward(targets, grads)
                 end.record()
             self._sync()
         metrics["backward"][f"{tag}.time"].extend(b.elapsed_time(e) for b, e in bw_events)

@@ -37,12 +37,13 @@ STEADY_TOLERANCE = 0.10
 MAX_SETTLE_STEPS = 20
 
 
-def compiled(module: torch.nn.Module, mode: str) -> torch.nn.Module:
-    """The module as the cell runs it: itself for eager, else ``torch.compile``'s wrapper
-    (lazy: compilation happens in the first call, timed by ``first_step``)."""
+def compiled(module: Any, mode: str, **options: Any) -> Any:
+    """The module (or function) as the cell runs it: itself for eager, else
+    ``torch.compile``'s wrapper (lazy: compilation happens in the first call, timed by
+    ``first_step``); ``options`` go to torch.compile as they are."""
     if mode == "eager":
         return module
-    return torch.compile(module, **_COMPILE_ARGS[mode])
+    return torch.compile(module, **_COMPILE_ARGS[mode], **options)
 
 
 def to_memory_format(module: torch.nn.Module, memory_format: str) -> torch.nn.Module:
