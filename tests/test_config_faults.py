@@ -131,10 +131,12 @@ def test_results_to_retry_are_the_recorded_failures_and_are_set_aside_kept(tmp_p
         res = R.new_result(kind="model", cell=dict(cell.params), study=cell.study,
                            cell_id=cell.id)
         R.write(R.finish(res, status, None if status == "ok" else "broke"),
-                workflow_support.result_path(cell))
-    (path,) = workflow_support.results_to_retry(cells, ("failed",))
-    assert path == workflow_support.result_path(cells[1])
-    assert len(workflow_support.results_to_retry(cells, ("failed", "oom"))) == 2
+                workflow_support.result_path(cell, "sys1"))
+    (path,) = workflow_support.results_to_retry(cells, ("failed",), "sys1")
+    assert path == workflow_support.result_path(cells[1], "sys1")
+    assert path.parts[:2] == ("results", "sys1")
+    assert len(workflow_support.results_to_retry(cells, ("failed", "oom"), "sys1")) == 2
+    assert workflow_support.results_to_retry(cells, ("failed",), "other") == []
     kept = atomic.set_aside(path, "retried")
     assert not path.exists() and kept.parent == path.parent / "retried"
     assert json.loads(kept.read_text())["status"] == "failed"

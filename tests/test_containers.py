@@ -22,6 +22,8 @@ import pytest
 import yaml
 from spython.main.parse.parsers import DockerParser, SingularityParser
 
+from dlbench import systems
+
 REPO = Path(__file__).resolve().parents[1]
 CONTAINERS = REPO / "containers"
 MXNET_VENV = REPO / ".venvs" / "mxnet" / "bin"
@@ -207,7 +209,7 @@ def exec_calls(run):
 
 
 def result_files(run):
-    return sorted((run["workdir"] / "results").glob("*/cells/*.json"))
+    return sorted((run["workdir"] / "results").glob("*/*/cells/*.json"))
 
 
 @pytest.mark.slow
@@ -283,9 +285,9 @@ def test_results_record_the_image_its_digest_and_the_framework_inside(container_
 
 @pytest.mark.slow
 def test_gpu_cell_in_a_container_gets_its_gpu_from_the_allocator(container_run):
-    (log,) = (container_run["workdir"] / "results" / "gpu" / "logs").glob("*.log")
+    (log,) = (container_run["workdir"] / "results" / systems.default_label() / "gpu" / "logs").glob("*.log")
     assert "dlbench.launch: CUDA_VISIBLE_DEVICES=5" in log.read_text()
-    (path,) = (container_run["workdir"] / "results" / "gpu" / "cells").glob("*.json")
+    (path,) = (container_run["workdir"] / "results" / systems.default_label() / "gpu" / "cells").glob("*.json")
     assert json.loads(path.read_text())["status"] == "failed"  # no CUDA here
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from dlbench import launch, study
+from dlbench import launch, study, systems
 from dlbench.profiling import config as pconfig
 from dlbench.profiling import run, summary, tables
 from dlbench.profiling.tools import hpcrun as hpcrun_tool
@@ -597,7 +597,7 @@ def test_workflow_profiles_a_cell_apart_and_a_missing_tool_is_a_recorded_failure
     results = tmp_path / "results"
     (row,) = pq.read_table(results / "benchmarks.parquet").to_pylist()
     assert row["status"] == "ok" and row["peak_host_rss_bytes"] > 0, proc.stderr[-3000:]
-    assert (results / "tiny" / "cells" / f"{cell.id}.monitor.parquet").is_file()
+    assert (results / systems.default_label() / "tiny" / "cells" / f"{cell.id}.monitor.parquet").is_file()
     torch_dir = results / "profiles" / "torch" / "tiny" / cell.id
     assert json.loads((torch_dir / "profile.json").read_text())["status"] == "ok"
     assert (torch_dir / "trace.json").is_file()

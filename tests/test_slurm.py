@@ -21,6 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from dlbench import systems
+
 sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
 from cluster import SingleNodeSlurm, missing_requirements  # noqa: E402
 
@@ -172,7 +174,7 @@ def test_slurm_profile_gives_the_same_cells_as_a_local_run(slurm, local_cells, t
     assert sum("rule_benchmark_" in r for r in records) == len(local_cells)
     (gpu_job,) = [r for r in records if "gpu1_synthetic" in r]
     assert re.search(r"gres[:/]gpu[:=]1", gpu_job) and "NumNodes=1 " in gpu_job
-    (log,) = (workdir / "results" / "gpu" / "logs").glob("*.log")
+    (log,) = (workdir / "results" / systems.default_label() / "gpu" / "logs").glob("*.log")
     assert "GPUs from the scheduler: CUDA_VISIBLE_DEVICES=0" in log.read_text()
 
 

@@ -15,6 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from dlbench import systems
+
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile")]
 
@@ -76,7 +78,7 @@ def test_full_run_gives_one_row_per_cell_and_keeps_failures(workdir):
     assert (workdir / "results" / "benchmarks.csv").exists()
     html = (workdir / "results" / "report" / "index.html").read_text()
     assert "deep_mnist" in html
-    logs = list((workdir / "results" / "tiny" / "logs").glob("*.log"))
+    logs = list((workdir / "results" / systems.default_label() / "tiny" / "logs").glob("*.log"))
     assert len(logs) == 2 and "__results.throughput__=" in logs[0].read_text()
 
 
@@ -115,3 +117,40 @@ def _zip_names(path):
 
     with zipfile.ZipFile(path) as archive:
         return "\n".join(archive.namelist())
+
+
+def test_two_systems_in_one_results_tree_are_both_kept_and_a_third_runs_every_cell(workdir):
+    """A results/<system>/ tree copied in from another machine joins the table without any
+    cell running; a run under a new label plans every cell there, under its own folder."""
+    (workdir / "config.yaml").write_text(yaml.safe_dump(study([2, 4])))
+    here = workdir / "results" / systems.default_label()
+    shutil.copytree(here, workdir / "results" / "other-machine")
+    proc = snakemake(workdir, "-n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "benchmark_pytorch" not in planned_jobs(proc.stdout + proc.stderr)
+    proc = snakemake(workdir, "--cores", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = pq.read_table(workdir / "results" / "benchmarks.parquet").to_pylist()
+    assert {r["system"] for r in table} == {systems.default_label(), "other-machine"}
+    assert len(table) == 6  # three cells on each system
+    proc = snakemake(workdir, "-n", "--config", "system=third")
+    assert planned_jobs(proc.stdout + proc.stderr)["benchmark_pytorch"] == 3
+    outputs = re.findall(r"output: (results/\S+/cells/\S+\.json)$", proc.stdout + proc.stderr,
+                         flags=re.MULTILINE)
+    assert len(outputs) == 3 and all(o.startswith("results/third/") for o in outputs)
+    shutil.rmtree(workdir / "results" / "other-machine")
+
+
+def test_a_results_tree_made_before_system_labels_is_adopted_and_reruns_nothing(workdir):
+    """The layout of earlier releases (results/<study>/cells/, Snakemake's metadata made
+    for those paths) moves under the current system on the first run: nothing reruns."""
+    here = workdir / "results" / systems.default_label()
+    for name in ("tiny", "broken"):
+        (here / name).rename(workdir / "results" / name)
+    shutil.rmtree(workdir / ".snakemake" / "metadata")  # made for the old paths
+    proc = snakemake(workdir, "-n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"as system {systems.default_label()!r}" in proc.stderr
+    assert "benchmark_pytorch" not in planned_jobs(proc.stdout + proc.stderr)
+    assert len(list((here / "tiny" / "cells").glob("*.json"))) == 2
+    assert not (workdir / "results" / "tiny").exists()

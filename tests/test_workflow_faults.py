@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from dlbench import result as R
+from dlbench import systems
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile")]
@@ -91,7 +92,7 @@ def snakemake(workdir: Path, *args: str, **popen) -> subprocess.Popen:
 
 
 def result_of(workdir: Path, batch: int) -> dict | None:
-    for path in (workdir / "results" / "faults" / "cells").glob("*.json"):
+    for path in (workdir / "results" / systems.default_label() / "faults" / "cells").glob("*.json"):
         res = R.read(path)
         if res["cell"]["batch_size"] == batch:
             return res
@@ -140,7 +141,7 @@ def test_killed_launcher_leaves_no_runner_and_no_result_and_the_rerun_remeasures
     assert proc.returncode != 0  # the killed cell's job failed
     assert most_at_once == 1
     assert result_of(workdir, 2) is None
-    assert not list((workdir / "results" / "faults" / "cells").glob(".*.running"))
+    assert not list((workdir / "results" / systems.default_label() / "faults" / "cells").glob(".*.running"))
     assert result_of(workdir, 3)["status"] == "failed"
 
     (workdir / "hold").unlink()
@@ -161,7 +162,7 @@ def test_retry_failed_runs_failed_cells_again(workdir):
     assert proc.returncode == 0, output[-3000:]
     assert "retry_failed: running 1 cell(s) recorded as failed again" in output
     assert (result_of(workdir, 3) or {}).get("status") == "ok", output[-3000:]
-    (kept,) = (workdir / "results" / "faults" / "cells" / "retried").glob("*.json")
+    (kept,) = (workdir / "results" / systems.default_label() / "faults" / "cells" / "retried").glob("*.json")
     assert R.read(kept)["status"] == "failed"
     assert result_of(workdir, 2) == before  # an ok cell is not measured again
 

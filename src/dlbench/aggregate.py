@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dlbench import atomic, axes
+from dlbench import atomic, axes, systems
 from dlbench import result as R
 from dlbench.atomic import writing
 from dlbench.stats import SUMMARY_KEYS
@@ -83,6 +83,7 @@ def build_schema() -> pa.Schema:
     """The table's columns (a function: its cell columns follow the axis table)."""
     return pa.schema(
         [
+            ("system", pa.string()),
             ("study", pa.string()), ("cell_id", pa.string()), ("kind", pa.string()),
             ("status", pa.string()), ("error", pa.string()),
             *CELL_COLUMNS,
@@ -108,7 +109,11 @@ def build_schema() -> pa.Schema:
     )
 
 
-SCHEMA = build_schema()
+# The table's layout version, in the Parquet's schema metadata: a reader (dlbench compare,
+# the report) can tell a table of another layout from a damaged one.
+TABLE_VERSION = 1
+TABLE_VERSION_KEY = b"dlbench.table_version"
+SCHEMA = build_schema().with_metadata({TABLE_VERSION_KEY: str(TABLE_VERSION).encode()})
 
 
 def _json(value: Any) -> str | None:
@@ -127,6 +132,8 @@ def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
     env = res.get("environment", {})
     gpus = env.get("gpu_models") or []
     base: dict[str, Any] = {
+        # The folder names the system (a tree copied in from elsewhere may be relabelled).
+        "system": systems.system_of(Path(source)) or res.get("system"),
         "study": res.get("study"), "cell_id": res.get("cell_id"), "kind": res["kind"],
         "status": res["status"], "error": res.get("error"),
         **{name: cell.get(name) for name, _ in CELL_COLUMNS},
@@ -140,6 +147,8 @@ def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
         "precision_native": (res.get("extra") or {}).get("precision_native"),
         "environment": _json(env), "source": source,
     }
+    # Not a column: what the label stands for, checked across files (systems.conflict).
+    base["_fingerprint"] = res.get("fingerprint") or systems.fingerprint(env)
     if not res["measurements"]:
         return [{**base, **monitor_values(res.get("extra") or {}),
                  "extra": _json(res.get("extra"))}]
@@ -164,7 +173,7 @@ def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
     return rows
 
 
-# An invalid result is moved here, beside the cell results (results/<study>/cells/invalid/).
+# An invalid result is moved here, beside the cell results (results/<system>/<study>/cells/invalid/).
 INVALID_DIR = "invalid"
 # A problem is said on one line; a schema message quoting a whole document is cut here.
 MAX_PROBLEM_CHARS = 300
@@ -181,7 +190,7 @@ def _one_line(text: str) -> str:
 
 
 def expected_identity(path: str | Path) -> dict[str, str] | None:
-    """study and cell_id that a result at results/<study>/cells/<cell_id>.json must carry;
+    """study and cell_id that a result at results/[<system>/]<study>/cells/<cell_id>.json must carry;
     None for a file elsewhere (its identity is whatever it says)."""
     path = Path(path)
     if path.suffix != ".json" or path.parent.name != "cells" or not path.parent.parent.name:
@@ -261,20 +270,25 @@ def invalid_row(path: str | Path, problem: str, move: bool) -> dict[str, Any]:
             message += f"; it could not be moved aside ({exc}): remove it to measure the cell again"
     print(f"dlbench.aggregate: {message}", file=sys.stderr)
     identity = expected_identity(path) or {}
-    return {"study": identity.get("study"), "cell_id": identity.get("cell_id"),
+    return {"system": systems.system_of(Path(path)),
+            "study": identity.get("study"), "cell_id": identity.get("cell_id"),
             "status": "failed", "error": message, "source": str(path),
             "extra": _json({"invalid_result": problem,
                             "moved_to": None if moved is None else str(moved)})}
 
 
-def build_table(paths: Iterable[str | Path], *, move_invalid: bool = False) -> pa.Table:
-    """One table of every result file; an invalid one gives a failed row (``invalid_row``)."""
+def build_table(paths: Iterable[str | Path], *, move_invalid: bool = False,
+                check: bool = True) -> pa.Table:
+    """One table of every result file; an invalid one gives a failed row (``invalid_row``).
+    With ``check``, two machines or software stacks under one label raise SystemConflict."""
     files: list[tuple[str | Path, list[dict[str, Any]]]] = []
     for path in paths:
         try:
             files.append((path, rows_of_file(path)))
         except InvalidResult as exc:
             files.append((path, [invalid_row(path, str(exc), move_invalid)]))
+    if check:
+        check_systems(files)
     try:  # all rows at once: a table per file would cost some 2 ms a file
         return table_of_rows([row for _, rows in files for row in rows])
     except InvalidResult:
@@ -288,10 +302,23 @@ def build_table(paths: Iterable[str | Path], *, move_invalid: bool = False) -> p
     return pa.concat_tables(tables).combine_chunks()
 
 
+class SystemConflict(ValueError):
+    """Two machines or software stacks under one system label (one line)."""
+
+
+def check_systems(files: list[tuple[str | Path, list[dict[str, Any]]]]) -> None:
+    firsts = [{"system": rows[0].get("system"), "fingerprint": rows[0].get("_fingerprint"),
+               "source": str(path)} for path, rows in files if rows]
+    problem = systems.conflict(firsts)
+    if problem:
+        raise SystemConflict(problem)
+
+
 def write(paths: Iterable[str | Path], parquet: str | Path, csv: str | Path | None = None,
           *, move_invalid: bool = True) -> pa.Table:
     """Write the table of ``paths`` to ``parquet`` (and ``csv``), each file whole or not at
-    all; invalid result files are moved aside (``move_invalid``, see the module)."""
+    all; invalid result files are moved aside (``move_invalid``, see the module). Two
+    machines or software stacks under one system label stop it (SystemConflict)."""
     table = build_table(paths, move_invalid=move_invalid)
     kept = "the previous table is left as it was"
     # Both files are written before either replaces its previous version, so that a full
@@ -320,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         table = write(args.results, args.parquet, args.csv)
-    except OSError as exc:
+    except (OSError, SystemConflict) as exc:
         print(f"dlbench.aggregate: {exc}", file=sys.stderr)
         return 1
     print(f"{table.num_rows} rows -> {args.parquet}")

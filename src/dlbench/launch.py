@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dlbench import atomic, axes, environment, gpus, kinds, oom_kills, staging, subproc
+from dlbench import atomic, axes, environment, gpus, kinds, oom_kills, staging, subproc, systems
 from dlbench import result as R
 
 
@@ -47,13 +47,23 @@ def runner_command(cell: dict[str, Any], output: Path, python: str,
             f"--cell_id={cell['cell_id']}"]
 
 
+def stamped(res: dict[str, Any], output: Path) -> dict[str, Any]:
+    """The result with its system (the results/<system>/ folder it goes to) and what that
+    label stands for (dlbench.systems.fingerprint)."""
+    system = systems.system_of(output)
+    if system is not None:
+        res["system"] = system
+    res["fingerprint"] = systems.fingerprint(res.get("environment") or {})
+    return res
+
+
 def record_launch_failure(cell: dict[str, Any], output: Path, message: str,
                           status: str = "failed") -> None:
     res = R.new_result(kind=kinds.get(cell["kind"]).result_kind,
                        cell=axes.recorded(cell["kind"], cell["params"]), study=cell["study"],
                        cell_id=cell["cell_id"])
     res["environment"] = environment.collect()
-    R.write(R.finish(res, status, message), output)
+    R.write(stamped(R.finish(res, status, message), output), output)
 
 
 # Left in a framework environment's folder by its set-up when the environment cannot be
@@ -153,7 +163,8 @@ INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
 def compile_cache_env(cell: dict[str, Any], output: Path) -> dict[str, str]:
-    """A compiled cell's own inductor cache: results/cache/inductor/<host>/<study>/<cell>.
+    """A compiled cell's own inductor cache:
+    results/<system>/cache/inductor/<host>/<study>/<cell>.
     A rerun of the cell finds its own cache (its compile time is comparable, and recorded
     as warm), and no cell's compilation shortens another's. A cache folder the user set
     in the environment is kept."""
@@ -180,6 +191,13 @@ def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None
         record_launch_failure(cell, output, reason, status="skipped")
         print(f"dlbench.launch: skipped: {reason}", file=sys.stderr)
         return 0
+    if systems.system_of(output) is not None:
+        # One label, one machine: a cell launched elsewhere under it fails in one line.
+        problem = systems.check_machine(output.parents[2])
+        if problem:
+            record_launch_failure(cell, output, problem)
+            print(f"dlbench.launch: {problem}", file=sys.stderr)
+            return 1
     staged = staging.staging_path(output)
     cmd = [*runner_command(cell, output, python, data_dir, write_to=staged),
            *(runner_options or [])]
@@ -201,7 +219,7 @@ def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None
         return 1
     res, invalid = (None, "") if ran.timed_out else accepted_result(taken[0], cell, staged.name)
     if res is not None:
-        R.write(res, output)
+        R.write(stamped(res, output), output)
         return ran.rc
     status, why = runner_failure(ran, oom_before, timeout_s, f"{Path(python).name} -m {cmd[2]}")
     record_launch_failure(cell, output, invalid or why, status=status)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dlbench import cpu, kinds, launch, study
+from dlbench import cpu, kinds, launch, study, systems
 
 
 class WorkflowConfigError(ValueError):
@@ -109,14 +109,23 @@ def retry_statuses(config: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(values)
 
 
-def results_to_retry(cells: Iterable[study.Cell], statuses: Iterable[str]) -> list[Path]:
+def system_label(config: Mapping[str, Any]) -> str:
+    """The system this run's results belong to (dlbench.systems), or one line why not."""
+    try:
+        return systems.label_of(config)
+    except systems.SystemLabelError as exc:
+        raise WorkflowConfigError(str(exc)) from None
+
+
+def results_to_retry(cells: Iterable[study.Cell], statuses: Iterable[str],
+                     system: str) -> list[Path]:
     """The result files of these cells whose recorded status is one of ``statuses``."""
     wanted = set(statuses)
     if not wanted:
         return []
     paths = []
     for cell in cells:
-        path = result_path(cell)
+        path = result_path(cell, system)
         try:
             status = json.loads(path.read_text()).get("status")
         except (OSError, ValueError, AttributeError):
@@ -126,13 +135,19 @@ def results_to_retry(cells: Iterable[study.Cell], statuses: Iterable[str]) -> li
     return paths
 
 
-def result_path(cell: study.Cell) -> Path:
-    return Path(f"results/{cell.study}/cells/{cell.id}.json")
+def result_path(cell: study.Cell, system: str) -> Path:
+    return systems.result_path(system, cell.study, cell.id)
 
 
-def pending(cells: Iterable[study.Cell]) -> dict[Path, study.Cell]:
+def other_systems_results(system: str) -> list[Path]:
+    """Result files of the other systems under results/ (trees copied in from other
+    machines, or made there on a shared filesystem): the aggregate reads them too."""
+    return [p for p in systems.result_files() if systems.system_of(p) != system]
+
+
+def pending(cells: Iterable[study.Cell], system: str) -> dict[Path, study.Cell]:
     """Cells without a result yet, by result path: what a run will measure."""
-    paths = {result_path(cell): cell for cell in cells}
+    paths = {result_path(cell, system): cell for cell in cells}
     return {path: cell for path, cell in paths.items() if not path.exists()}
 
 

@@ -1,12 +1,14 @@
 # The table is flagged update: Snakemake does not delete the previous table before the job
 # and puts it back when the job fails (a full disk), instead of leaving none. An invalid
 # cell result does not fail the job: it becomes a failed row and is moved aside into
-# results/<study>/cells/invalid/, so that the next run measures that cell again.
+# results/<system>/<study>/cells/invalid/, so that the next run measures that cell again.
 
 
 rule aggregate:
     input:
         cell_result_files(),
+        # Every other system's results found under results/ (dlbench.systems).
+        other_systems_result_files(),
     output:
         parquet=update("results/benchmarks.parquet"),
         csv=update("results/benchmarks.csv"),

@@ -15,9 +15,9 @@ for fw in dlbench_frameworks.registry().values():
         input:
             dataset=cell_inputs(fw.name),
         output:
-            "results/{study}/cells/{cell}.json",
+            "results/{system}/{study}/cells/{cell}.json",
         log:
-            "results/{study}/logs/{cell}.log",
+            "results/{system}/{study}/logs/{cell}.log",
         wildcard_constraints:
             # Cell ids start with their framework (model and operator cells alike).
             cell=rf"{fw.name}_[^/]+",

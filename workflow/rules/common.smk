@@ -3,6 +3,7 @@ import inspect
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -20,6 +21,7 @@ from dlbench import gpus as dlbench_gpus
 from dlbench import kinds as dlbench_kinds
 from dlbench import launch as dlbench_launch
 from dlbench import study as dlbench_study
+from dlbench import systems as dlbench_systems
 from dlbench import workflow_support as support
 
 min_version("9.14")
@@ -49,12 +51,16 @@ try:
     CELLS = support.expand_cells(config)
     TIMEOUTS = support.timeouts(config)
     RETRY = support.retry_statuses(config)
+    # The machine this run's results belong to: results/<SYSTEM>/<study>/ (dlbench.systems).
+    SYSTEM = support.system_label(config)
 except support.WorkflowConfigError as exc:
     _config_error(exc)
 CELLS_BY_ID = {(cell.study, cell.id): cell for cell in CELLS}
 
 
 wildcard_constraints:
+    # Only this system's results are made here; other systems' are read as they are.
+    system=re.escape(SYSTEM),
     study=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     cell=r"[^/]+",
     dataset=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
@@ -65,11 +71,36 @@ def cell_of(wildcards):
 
 
 def cell_result_path(cell):
-    return support.result_path(cell)
+    return support.result_path(cell, SYSTEM)
 
 
 def cell_result_files():
     return [str(cell_result_path(cell)) for cell in CELLS]
+
+
+def other_systems_result_files():
+    return [str(path) for path in support.other_systems_results(SYSTEM)]
+
+
+def _adopt_pre_system_results():
+    """A results/ tree made before system labels (results/<study>/cells/) becomes this
+    system's (results/<SYSTEM>/<study>/): its files move, no cell runs again. In the main
+    process only (cluster jobs parse this file again)."""
+    if not workflow.is_main_process:
+        return
+    for old, new in dlbench_systems.adopt(SYSTEM):
+        print(
+            f"dlbench: adopted {old} as system {SYSTEM!r}: now {new}", file=sys.stderr
+        )
+    for old in dlbench_systems.legacy_study_dirs():
+        print(
+            f"dlbench: {old} was left in place: results/{SYSTEM}/{old.name}/ already "
+            "holds the same files",
+            file=sys.stderr,
+        )
+
+
+_adopt_pre_system_results()
 
 
 def _dry_run():
@@ -86,12 +117,12 @@ def _dry_run():
 
 def _retry_recorded_outcomes():
     """retry_failed: run the cells recorded as failed (or with the statuses listed) again.
-    Their results move to results/<study>/cells/retried/ (kept, with the time), so the
+    Their results move to results/<system>/<study>/cells/retried/ (kept, with the time), so the
     cells have none and run; a dry run only says how many would. Decided in the main
     process only (cluster jobs parse this file again)."""
     if not RETRY or not workflow.is_main_process:
         return
-    paths = support.results_to_retry(CELLS, RETRY)
+    paths = support.results_to_retry(CELLS, RETRY, SYSTEM)
     if not paths:
         return
     words = f"{len(paths)} cell(s) recorded as {' or '.join(RETRY)}"
@@ -353,7 +384,7 @@ STATUS_FILE = Path("results/status.txt")
 
 
 def pending_cells():
-    return support.pending(CELLS)
+    return support.pending(CELLS, SYSTEM)
 
 
 def say_emulated(pending):

@@ -18,7 +18,7 @@ PRECISION_ORDER = ("float64", "float32", "tf32", "bfloat16", "float16")
 PHASE_ORDER = ("training", "inference")
 STATUS_ORDER = ("ok", "oom", "failed", "skipped")
 # Model-cell axes besides model/phase/precision/batch that tell two series apart.
-VARIANT_AXES = ("framework", "mode", "device", "num_gpus", "data")
+VARIANT_AXES = ("system", "framework", "mode", "device", "num_gpus", "data")
 
 
 class ReportError(ValueError):
@@ -52,6 +52,10 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
     """Add the identity of each cell and drop repeated measurements of the same cell."""
     frame = frame.copy()
     frame["cell"] = frame["cell_id"].fillna(frame["source"]).fillna("")
+    if "system" in frame:
+        # One cell id measured on two systems is two cells of the report.
+        system = frame["system"].fillna("")
+        frame["cell"] = system.where(system == "", system + "/") + frame["cell"]
     frame["study"] = frame["study"].fillna("(no study)")
     if "finished_at" in frame:
         frame = frame.sort_values("finished_at", na_position="first", kind="stable")

@@ -74,6 +74,7 @@ def model_frame(frame: pd.DataFrame, *, paradnn: bool = False) -> pd.DataFrame:
         "unit": rows["throughput_unit"].fillna(""),
         "time_ms": rows["time_median_s"].astype(float) * 1e3,
         "tflops": rows["tflops"].astype(float),
+        "system": rows["system"].fillna("") if "system" in rows else "",
         "framework": rows["framework"].fillna("?"),
         "mode": execution_mode(rows),
         "compile_time_s": rows.get("compile_time_s", pd.Series(index=rows.index, dtype=float)),

@@ -1,0 +1,218 @@
+"""Systems: the machine (and software) a study runs on, named by a label.
+
+A study's results live under ``results/<system>/<study>/``: the same config run on two
+machines keeps both, and the aggregate reads every ``results/<system>/`` tree it finds,
+including trees copied in from other machines. The label is the config's ``system:``, else
+this host's short name (on a cluster, where the driving host is not the compute node, set
+it). The folder names the system of the results in it.
+
+A label stands for one machine: the first cell run under a label records the machine's
+hardware (CPU model, GPU models and count, driver) in ``results/<system>/system.json``; a
+cell launched on other hardware under the same label fails in one line instead of mixing
+two machines' figures. Software (framework version, CUDA, cuDNN, container digest) is
+recorded with every result and must agree within a label and framework: the aggregate
+stops on two software stacks posing under one label (``conflict``).
+
+A results/ tree made before systems (``results/<study>/cells/...``) is adopted as the
+current system's on the first run (``adopt``): its files move, no cell reruns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path("results")
+LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# Folders results/ holds for itself: never a system's.
+RESERVED = frozenset({"benchmarks", "cache", "cluster-logs", "compare", "datasets", "logs",
+                      "profiles", "report", "slurm-logs"})
+MACHINE_FILE = "system.json"
+CELLS = "cells"
+
+
+class SystemLabelError(ValueError):
+    """A system label or machine problem, said in one line."""
+
+
+def default_label(hostname: str | None = None) -> str:
+    """This host's short name as a label (characters a label cannot hold become '-')."""
+    short = (hostname or socket.gethostname()).split(".")[0]
+    label = re.sub(r"[^A-Za-z0-9_.-]", "-", short).lstrip("_.-")
+    return label if label and label not in RESERVED else "local"
+
+
+def check_label(label: Any, where: str = "system") -> str:
+    if not isinstance(label, str) or not LABEL.fullmatch(label):
+        raise SystemLabelError(f"{where}: {label!r} is not a system label (letters, digits, "
+                           "'_', '.', '-'; starting with a letter or digit)")
+    if label in RESERVED:
+        raise SystemLabelError(f"{where}: {label!r} is a folder results/ keeps for itself "
+                           f"({', '.join(sorted(RESERVED))}); choose another label")
+    return label
+
+
+def label_of(config: Mapping[str, Any]) -> str:
+    """The config's ``system:``, else this host's label."""
+    value = config.get("system")
+    return default_label() if value is None else check_label(value)
+
+
+def result_path(system: str, study: str, cell_id: str, results: Path = RESULTS) -> Path:
+    return results / system / study / CELLS / f"{cell_id}.json"
+
+
+def system_of(result_file: Path) -> str | None:
+    """The system of a result at results/<system>/<study>/cells/<cell>.json (None for a
+    file laid out otherwise)."""
+    path = Path(result_file)
+    if path.parent.name != CELLS or len(path.parents) < 4 \
+            or path.parents[3].name != RESULTS.name:
+        return None
+    return path.parents[2].name or None
+
+
+def result_files(results: Path = RESULTS) -> list[Path]:
+    """Every cell result of every system under ``results`` (sorted)."""
+    if not results.is_dir():
+        return []
+    return sorted(p for p in results.glob(f"*/*/{CELLS}/*.json")
+                  if p.parents[2].name not in RESERVED and systems_folder(p.parents[2]))
+
+
+def systems_folder(folder: Path) -> bool:
+    """Whether results/<name>/ is a system's (not a study folder of the old layout, which
+    has cells/ right inside)."""
+    return not (folder / CELLS).is_dir()
+
+
+# -- adopting a tree made before systems ----------------------------------------------------
+
+
+def legacy_study_dirs(results: Path = RESULTS) -> list[Path]:
+    """results/<study>/ folders laid out before systems (a cells/ folder right inside)."""
+    if not results.is_dir():
+        return []
+    return sorted(d for d in results.iterdir()
+                  if d.is_dir() and d.name not in RESERVED and (d / CELLS).is_dir())
+
+
+def adopt(system: str, results: Path = RESULTS) -> list[tuple[Path, Path]]:
+    """Move each pre-system study folder into ``results/<system>/``: (from, to) per move.
+    A study folder already there takes the files it lacks; a file it has is left where it
+    was (and said by the caller), never overwritten."""
+    moves = []
+    for old in legacy_study_dirs(results):
+        new = results / system / old.name
+        if not new.exists():
+            new.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(old, new)
+            moves.append((old, new))
+            continue
+        for path in sorted(p for p in old.rglob("*") if p.is_file()):
+            target = new / path.relative_to(old)
+            if target.exists():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+            moves.append((path, target))
+    return moves
+
+
+# -- what a label stands for ----------------------------------------------------------------
+
+
+def hardware(env: Mapping[str, Any]) -> dict[str, Any]:
+    gpus = sorted(env.get("gpu_models") or [])
+    return {"cpu_model": env.get("cpu_model"), "gpu_models": gpus, "gpu_count": len(gpus),
+            "gpu_driver": env.get("gpu_driver")}
+
+
+def software(env: Mapping[str, Any]) -> dict[str, Any]:
+    flags = env.get("library_flags") or {}
+    return {"framework": env.get("framework"), "framework_version": env.get("framework_version"),
+            "cuda": flags.get("cuda"), "cudnn": flags.get("cudnn"),
+            "container_digest": env.get("container_digest")}
+
+
+def fingerprint(env: Mapping[str, Any]) -> dict[str, Any]:
+    """What a result's system label stands for: the machine and the cell's software."""
+    return {"hardware": hardware(env), "software": software(env)}
+
+
+def describe(hw: Mapping[str, Any]) -> str:
+    gpus = hw.get("gpu_models") or []
+    gpu_words = f"{len(gpus)}x {', '.join(sorted(set(gpus)))} (driver {hw.get('gpu_driver')})" \
+        if gpus else "no GPU"
+    return f"{hw.get('cpu_model') or 'unknown CPU'}, {gpu_words}"
+
+
+def same_machine(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Same CPU model, and the same GPUs and driver when both sides could see GPUs (an
+    environment without NVML's Python bindings sees none; that is no other machine)."""
+    if a.get("cpu_model") != b.get("cpu_model"):
+        return False
+    if a.get("gpu_models") and b.get("gpu_models"):
+        return (a["gpu_models"], a.get("gpu_driver")) == (b["gpu_models"], b.get("gpu_driver"))
+    return True
+
+
+def this_machine() -> dict[str, Any]:
+    from dlbench import environment
+
+    return hardware({"cpu_model": environment.cpu_model(), **environment.gpus_from_nvml()})
+
+
+def check_machine(system_dir: Path, machine: Mapping[str, Any] | None = None) -> str | None:
+    """None when this machine is the one ``system_dir``'s label stands for (recording it
+    if no cell ran under the label yet); else the problem in one line."""
+    machine = dict(machine or this_machine())
+    path = Path(system_dir) / MACHINE_FILE
+    try:
+        recorded = json.loads(path.read_text())
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:  # the first cell records the machine; a cell launched beside it reads that
+            with open(path, "x") as f:
+                json.dump(machine, f, indent=1, sort_keys=True)
+            return None
+        except FileExistsError:
+            recorded = json.loads(path.read_text())
+    except ValueError:
+        return f"{path}: not JSON; remove it to record this machine as system " \
+               f"{path.parent.name!r}"
+    if same_machine(recorded, machine):
+        return None
+    return (f"system {path.parent.name!r} is {describe(recorded)} ({path}), but this cell "
+            f"runs on {describe(machine)}: give this machine its own `system:` label")
+
+
+def conflict(rows: Iterable[Mapping[str, Any]]) -> str | None:
+    """Two machines, or two software stacks of one framework, under one label among result
+    rows (each with ``system``, ``source`` and ``fingerprint``), in one line; else None."""
+    machines: dict[str, tuple[Mapping[str, Any], str]] = {}
+    stacks: dict[tuple[str, str], tuple[str, str]] = {}
+    advice = "one label must name one machine and software stack: give the other its own " \
+             "`system:` label"
+    for row in rows:
+        fp, system, source = row.get("fingerprint"), row.get("system"), str(row.get("source"))
+        if not fp or not system:
+            continue
+        hw, sw = fp.get("hardware") or {}, fp.get("software") or {}
+        if hw.get("cpu_model"):
+            first = machines.setdefault(system, (hw, source))
+            if not same_machine(first[0], hw):
+                return (f"system {system!r}: two machines, {describe(first[0])} ({first[1]}) "
+                        f"and {describe(hw)} ({source}); {advice}")
+        if sw.get("framework_version"):  # a cell whose runner never started knows none
+            text = json.dumps(sw, sort_keys=True)
+            first_sw = stacks.setdefault((system, str(sw.get("framework"))), (text, source))
+            if first_sw[0] != text:
+                return (f"system {system!r}: two {sw.get('framework')} software stacks, "
+                        f"{first_sw[0]} ({first_sw[1]}) and {text} ({source}); {advice}")
+    return None

@@ -1,0 +1,181 @@
+"""System labels: results/<system>/ folders, the machine a label stands for, software
+fingerprints checked across results, and the adoption of a tree made before labels."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from dlbench import aggregate, launch, study, systems, workflow_support
+from dlbench import result as R
+
+AMD = {"cpu_model": "AMD EPYC 7B13", "gpu_models": [], "gpu_count": 0, "gpu_driver": None}
+H100 = {"cpu_model": "Intel Xeon 8480", "gpu_models": ["NVIDIA H100 80GB HBM3"] * 2,
+        "gpu_count": 2, "gpu_driver": "580.65"}
+
+
+def env(cpu="AMD EPYC 7B13", version="2.9.0", gpus=(), cuda=None):
+    return {"cpu_model": cpu, "gpu_models": list(gpus), "gpu_driver": "580.65" if gpus else None,
+            "framework": "pytorch", "framework_version": version,
+            "library_flags": {"cuda": cuda, "cudnn": None}, "container_digest": None}
+
+
+def result_file(root: Path, system: str, study_name: str, cell_id: str, environment: dict,
+                status: str = "ok") -> Path:
+    res = R.new_result(kind="model", cell={"framework": "pytorch", "model": "resnet18"},
+                       study=study_name, cell_id=cell_id)
+    res["environment"] = environment
+    if status == "ok":
+        res["measurements"] = [R.measurement(name="resnet18", pass_="training",
+                                             times_s=[0.1, 0.11, 0.1], items_per_iteration=8,
+                                             throughput_unit="samples/s")]
+    R.finish(res, status, None if status == "ok" else "broke")
+    path = systems.result_path(system, study_name, cell_id, root)
+    R.write(res, path)
+    return path
+
+
+# --- labels ----------------------------------------------------------------------------
+
+def test_the_default_label_is_this_hosts_short_name_made_safe():
+    assert systems.default_label("node-17.cluster.example.org") == "node-17"
+    assert systems.default_label("my host!") == "my-host-"
+    assert systems.default_label("_x") == "x"
+    assert systems.default_label("report") == "local"  # a folder results/ keeps
+
+
+@pytest.mark.parametrize(("label", "words"), [
+    ("a/b", "is not a system label"), ("", "is not a system label"), (3, "is not a system label"),
+    ("datasets", "a folder results/ keeps for itself")])
+def test_a_bad_label_is_one_config_error_naming_the_field(label, words):
+    with pytest.raises(workflow_support.WorkflowConfigError) as info:
+        workflow_support.system_label({"system": label})
+    assert str(info.value).startswith("system: ") and words in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_the_config_label_wins_over_the_host():
+    assert workflow_support.system_label({"system": "h100-torch2.9"}) == "h100-torch2.9"
+    assert workflow_support.system_label({}) == systems.default_label()
+
+
+def test_result_paths_and_their_system(tmp_path):
+    cell = study.expand_config({"studies": {"s": {"grid": {"model": "resnet18"}}}})[0]
+    path = workflow_support.result_path(cell, "a100")
+    assert path == Path("results/a100/s/cells") / f"{cell.id}.json"
+    assert systems.system_of(path) == "a100"
+    assert systems.system_of(Path("results/s/cells/x.json")) is None  # before labels
+    assert systems.system_of(Path("x.json")) is None
+
+
+# --- the machine a label stands for -----------------------------------------------------
+
+def test_the_first_cell_records_the_machine_and_another_machine_is_refused(tmp_path):
+    folder = tmp_path / "results" / "box"
+    assert systems.check_machine(folder, AMD) is None
+    assert json.loads((folder / systems.MACHINE_FILE).read_text()) == AMD
+    assert systems.check_machine(folder, AMD) is None
+    problem = systems.check_machine(folder, H100)
+    assert problem.startswith("system 'box' is AMD EPYC 7B13, no GPU")
+    assert "2x NVIDIA H100 80GB HBM3" in problem and "its own `system:` label" in problem
+    assert "\n" not in problem
+
+
+def test_an_environment_that_cannot_see_gpus_is_not_another_machine():
+    blind = {**H100, "gpu_models": [], "gpu_count": 0, "gpu_driver": None}
+    assert systems.same_machine(H100, blind)
+    assert not systems.same_machine(H100, {**H100, "gpu_driver": "590.1"})
+
+
+def test_the_launcher_fails_a_cell_run_on_another_machine_under_the_label(tmp_path):
+    folder = tmp_path / "results" / "box"
+    folder.mkdir(parents=True)
+    (folder / systems.MACHINE_FILE).write_text(json.dumps(H100))
+    cell = study.expand_config({"studies": {"s": {"grid": {"model": "resnet18",
+                                                           "device": "cpu"}}}})[0]
+    out = systems.result_path("box", "s", cell.id, tmp_path / "results")
+    rc = launch.launch(json.loads(cell.to_json()), out, sys.executable)
+    res = R.read(out)
+    assert rc == 1 and res["status"] == "failed"
+    assert res["error"].startswith("system 'box' is Intel Xeon 8480, 2x NVIDIA H100")
+    assert res["system"] == "box" and res["fingerprint"]["hardware"]["cpu_model"]
+
+
+def test_a_result_records_its_system_and_fingerprint():
+    res = launch.stamped({"environment": env(gpus=["NVIDIA H100"], cuda="13.0")},
+                         Path("results/h100/s/cells/c.json"))
+    assert res["system"] == "h100"
+    assert res["fingerprint"]["hardware"]["gpu_count"] == 1
+    assert res["fingerprint"]["software"] == {"framework": "pytorch", "framework_version": "2.9.0",
+                                              "cuda": "13.0", "cudnn": None,
+                                              "container_digest": None}
+    R.validate({**R.new_result(kind="model", cell={}), **res, "environment": {}})
+
+
+# --- the aggregate ----------------------------------------------------------------------
+
+def test_two_systems_are_both_in_the_table_with_their_label(tmp_path):
+    a = result_file(tmp_path / "results", "amd", "s", "c1", env())
+    b = result_file(tmp_path / "results", "h100", "s", "c1", env(cpu="Intel", gpus=["H100"]))
+    rows = aggregate.build_table([a, b]).to_pylist()
+    assert sorted((r["system"], r["cell_id"]) for r in rows) == [("amd", "c1"), ("h100", "c1")]
+    assert systems.result_files(tmp_path / "results") == [a, b]
+
+
+def test_two_software_stacks_under_one_label_stop_the_aggregate_in_one_line(tmp_path):
+    a = result_file(tmp_path / "results", "box", "s", "c1", env(version="2.9.0"))
+    b = result_file(tmp_path / "results", "box", "s", "c2", env(version="2.10.0"))
+    parquet = tmp_path / "results" / "benchmarks.parquet"
+    aggregate.write([a], parquet)
+    with pytest.raises(aggregate.SystemConflict) as info:
+        aggregate.write([a, b], parquet)
+    text = str(info.value)
+    assert text.startswith("system 'box': two pytorch software stacks")
+    assert "2.9.0" in text and "2.10.0" in text and str(b) in text and "\n" not in text
+    assert pq.read_table(parquet).num_rows == 1  # the previous table is kept
+    assert aggregate.main([str(a), str(b), "--parquet", str(parquet)]) == 1
+
+
+def test_two_machines_under_one_label_are_a_conflict_and_other_labels_are_not(tmp_path):
+    a = result_file(tmp_path / "results", "box", "s", "c1", env(cpu="AMD"))
+    b = result_file(tmp_path / "results", "box", "s", "c2", env(cpu="Intel"))
+    c = result_file(tmp_path / "results", "other", "s", "c3", env(cpu="Intel",
+                                                                     version="2.10.0"))
+    with pytest.raises(aggregate.SystemConflict, match="two machines, AMD, no GPU"):
+        aggregate.build_table([a, b])
+    assert aggregate.build_table([a, c]).num_rows == 2
+
+
+def test_a_cell_whose_runner_never_started_is_no_software_conflict(tmp_path):
+    a = result_file(tmp_path / "results", "box", "s", "c1", env(version="2.9.0"))
+    b = result_file(tmp_path / "results", "box", "s", "c2",
+                    {**env(), "framework_version": None}, status="failed")
+    assert aggregate.build_table([a, b]).num_rows == 2
+
+
+# --- adopting a tree made before labels -----------------------------------------------------
+
+def test_a_pre_label_tree_moves_under_the_system_and_never_overwrites(tmp_path):
+    results = tmp_path / "results"
+    old = result_file(results, "x", "s", "c1", env())
+    legacy = results / "s"
+    shutil.move(old.parents[1], legacy)  # results/s/cells/c1.json, as earlier releases
+    (results / "datasets" / "d" / "cells").mkdir(parents=True)  # not a study: left alone
+    moves = systems.adopt("box", results)
+    assert moves == [(legacy, results / "box" / "s")]
+    assert (results / "box" / "s" / "cells" / "c1.json").is_file() and not legacy.exists()
+    assert (results / "datasets" / "d").is_dir()
+    # A second pre-label folder meeting one already adopted: only the files it lacks move.
+    (legacy / "cells").mkdir(parents=True)
+    (legacy / "cells" / "c1.json").write_text("{}")
+    (legacy / "cells" / "c2.json").write_text("{}")
+    moves = systems.adopt("box", results)
+    assert [m[1].name for m in moves] == ["c2.json"]
+    assert (legacy / "cells" / "c1.json").is_file()  # kept where it was, not overwritten
+    assert json.loads((results / "box" / "s" / "cells" / "c1.json").read_text())["cell_id"] == "c1"
+    assert systems.adopt("box", tmp_path / "none") == []
