@@ -209,7 +209,7 @@ def test_cell_writes_a_valid_result(mxnet_python, tmp_path, model, batch, forwar
                             "--num_batches", "2", "--num_warmup_batches", "1",
                             f"--forward_only={forward_only}", "--study", "s", "--cell_id", "c1")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "__results.status__=ok" in done.stdout and "__results.throughput__=" in done.stdout
+    assert '__results.status__="ok"' in done.stdout and "__results.throughput__=" in done.stdout
     res = read_valid(output)
     phase = "inference" if forward_only == "true" else "training"
     assert res["status"] == "ok" and res["kind"] == "model"
@@ -265,7 +265,7 @@ def test_bad_input_is_a_one_line_failed_result(mxnet_python, tmp_path, flags, ex
     res = read_valid(output)
     assert res["status"] == "failed" and res["measurements"] == []
     assert expected in res["error"] and "\n" not in res["error"]
-    assert "__results.status__=failed" in done.stdout
+    assert '__results.status__="failed"' in done.stdout
 
 
 @pytest.mark.mxnet

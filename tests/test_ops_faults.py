@@ -237,6 +237,6 @@ def test_standalone_a_bad_file_is_one_line_naming_it_and_exit_1(tmp_path, conten
                           timeout=300, check=False)
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
-    assert "__results.status__=failed" in proc.stdout
-    assert f"__results.status_msg__={f'config {path}: {error}'!r}" in proc.stdout
+    assert '__results.status__="failed"' in proc.stdout
+    assert f"__results.status_msg__={json.dumps(f'config {path}: {error}')}" in proc.stdout
     assert error in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -96,7 +96,7 @@ def test_module_entry_point_runs_as_a_subprocess(tmp_path):
          "-o", str(tmp_path / "sub"), "-i", "2", "--output", str(tmp_path / "sub_result.json")],
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "__results.status__=ok" in proc.stdout
+    assert '__results.status__="ok"' in proc.stdout
     lines = (tmp_path / "sub.json").read_text().splitlines()
     assert json.loads(lines[1])["op_name"] == "torch.add" and len(lines) == 3
     assert R.read(tmp_path / "sub_result.json")["measurements"][0]["flops_per_iteration"] is None

@@ -67,7 +67,7 @@ def test_gpu_cell_without_cuda_fails_in_one_line(tmp_path):
     assert proc.returncode == 1
     assert res["status"] == "failed"
     assert res["error"].startswith("--device gpu requested but CUDA is not available")
-    assert "__results.status__=failed" in proc.stdout
+    assert '__results.status__="failed"' in proc.stdout
 
 
 def test_out_of_memory_is_a_recorded_result(tmp_path):

@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -78,9 +79,39 @@ def test_recorded_turns_exceptions_into_results(tmp_path, capsys):
     written = R.read(out)
     assert written["status"] == "oom"
     assert written["error"] == "RuntimeError: CUDA out of memory."
-    assert "__results.status__=oom" in capsys.readouterr().out
+    assert '__results.status__="oom"' in capsys.readouterr().out
     res = R.new_result(kind="model", cell={"model": "m"})
     with cellrun.recorded(res, str(out)):
         raise cellrun.CellError("dataset /x has no class folders")
     assert R.read(out)["error"] == "dataset /x has no class folders"
     assert cellrun.exit_code(R.read(out)) == 1
+
+
+# DLBS's log parser (dlbs/logparser.py with DictUtils.add): this pattern on every line, then
+# json.loads of the value; a value that is not JSON raises there.
+DLBS_LINE = re.compile(r"[ \t]*__(.+?(?=__[ \t]*[=]))__[ \t]*=(.+)")
+
+
+def parse_like_dlbs(text):
+    found = {}
+    for line in text.splitlines():
+        match = DLBS_LINE.match(line)
+        if match:
+            found[match.group(1)] = json.loads(match.group(2))
+    return found
+
+
+def test_the_summary_lines_parse_with_dlbs_own_rule(capsys):
+    res = R.new_result(kind="model", cell={"model": "m"})
+    res["measurements"] = [R.measurement(name="m", pass_="training", times_s=[0.1, 0.3, 0.2],
+                                         items_per_iteration=4, throughput_unit="samples/s")]
+    cellrun.print_dlbs_summary(R.finish(res, "ok", None))
+    parsed = parse_like_dlbs(capsys.readouterr().out)
+    assert parsed["results.status"] == "ok"
+    assert parsed["results.time"] == pytest.approx(200.0)
+    assert parsed["results.throughput"] == pytest.approx(20.0)
+    assert parsed["results.time_data"] == pytest.approx([100.0, 300.0, 200.0])
+    failed = R.finish(R.new_result(kind="model", cell={}), "failed", 'quote " and \\ back')
+    cellrun.print_dlbs_summary(failed)
+    parsed = parse_like_dlbs(capsys.readouterr().out)
+    assert parsed == {"results.status": "failed", "results.status_msg": 'quote " and \\ back'}

@@ -9,6 +9,7 @@ and the workflow both see every cell.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import sys
 import time
@@ -45,17 +46,21 @@ def one_line(exc: BaseException) -> str:
 
 
 def print_dlbs_summary(res: dict[str, Any], stream: Any = None) -> None:
-    """The ``__results.*__=`` lines DLBS's log parser reads (times in ms, as DLBS)."""
+    """The ``__results.*__=`` lines DLBS's log parser reads (times in ms, as DLBS). Every
+    value is JSON: DLBS's parser (``DictUtils.add``) runs ``json.loads`` on each one."""
     stream = stream or sys.stdout
-    print(f"__results.status__={res['status']}", file=stream)
+
+    def line(key: str, value: Any) -> None:
+        print(f"__results.{key}__={json.dumps(value)}", file=stream)
+
+    line("status", res["status"])
     if res.get("error"):
-        print(f"__results.status_msg__={res['error']!r}", file=stream)
+        line("status_msg", res["error"])
     for m in res["measurements"][:1]:
-        print(f"__results.time__={m['time_s']['mean'] * 1000.0:.6f}", file=stream)
-        print(f"__results.time_std__={m['time_s']['std'] * 1000.0:.6f}", file=stream)
-        print(f"__results.throughput__={m['throughput']:.6f}", file=stream)
-        print(f"__results.time_data__={[round(t * 1000.0, 6) for t in m['times_s']]}",
-              file=stream)
+        line("time", round(m["time_s"]["mean"] * 1000.0, 6))
+        line("time_std", round(m["time_s"]["std"] * 1000.0, 6))
+        line("throughput", round(m["throughput"], 6))
+        line("time_data", [round(t * 1000.0, 6) for t in m["times_s"]])
     stream.flush()
 
 
