@@ -5,7 +5,7 @@ VENV := .venv
 MXNET_VENV := .venvs/mxnet
 BIN := $(VENV)/bin
 
-.PHONY: setup mxnet-env environments system-deps run test lint bench clean
+.PHONY: setup mxnet-env environments system-deps run test lint bench gpu-check gpu-wheels clean
 
 setup: $(VENV)/.installed
 
@@ -51,6 +51,25 @@ bench: environments
 	$(BIN)/python benchmarks/op_timing.py --out results/benchmarks/op_timing.json
 	$(BIN)/python benchmarks/monitor_overhead.py --output results/benchmarks/monitor_overhead.json
 	$(BIN)/python benchmarks/data_loaders.py --out results/benchmarks/data_loaders.json
+
+# The GPU acceptance check (benchmarks/gpu_acceptance.py), for a lent GPU machine as it is:
+# its own python3 with torch, our code from src/, no install. Packages it lacks travel as
+# wheels in .whl/ (made here by `make gpu-wheels`) and are installed into /tmp/site first.
+OUT ?= results/gpu-check
+GPU_PYTHON ?= python3
+GPU_WHEELS = jsonschema==4.25.1 jsonschema-specifications==2025.9.1 referencing==0.36.2 \
+	rpds-py==0.27.1 altair==5.5.0 vl-convert-python==1.8.0
+
+gpu-check:
+	if ls .whl/*.whl >/dev/null 2>&1; then \
+	  $(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+	    --upgrade --target /tmp/site .whl/*.whl; fi; \
+	PYTHONPATH=src:/tmp/site PYTHONUNBUFFERED=1 $(GPU_PYTHON) benchmarks/gpu_acceptance.py --out $(OUT)
+
+gpu-wheels:
+	python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 -d .whl $(GPU_WHEELS)
 
 clean:
 	rm -rf results .snakemake

@@ -1,0 +1,515 @@
+"""GPU acceptance: every CUDA path of dlbench, run once on the GPU at hand, in one command.
+
+    python benchmarks/gpu_acceptance.py --out results/gpu-check      # on a machine with a GPU
+    python benchmarks/gpu_acceptance.py --out DIR --dry              # anywhere: the plan only
+
+Runs our runners from this source tree as subprocesses (``PYTHONPATH=src``; nothing to
+install): ResNet-50 training and inference in every precision, timing honesty against CUDA
+events and a bare loop, operator timing against ``torch.utils.benchmark``, the L2 flush,
+the resource monitor's NVML power and energy, DDP, compile modes, an ncu profile, and the
+report made from the results. Writes ``DIR/gpu_acceptance.json`` (every figure, every
+command) and ``DIR/summary.md`` (one line per check: figure and verdict). Exit code: 0 all
+passed (or skipped for a stated reason), 1 a check failed, 2 no CUDA device (one line).
+``--dry`` builds every command line and checks it against the runner's own parser, runs
+nothing, and exits 0: CI runs it, so the script cannot rot between GPU sessions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+PRECISIONS = ("float32", "tf32", "float16", "bfloat16")
+BATCH = 256
+NUM_BATCHES, WARMUP = 15, 5
+COMPILE_MODES = ("inductor", "cudagraphs")  # with --autotune also inductor-max-autotune
+MATMUL_N = 8192
+# Thresholds of the issue that asked for this check.
+EVENTS_AGREEMENT = 0.02
+BARE_RATIO = 0.99
+TIMER_RATIO = 0.98
+EVENTS_VS_DISCRETE = 0.10
+
+
+@dataclass
+class Check:
+    name: str
+    verdict: str  # pass | fail | skip
+    figure: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Plan:
+    """Every command the check runs, by name (argument lists, never a shell)."""
+
+    out: Path
+    python: str
+    commands: dict[str, list[str]] = field(default_factory=dict)
+
+    def runner(self, name: str, module: str, *args: str) -> Path:
+        result = self.out / "cells" / f"{name}.json"
+        self.commands[name] = [self.python, "-m", module, *args, f"--output={result}"]
+        return result
+
+
+def model_args(model: str, phase: str, precision: str, batch: int = BATCH,
+               *extra: str) -> list[str]:
+    return [f"--model={model}", f"--batch_size={batch}", "--device=gpu", f"--dtype={precision}",
+            f"--forward_only={'true' if phase == 'inference' else 'false'}",
+            f"--num_batches={NUM_BATCHES}", f"--num_warmup_batches={WARMUP}", *extra]
+
+
+def matmul_config(path: Path, n: int) -> Path:
+    tensor = {"type": "tensor", "dtype": "bfloat16", "shape": [n, n]}
+    path.write_text(json.dumps({"torch.matmul": {"config": [
+        {"input": [{"args": [tensor, tensor]}]}]}}))
+    return path
+
+
+def small_op_config(path: Path, elements: int) -> Path:
+    tensor = {"type": "tensor", "dtype": "float", "shape": [elements]}
+    path.write_text(json.dumps({"torch.add": {"config": [
+        {"input": [{"args": [tensor, tensor]}]}]}}))
+    return path
+
+
+def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
+    plan = Plan(out, python)
+    (out / "cells").mkdir(parents=True, exist_ok=True)
+    for phase in ("training", "inference"):
+        for precision in PRECISIONS:
+            plan.runner(f"resnet50_{phase}_{precision}", "dlbench.pytorch",
+                        *model_args("resnet50", phase, precision))
+    for mode in (*COMPILE_MODES, *(("inductor-max-autotune",) if autotune else ())):
+        plan.runner(f"resnet50_training_bfloat16_{mode}", "dlbench.pytorch",
+                    *model_args("resnet50", "training", "bfloat16", BATCH, f"--compile={mode}"))
+    # DDP: one process through torchrun (the data-parallel path), and two GPUs over NCCL.
+    plan.runner("resnet50_training_ddp1", "torch.distributed.run", "--standalone",
+                "--nnodes=1", "--nproc_per_node=1", "-m", "dlbench.pytorch",
+                *model_args("resnet50", "training", "bfloat16", 128, "--num_gpus=1"))
+    if gpus >= 2:
+        plan.runner("resnet50_training_ddp2", "dlbench.pytorch",
+                    *model_args("resnet50", "training", "bfloat16", 128, "--num_gpus=2"))
+    ops = out / "ops"
+    ops.mkdir(exist_ok=True)
+    matmul = matmul_config(ops / "matmul.json", MATMUL_N)
+    small = small_op_config(ops / "add_small.json", 1 << 20)  # 4 MiB: inside the L2
+    tiny = small_op_config(ops / "add_tiny.json", 1 << 10)  # launch-bound
+    common = ["-d", "cuda", "-w", "10", "-i", "50", "-l", "WARNING"]
+    plan.runner("op_matmul", "dlbench.ops", "-c", str(matmul), *common,
+                "-o", str(ops / "matmul"))
+    for cache in ("on", "off"):
+        plan.runner(f"op_add_l2_{cache}", "dlbench.ops", "-c", str(small), *common,
+                    "--cuda-l2-cache", cache, "-o", str(ops / f"add_l2_{cache}"))
+    plan.runner("op_add_events", "dlbench.ops", "-c", str(small), *common, "--exec-mode",
+                "continuous_events", "-o", str(ops / "add_events"))
+    for mode, flags in (("eager", []), ("cudagraph", ["--cuda-graph"]),
+                        ("pt2", ["--pt2-model"])):
+        plan.runner(f"op_add_tiny_{mode}", "dlbench.ops", "-c", str(tiny), *common, "-b",
+                    *flags, "-o", str(ops / f"add_tiny_{mode}"))
+    me = str(Path(__file__).resolve())
+    plan.commands["honesty"] = [python, me, "--part", "honesty", "--out", str(out)]
+    plan.commands["timer"] = [python, me, "--part", "timer", "--out", str(out)]
+    from dlbench import study
+
+    (cell,) = study.expand_config({"studies": {"gpu-check": {"grid": {
+        "model": "resnet18", "phase": "inference", "batch_size": 32, "device": "gpu",
+        "num_batches": 2, "num_warmup_batches": 1}}}})
+    for tool, settings in (("ncu", {"clock_control": "none"}), ("torch", {})):
+        plan.commands[f"profile_{tool}"] = [
+            python, "-m", "dlbench.profiling", "run", "--tool", tool, "--cell",
+            cell.to_json(), "--out_dir", str(out / "profiles" / tool), "--python", python,
+            "--settings", json.dumps(settings)]
+    # The cells' result files are appended when they exist.
+    plan.commands["aggregate"] = [python, "-m", "dlbench.aggregate", "--parquet",
+                                  str(out / "benchmarks.parquet")]
+    plan.commands["report"] = [python, "-m", "dlbench.report", str(out / "benchmarks.parquet"),
+                               "--outdir", str(out / "report")]
+    return plan
+
+
+def check_plan_parses(plan: Plan) -> list[str]:
+    """Each runner command against the runner's own parser (what --dry proves)."""
+    from dlbench.ops.cli import build_parser as ops_parser
+    from dlbench.pytorch import runner
+
+    problems = []
+    for name, cmd in plan.commands.items():
+        module = cmd[cmd.index("-m") + 1] if "-m" in cmd else None
+        if module == "torch.distributed.run":
+            module = cmd[cmd.index("-m", cmd.index("-m") + 1) + 1]
+        args = cmd[cmd.index(module) + 1:] if module else []
+        parser = {"dlbench.pytorch": runner.parser, "dlbench.ops": ops_parser}.get(module)
+        if parser is None:
+            continue
+        try:
+            parser().parse_args(args)
+        except SystemExit:
+            problems.append(f"{name}: {' '.join(args)}")
+    return problems
+
+
+# -- running ------------------------------------------------------------------------------
+
+
+def run(cmd: list[str], log: Path, timeout: float = 600) -> tuple[int, float]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    start = time.perf_counter()
+    with log.open("w") as f:
+        try:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
+                                timeout=timeout, cwd=REPO).returncode
+        except subprocess.TimeoutExpired:
+            rc = 124
+    return rc, time.perf_counter() - start
+
+
+def read(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def throughput(res: dict[str, Any] | None) -> float | None:
+    if not res or res.get("status") != "ok" or not res.get("measurements"):
+        return None
+    return res["measurements"][0]["throughput"]
+
+
+def median_ms(res: dict[str, Any] | None) -> float | None:
+    if not res or res.get("status") != "ok" or not res.get("measurements"):
+        return None
+    return res["measurements"][0]["time_s"]["median"] * 1e3
+
+
+def verdict(ok: bool | None) -> str:
+    return "skip" if ok is None else ("pass" if ok else "fail")
+
+
+def model_checks(results: dict[str, dict | None]) -> list[Check]:
+    checks = []
+    for name, res in results.items():
+        if not name.startswith("resnet50_") or "ddp" in name:
+            continue
+        tput = throughput(res)
+        error = (res or {}).get("error") or "no result"
+        checks.append(Check(f"{name} runs", verdict(tput is not None),
+                            f"{tput:,.0f} img/s" if tput else error))
+    t = {p: throughput(results.get(f"resnet50_training_{p}")) for p in PRECISIONS}
+    for fast in ("tf32", "bfloat16"):
+        ok = None if None in (t[fast], t["float32"]) else t[fast] > t["float32"]
+        checks.append(Check(f"training {fast} faster than float32", verdict(ok),
+                            f"{t[fast] or 0:,.0f} vs {t['float32'] or 0:,.0f} img/s"))
+    losses = {n: ((r or {}).get("measurements") or [{}])[0].get("extra", {}).get("last_loss")
+              for n, r in results.items() if "training" in n and r and r.get("status") == "ok"}
+    finite = {n: ((r or {}).get("measurements") or [{}])[0].get("extra", {}).get("loss_finite")
+              for n, r in results.items() if "training" in n and r and r.get("status") == "ok"}
+    fp16 = finite.get("resnet50_training_float16")
+    checks.append(Check("float16 training (GradScaler) has a finite loss",
+                        verdict(None if fp16 is None else bool(fp16)),
+                        f"last loss {losses.get('resnet50_training_float16')}"))
+    checks.append(Check("no training cell ends with a NaN loss",
+                        verdict(all(finite.values()) if finite else None),
+                        ", ".join(f"{n.removeprefix('resnet50_training_')}={v:.3g}"
+                                  for n, v in losses.items() if v is not None)))
+    eager = t["bfloat16"]
+    for mode in (*COMPILE_MODES, "inductor-max-autotune"):
+        res = results.get(f"resnet50_training_bfloat16_{mode}")
+        if res is None:
+            continue
+        tput = throughput(res)
+        comp = ((res.get("measurements") or [{}])[0].get("extra") or {}).get("compile") or {}
+        checks.append(Check(f"compile {mode}: bf16 training", verdict(tput is not None),
+                            f"{tput or 0:,.0f} img/s, {tput / eager if tput and eager else 0:.2f}x "
+                            f"eager, compile {comp.get('compile_time_s', 0):.0f} s"
+                            if tput else res.get("error") or "no result", {"compile": comp}))
+    return checks
+
+
+def monitor_check(res: dict[str, Any] | None) -> Check:
+    mon = ((res or {}).get("extra") or {}).get("monitor") or {}
+    gpus = mon.get("gpus") or []
+    power = gpus[0].get("power_mean_w") if gpus else None
+    ok = bool(gpus) and power is not None and 30 <= power <= 1200 \
+        and (mon.get("energy_j") or 0) > 0 and (mon.get("samples_per_joule") or 0) > 0
+    return Check("monitor: NVML power and energy", verdict(ok if res else None),
+                 f"mean {power} W, {mon.get('energy_j')} J, "
+                 f"{mon.get('samples_per_joule')} samples/J", {"monitor": mon})
+
+
+def op_checks(results: dict[str, dict | None], out: Path) -> list[Check]:
+    checks = []
+    matmul = median_ms(results.get("op_matmul"))
+    timer = read(out / "timer.json") or {}
+    if matmul:
+        tflops = 2 * MATMUL_N ** 3 / (matmul / 1e3) / 1e12
+        ratio = timer.get("median_ms", 0) / matmul if timer.get("median_ms") else None
+        checks.append(Check("bf16 8192^3 matmul against torch.utils.benchmark.Timer",
+                            verdict(None if ratio is None else ratio >= TIMER_RATIO),
+                            f"{tflops:,.0f} TFLOP/s, ratio {ratio or 0:.3f}", timer))
+    else:
+        checks.append(Check("bf16 8192^3 matmul", "fail",
+                            (results.get("op_matmul") or {}).get("error") or "no result"))
+    on, off = median_ms(results.get("op_add_l2_on")), median_ms(results.get("op_add_l2_off"))
+    checks.append(Check("--cuda-l2-cache off is slower than on (4 MiB add)",
+                        verdict(None if None in (on, off) else off > on),
+                        f"off {off} ms, on {on} ms"))
+    events = median_ms(results.get("op_add_events"))
+    ok = None if None in (events, on) else abs(events - on) / on <= EVENTS_VS_DISCRETE
+    checks.append(Check("continuous_events agrees with discrete", verdict(ok),
+                        f"{events} vs {on} ms"))
+    for mode in ("cudagraph", "pt2"):
+        res = results.get(f"op_add_tiny_{mode}")
+        facts = ((res or {}).get("measurements") or [{}])[0].get("extra") or {}
+        acc = (facts.get("accuracy") or {}).get("ok")
+        checks.append(Check(f"ops --{'cuda-graph' if mode == 'cudagraph' else 'pt2-model'}",
+                            verdict((res or {}).get("status") == "ok" and acc is not False),
+                            f"{median_ms(res)} ms vs eager "
+                            f"{median_ms(results.get('op_add_tiny_eager'))} ms", facts))
+    return checks
+
+
+def honesty_checks(out: Path) -> list[Check]:
+    facts = read(out / "honesty.json")
+    if not facts:
+        return [Check("timing honesty", "fail", "the honesty part left no figures")]
+    return [
+        Check("runner times agree with CUDA events", verdict(
+            facts["events_disagreement"] <= EVENTS_AGREEMENT),
+            f"{facts['events_disagreement']:.2%} (runner {facts['runner_median_ms']:.2f} ms, "
+            f"events {facts['events_median_ms']:.2f} ms)", facts),
+        Check("runner against a bare loop", verdict(facts["bare_ratio"] >= BARE_RATIO),
+              f"ratio {facts['bare_ratio']:.4f}", facts),
+    ]
+
+
+def profile_checks(out: Path) -> list[Check]:
+    checks = []
+    for tool in ("ncu", "torch"):
+        record = read(out / "profiles" / tool / "profile.json") or {}
+        checks.append(Check(f"profile {tool}", verdict(record.get("status") == "ok"),
+                            record.get("error") or ", ".join(sorted(record.get("tables") or []))
+                            or record.get("status", "no profile.json"), record))
+    return checks
+
+
+def run_all(plan: Plan, gpus: int) -> list[Check]:
+    logs = plan.out / "logs"
+    logs.mkdir(exist_ok=True)
+    timings = {}
+    for name, cmd in plan.commands.items():
+        if name in ("aggregate", "report"):
+            continue
+        rc, took = run(cmd, logs / f"{name}.log")
+        timings[name] = {"rc": rc, "seconds": round(took, 1)}
+        print(f"{name}: rc {rc} in {took:.0f} s", flush=True)
+    results = {name: read(plan.out / "cells" / f"{name}.json") for name in plan.commands}
+    checks = model_checks(results)
+    checks.append(monitor_check(results.get("resnet50_training_bfloat16")))
+    for name in ("resnet50_training_ddp1", "resnet50_training_ddp2"):
+        if name in plan.commands:
+            res = results.get(name)
+            checks.append(Check(f"DDP {name[-4:]}", verdict(throughput(res) is not None),
+                                f"{throughput(res) or 0:,.0f} img/s"
+                                if throughput(res) else (res or {}).get("error") or "no result"))
+    if gpus < 2:
+        checks.append(Check("DDP 2 GPUs over NCCL", "skip", f"{gpus} GPU on this machine"))
+    checks += op_checks(results, plan.out) + honesty_checks(plan.out) + profile_checks(plan.out)
+    cells = sorted(str(p) for p in (plan.out / "cells").glob("*.json"))
+    agg = [*plan.commands["aggregate"], *cells]
+    rc, _ = run(agg, logs / "aggregate.log")
+    if rc == 0 and shutil.which(plan.python) and _has("altair", plan.python):
+        rc, _ = run(plan.commands["report"], logs / "report.log")
+        checks.append(Check("report renders", verdict(
+            rc == 0 and (plan.out / "report" / "index.html").is_file()), f"rc {rc}"))
+    else:
+        checks.append(Check("report renders", "skip" if rc == 0 else "fail",
+                            "altair is not installed here (carry it as a wheel)" if rc == 0
+                            else f"aggregate rc {rc}"))
+    for check in checks:
+        check.detail.setdefault("timing", timings.get(check.name))
+    return checks
+
+
+def _has(module: str, python: str) -> bool:
+    return subprocess.run([python, "-c", f"import {module}"], capture_output=True).returncode == 0
+
+
+# -- parts run in their own process -----------------------------------------------------------
+
+
+def part_honesty(out: Path) -> None:
+    """The runner in this process with CUDA events around each of its steps, and a bare
+    loop on the same model, alternating (ResNet-50 bf16 training, batch 128)."""
+    import torch
+    import torchvision
+
+    from dlbench import result as R
+    from dlbench.pytorch import runner
+
+    pairs: list[tuple[Any, Any]] = []
+    original = runner.timed_loop
+
+    def with_events(fetch: Callable, step: Callable, sync: Callable, warmup: int,
+                    measured: int, **kw: Any) -> Any:
+        def timed_step(batch: Any) -> Any:
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            value = step(batch)
+            end.record()
+            pairs.append((begin, end))
+            return value
+        return original(fetch, timed_step, sync, warmup, measured, **kw)
+
+    def ours() -> tuple[float, list[float], list[float]]:
+        pairs.clear()
+        args = runner.parser().parse_args(model_args("resnet50", "training", "bfloat16", 128)
+                                          + ["--count_flops=false"])
+        res = R.new_result(kind="model", cell=runner.cell_of(args))
+        runner.timed_loop = with_events
+        try:
+            runner.run(args, res)
+        finally:
+            runner.timed_loop = original
+        torch.cuda.synchronize()
+        events = [b.elapsed_time(e) for b, e in pairs[-NUM_BATCHES:]]
+        return res["measurements"][0]["throughput"], res["measurements"][0]["times_s"], events
+
+    def bare() -> float:
+        torch.manual_seed(0)
+        model = torchvision.models.resnet50().cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        x = torch.randn(128, 3, 224, 224, device="cuda")
+        y = torch.randint(0, 1000, (128,), device="cuda")
+        loss_fn = torch.nn.CrossEntropyLoss()
+        times = []
+        for i in range(WARMUP + NUM_BATCHES):
+            start = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            torch.cuda.synchronize()
+            if i >= WARMUP:
+                times.append(time.perf_counter() - start)
+        return 128 / statistics.median(times)
+
+    rounds = []
+    for rnd in range(3):
+        first, second = (ours, bare) if rnd % 2 == 0 else (bare, ours)
+        a, b = first(), second()
+        rounds.append((a, b) if first is ours else (b, a))
+    runner_tput = statistics.median(r[0][0] for r in rounds)
+    bare_tput = statistics.median(r[1] for r in rounds)
+    times_ms = [t * 1e3 for t in rounds[-1][0][1]]
+    events_ms = rounds[-1][0][2]
+    runner_med, events_med = statistics.median(times_ms), statistics.median(events_ms)
+    (out / "honesty.json").write_text(json.dumps({
+        "runner_samples_per_s": runner_tput, "bare_samples_per_s": bare_tput,
+        "bare_ratio": runner_tput / bare_tput, "runner_median_ms": runner_med,
+        "events_median_ms": events_med,
+        "events_disagreement": abs(runner_med - events_med) / events_med,
+        "runner_times_ms": times_ms, "events_ms": events_ms}, indent=1))
+
+
+def part_timer(out: Path) -> None:
+    import torch
+    from torch.utils import benchmark
+
+    a = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=torch.bfloat16)
+    measurement = benchmark.Timer("torch.matmul(a, b)", globals={"a": a, "b": b,
+                                                                 "torch": torch}
+                                  ).blocked_autorange(min_run_time=2)
+    median = measurement.median * 1e3
+    (out / "timer.json").write_text(json.dumps({
+        "median_ms": median, "tflops": 2 * MATMUL_N ** 3 / (median / 1e3) / 1e12}))
+
+
+# -- the summary ------------------------------------------------------------------------------
+
+
+def summary_markdown(checks: list[Check], device: str) -> str:
+    lines = [f"# GPU acceptance on {device}", "", "| check | figure | verdict |", "|---|---|---|"]
+    lines += [f"| {c.name} | {c.figure} | {c.verdict} |" for c in checks]
+    failed = [c for c in checks if c.verdict == "fail"]
+    lines += ["", f"{len(checks) - len(failed)} of {len(checks)} checks passed or skipped; "
+                  f"{len(failed)} failed."]
+    return "\n".join(lines) + "\n"
+
+
+def cuda_device() -> tuple[str | None, int]:
+    """The GPU's name and count, or (None, 0) with no CUDA device (checked in a child, so
+    that this process initialises no CUDA context the runners would share)."""
+    probe = ("import torch, json; ok = torch.cuda.is_available(); print(json.dumps("
+             "[torch.cuda.get_device_name(0) if ok else None, torch.cuda.device_count()]))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    try:
+        name, count = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None, 0
+    return name, count
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("results/gpu-check"))
+    p.add_argument("--dry", action="store_true", help="build and check the plan; run nothing")
+    p.add_argument("--autotune", action="store_true",
+                   help="also inductor-max-autotune (its autotuning takes minutes)")
+    p.add_argument("--part", choices=("honesty", "timer"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    sys.path.insert(0, str(SRC))
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.part == "honesty":
+        part_honesty(args.out)
+        return 0
+    if args.part == "timer":
+        part_timer(args.out)
+        return 0
+    if args.dry:
+        plan = build_plan(args.out, sys.executable, gpus=2, autotune=True)
+        problems = check_plan_parses(plan)
+        (args.out / "plan.json").write_text(json.dumps(plan.commands, indent=1))
+        for name, cmd in plan.commands.items():
+            print(f"{name}: {' '.join(cmd)}")
+        if problems:
+            print("gpu_acceptance: commands the runners refuse: " + "; ".join(problems),
+                  file=sys.stderr)
+            return 1
+        return 0
+    device, count = cuda_device()
+    if device is None:
+        print("gpu_acceptance: no CUDA device: torch sees no GPU on this machine (run it "
+              "where one is, or add --dry to check the plan)", file=sys.stderr)
+        return 2
+    plan = build_plan(args.out, sys.executable, count, args.autotune)
+    start = time.perf_counter()
+    checks = run_all(plan, count)
+    report = {"device": device, "gpus": count, "seconds": round(time.perf_counter() - start),
+              "checks": [asdict(c) for c in checks], "commands": plan.commands}
+    (args.out / "gpu_acceptance.json").write_text(json.dumps(report, indent=1, default=str))
+    text = summary_markdown(checks, f"{count}x {device}")
+    (args.out / "summary.md").write_text(text)
+    print(text)
+    return 1 if any(c.verdict == "fail" for c in checks) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""The GPU acceptance check (benchmarks/gpu_acceptance.py) where there is no GPU: its dry
+mode builds every command and checks it against the runners' own parsers, a real run
+refuses in one line, and the verdicts follow the figures the results give.
+
+Not exercised here (no GPU): the runs themselves, CUDA events, NVML, NCCL and ncu."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_acceptance.py"
+
+
+@pytest.fixture(scope="module")
+def gpu_acceptance():
+    spec = importlib.util.spec_from_file_location("gpu_acceptance", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dry_mode_builds_every_command_and_the_runners_accept_them(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--dry", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    for name in ("resnet50_training_float32", "resnet50_inference_bfloat16",
+                 "resnet50_training_tf32", "resnet50_training_bfloat16_inductor",
+                 "resnet50_training_bfloat16_cudagraphs",
+                 "resnet50_training_bfloat16_inductor-max-autotune", "resnet50_training_ddp1",
+                 "resnet50_training_ddp2", "op_matmul", "op_add_l2_off", "op_add_events",
+                 "op_add_tiny_cudagraph", "op_add_tiny_pt2", "honesty", "timer",
+                 "profile_ncu", "profile_torch", "aggregate", "report"):
+        assert name in plan
+    assert "--cuda-l2-cache" in plan["op_add_l2_off"] and "--cuda-graph" in \
+        plan["op_add_tiny_cudagraph"]
+    matmul = json.loads((tmp_path / "ops" / "matmul.json").read_text())
+    assert matmul["torch.matmul"]["config"][0]["input"][0]["args"][0]["shape"] == [8192, 8192]
+
+
+def test_a_command_the_runner_refuses_is_reported(gpu_acceptance, tmp_path):
+    plan = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
+    assert gpu_acceptance.check_plan_parses(plan) == []
+    plan.commands["resnet50_training_float32"].append("--dtype=float8")
+    (problem,) = gpu_acceptance.check_plan_parses(plan)
+    assert problem.startswith("resnet50_training_float32: ")
+
+
+def test_without_a_gpu_it_refuses_in_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("gpu_acceptance: no CUDA device: ")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def result(tput, loss=1.0, status="ok", compile_facts=None):
+    extra = {"last_loss": loss, "loss_finite": loss is not None}
+    if compile_facts:
+        extra["compile"] = compile_facts
+    return {"status": status, "error": None if status == "ok" else "broke",
+            "measurements": [{"throughput": tput, "time_s": {"median": 1 / tput},
+                              "extra": extra}] if status == "ok" else []}
+
+
+def test_model_verdicts_follow_the_figures(gpu_acceptance):
+    results = {f"resnet50_training_{p}": result(t) for p, t in
+               (("float32", 1000), ("tf32", 1800), ("float16", 2500), ("bfloat16", 900))}
+    results["resnet50_training_float16"] = result(2500, loss=None)
+    results["resnet50_inference_float32"] = result(3000, status="failed")
+    results["resnet50_training_bfloat16_inductor"] = result(
+        1200, compile_facts={"compile_time_s": 70.0})
+    checks = {c.name: c for c in gpu_acceptance.model_checks(results)}
+    assert checks["training tf32 faster than float32"].verdict == "pass"
+    assert checks["training bfloat16 faster than float32"].verdict == "fail"
+    assert checks["float16 training (GradScaler) has a finite loss"].verdict == "fail"
+    assert checks["no training cell ends with a NaN loss"].verdict == "fail"
+    assert checks["resnet50_inference_float32 runs"].verdict == "fail"
+    assert checks["resnet50_inference_float32 runs"].figure == "broke"
+    inductor = checks["compile inductor: bf16 training"]
+    assert inductor.verdict == "pass" and "1.33x eager" in inductor.figure
+
+
+def test_monitor_and_summary(gpu_acceptance):
+    res = {"extra": {"monitor": {"gpus": [{"power_mean_w": 480.0}], "energy_j": 5000.0,
+                                 "samples_per_joule": 3.1}}}
+    assert gpu_acceptance.monitor_check(res).verdict == "pass"
+    res["extra"]["monitor"]["gpus"][0]["power_mean_w"] = 5.0  # below any working GPU
+    assert gpu_acceptance.monitor_check(res).verdict == "fail"
+    assert gpu_acceptance.monitor_check(None).verdict == "skip"
+    text = gpu_acceptance.summary_markdown(
+        [gpu_acceptance.Check("a", "pass", "1"), gpu_acceptance.Check("b", "fail", "2")], "H100")
+    assert "| b | 2 | fail |" in text and "1 failed." in text
