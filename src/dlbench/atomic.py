@@ -209,3 +209,23 @@ def set_aside(path: str | os.PathLike[str], folder: str) -> Path:
         path.unlink()
         return target
     raise FileExistsError(f"{holder}: no free name for {path.name} at {stamp}")
+
+
+def move(path: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path:
+    """Move a file or a folder to ``target`` (on the same filesystem) and return it. Never
+    over an existing one: a file moves by a hard link then an unlink (a link fails where
+    the target exists; a rename would replace it silently); a folder moves only to a name
+    that does not exist. The folders of both ends are synced."""
+    path, target = Path(path), Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        if target.exists():
+            raise FileExistsError(f"{target}: already exists; {path} not moved")
+        # Checked above; and rename(2) of a folder onto a non-empty one fails anyway.
+        os.rename(path, target)
+    else:
+        os.link(path, target)
+        path.unlink()
+    for folder in {path.parent, target.parent}:
+        _fsync(folder)
+    return target

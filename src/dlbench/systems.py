@@ -20,12 +20,13 @@ current system's on the first run (``adopt``): its files move, no cell reruns.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from dlbench import atomic
 
 RESULTS = Path("results")
 LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -110,17 +111,13 @@ def adopt(system: str, results: Path = RESULTS) -> list[tuple[Path, Path]]:
     for old in legacy_study_dirs(results):
         new = results / system / old.name
         if not new.exists():
-            new.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(old, new)
-            moves.append((old, new))
+            moves.append((old, atomic.move(old, new)))
             continue
         for path in sorted(p for p in old.rglob("*") if p.is_file()):
             target = new / path.relative_to(old)
             if target.exists():
                 continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, target)
-            moves.append((path, target))
+            moves.append((path, atomic.move(path, target)))
     return moves
 
 
