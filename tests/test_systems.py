@@ -120,11 +120,27 @@ def test_a_result_records_its_system_and_fingerprint():
 # --- the aggregate ----------------------------------------------------------------------
 
 def test_two_systems_are_both_in_the_table_with_their_label(tmp_path):
-    a = result_file(tmp_path / "results", "amd", "s", "c1", env())
-    b = result_file(tmp_path / "results", "h100", "s", "c1", env(cpu="Intel", gpus=["H100"]))
+    cell = "pytorch_resnet18_training_0a1b2c3d"
+    a = result_file(tmp_path / "results", "amd", "s", cell, env())
+    b = result_file(tmp_path / "results", "h100", "s", cell, env(cpu="Intel", gpus=["H100"]))
     rows = aggregate.build_table([a, b]).to_pylist()
-    assert sorted((r["system"], r["cell_id"]) for r in rows) == [("amd", "c1"), ("h100", "c1")]
+    assert sorted((r["system"], r["cell_id"]) for r in rows) == [("amd", cell), ("h100", cell)]
+    # An operator cell's PARAM log beside a result is no result of another system.
+    a.with_name(f"{cell}.param.json").write_text('{"a": 1}\n{"b": 2}\n')
     assert systems.result_files(tmp_path / "results") == [a, b]
+
+
+def test_software_of_the_model_and_the_operator_runner_is_one_stack():
+    """Model cells record CUDA and cuDNN as ``cuda_version``/``cudnn_version``; operator
+    cells written before the shared collector kept CUDA among their library flags and no
+    cuDNN on CPU. Known values must agree, an unknown one is no other stack."""
+    model = {**env(), "library_flags": {"num_threads": 2}, "cuda_version": "13.0",
+             "cudnn_version": "91900"}
+    old_op = env(cuda="13.0")
+    assert systems.software(model)["cuda"] == systems.software(old_op)["cuda"] == "13.0"
+    assert systems.same_software(systems.software(model), systems.software(old_op))
+    other_cuda = {**model, "cuda_version": "12.8"}
+    assert not systems.same_software(systems.software(model), systems.software(other_cuda))
 
 
 def test_two_software_stacks_under_one_label_stop_the_aggregate_in_one_line(tmp_path):

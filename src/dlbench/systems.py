@@ -34,6 +34,7 @@ LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 RESERVED = frozenset({"benchmarks", "cache", "cluster-logs", "compare", "datasets", "logs",
                       "profiles", "report", "slurm-logs"})
 MACHINE_FILE = "system.json"
+RESULT_NAME = re.compile(r".+_[0-9a-f]{8}\.json")
 CELLS = "cells"
 
 
@@ -78,12 +79,20 @@ def system_of(result_file: Path) -> str | None:
     return path.parents[2].name or None
 
 
+def is_result_file(path: Path) -> bool:
+    """Whether ``path`` is named as a cell's result (``<cell id>.json``, the id ending in
+    its 8-hex-digit hash: dlbench.study.cell_id), not a file a runner writes beside it
+    (an operator cell's PARAM log ``<cell id>.param.json``)."""
+    return RESULT_NAME.fullmatch(path.name) is not None
+
+
 def result_files(results: Path = RESULTS) -> list[Path]:
     """Every cell result of every system under ``results`` (sorted)."""
     if not results.is_dir():
         return []
     return sorted(p for p in results.glob(f"*/*/{CELLS}/*.json")
-                  if p.parents[2].name not in RESERVED and systems_folder(p.parents[2]))
+                  if p.parents[2].name not in RESERVED and systems_folder(p.parents[2])
+                  and is_result_file(p))
 
 
 def systems_folder(folder: Path) -> bool:
@@ -131,10 +140,20 @@ def hardware(env: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def software(env: Mapping[str, Any]) -> dict[str, Any]:
+    # Results written before the PyTorch runners shared one environment collector kept
+    # CUDA and cuDNN among the library flags (operator cells only).
     flags = env.get("library_flags") or {}
+    cudnn = env.get("cudnn_version") or flags.get("cudnn")
     return {"framework": env.get("framework"), "framework_version": env.get("framework_version"),
-            "cuda": flags.get("cuda"), "cudnn": flags.get("cudnn"),
+            "cuda": env.get("cuda_version") or flags.get("cuda"),
+            "cudnn": None if cudnn is None else str(cudnn),
             "container_digest": env.get("container_digest")}
+
+
+def same_software(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Equal wherever both know a value: a CPU cell may not record cuDNN's version, an
+    older result may not record CUDA's; that is no other software stack."""
+    return all(a[k] == b[k] for k in a.keys() & b.keys() if a[k] is not None and b[k] is not None)
 
 
 def fingerprint(env: Mapping[str, Any]) -> dict[str, Any]:
@@ -193,7 +212,7 @@ def conflict(rows: Iterable[Mapping[str, Any]]) -> str | None:
     """Two machines, or two software stacks of one framework, under one label among result
     rows (each with ``system``, ``source`` and ``fingerprint``), in one line; else None."""
     machines: dict[str, tuple[Mapping[str, Any], str]] = {}
-    stacks: dict[tuple[str, str], tuple[str, str]] = {}
+    stacks: dict[tuple[str, str], tuple[Mapping[str, Any], str]] = {}
     advice = "one label must name one machine and software stack: give the other its own " \
              "`system:` label"
     for row in rows:
@@ -207,9 +226,9 @@ def conflict(rows: Iterable[Mapping[str, Any]]) -> str | None:
                 return (f"system {system!r}: two machines, {describe(first[0])} ({first[1]}) "
                         f"and {describe(hw)} ({source}); {advice}")
         if sw.get("framework_version"):  # a cell whose runner never started knows none
-            text = json.dumps(sw, sort_keys=True)
-            first_sw = stacks.setdefault((system, str(sw.get("framework"))), (text, source))
-            if first_sw[0] != text:
+            first_sw = stacks.setdefault((system, str(sw.get("framework"))), (sw, source))
+            if not same_software(first_sw[0], sw):
                 return (f"system {system!r}: two {sw.get('framework')} software stacks, "
-                        f"{first_sw[0]} ({first_sw[1]}) and {text} ({source}); {advice}")
+                        f"{json.dumps(first_sw[0], sort_keys=True)} ({first_sw[1]}) and "
+                        f"{json.dumps(sw, sort_keys=True)} ({source}); {advice}")
     return None

@@ -18,12 +18,13 @@ from typing import Any
 import torch
 
 import dlbench
-from dlbench import axes, environment, monitor
+from dlbench import axes, monitor
 from dlbench import result as R
 from dlbench.cellrun import CellError, exit_code, recorded
 from dlbench.ops import configfile, modes, output
 from dlbench.ops.runner import Benchmark, seed
 from dlbench.ops.timing import EXEC_MODES, ExecOptions
+from dlbench.pytorch import torch_environment
 
 log = logging.getLogger("dlbench.ops")
 
@@ -178,19 +179,6 @@ def run_options(args: argparse.Namespace, device: torch.device) -> dict[str, Any
     }
 
 
-def result_environment(device: torch.device) -> dict[str, Any]:
-    env = environment.collect()
-    env["framework"] = "pytorch"
-    env["framework_version"] = torch.__version__
-    env["library_flags"] = {
-        "num_threads": torch.get_num_threads(),
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
-        "cudnn_benchmark": torch.backends.cudnn.benchmark,
-    }
-    return env
-
-
 def configure_logging(level_name: str) -> None:
     level = logging.getLevelName(level_name.upper())
     if not isinstance(level, int):
@@ -237,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     res = R.new_result(kind="op", cell=cell, study=args.study, cell_id=args.cell_id)
     with recorded(res, args.output):
-        res["environment"] = result_environment(device)
+        res["environment"] = torch_environment.collect(device)
         run(args, device, res)
     return exit_code(res)
 

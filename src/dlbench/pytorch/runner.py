@@ -88,27 +88,6 @@ def monitored_gpus(device: Any, count: int) -> list[int | str]:
     return ids
 
 
-def framework_environment(device: Any) -> dict[str, Any]:
-    import torch
-
-    from dlbench.pytorch.precision import library_flags
-
-    env = environment.collect()
-    env.update({
-        "framework": "pytorch", "framework_version": torch.__version__,
-        "cuda_version": torch.version.cuda, "library_flags": library_flags(),
-        "cudnn_version": str(torch.backends.cudnn.version())
-        if torch.backends.cudnn.is_available() else None,
-    })
-    if hasattr(torch.backends, "cpu"):
-        env["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
-    if device.type == "cuda":
-        env["gpu_models"] = [torch.cuda.get_device_name(i)
-                             for i in range(torch.cuda.device_count())]
-        env["device_name"] = torch.cuda.get_device_name(device)
-    return env
-
-
 def precision_native(precision: str, device: Any) -> bool | None:
     """Whether the cell's precision is native on the device it runs on (False: emulated,
     as bfloat16 is on CPUs without AVX-512 BF16 or AMX)."""
@@ -179,7 +158,16 @@ def accuracy_of(cell_module: Any, eager_module: Any, built: Any,
 def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     import torch
 
-    from dlbench.pytorch import accuracy, data, distributed, execution, precision, steps, zoo
+    from dlbench.pytorch import (
+        accuracy,
+        data,
+        distributed,
+        execution,
+        precision,
+        steps,
+        torch_environment,
+        zoo,
+    )
 
     topo = distributed.topology()
     if args.device == "gpu" and not torch.cuda.is_available():
@@ -195,7 +183,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     mode = precision.setup(cli.precision(args.dtype), device_type)
     if device_type == "cuda":
         precision.apply_cudnn_flags(args.cudnn_benchmark, args.cudnn_fastest)
-    res["environment"] = framework_environment(device)
+    res["environment"] = torch_environment.collect(device)
     res["extra"]["precision_native"] = precision_native(mode.name, device)
 
     built = zoo.build(args.model, args.model_opts)

@@ -1,0 +1,31 @@
+"""The environment of a PyTorch process, recorded with every result of a PyTorch runner
+(model and operator cells alike), so that both describe one software stack in the same
+fields: ``cuda_version`` and ``cudnn_version`` (what the system fingerprint reads),
+``library_flags`` (the backend switches that change the numbers), the CPU's kernel
+capability and the GPUs torch sees."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from dlbench import environment
+from dlbench.pytorch.precision import library_flags
+
+
+def collect(device: torch.device) -> dict[str, Any]:
+    env = environment.collect()
+    env.update({
+        "framework": "pytorch", "framework_version": torch.__version__,
+        "cuda_version": torch.version.cuda, "library_flags": library_flags(),
+        "cudnn_version": str(torch.backends.cudnn.version())
+        if torch.backends.cudnn.is_available() else None,
+    })
+    if hasattr(torch.backends, "cpu"):
+        env["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    if device.type == "cuda" and torch.cuda.is_available():  # else the runner says why
+        env["gpu_models"] = [torch.cuda.get_device_name(i)
+                             for i in range(torch.cuda.device_count())]
+        env["device_name"] = torch.cuda.get_device_name(device)
+    return env
