@@ -1,0 +1,81 @@
+"""``dlbench compare BASE NEW``: is NEW faster or slower than BASE, by how much, and is the
+difference real or noise?
+
+BASE and NEW are two runs of the same benchmark study (machine A and machine B, torch 2.x
+and 2.y): two aggregate tables, two results folders, or two system labels of one table
+(``inputs``). Their rows are matched on what was measured, never on the cell id or the
+system (``match``). Each matched cell gets ratios NEW/BASE of throughput, latency, energy
+per sample and peak memory, with bootstrap confidence intervals, and a verdict of
+``faster``, ``slower`` or ``same`` (``ratios``); the outputs are a Parquet/CSV table, a
+Markdown summary for a pull request and an offline HTML page (``output``).
+
+The statistics are stated in docs/compare.md. ``python -m dlbench.compare`` and
+``dlbench compare`` run the command (``dlbench.compare.__main__``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from dlbench.compare.inputs import InputError, Side, load_pair
+from dlbench.compare.match import BASE_ONLY, NEW_ONLY, NOT_COMPARED, match, result_table
+from dlbench.compare.ratios import FASTER, SAME, SLOWER, Settings, compare_cells, summaries
+
+__all__ = ["COUNTED", "Comparison", "InputError", "Settings", "Side", "compare", "compare_sides",
+           "main"]
+
+# The outcomes the summary counts, in the order it says them.
+COUNTED = (FASTER, SLOWER, SAME, BASE_ONLY, NEW_ONLY, NOT_COMPARED)
+
+
+@dataclass
+class Comparison:
+    """What ``compare`` found: one row per compared cell, unmatched key or row not compared
+    (``cells``), and the geometric-mean summaries of the compared ones (``summary``)."""
+
+    base: Side
+    new: Side
+    settings: Settings
+    cells: pd.DataFrame
+    summary: pd.DataFrame
+
+    @property
+    def counts(self) -> dict[str, int]:
+        found = self.cells["verdict"].value_counts()
+        return {name: int(found.get(name, 0)) for name in COUNTED}
+
+    @property
+    def any_slower(self) -> bool:
+        return self.counts[SLOWER] > 0
+
+
+def compare_sides(base: Side, new: Side, settings: Settings | None = None) -> Comparison:
+    """Compare two loaded sides; InputError when they have no cell in common."""
+    settings = settings or Settings()
+    matching = match(base.frame, new.frame)
+    if not matching.keys:
+        raise InputError(
+            f"no common cells between BASE {base.label} ({len(matching.base_only)} measured) "
+            f"and NEW {new.label} ({len(matching.new_only)} measured): no ok row of one has "
+            "the study, axes and measurement of an ok row of the other")
+    compared = compare_cells(matching.base, matching.new, matching.keys, settings)
+    cells = result_table(matching, compared)
+    return Comparison(base, new, settings, cells, summaries(cells))
+
+
+def compare(base: str, new: str, *, table: str | Path | None = None,
+            settings: Settings | None = None) -> Comparison:
+    """Load BASE and NEW (``inputs.load_pair``) and compare them."""
+    base_side, new_side = load_pair(base, new, table)
+    return compare_sides(base_side, new_side, settings)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line (imported when called, so that ``python -m dlbench.compare`` does
+    not find its own module imported twice)."""
+    from dlbench.compare.__main__ import main as run_main
+
+    return run_main(argv)

@@ -1,0 +1,96 @@
+"""dlbench compare BASE NEW [--table PARQUET] [--out DIR] [--threshold 0.05]
+    [--fail-on slower|none]  (also: python -m dlbench.compare ...)
+
+Exit status: 0 when nothing is slower (or ``--fail-on none``), 1 when a cell is slower, so
+that a CI job can gate on it, 2 when the inputs cannot be compared or the outputs cannot be
+written (one line on stderr naming the file or field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+PROG = "python -m dlbench.compare"
+EXIT_SLOWER = 1
+EXIT_BAD_INPUT = 2
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 0 and below 1, got {value}")
+    return value
+
+
+def _resamples(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 100:
+        raise argparse.ArgumentTypeError(f"must be at least 100, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The command's arguments (the heavy modules are imported only once they are parsed)."""
+    parser.add_argument("base", metavar="BASE",
+                        help="the reference: an aggregate Parquet, a results folder, or a system "
+                             "label of --table")
+    parser.add_argument("new", metavar="NEW", help="what is compared with BASE (the same kinds)")
+    parser.add_argument("--table", default=None, metavar="PARQUET",
+                        help="BASE and NEW are values of this table's system column (default "
+                             "when BASE and NEW are not existing paths: results/benchmarks.parquet)")
+    parser.add_argument("--out", default="results/compare", metavar="DIR",
+                        help="folder for compare.parquet/.csv/.md/.html (default: %(default)s)")
+    parser.add_argument("--threshold", type=_fraction, default=0.05,
+                        help="a change must exceed this fraction to be faster or slower "
+                             "(default: %(default)s = 5 %%)")
+    parser.add_argument("--fail-on", choices=("slower", "none"), default="slower",
+                        help="exit 1 when a cell is slower (default), or never (none)")
+    parser.add_argument("--resamples", type=_resamples, default=2000,
+                        help="bootstrap resamples (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the bootstrap (default: %(default)s)")
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Compare two runs of a benchmark study: throughput, latency, energy and "
+                    "memory ratios NEW/BASE per cell with bootstrap confidence intervals, and a "
+                    "verdict per cell (faster, slower, same). Exit 1 when a cell is slower.")
+    add_arguments(parser)
+    return parser
+
+
+def run(args: argparse.Namespace, prog: str = PROG) -> int:
+    from dlbench.compare import InputError, Settings, compare
+    from dlbench.compare.output import WriteError, console_summary, write_outputs
+
+    settings = Settings(threshold=args.threshold, resamples=args.resamples, seed=args.seed)
+    try:
+        comparison = compare(args.base, args.new, table=args.table, settings=settings)
+        files = write_outputs(comparison, args.out)
+    except (InputError, WriteError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for line in console_summary(comparison):
+        print(line)
+    print(f"  wrote {', '.join(str(f) for f in files)}")
+    if comparison.any_slower and args.fail_on == "slower":
+        return EXIT_SLOWER
+    return 0
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    parser = build_parser(prog)
+    return run(parser.parse_args(argv), prog)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""BASE and NEW as pandas frames of the aggregate table, each checked on the way in.
+
+A side is one of:
+
+- an aggregate Parquet written by ``dlbench.aggregate`` (its layout version, in the schema
+  metadata, must be ``aggregate.TABLE_VERSION``; a table without the key but with the
+  required columns is an older table of the same layout and is read);
+- a results folder: its ``benchmarks.parquet`` when it has one, else its cell result files
+  (``**/cells/*.json``) tabulated as the aggregate step does, without moving anything;
+- a value of the ``system`` column of one table (``--table``), when BASE and NEW are labels.
+
+Every problem is an ``InputError`` whose message is one line naming the file or field, so
+that the command can print it and exit 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dlbench import aggregate, systems
+
+__all__ = ["DEFAULT_TABLE", "InputError", "Side", "load_pair", "read_path"]
+
+DEFAULT_TABLE = Path("results/benchmarks.parquet")
+TABLE_FILE = "benchmarks.parquet"
+RESULT_GLOB = "**/cells/*.json"
+# Without these a file is not an aggregate table (the rest are read where present).
+REQUIRED_COLUMNS = ("study", "kind", "status", "name", "pass", "time_median_s")
+# Suffixes that make a missing BASE/NEW a missing file rather than a system label.
+PATH_SUFFIXES = (".parquet", ".json", ".pq")
+
+
+class InputError(ValueError):
+    """BASE or NEW cannot be compared: one line naming the file or field."""
+
+
+@dataclass
+class Side:
+    """One side of the comparison: what the user named, and its rows."""
+
+    role: str  # "BASE" or "NEW"
+    label: str  # how the outputs name it: a path, or "<system> in <table>"
+    frame: pd.DataFrame
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _frame(table: pa.Table) -> pd.DataFrame:
+    """The table as pandas, with every column of the current layout present (an older
+    table lacks some: they read as empty, as in the report)."""
+    frame = table.to_pandas()
+    missing = [name for name in aggregate.SCHEMA.names if name not in frame]
+    for name in missing:
+        frame[name] = None
+    # Whether the file had a column at all (a table from before system labels) still matters.
+    frame.attrs["missing_columns"] = missing
+    return frame
+
+
+def read_parquet(path: Path) -> pd.DataFrame:
+    """An aggregate Parquet, checked: readable, of this layout version, with the columns."""
+    try:
+        schema = pq.read_schema(path)
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError(f"{path}: not a readable Parquet file ({_first_line(exc)})") from None
+    version = (schema.metadata or {}).get(aggregate.TABLE_VERSION_KEY)
+    if version is not None and version != str(aggregate.TABLE_VERSION).encode():
+        raise InputError(f"{path}: an aggregate table of layout version "
+                         f"{version.decode(errors='replace')}, but this dlbench reads version "
+                         f"{aggregate.TABLE_VERSION} (field {aggregate.TABLE_VERSION_KEY.decode()})")
+    missing = [name for name in REQUIRED_COLUMNS if name not in table.column_names]
+    if missing:
+        raise InputError(f"{path}: column '{missing[0]}' is missing (not a dlbench aggregate table)")
+    return _frame(table)
+
+
+def read_folder(folder: Path) -> pd.DataFrame:
+    """A results folder: its aggregate table, else its cell result files tabulated (an
+    invalid file becomes a failed row, as in the aggregate step; nothing is moved)."""
+    if (folder / TABLE_FILE).is_file():
+        return read_parquet(folder / TABLE_FILE)
+    paths = sorted(p for p in folder.glob(RESULT_GLOB) if systems.is_result_file(p))
+    if not paths:
+        raise InputError(f"{folder}: a folder with neither {TABLE_FILE} nor result files "
+                         f"({RESULT_GLOB})")
+    try:
+        table = aggregate.build_table(paths, move_invalid=False)
+    except aggregate.SystemConflict as exc:
+        raise InputError(f"{folder}: {_first_line(exc)}") from None
+    return _frame(table)
+
+
+def read_path(path: str | Path) -> pd.DataFrame:
+    """A Parquet file or a results folder as a frame (see the module)."""
+    path = Path(path)
+    if path.is_dir():
+        return read_folder(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file or folder")
+    return read_parquet(path)
+
+
+def systems_of(frame: pd.DataFrame) -> list[str]:
+    return sorted(str(s) for s in frame["system"].dropna().unique())
+
+
+def _one_system(role: str, path: Path, frame: pd.DataFrame) -> None:
+    """A side that mixes systems would match each cell several times over: say how to pick
+    one instead of comparing a blend."""
+    names = systems_of(frame)
+    if len(names) > 1:
+        raise InputError(f"{role} {path}: holds the rows of several systems ({', '.join(names)}); "
+                         f"compare two of them with: dlbench compare --table {path} "
+                         f"{names[0]} {names[1]}")
+
+
+def select_system(frame: pd.DataFrame, table: Path, role: str, label: str) -> pd.DataFrame:
+    if "system" in frame.attrs.get("missing_columns", ()):
+        raise InputError(f"{table}: has no 'system' column, so {role} '{label}' cannot be a "
+                         "system label; give two tables or results folders instead")
+    rows = frame[frame["system"] == label]
+    if rows.empty:
+        known = ", ".join(systems_of(frame)) or "none"
+        raise InputError(f"{table}: unknown system label '{label}' for {role} "
+                         f"(field system; the table has: {known})")
+    return rows.reset_index(drop=True)
+
+
+def _looks_like_path(value: str) -> bool:
+    return "/" in value or value.endswith(PATH_SUFFIXES)
+
+
+def load_labels(base: str, new: str, table: Path, why: str = "") -> tuple[Side, Side]:
+    if not table.exists():
+        raise InputError(f"{table}: no such file or folder{why}")
+    frame = read_path(table)
+    return (Side("BASE", f"{base} in {table}", select_system(frame, table, "BASE", base)),
+            Side("NEW", f"{new} in {table}", select_system(frame, table, "NEW", new)))
+
+
+def load_pair(base: str, new: str, table: str | Path | None = None) -> tuple[Side, Side]:
+    """BASE and NEW as sides. With ``table`` they are system labels of it; otherwise paths,
+    unless neither exists nor looks like a path: then labels of ``DEFAULT_TABLE``."""
+    if table is not None:
+        return load_labels(base, new, Path(table))
+    exists = [Path(base).exists(), Path(new).exists()]
+    if not any(exists) and not _looks_like_path(base) and not _looks_like_path(new):
+        return load_labels(base, new, DEFAULT_TABLE,
+                           f" (BASE '{base}' and NEW '{new}' are not files or folders, so they "
+                           "were taken as system labels of this table; give --table)")
+    sides = []
+    for role, value in (("BASE", base), ("NEW", new)):
+        path = Path(value)
+        try:
+            frame = read_path(path)
+        except InputError as exc:
+            raise InputError(f"{role} {exc}") from None
+        _one_system(role, path, frame)
+        sides.append(Side(role, str(path), frame))
+    return sides[0], sides[1]

@@ -1,0 +1,269 @@
+"""Which rows of BASE and NEW are the same measurement: keys, matching, the unmatched.
+
+A measurement is identified by what was measured, never by where or when: the study, the
+kind of cell, every cell axis, the model options, and the measurement's name, operator and
+pass. ``cell_id`` is left out (a hash that changes when any parameter does, including ones
+that do not change the measurement's identity), and so are ``system``, ``repeat`` and the
+environment columns: they are what differs between the two sides.
+
+Only rows of status ``ok`` with a median time are compared; the others are listed as not
+compared with their status. Rows whose key is on one side only are listed as ``base only``
+or ``new only``. Nothing is dropped without a row saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dlbench import axes
+
+__all__ = ["AXIS_COLUMNS", "KEY_COLUMNS", "Matching", "cell_labels", "keys_of", "match",
+           "result_table"]
+
+AXIS_COLUMNS: list[str] = [name for name, _ in axes.columns()]
+MEASUREMENT_COLUMNS = ["name", "op_name", "pass"]
+CELL_KEY_COLUMNS: list[str] = ["study", "kind", *AXIS_COLUMNS, "model_opts"]
+KEY_COLUMNS: list[str] = [*CELL_KEY_COLUMNS, *MEASUREMENT_COLUMNS]
+REPEAT = "repeat"
+# Why a row is not compared, besides its status.
+NO_TIMES = "ok but no median time"
+DUPLICATE = "duplicate"
+
+
+def _plain(value: Any) -> Any:
+    """One spelling per value: an integer axis reads as 8.0 from a column with nulls and as
+    8 from one without, a null as None, NaN or pd.NA."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _column(frame: pd.DataFrame, name: str) -> pd.Series:
+    if name in frame:
+        return frame[name].map(_plain, na_action=None).astype(object)
+    return pd.Series([None] * len(frame), index=frame.index, dtype=object)
+
+
+def keys_of(frame: pd.DataFrame, columns: list[str] = KEY_COLUMNS) -> pd.Series:
+    """Each row's key as a JSON string of its key columns' values (hashable, comparable
+    across the two sides whatever dtype pandas gave each column)."""
+    values = [_column(frame, c) for c in columns]
+    keys = [json.dumps(row, default=str) for row in zip(*values, strict=True)]
+    return pd.Series(keys, index=frame.index, dtype=object)
+
+
+@dataclass
+class Matching:
+    """The outcome of matching: ok rows of each side (with ``_key``), the matched keys, and
+    everything that is not compared, one row per key or row."""
+
+    base: pd.DataFrame
+    new: pd.DataFrame
+    keys: list[str]
+    base_only: pd.DataFrame
+    new_only: pd.DataFrame
+    not_compared: pd.DataFrame
+
+
+def _ordered(frame: pd.DataFrame) -> pd.DataFrame:
+    """Oldest first, so that "keep the last" keeps the latest measurement."""
+    if "finished_at" in frame:
+        frame = frame.sort_values("finished_at", na_position="first", kind="stable")
+    return frame
+
+
+def _split(frame: pd.DataFrame, side: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The comparable rows of one side, and its rows that are not compared (with a reason)."""
+    frame = _ordered(frame.copy())
+    frame["_key"] = keys_of(frame)
+    frame["_cell"] = keys_of(frame, CELL_KEY_COLUMNS)
+    ok = frame["status"].eq("ok")
+    timed = ok & frame["time_median_s"].notna()
+    skipped = frame[~timed].copy()
+    skipped["reason"] = np.where(ok[~timed], NO_TIMES, skipped["status"].fillna("unknown"))
+    rows = frame[timed]
+    # The same key twice (and, where there are repeats, the same repeat twice) is one
+    # measurement made again: the latest counts, the earlier ones are listed.
+    subset = ["_key", REPEAT] if REPEAT in rows else ["_key"]
+    again = rows.duplicated(subset=subset, keep="last")
+    duplicates = rows[again].copy()
+    duplicates["reason"] = DUPLICATE
+    skipped = pd.concat([skipped, duplicates])
+    skipped["side"] = side
+    return rows[~again], skipped
+
+
+def _note_other_side(only: pd.DataFrame, other_skipped: pd.DataFrame, other_rows: pd.DataFrame,
+                     other: str) -> pd.Series:
+    """Why an unmatched row may have no partner: the other side's cell failed, or measured
+    something else."""
+    failed = other_skipped[other_skipped["reason"] != DUPLICATE].drop_duplicates("_cell", keep="last")
+    status = dict(zip(failed["_cell"], failed["reason"], strict=True))
+    error = dict(zip(failed["_cell"], failed["error"], strict=True))
+    measured = set(other_rows["_cell"])
+
+    def note(cell: str) -> str:
+        if cell in status:
+            why = f": {error[cell]}" if isinstance(error[cell], str) and error[cell] else ""
+            return f"{other}: {status[cell]}{why}"
+        if cell in measured:
+            return f"{other} measured this cell under other measurement names"
+        return f"no such cell in {other}"
+
+    return only["_cell"].map(note)
+
+
+def match(base: pd.DataFrame, new: pd.DataFrame) -> Matching:
+    """Match BASE's rows with NEW's on their keys (see the module)."""
+    base_rows, base_skipped = _split(base, "base")
+    new_rows, new_skipped = _split(new, "new")
+    base_keys, new_keys = set(base_rows["_key"]), set(new_rows["_key"])
+    keys = sorted(base_keys & new_keys)
+    base_only = base_rows[~base_rows["_key"].isin(new_keys)].drop_duplicates("_key", keep="last")
+    new_only = new_rows[~new_rows["_key"].isin(base_keys)].drop_duplicates("_key", keep="last")
+    base_only = base_only.assign(note=_note_other_side(base_only, new_skipped, new_rows, "NEW"))
+    new_only = new_only.assign(note=_note_other_side(new_only, base_skipped, base_rows, "BASE"))
+    return Matching(base=base_rows[base_rows["_key"].isin(keys)],
+                    new=new_rows[new_rows["_key"].isin(keys)], keys=keys,
+                    base_only=base_only.reset_index(drop=True),
+                    new_only=new_only.reset_index(drop=True),
+                    not_compared=pd.concat([base_skipped, new_skipped]).reset_index(drop=True))
+
+
+# -- labels -------------------------------------------------------------------------------
+
+def _text(value: Any) -> str:
+    value = _plain(value)
+    return "" if value is None else str(value)
+
+
+def _opts(text: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(text) if isinstance(text, str) and text else {}
+    except ValueError:
+        return {"model_opts": text}
+    return value if isinstance(value, dict) else {"model_opts": value}
+
+
+def _base_label(row: pd.Series) -> list[str]:
+    kind = _text(row.get("kind"))
+    if kind == "model":
+        parts = [_text(row.get("model")), _text(row.get("phase")), _text(row.get("precision"))]
+        batch = _text(row.get("batch_size"))
+        parts.append(f"bs{batch}" if batch else "")
+        if _text(row.get("name")) not in ("", _text(row.get("model"))):
+            parts.append(_text(row.get("name")))
+        return parts
+    if kind == "op":
+        return [_text(row.get("op_name")), _text(row.get("name")), _text(row.get("pass"))]
+    return [kind, _text(row.get("name")), _text(row.get("pass"))]
+
+
+def _disambiguated(parts: dict[str, list[str]]) -> list[str]:
+    """Of rows sharing a label: ``name=value`` parts, in axis order, each kept only where it
+    tells more of the rows apart, until every distinct key has its own label."""
+    keys = {json.dumps(list(values)) for values in zip(*parts.values(), strict=True)}
+    rows = len(next(iter(parts.values()))) if parts else 0
+    chosen: list[str] = []
+    labels = [""] * rows
+    for name, values in parts.items():
+        if len(set(labels)) == len(keys):
+            break
+        trial = [f"{label} {value}".strip() for label, value in zip(labels, values, strict=True)]
+        if len(set(trial)) > len(set(labels)):
+            chosen.append(name)
+            labels = trial
+    return labels
+
+
+def cell_labels(frame: pd.DataFrame) -> pd.Series:
+    """A short, readable label per row: the main axes of its kind (model, phase, precision,
+    batch; operator, input, pass), then, among rows that would share a label, just enough
+    ``axis=value`` parts to tell their keys apart (say framework=mxnet)."""
+    if frame.empty:
+        return pd.Series([], index=frame.index, dtype=object)
+    original, frame = frame.index, frame.reset_index(drop=True)
+    shown = {"study", "kind", "model", "phase", "precision", "batch_size", "model_opts",
+             *MEASUREMENT_COLUMNS}
+    values = {c: _column(frame, c).map(_text) for c in KEY_COLUMNS}
+    opts = _column(frame, "model_opts").map(_opts)
+    several_studies = values["study"].nunique() > 1
+    labels = []
+    for index, row in frame.iterrows():
+        parts = [p for p in _base_label(row) if p]
+        if several_studies:
+            parts.insert(0, f"[{values['study'][index]}]")
+        labels.append(" ".join(parts))
+    labels = pd.Series(labels, dtype=object)
+    for _label, rows in labels.groupby(labels, sort=False).groups.items():
+        if len(rows) < 2:
+            continue
+        rows = list(rows)
+        parts = {c: [f"{c}={values[c][i]}" if values[c][i] else "" for i in rows]
+                 for c in KEY_COLUMNS if c not in shown}
+        for k in sorted({k for i in rows for k in opts[i]}):
+            parts[f"opt:{k}"] = [f"{k}={opts[i][k]}" if k in opts[i] else "" for i in rows]
+        extra = _disambiguated(parts)
+        for i, more in zip(rows, extra, strict=True):
+            labels[i] = f"{labels[i]} {more}".strip()
+    return pd.Series(labels.tolist(), index=original, dtype=object)
+
+
+# -- the result table ----------------------------------------------------------------------
+
+BASE_ONLY, NEW_ONLY, NOT_COMPARED = "base only", "new only", "not compared"
+VERDICT_ORDER = ("slower", "faster", "same", BASE_ONLY, NEW_ONLY, NOT_COMPARED)
+_DTYPES = {"int64": "Int64", "bool": "boolean", "string": object}
+
+
+def _keys_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows[[c for c in KEY_COLUMNS if c in rows]].reindex(columns=KEY_COLUMNS)
+
+
+def _one_side(rows: pd.DataFrame, side: str, verdict: str) -> pd.DataFrame:
+    """Rows of one side only (unmatched, or not compared) in the result table's columns."""
+    out = _keys_frame(rows)
+    out["verdict"] = verdict
+    out["side"] = side
+    out["status"] = rows["reason"] if "reason" in rows else rows["status"]
+    out["error"] = rows.get("error")
+    out["note"] = rows.get("note")
+    for column in ("time_median_s", "throughput", "system"):
+        out[f"{side}_{column}"] = rows[column]
+    out["throughput_unit"] = rows["throughput_unit"]
+    return out
+
+
+def result_table(matching: Matching, compared: pd.DataFrame) -> pd.DataFrame:
+    """Every compared cell, unmatched key and row not compared, one row each, with a
+    readable ``label`` and the verdict first; the axes keep their table types."""
+    keys = matching.base.drop_duplicates("_key", keep="last").set_index("_key")
+    done = _keys_frame(keys).join(compared).reset_index(drop=True)
+    done["side"] = "both"
+    done["status"] = "ok"
+    parts = [done, _one_side(matching.base_only, "base", BASE_ONLY),
+             _one_side(matching.new_only, "new", NEW_ONLY)]
+    skipped = matching.not_compared
+    for side in ("base", "new"):
+        parts.append(_one_side(skipped[skipped["side"] == side], side, NOT_COMPARED))
+    table = pd.concat([p for p in parts if len(p)], ignore_index=True)
+    table["label"] = cell_labels(table)
+    for name, kind in axes.columns():
+        table[name] = _column(table, name).astype(_DTYPES[kind])
+    order = {v: i for i, v in enumerate(VERDICT_ORDER)}
+    table = table.sort_values(["verdict", "label"], key=lambda s: s.map(order)
+                              if s.name == "verdict" else s, kind="stable")
+    first = ["verdict", "label", "throughput_ratio", "throughput_ci_low", "throughput_ci_high",
+             "ci_method"]
+    rest = [c for c in table.columns if c not in first and c not in KEY_COLUMNS]
+    return table[[c for c in first if c in table] + KEY_COLUMNS + rest].reset_index(drop=True)

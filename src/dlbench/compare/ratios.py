@@ -1,0 +1,430 @@
+"""Ratios NEW/BASE per matched cell, their bootstrap confidence intervals, the verdicts,
+and geometric-mean summaries.
+
+The bootstrap is the percentile bootstrap with a fixed seed, vectorised with numpy:
+
+- A side measured once (one row for the key) is resampled over its per-iteration times: a
+  resample is ``n`` times drawn with replacement from its ``n`` times, and the statistic
+  is the resample's median. The median of a resample of sorted values is the value at the
+  median of the resampled *positions*, and those positions do not depend on the data: so
+  the ``B`` resampled median positions are drawn once per sample size and side, and every
+  cell of that size takes its ``B`` bootstrap medians by indexing its sorted times. That
+  makes thousands of cells a matter of milliseconds, not of ``cells x B x n`` draws.
+- A side measured as several repeats (rows for the key with different ``repeat``: separate
+  processes) is resampled over its repeats: the statistic is the mean of the resampled
+  repeats' median times, which captures the variation between processes that iterations of
+  one process cannot show. The resample weights are drawn once per repeat count and side.
+  With a handful of repeats the plain percentile interval is far too short (two repeats a
+  side cover 1 only ~67 % of the time at 95 %), so these resamples are widened about their
+  mean in log space by Hesterberg's expansion, sqrt(r/(r-1)) * t(dof) / z, dof being the
+  repeats' degrees of freedom of both sides (``expansion``): near 95 % coverage from r=2.
+
+BASE and NEW draw from different streams, so their resamples are independent; the
+streams depend only on the seed, the side and the sample size, so a cell's interval does
+not change when other cells are added or removed.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["Bootstrap", "Settings", "compare_cells", "side_values", "summaries", "verdicts"]
+
+FASTER, SLOWER, SAME = "faster", "slower", "same"
+REPEATS, ITERATIONS, NO_CI = "repeats", "iterations", "none"
+# Streams of random numbers: one per side and purpose, so none is reused for another.
+BASE_TIME, NEW_TIME, BASE_OTHER, NEW_OTHER = range(4)
+# Cells bootstrapped together: bounds memory to about CHUNK x resamples floats per array.
+CHUNK = 512
+# Resampled positions are drawn in blocks of at most this many integers.
+BLOCK = 2_000_000
+# Summaries: (group name, kind of cell, column), each a geometric mean per value.
+GROUPS = (("model", "model", "model"), ("precision", "model", "precision"),
+          ("phase", "model", "phase"), ("operator", "op", "op_name"))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How cells are judged (see docs/compare.md)."""
+
+    threshold: float = 0.05  # |ratio - 1| a change must exceed to count
+    resamples: int = 2000
+    seed: int = 0
+    confidence: float = 0.95
+
+
+class Bootstrap:
+    """Resampling plans, drawn once per (stream, sample size) and reused by every cell."""
+
+    def __init__(self, resamples: int, seed: int) -> None:
+        self.resamples = resamples
+        self.seed = seed
+        self.median_positions = functools.cache(self._median_positions)
+        self.mean_weights = functools.cache(self._mean_weights)
+
+    def _rng(self, stream: int, kind: int, n: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, stream, kind, n])
+
+    def _median_positions(self, stream: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Positions (lower, upper) of each resample's median among ``n`` sorted values:
+        numpy's median of an even count is the mean of the two middle values."""
+        rng = self._rng(stream, 0, n)
+        lo_k, hi_k = (n - 1) // 2, n // 2
+        lows, highs = [], []
+        rows = max(1, BLOCK // n)
+        for start in range(0, self.resamples, rows):
+            count = min(rows, self.resamples - start)
+            drawn = rng.integers(0, n, size=(count, n), dtype=np.int32)
+            drawn.partition(sorted({lo_k, hi_k}), axis=1)
+            lows.append(drawn[:, lo_k])
+            highs.append(drawn[:, hi_k])
+        return np.concatenate(lows), np.concatenate(highs)
+
+    def _mean_weights(self, stream: int, n: int) -> np.ndarray:
+        """(resamples, n) weights: how often each of ``n`` values is drawn, divided by n."""
+        drawn = self._rng(stream, 1, n).integers(0, n, size=(self.resamples, n))
+        counts = np.zeros((self.resamples, n))
+        np.add.at(counts, (np.arange(self.resamples)[:, None], drawn), 1.0)
+        return counts / n
+
+    def medians(self, stream: int, samples: list[np.ndarray]) -> np.ndarray:
+        """(len(samples), resamples): bootstrap medians of each sample, grouped by size."""
+        out = np.full((len(samples), self.resamples), np.nan)
+        for n, rows in _by_size(samples).items():
+            lo, hi = self.median_positions(stream, n)
+            values = np.sort(np.stack([samples[i] for i in rows]), axis=1)
+            out[rows] = (values[:, lo] + values[:, hi]) / 2
+        return out
+
+    def means(self, stream: int, samples: list[np.ndarray]) -> np.ndarray:
+        """(len(samples), resamples): bootstrap means of each sample, grouped by size."""
+        out = np.full((len(samples), self.resamples), np.nan)
+        for n, rows in _by_size(samples).items():
+            out[rows] = np.stack([samples[i] for i in rows]) @ self.mean_weights(stream, n).T
+        return out
+
+
+def _by_size(samples: list[np.ndarray]) -> dict[int, list[int]]:
+    """Indices of the samples of each size; a sample of fewer than 2 values has no spread."""
+    groups: dict[int, list[int]] = {}
+    for i, sample in enumerate(samples):
+        if sample is not None and len(sample) >= 2:
+            groups.setdefault(len(sample), []).append(i)
+    return groups
+
+
+# -- one side's figures per key ------------------------------------------------------------
+
+def _numbers(rows: pd.DataFrame, column: str) -> np.ndarray:
+    return pd.to_numeric(rows[column], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+
+
+def _times(value: object) -> np.ndarray:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return np.empty(0)
+    array = np.asarray(value, dtype=float)
+    return array[np.isfinite(array)]
+
+
+# Per-repeat values with a ratio (and, given repeats on both sides, an interval).
+OTHER_VALUES = (("energy", "energy_per_sample_j"), ("device_memory", "peak_device_memory_bytes"),
+                ("allocated_memory", "max_memory_allocated_bytes"),
+                ("host_memory", "peak_host_rss_bytes"))
+
+
+def side_values(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per key of one side: its figures (the mean over repeats where there are
+    several) and the sample its bootstrap draws from (``sample``, ``method``)."""
+    spj = _numbers(rows, "samples_per_joule")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rows = rows.assign(energy_per_sample_j=np.where(spj > 0, 1 / spj, np.nan))
+    group = rows.groupby("_key", sort=False)
+    out = pd.DataFrame({
+        "repeats": group.size(),
+        "time_median_s": group["time_median_s"].mean(),
+        "time_p95_s": group["time_p95_s"].mean(), "time_p99_s": group["time_p99_s"].mean(),
+        "throughput": group["throughput"].mean(),
+        "throughput_unit": group["throughput_unit"].first(),
+        "items_per_iteration": group["items_per_iteration"].first(),
+        "iterations": group["iterations"].sum(min_count=1),
+        "system": group["system"].first(),
+    })
+    # Plain arrays and lists from here: iterating pandas groups costs ~1 ms a group.
+    codes, uniques = pd.factorize(rows["_key"])
+    positions: list[list[int]] = [[] for _ in uniques]
+    for i, code in enumerate(codes):
+        positions[code].append(i)
+    medians = _numbers(rows, "time_median_s")
+    times = rows["times_s"].tolist()
+    columns = {name: _numbers(rows, column) for name, column in OTHER_VALUES}
+    samples, methods = [], []
+    others: dict[str, list[np.ndarray]] = {name: [] for name, _ in OTHER_VALUES}
+    for where in positions:
+        if len(where) >= 2:
+            sample = medians[where]
+            samples.append(sample[np.isfinite(sample)])
+            methods.append(REPEATS)
+        else:
+            samples.append(_times(times[where[0]]))
+            methods.append(ITERATIONS if len(samples[-1]) >= 2 else NO_CI)
+        for name, values in columns.items():
+            picked = values[where]
+            others[name].append(picked[np.isfinite(picked)])
+    index = pd.Index(uniques)
+    out["sample"] = pd.Series(samples, index=index, dtype=object)
+    out["method"] = pd.Series(methods, index=index, dtype=object)
+    for name, values in others.items():
+        out[f"{name}_values"] = pd.Series(values, index=index, dtype=object)
+    return out
+
+
+# -- ratios per cell -----------------------------------------------------------------------
+
+def _interval(boot: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval per row; NaN where a row has no finite resample."""
+    low = np.full(len(boot), np.nan)
+    high = np.full(len(boot), np.nan)
+    ok = np.isfinite(boot).all(axis=1)
+    if ok.any():
+        tail = (1 - confidence) / 2
+        low[ok], high[ok] = np.quantile(boot[ok], [tail, 1 - tail], axis=1)
+    return low, high
+
+
+def _mean(values: np.ndarray) -> float:
+    return float(values.mean()) if len(values) else np.nan
+
+
+@functools.cache
+def t_quantile(p: float, dof: int) -> float:
+    """Student's t quantile for p > 0.5 (no SciPy here): bisection on the distribution
+    function, its density integrated numerically (smooth, so 20001 points are plenty)."""
+    log_c = math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2) - 0.5 * math.log(dof * math.pi)
+
+    def cdf(x: float) -> float:
+        grid = np.linspace(0.0, x, 20001)
+        density = np.exp(log_c - (dof + 1) / 2 * np.log1p(grid * grid / dof))
+        return 0.5 + float(np.trapezoid(density, grid))
+
+    low, high = 0.0, 1.0
+    while cdf(high) < p:
+        high *= 2
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if cdf(middle) < p else (low, middle)
+    return (low + high) / 2
+
+
+def expansion(values: int, dof: int, confidence: float) -> float:
+    """How much wider a bootstrap of the mean of a few repeats must be (Hesterberg's
+    expanded percentile interval): resampling ``values`` values spreads their mean by
+    sqrt((n-1)/n) of its standard error, and the normal quantiles the percentile interval
+    stands for are too short when ``dof`` degrees of freedom estimate that error."""
+    p = 1 - (1 - confidence) / 2
+    return math.sqrt(values / (values - 1)) * t_quantile(p, max(1, dof)) / NormalDist().inv_cdf(p)
+
+
+def _expanded(boot: np.ndarray, samples: list[np.ndarray], dofs: np.ndarray,
+              confidence: float) -> np.ndarray:
+    """Bootstrap means of repeats widened about each sample's mean by ``expansion``, in log
+    space so that a widened time, energy or size stays positive."""
+    out = boot.copy()
+    for i, sample in enumerate(samples):
+        if len(sample) >= 2 and (sample > 0).all():
+            centre = math.log(sample.mean())
+            k = expansion(len(sample), int(dofs[i]), confidence)
+            out[i] = np.exp(centre + k * (np.log(boot[i]) - centre))
+    return out
+
+
+def _repeat_dof(base: list[np.ndarray], new: list[np.ndarray], base_repeats: np.ndarray,
+                new_repeats: np.ndarray) -> np.ndarray:
+    """Degrees of freedom of the spread between repeats: r - 1 from each side resampled
+    over its repeats."""
+    return (np.where(base_repeats, [len(v) - 1 for v in base], 0)
+            + np.where(new_repeats, [len(v) - 1 for v in new], 0))
+
+
+def _ratio_with_interval(base: pd.Series, new: pd.Series, boot: Bootstrap, confidence: float
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """NEW/BASE of the means of per-repeat values (energy per sample, peak memory); an
+    interval (expanded bootstrap over repeats) only where both sides have two or more."""
+    b = np.array([_mean(v) for v in base])
+    n = np.array([_mean(v) for v in new])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(b > 0, n / b, np.nan)
+    low = np.full(len(b), np.nan)
+    high = np.full(len(b), np.nan)
+    both = [i for i in range(len(b)) if len(base.iloc[i]) >= 2 and len(new.iloc[i]) >= 2
+            and np.isfinite(ratio[i])]
+    if both:
+        b_samples = [base.iloc[i] for i in both]
+        n_samples = [new.iloc[i] for i in both]
+        dofs = _repeat_dof(b_samples, n_samples, np.ones(len(both), bool), np.ones(len(both), bool))
+        b_boot = _expanded(boot.means(BASE_OTHER, b_samples), b_samples, dofs, confidence)
+        n_boot = _expanded(boot.means(NEW_OTHER, n_samples), n_samples, dofs, confidence)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            low[both], high[both] = _interval(n_boot / b_boot, confidence)
+    return ratio, low, high
+
+
+def _time_boot(values: pd.DataFrame, stream: int, boot: Bootstrap, dofs: np.ndarray,
+               confidence: float) -> np.ndarray:
+    """(cells, resamples) bootstrap central times of one side: medians of iterations, or
+    means of repeats' medians (expanded: see ``expansion``)."""
+    out = np.full((len(values), boot.resamples), np.nan)
+    methods = values["method"].to_numpy()
+    samples = list(values["sample"])
+    rows = np.flatnonzero(methods == ITERATIONS)
+    if len(rows):
+        out[rows] = boot.medians(stream, [samples[i] for i in rows])
+    rows = np.flatnonzero(methods == REPEATS)
+    if len(rows):
+        picked = [samples[i] for i in rows]
+        out[rows] = _expanded(boot.means(stream, picked), picked, dofs[rows], confidence)
+    return out
+
+
+def _throughput_factor(base: pd.DataFrame, new: pd.DataFrame) -> np.ndarray:
+    """NEW items per iteration / BASE's: 1 for matched cells in practice. Where they are
+    not known the throughput columns stand in (throughput = items / median time)."""
+    items = new["items_per_iteration"].to_numpy(float) / base["items_per_iteration"].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        from_columns = (new["throughput"].to_numpy(float) * new["time_median_s"].to_numpy(float)
+                        / (base["throughput"].to_numpy(float) * base["time_median_s"].to_numpy(float)))
+    factor = np.where(np.isfinite(items) & (items > 0), items, from_columns)
+    return np.where(np.isfinite(factor) & (factor > 0), factor, 1.0)
+
+
+def _ci_method(base: pd.DataFrame, new: pd.DataFrame) -> np.ndarray:
+    b, n = base["method"].to_numpy(), new["method"].to_numpy()
+    return np.where((b == NO_CI) | (n == NO_CI), NO_CI,
+                    np.where((b == REPEATS) | (n == REPEATS), REPEATS, ITERATIONS))
+
+
+def _memory_metric(base: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """Peak device memory as the monitor saw it where both sides have it, else the
+    framework's own peak allocation; None where neither."""
+    metric, b_values, n_values = [], [], []
+    choices = [(column, base[f"{name}_values"].tolist(), new[f"{name}_values"].tolist())
+               for name, column in (("device_memory", "peak_device_memory_bytes"),
+                                    ("allocated_memory", "max_memory_allocated_bytes"))]
+    for i in range(len(base)):
+        for column, b, n in choices:
+            if len(b[i]) and len(n[i]):
+                metric.append(column)
+                b_values.append(b[i])
+                n_values.append(n[i])
+                break
+        else:
+            metric.append(None)
+            b_values.append(np.empty(0))
+            n_values.append(np.empty(0))
+    return (pd.Series(metric, index=base.index, dtype=object),
+            pd.Series(b_values, index=base.index, dtype=object),
+            pd.Series(n_values, index=base.index, dtype=object))
+
+
+def compare_cells(base_rows: pd.DataFrame, new_rows: pd.DataFrame, keys: list[str],
+                  settings: Settings | None = None) -> pd.DataFrame:
+    """One row per matched key (index ``_key``): both sides' figures, the ratios NEW/BASE
+    with their intervals, ``ci_method`` and the verdict."""
+    settings = settings or Settings()
+    base = side_values(base_rows).reindex(keys)
+    new = side_values(new_rows).reindex(keys)
+    boot = Bootstrap(settings.resamples, settings.seed)
+    out = pd.DataFrame(index=pd.Index(keys, name="_key"))
+    factor = _throughput_factor(base, new)
+    b_time, n_time = base["time_median_s"].to_numpy(float), new["time_median_s"].to_numpy(float)
+    out["throughput_ratio"] = factor * b_time / n_time
+    out["p50_ratio"] = n_time / b_time
+    intervals = {name: np.full(len(keys), np.nan) for name in
+                 ("throughput_ci_low", "throughput_ci_high", "p50_ci_low", "p50_ci_high")}
+    dofs = _repeat_dof(list(base["sample"]), list(new["sample"]),
+                       base["method"].to_numpy() == REPEATS, new["method"].to_numpy() == REPEATS)
+    for start in range(0, len(keys), CHUNK):  # bounded memory: CHUNK x resamples per array
+        part = slice(start, start + CHUNK)
+        b_boot = _time_boot(base.iloc[part], BASE_TIME, boot, dofs[part], settings.confidence)
+        n_boot = _time_boot(new.iloc[part], NEW_TIME, boot, dofs[part], settings.confidence)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            speed = factor[part, None] * b_boot / n_boot
+            latency = n_boot / b_boot
+        (intervals["throughput_ci_low"][part],
+         intervals["throughput_ci_high"][part]) = _interval(speed, settings.confidence)
+        (intervals["p50_ci_low"][part],
+         intervals["p50_ci_high"][part]) = _interval(latency, settings.confidence)
+    for name, values in intervals.items():
+        out[name] = values
+    out["ci_method"] = _ci_method(base, new)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["p95_ratio"] = new["time_p95_s"].to_numpy(float) / base["time_p95_s"].to_numpy(float)
+        out["p99_ratio"] = new["time_p99_s"].to_numpy(float) / base["time_p99_s"].to_numpy(float)
+    (out["energy_per_sample_ratio"], out["energy_ci_low"],
+     out["energy_ci_high"]) = _ratio_with_interval(base["energy_values"], new["energy_values"],
+                                                   boot, settings.confidence)
+    metric, b_memory, n_memory = _memory_metric(base, new)
+    out["memory_metric"] = metric
+    out["memory_ratio"], out["memory_ci_low"], out["memory_ci_high"] = _ratio_with_interval(
+        b_memory, n_memory, boot, settings.confidence)
+    (out["host_memory_ratio"], out["host_memory_ci_low"],
+     out["host_memory_ci_high"]) = _ratio_with_interval(
+        base["host_memory_values"], new["host_memory_values"], boot, settings.confidence)
+    for side, values in (("base", base), ("new", new)):
+        for column in ("time_median_s", "throughput", "repeats", "iterations", "system"):
+            out[f"{side}_{column}"] = values[column].to_numpy()
+    out["throughput_unit"] = new["throughput_unit"].fillna(base["throughput_unit"]).to_numpy()
+    out["verdict"], out["note"] = verdicts(out, settings.threshold)
+    return out
+
+
+def verdicts(cells: pd.DataFrame, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """faster / slower only where the throughput interval excludes 1 AND the ratio is more
+    than ``threshold`` away from 1; same otherwise (a note says when no interval exists)."""
+    ratio = cells["throughput_ratio"].to_numpy(float)
+    low = cells["throughput_ci_low"].to_numpy(float)
+    high = cells["throughput_ci_high"].to_numpy(float)
+    faster = (low > 1) & (ratio > 1 + threshold)
+    slower = (high < 1) & (ratio < 1 - threshold)
+    verdict = np.where(faster, FASTER, np.where(slower, SLOWER, SAME)).astype(object)
+    no_interval = ~(np.isfinite(low) & np.isfinite(high))
+    note = np.where(no_interval & np.isfinite(ratio),
+                    "no confidence interval (fewer than 2 iterations on a side): "
+                    "judged same whatever the ratio", None).astype(object)
+    return verdict, note
+
+
+# -- summaries -----------------------------------------------------------------------------
+
+def geometric_mean(ratios: pd.Series) -> float:
+    values = ratios.to_numpy(float)
+    values = values[np.isfinite(values) & (values > 0)]
+    return float(np.exp(np.log(values).mean())) if len(values) else np.nan
+
+
+def _summary_row(group: str, value: str, cells: pd.DataFrame) -> dict[str, object]:
+    verdict = cells["verdict"]
+    ratio = cells["throughput_ratio"]
+    return {"group": group, "value": value, "cells": len(cells),
+            "geomean_ratio": geometric_mean(ratio), "min_ratio": ratio.min(),
+            "max_ratio": ratio.max(), "faster": int((verdict == FASTER).sum()),
+            "slower": int((verdict == SLOWER).sum()), "same": int((verdict == SAME).sum())}
+
+
+def summaries(cells: pd.DataFrame) -> pd.DataFrame:
+    """Geometric means of the throughput ratios of the compared cells: of all of them, per
+    model, precision and phase of model cells, and per operator of operator cells."""
+    compared = cells[cells["verdict"].isin([FASTER, SLOWER, SAME])
+                     & np.isfinite(cells["throughput_ratio"].astype(float))]
+    rows = [_summary_row("all", "all cells", compared)] if len(compared) else []
+    for group, kind, column in GROUPS:
+        part = compared[compared["kind"] == kind]
+        for value, cells_of in part.groupby(part[column].fillna("(none)").astype(str), sort=True):
+            rows.append(_summary_row(group, str(value), cells_of))
+    return pd.DataFrame(rows, columns=["group", "value", "cells", "geomean_ratio", "min_ratio",
+                                       "max_ratio", "faster", "slower", "same"])

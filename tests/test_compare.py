@@ -1,0 +1,228 @@
+"""dlbench compare: matching, confidence intervals, verdicts, outputs and one-line errors,
+on real result files aggregated by dlbench.aggregate."""
+
+import hashlib
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dlbench import aggregate, command
+from dlbench import result as R
+from dlbench.compare import Settings, compare, ratios
+from dlbench.compare.__main__ import EXIT_BAD_INPUT, EXIT_SLOWER, main
+from dlbench.compare.output import FILES
+
+ENV = {"hostname": "h", "cpu_model": "Test CPU", "gpu_models": [], "framework": "pytorch",
+       "framework_version": "2.9.0", "cuda_version": None}
+
+
+def model_cell(model="resnet18", batch_size=8, phase="training", framework="pytorch"):
+    return {"framework": framework, "model": model, "batch_size": batch_size,
+            "precision": "float32", "phase": phase, "device": "cpu", "num_gpus": 1,
+            "model_opts": {}}
+
+
+def write_result(root, system, cell, times, *, study="s", status="ok", error=None, env=None,
+                 tag=""):
+    """A result file where the workflow puts one: results/<system>/<study>/cells/<id>.json,
+    its id ending in a hash of the cell (and ``tag``, which changes the id only)."""
+    digest = hashlib.sha256(json.dumps([cell, tag], sort_keys=True).encode()).hexdigest()[:8]
+    cell_id = f"{cell['model']}_{cell['phase']}_bs{cell['batch_size']}_{digest}"
+    res = R.new_result(kind="model", study=study, cell_id=cell_id, cell=cell)
+    res["environment"] = dict(env or ENV)
+    res["system"] = system  # as the launcher stamps it
+    if status == "ok":
+        res["measurements"].append(R.measurement(
+            name=cell["model"], pass_=cell["phase"], times_s=list(times),
+            items_per_iteration=cell["batch_size"]))
+    R.finish(res, status, error)
+    path = root / system / study / "cells" / f"{cell_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    R.write(res, path)
+    return path
+
+
+def noisy(median, n=40, spread=0.02, seed=0):
+    rng = np.random.default_rng(seed)
+    return median * (1 + spread * rng.standard_normal(n))
+
+
+def verdict_of(comparison, model="resnet18"):
+    cells = comparison.cells
+    (row,) = cells[(cells["model"] == model) & (cells["side"] == "both")].itertuples()
+    return row
+
+
+def test_a_30_percent_slower_run_is_slower_with_an_interval_below_one_and_exits_1(tmp_path):
+    write_result(tmp_path / "a", "sysA", model_cell(), noisy(0.100, seed=1))
+    write_result(tmp_path / "b", "sysB", model_cell(), noisy(0.130, seed=2), tag="other id")
+    out = tmp_path / "out"
+    rc = main([str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)])
+    assert rc == EXIT_SLOWER
+    comparison = compare(str(tmp_path / "a"), str(tmp_path / "b"))
+    row = verdict_of(comparison)
+    assert row.verdict == "slower" and row.ci_method == "iterations"
+    assert row.throughput_ratio == pytest.approx(0.1 / 0.13, rel=0.03)
+    assert row.throughput_ci_low < row.throughput_ratio < row.throughput_ci_high < 1
+    assert row.base_system == "sysA" and row.new_system == "sysB"
+    assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
+    md = (out / "compare.md").read_text()
+    assert "| slower | resnet18 training float32 bs8 |" in md
+    table = pq.read_table(out / "compare.parquet")
+    assert table.column("verdict").to_pylist() == ["slower"]
+    assert json.loads(table.schema.metadata[b"dlbench.compare"])["threshold"] == 0.05
+    html = (out / "compare.html").read_text()
+    assert "src=\"http" not in html and "vega-chart" in html  # one offline file
+    assert main([str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out),
+                 "--fail-on", "none"]) == 0
+
+
+def test_two_runs_of_the_same_distribution_are_judged_the_same(tmp_path):
+    for i, model in enumerate(["resnet18", "alexnet", "vgg11", "resnet50", "googlenet"]):
+        write_result(tmp_path / "a", "x", model_cell(model), noisy(0.05 * (i + 1), seed=10 + i))
+        write_result(tmp_path / "b", "x", model_cell(model), noisy(0.05 * (i + 1), seed=20 + i))
+    comparison = compare(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert comparison.counts["same"] == 5 and not comparison.any_slower
+    overall = comparison.summary[comparison.summary["group"] == "all"].iloc[0]
+    assert overall["geomean_ratio"] == pytest.approx(1, abs=0.03)
+
+
+def test_a_real_change_below_the_threshold_is_same_and_counts_once_the_threshold_is_lower(
+        tmp_path):
+    write_result(tmp_path / "a", "x", model_cell(), noisy(0.100, n=200, spread=0.002, seed=3))
+    write_result(tmp_path / "b", "x", model_cell(), noisy(0.103, n=200, spread=0.002, seed=4))
+    default = verdict_of(compare(str(tmp_path / "a"), str(tmp_path / "b")))
+    assert default.throughput_ci_high < 1  # the change is real...
+    assert default.verdict == "same"  # ...but smaller than 5 %
+    strict = verdict_of(compare(str(tmp_path / "a"), str(tmp_path / "b"),
+                                settings=Settings(threshold=0.01)))
+    assert strict.verdict == "slower"
+
+
+def test_cells_match_on_what_was_measured_and_the_unmatched_say_why(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_result(a, "x", model_cell(), noisy(0.1, seed=1))
+    write_result(b, "x", model_cell(), noisy(0.1, seed=2), tag="another cell id")
+    write_result(a, "x", model_cell(batch_size=16), noisy(0.2, seed=3))
+    write_result(b, "x", model_cell(batch_size=32), noisy(0.4, seed=4))
+    write_result(a, "x", model_cell("alexnet"), noisy(0.1, seed=5))
+    write_result(b, "x", model_cell("alexnet"), [], status="failed", error="RuntimeError: boom")
+    cells = compare(str(a), str(b)).cells
+    by_verdict = {v: rows for v, rows in cells.groupby("verdict")}
+    assert set(by_verdict["same"]["batch_size"]) == {8}
+    notes = dict(zip(by_verdict["base only"]["label"], by_verdict["base only"]["note"],
+                     strict=True))
+    assert notes == {"alexnet training float32 bs8": "NEW: failed: RuntimeError: boom",
+                     "resnet18 training float32 bs16": "no such cell in NEW"}
+    assert list(by_verdict["new only"]["batch_size"]) == [32]
+    (failed,) = by_verdict["not compared"].itertuples()
+    assert (failed.side, failed.status) == ("new", "failed")
+
+
+def test_system_labels_of_one_table_are_compared_and_a_mixed_side_is_refused(tmp_path, capsys):
+    results = tmp_path / "results"
+    write_result(results, "old", model_cell(), noisy(0.10, seed=1))
+    write_result(results, "new", model_cell(), noisy(0.07, seed=2),
+                 env={**ENV, "framework_version": "2.10.0"})
+    table = tmp_path / "benchmarks.parquet"
+    aggregate.write(sorted(results.glob("*/*/cells/*.json")), table)
+    comparison = compare("old", "new", table=table)
+    assert verdict_of(comparison).verdict == "faster"
+    assert comparison.base.label == f"old in {table}"
+
+    assert main([str(table), str(table), "--out", str(tmp_path / "o")]) == EXIT_BAD_INPUT
+    assert f"dlbench compare --table {table} new old" in capsys.readouterr().err
+    assert main(["old", "typo", "--table", str(table), "--out", str(tmp_path / "o")]) \
+        == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown system label 'typo'" in err and "new, old" in err
+
+
+def _bad_table(path, version):
+    good = pa.table({name: pa.array([], type=pa.string()) for name in
+                     ("study", "kind", "status", "name", "pass")}
+                    | {"time_median_s": pa.array([], type=pa.float64())})
+    pq.write_table(good.replace_schema_metadata({aggregate.TABLE_VERSION_KEY: version}), path)
+    return path
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("missing", "no such file or folder"),
+    ("not parquet", "not a readable Parquet file"),
+    ("version", "layout version 99"),
+    ("empty folder", "neither benchmarks.parquet nor result files"),
+    ("nothing common", "no common cells"),
+])
+def test_inputs_that_cannot_be_compared_exit_2_with_one_line_naming_the_file(
+        tmp_path, capsys, case, expected):
+    good = tmp_path / "good"
+    write_result(good, "x", model_cell(), noisy(0.1))
+    other = tmp_path / "other"
+    write_result(other, "x", model_cell("alexnet"), noisy(0.1))
+    bad = {"missing": tmp_path / "nope.parquet",
+           "not parquet": tmp_path / "x.parquet",
+           "version": _bad_table(tmp_path / "v.parquet", b"99"),
+           "empty folder": tmp_path / "empty",
+           "nothing common": other}[case]
+    (tmp_path / "x.parquet").write_text("not parquet")
+    (tmp_path / "empty").mkdir()
+    rc = command.main(["compare", str(good), str(bad), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == EXIT_BAD_INPUT
+    assert err.count("\n") == 1 and expected in err and err.startswith("dlbench compare: ")
+    if case != "nothing common":
+        assert str(bad) in err
+    assert not (tmp_path / "o").exists()  # nothing written
+
+
+def test_files_runners_write_beside_results_are_not_read_as_results(tmp_path):
+    path = write_result(tmp_path / "a", "x", model_cell(), noisy(0.1))
+    write_result(tmp_path / "b", "x", model_cell(), noisy(0.1, seed=9))
+    # An operator cell's PARAM log: JSON lines, not a result.
+    path.with_suffix(".param.json").write_text('{"a": 1}\n{"b": 2}\n')
+    comparison = compare(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert comparison.counts["not compared"] == 0 and comparison.counts["same"] == 1
+
+
+def test_repeats_are_resampled_as_repeats_with_a_wider_interval_than_their_iterations():
+    """Two processes per side whose medians differ by 8 %: one process's iterations say
+    nothing of that spread, so the interval over repeats must be the wider one."""
+    import pandas as pd
+
+    def side(medians, system):
+        rows = []
+        for repeat, median in enumerate(medians):
+            times = noisy(median, n=50, spread=0.005, seed=repeat)
+            rows.append({"study": "s", "kind": "model", "model": "resnet18", "phase": "training",
+                         "batch_size": 8, "name": "resnet18", "pass": "training",
+                         "status": "ok", "repeat": repeat, "system": system,
+                         "time_median_s": float(np.median(times)), "times_s": list(times),
+                         "time_p95_s": float(np.quantile(times, .95)),
+                         "time_p99_s": float(np.quantile(times, .99)),
+                         "throughput": 8 / float(np.median(times)),
+                         "throughput_unit": "samples/s", "items_per_iteration": 8,
+                         "iterations": 50})
+        frame = pd.DataFrame(rows)  # with every column of the table, as inputs reads it
+        return frame.reindex(columns=[*aggregate.SCHEMA.names, "repeat"])
+
+    from dlbench.compare import Side, compare_sides
+
+    base = side([0.100, 0.108], "a")
+    new = side([0.104, 0.100], "b")
+    repeats = verdict_of(compare_sides(Side("BASE", "a", base), Side("NEW", "b", new)))
+    assert repeats.ci_method == "repeats" and repeats.base_repeats == 2
+    single = verdict_of(compare_sides(Side("BASE", "a", base.iloc[:1].assign(repeat=None)),
+                                      Side("NEW", "b", new.iloc[:1].assign(repeat=None))))
+    assert single.ci_method == "iterations"
+    assert (repeats.throughput_ci_high - repeats.throughput_ci_low
+            > 3 * (single.throughput_ci_high - single.throughput_ci_low))
+    assert repeats.verdict == "same"
+
+
+def test_t_quantiles_match_published_tables():
+    # Student's t, two-sided 95 %: 12.706 (1 dof), 4.303 (2), 2.776 (4), 2.228 (10).
+    for dof, value in ((1, 12.706), (2, 4.303), (4, 2.776), (10, 2.228)):
+        assert ratios.t_quantile(0.975, dof) == pytest.approx(value, abs=1e-3)
