@@ -188,7 +188,8 @@ def run_script(tmp_path: Path, monkeypatch, inputs: list[Path]) -> Path:
     log.parent.mkdir(exist_ok=True)
     fake = SimpleNamespace(input=[str(p) for p in inputs], log=[str(log)],
                            output=SimpleNamespace(parquet=str(tmp_path / "t.parquet"),
-                                                  csv=str(tmp_path / "t.csv")))
+                                                  csv=str(tmp_path / "t.csv")),
+                           params=SimpleNamespace(unstable_cv=0.05))
     # The script redirects them; whatever it leaves, the test gets its own back.
     monkeypatch.setattr(sys, "stdout", sys.stdout)
     monkeypatch.setattr(sys, "stderr", sys.stderr)

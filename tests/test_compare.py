@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dlbench import aggregate, command
+from dlbench import aggregate, bootstrap, command
 from dlbench import result as R
-from dlbench.compare import Settings, compare, ratios
+from dlbench.compare import Settings, compare
 from dlbench.compare.__main__ import EXIT_BAD_INPUT, EXIT_SLOWER, main
 from dlbench.compare.output import FILES
 
@@ -225,4 +225,4 @@ def test_repeats_are_resampled_as_repeats_with_a_wider_interval_than_their_itera
 def test_t_quantiles_match_published_tables():
     # Student's t, two-sided 95 %: 12.706 (1 dof), 4.303 (2), 2.776 (4), 2.228 (10).
     for dof, value in ((1, 12.706), (2, 4.303), (4, 2.776), (10, 2.228)):
-        assert ratios.t_quantile(0.975, dof) == pytest.approx(value, abs=1e-3)
+        assert bootstrap.t_quantile(0.975, dof) == pytest.approx(value, abs=1e-3)

@@ -154,3 +154,28 @@ def test_a_results_tree_made_before_system_labels_is_adopted_and_reruns_nothing(
     assert "benchmark_pytorch" not in planned_jobs(proc.stdout + proc.stderr)
     assert len(list((here / "tiny" / "cells").glob("*.json"))) == 2
     assert not (workdir / "results" / "tiny").exists()
+
+
+def test_raising_repeats_runs_only_the_new_repeats_round_by_round(workdir):
+    """repeats: 3 on a finished study runs each cell twice more (its first run stays), every
+    cell's second run before any third; the table has one row per run and the run-to-run
+    statistics, and a second dry run has nothing to do."""
+    (workdir / "config.yaml").write_text(yaml.safe_dump({**study([2, 4]), "repeats": 3}))
+    proc = snakemake(workdir, "-n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = planned_jobs(proc.stdout + proc.stderr)
+    assert jobs.get("benchmark_pytorch_r1") == 3 and jobs.get("benchmark_pytorch_r2") == 3
+    assert "benchmark_pytorch" not in jobs
+    proc = snakemake(workdir, "--cores", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = pq.read_table(workdir / "results" / "benchmarks.parquet").to_pylist()
+    tiny = [r for r in table if r["study"] == "tiny" and r["system"] == systems.default_label()]
+    assert sorted((r["batch_size"], r["repeat"]) for r in tiny) == [
+        (b, k) for b in (2, 4) for k in range(3)]
+    assert {r["repeats"] for r in tiny} == {3} and {r["ci_method"] for r in tiny} == {"repeats"}
+    assert all(r["run_to_run_cv"] is not None and r["unstable"] is not None for r in tiny)
+    runs = {k: [r for r in table if r["repeat"] == k and r["system"] == systems.default_label()]
+            for k in (1, 2)}
+    assert max(r["finished_at"] for r in runs[1]) <= min(r["started_at"] for r in runs[2])
+    proc = snakemake(workdir, "-n")
+    assert not any(rule.startswith("benchmark_") for rule in planned_jobs(proc.stdout + proc.stderr))

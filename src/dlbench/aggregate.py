@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dlbench import atomic, axes, systems
+from dlbench import atomic, axes, run_to_run, systems
 from dlbench import result as R
 from dlbench.atomic import writing
 from dlbench.stats import SUMMARY_KEYS
@@ -84,7 +84,8 @@ def build_schema() -> pa.Schema:
     return pa.schema(
         [
             ("system", pa.string()),
-            ("study", pa.string()), ("cell_id", pa.string()), ("kind", pa.string()),
+            ("study", pa.string()), ("cell_id", pa.string()), ("repeat", pa.int64()),
+            ("kind", pa.string()),
             ("status", pa.string()), ("error", pa.string()),
             *CELL_COLUMNS,
             ("model_opts", pa.string()),  # JSON
@@ -92,6 +93,12 @@ def build_schema() -> pa.Schema:
             ("iterations", pa.int64()), ("items_per_iteration", pa.float64()),
             *[(f"time_{k}_s", pa.float64()) for k in SUMMARY_KEYS],
             ("throughput", pa.float64()), ("throughput_unit", pa.string()),
+            # Across the cell's repeats (dlbench.run_to_run), the same on each repeat's row.
+            ("repeats", pa.int64()), ("cell_time_median_s", pa.float64()),
+            ("cell_throughput", pa.float64()), ("cell_time_ci_low_s", pa.float64()),
+            ("cell_time_ci_high_s", pa.float64()), ("ci_method", pa.string()),
+            ("run_to_run_cv", pa.float64()), ("within_run_cv", pa.float64()),
+            ("unstable", pa.bool_()),
             ("precision_native", pa.bool_()),
             ("parameters", pa.int64()), ("phi", pa.int64()), ("phi_tflops", pa.float64()),
             ("flops_per_iteration", pa.float64()), ("tflops", pa.float64()),
@@ -134,7 +141,8 @@ def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
     base: dict[str, Any] = {
         # The folder names the system (a tree copied in from elsewhere may be relabelled).
         "system": systems.system_of(Path(source)) or res.get("system"),
-        "study": res.get("study"), "cell_id": res.get("cell_id"), "kind": res["kind"],
+        "study": res.get("study"), "cell_id": res.get("cell_id"),
+        "repeat": res.get("repeat", systems.repeat_of(Path(source))), "kind": res["kind"],
         "status": res["status"], "error": res.get("error"),
         **{name: cell.get(name) for name, _ in CELL_COLUMNS},
         "model_opts": _json(cell.get("model_opts")),
@@ -190,12 +198,13 @@ def _one_line(text: str) -> str:
 
 
 def expected_identity(path: str | Path) -> dict[str, str] | None:
-    """study and cell_id that a result at results/[<system>/]<study>/cells/<cell_id>.json must carry;
-    None for a file elsewhere (its identity is whatever it says)."""
+    """study and cell_id that a result at
+    results/[<system>/]<study>/cells/<cell_id>[_r<repeat>].json must carry; None for a
+    file elsewhere (its identity is whatever it says)."""
     path = Path(path)
     if path.suffix != ".json" or path.parent.name != "cells" or not path.parent.parent.name:
         return None
-    return {"study": path.parent.parent.name, "cell_id": path.stem}
+    return {"study": path.parent.parent.name, "cell_id": systems.cell_id_of(path)}
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -278,9 +287,11 @@ def invalid_row(path: str | Path, problem: str, move: bool) -> dict[str, Any]:
 
 
 def build_table(paths: Iterable[str | Path], *, move_invalid: bool = False,
-                check: bool = True) -> pa.Table:
+                check: bool = True,
+                unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV) -> pa.Table:
     """One table of every result file; an invalid one gives a failed row (``invalid_row``).
-    With ``check``, two machines or software stacks under one label raise SystemConflict."""
+    With ``check``, two machines or software stacks under one label raise SystemConflict.
+    Each measurement's statistics across its cell's repeats: dlbench.run_to_run."""
     files: list[tuple[str | Path, list[dict[str, Any]]]] = []
     for path in paths:
         try:
@@ -289,6 +300,7 @@ def build_table(paths: Iterable[str | Path], *, move_invalid: bool = False,
             files.append((path, [invalid_row(path, str(exc), move_invalid)]))
     if check:
         check_systems(files)
+    run_to_run.add_columns([row for _, rows in files for row in rows], unstable_cv)
     try:  # all rows at once: a table per file would cost some 2 ms a file
         return table_of_rows([row for _, rows in files for row in rows])
     except InvalidResult:
@@ -315,11 +327,12 @@ def check_systems(files: list[tuple[str | Path, list[dict[str, Any]]]]) -> None:
 
 
 def write(paths: Iterable[str | Path], parquet: str | Path, csv: str | Path | None = None,
-          *, move_invalid: bool = True) -> pa.Table:
+          *, move_invalid: bool = True,
+          unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV) -> pa.Table:
     """Write the table of ``paths`` to ``parquet`` (and ``csv``), each file whole or not at
     all; invalid result files are moved aside (``move_invalid``, see the module). Two
     machines or software stacks under one system label stop it (SystemConflict)."""
-    table = build_table(paths, move_invalid=move_invalid)
+    table = build_table(paths, move_invalid=move_invalid, unstable_cv=unstable_cv)
     kept = "the previous table is left as it was"
     # Both files are written before either replaces its previous version, so that a full
     # disk leaves the pair as it was, not a new Parquet beside an old CSV.
@@ -344,9 +357,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", nargs="+", help="cell result JSON files")
     parser.add_argument("--parquet", required=True)
     parser.add_argument("--csv")
+    parser.add_argument("--unstable_cv", type=float, default=run_to_run.DEFAULT_UNSTABLE_CV,
+                        help="run-to-run CV above which a cell is flagged unstable "
+                             "(default %(default)s)")
     args = parser.parse_args(argv)
     try:
-        table = write(args.results, args.parquet, args.csv)
+        run_to_run.check_threshold(args.unstable_cv)
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        table = write(args.results, args.parquet, args.csv, unstable_cv=args.unstable_cv)
     except (OSError, SystemConflict) as exc:
         print(f"dlbench.aggregate: {exc}", file=sys.stderr)
         return 1

@@ -48,11 +48,12 @@ def runner_command(cell: dict[str, Any], output: Path, python: str,
 
 
 def stamped(res: dict[str, Any], output: Path) -> dict[str, Any]:
-    """The result with its system (the results/<system>/ folder it goes to) and what that
-    label stands for (dlbench.systems.fingerprint)."""
+    """The result with its system (the results/<system>/ folder it goes to), what that
+    label stands for (dlbench.systems.fingerprint) and its repeat (the file's name)."""
     system = systems.system_of(output)
     if system is not None:
         res["system"] = system
+    res["repeat"] = systems.repeat_of(output)
     res["fingerprint"] = systems.fingerprint(res.get("environment") or {})
     return res
 

@@ -25,13 +25,16 @@ from typing import Any
 from dlbench import axes, cpu, kinds
 
 STUDY_KEYS = ("kind", "grid", "overrides", "exclude", "description", "precisions",
-              "timeout_s")
+              "timeout_s", "repeats")
 # A cell's runner is stopped after a study's timeout_s (default one hour; a hung cell must
 # not hold the benchmark slot forever).
 DEFAULT_TIMEOUT_S = 3600
 # A config expanding to more cells than this is refused before the cells are made (ten
 # million cells took 11 GB and ten minutes, then crashed): config key max_cells raises it.
 DEFAULT_MAX_CELLS = 100_000
+# Repeats of a cell are separate jobs of separate rules (one per repeat, so that the
+# scheduler can run them round by round): a bound keeps the workflow's rules few.
+MAX_REPEATS = 50
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # A study's 'precisions': every cell (all), or on a CPU only those it computes natively.
 STUDY_PRECISIONS = ("all", "native")
@@ -131,6 +134,17 @@ def timeout_s(name: str, study: Mapping[str, Any], config: Mapping[str, Any]) ->
     return _number(name, "timeout_s", value, 1)
 
 
+def repeats(name: str, study: Mapping[str, Any], config: Mapping[str, Any]) -> int:
+    """How many times each cell of the study runs, each run a process of its own (the
+    study's repeats, else the config's, else 1): dlbench.systems.result_path names them."""
+    value = study.get("repeats", config.get("repeats", 1))
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _fail(name, "repeats", f"must be a positive integer, got {value!r}")
+    if value > MAX_REPEATS:
+        raise _fail(name, "repeats", f"at most {MAX_REPEATS}, got {value}")
+    return value
+
+
 def max_cells(config: Mapping[str, Any]) -> int:
     value = config.get("max_cells", DEFAULT_MAX_CELLS)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -155,6 +169,7 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
     precisions = study.get("precisions", "all")
     _enum(name, "precisions", precisions, STUDY_PRECISIONS)
     timeout_s(name, study, config)
+    repeats(name, study, config)
     grid = {**config.get("defaults", {}).get(kind, {}), **(study.get("grid") or {})}
     for key in grid:
         if key not in axis_defaults:

@@ -34,7 +34,8 @@ LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 RESERVED = frozenset({"benchmarks", "cache", "cluster-logs", "compare", "datasets", "logs",
                       "profiles", "report", "slurm-logs"})
 MACHINE_FILE = "system.json"
-RESULT_NAME = re.compile(r".+_[0-9a-f]{8}\.json")
+# <cell id>[_r<repeat>].json, a cell id ending in its 8-hex-digit hash (dlbench.study.cell_id).
+RESULT_NAME = re.compile(r".+_[0-9a-f]{8}(?:_r(?P<repeat>[1-9][0-9]*))?\.json")
 CELLS = "cells"
 
 
@@ -65,8 +66,32 @@ def label_of(config: Mapping[str, Any]) -> str:
     return default_label() if value is None else check_label(value)
 
 
-def result_path(system: str, study: str, cell_id: str, results: Path = RESULTS) -> Path:
-    return results / system / study / CELLS / f"{cell_id}.json"
+def result_name(cell_id: str, repeat: int = 0) -> str:
+    """A cell's result file: ``<cell id>.json`` for its first run (as before repeats
+    existed, so raising a study's repeats reruns nothing), ``<cell id>_r<k>.json`` for its
+    repeat k. The index is not part of the cell's id or hash."""
+    return f"{cell_id}{repeat_suffix(repeat)}.json"
+
+
+def repeat_suffix(repeat: int) -> str:
+    return f"_r{repeat}" if repeat else ""
+
+
+def repeat_of(result_file: Path) -> int:
+    """The repeat index a result file's name gives (0 for a first run)."""
+    match = RESULT_NAME.fullmatch(Path(result_file).name)
+    return int(match.group("repeat")) if match and match.group("repeat") else 0
+
+
+def cell_id_of(result_file: Path) -> str:
+    """The cell id a result file's name gives (without its repeat suffix)."""
+    name = Path(result_file).name.removesuffix(".json")
+    return name.removesuffix(repeat_suffix(repeat_of(result_file)))
+
+
+def result_path(system: str, study: str, cell_id: str, results: Path = RESULTS,
+                repeat: int = 0) -> Path:
+    return results / system / study / CELLS / result_name(cell_id, repeat)
 
 
 def system_of(result_file: Path) -> str | None:
@@ -80,9 +105,8 @@ def system_of(result_file: Path) -> str | None:
 
 
 def is_result_file(path: Path) -> bool:
-    """Whether ``path`` is named as a cell's result (``<cell id>.json``, the id ending in
-    its 8-hex-digit hash: dlbench.study.cell_id), not a file a runner writes beside it
-    (an operator cell's PARAM log ``<cell id>.param.json``)."""
+    """Whether ``path`` is named as a cell's result (``result_name``), not a file a runner
+    writes beside it (an operator cell's PARAM log ``<cell id>.param.json``)."""
     return RESULT_NAME.fullmatch(path.name) is not None
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dlbench import cpu, kinds, launch, study, systems
+from dlbench import cpu, kinds, launch, run_to_run, study, systems
 
 
 class WorkflowConfigError(ValueError):
@@ -109,6 +109,15 @@ def retry_statuses(config: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(values)
 
 
+def unstable_cv(config: Mapping[str, Any]) -> float:
+    """The run-to-run CV above which a cell is flagged unstable (dlbench.run_to_run)."""
+    try:
+        return run_to_run.check_threshold(
+            config.get("unstable_cv", run_to_run.DEFAULT_UNSTABLE_CV))
+    except ValueError as exc:
+        raise WorkflowConfigError(f"config: {exc}") from None
+
+
 def system_label(config: Mapping[str, Any]) -> str:
     """The system this run's results belong to (dlbench.systems), or one line why not."""
     try:
@@ -118,14 +127,14 @@ def system_label(config: Mapping[str, Any]) -> str:
 
 
 def results_to_retry(cells: Iterable[study.Cell], statuses: Iterable[str],
-                     system: str) -> list[Path]:
-    """The result files of these cells whose recorded status is one of ``statuses``."""
+                     system: str, repeats: Mapping[str, int] | None = None) -> list[Path]:
+    """The result files of these cells (every repeat) whose recorded status is one of
+    ``statuses``."""
     wanted = set(statuses)
     if not wanted:
         return []
     paths = []
-    for cell in cells:
-        path = result_path(cell, system)
+    for path in result_paths(cells, system, repeats or {}):
         try:
             status = json.loads(path.read_text()).get("status")
         except (OSError, ValueError, AttributeError):
@@ -135,8 +144,24 @@ def results_to_retry(cells: Iterable[study.Cell], statuses: Iterable[str],
     return paths
 
 
-def result_path(cell: study.Cell, system: str) -> Path:
-    return systems.result_path(system, cell.study, cell.id)
+def result_path(cell: study.Cell, system: str, repeat: int = 0) -> Path:
+    return systems.result_path(system, cell.study, cell.id, repeat=repeat)
+
+
+def repeat_counts(config: Mapping[str, Any]) -> dict[str, int]:
+    """Each study's repeats (dlbench.study.repeats), by study name."""
+    return {name: study.repeats(name, spec, config)
+            for name, spec in (config.get("studies") or {}).items()}
+
+
+def result_paths(cells: Iterable[study.Cell], system: str,
+                 repeats: Mapping[str, int]) -> dict[Path, study.Cell]:
+    """Every result a run wants, by path: each cell once per repeat of its study, round
+    by round (every cell's first run, then every cell's second, ...)."""
+    cells = list(cells)
+    rounds = max((repeats.get(cell.study, 1) for cell in cells), default=1)
+    return {result_path(cell, system, k): cell for k in range(rounds) for cell in cells
+            if k < repeats.get(cell.study, 1)}
 
 
 def other_systems_results(system: str) -> list[Path]:
@@ -145,9 +170,10 @@ def other_systems_results(system: str) -> list[Path]:
     return [p for p in systems.result_files() if systems.system_of(p) != system]
 
 
-def pending(cells: Iterable[study.Cell], system: str) -> dict[Path, study.Cell]:
-    """Cells without a result yet, by result path: what a run will measure."""
-    paths = {result_path(cell, system): cell for cell in cells}
+def pending(cells: Iterable[study.Cell], system: str,
+            repeats: Mapping[str, int] | None = None) -> dict[Path, study.Cell]:
+    """Cells (and repeats) without a result yet, by result path: what a run will measure."""
+    paths = result_paths(cells, system, repeats or {})
     return {path: cell for path, cell in paths.items() if not path.exists()}
 
 

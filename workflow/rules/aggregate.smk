@@ -16,5 +16,8 @@ rule aggregate:
         "results/logs/aggregate.log",
     conda:
         "../../envs/driver.yaml"
+    params:
+        # Run-to-run CV above which a cell is flagged unstable (dlbench.run_to_run).
+        unstable_cv=UNSTABLE_CV,
     script:
         "../scripts/aggregate.py"

@@ -5,22 +5,30 @@
 # function of the job; what a framework's cells share is computed once per rule.
 # The launcher runs the cell's runner in that environment, gives a GPU cell its own GPUs,
 # and always leaves a result file: a failing cell becomes a 'failed' or 'oom' row.
+# A study's repeats (dlbench.study.repeats) are jobs of one rule per round, <cell>_r<k>.json;
+# round k's priority is -k, so that the scheduler runs every cell's first run, then every
+# cell's second, ...: slow drift (thermals, other tenants) spreads over all cells instead
+# of biasing the ones that happen to run last.
 
 
-for fw in dlbench_frameworks.registry().values():
+for fw, k in itertools.product(
+    dlbench_frameworks.registry().values(), range(REPEAT_ROUNDS)
+):
 
     rule:
         name:
-            f"benchmark_{fw.name}"
+            f"benchmark_{fw.name}{dlbench_systems.repeat_suffix(k)}"
         input:
             dataset=cell_inputs(fw.name),
         output:
-            "results/{system}/{study}/cells/{cell}.json",
+            f"results/{{system}}/{{study}}/cells/{{cell}}{dlbench_systems.repeat_suffix(k)}.json",
         log:
-            "results/{system}/{study}/logs/{cell}.log",
+            f"results/{{system}}/{{study}}/logs/{{cell}}{dlbench_systems.repeat_suffix(k)}.log",
         wildcard_constraints:
-            # Cell ids start with their framework (model and operator cells alike).
-            cell=rf"{fw.name}_[^/]+",
+            # Cell ids start with their framework (model and operator cells alike) and end
+            # with their hash, so that no round's output pattern matches another round's.
+            cell=rf"{fw.name}_[^/]+_[0-9a-f]{{8}}",
+        priority: -k
         conda:
             framework_conda_env(fw)
         container:

@@ -1,5 +1,6 @@
 import functools
 import inspect
+import itertools
 import json
 import math
 import os
@@ -53,6 +54,9 @@ try:
     RETRY = support.retry_statuses(config)
     # The machine this run's results belong to: results/<SYSTEM>/<study>/ (dlbench.systems).
     SYSTEM = support.system_label(config)
+    # How many times each study's cells run (separate processes): dlbench.study.repeats.
+    REPEATS = support.repeat_counts(config)
+    UNSTABLE_CV = support.unstable_cv(config)
 except support.WorkflowConfigError as exc:
     _config_error(exc)
 CELLS_BY_ID = {(cell.study, cell.id): cell for cell in CELLS}
@@ -70,12 +74,13 @@ def cell_of(wildcards):
     return CELLS_BY_ID[(wildcards.study, wildcards.cell)]
 
 
-def cell_result_path(cell):
-    return support.result_path(cell, SYSTEM)
-
-
 def cell_result_files():
-    return [str(cell_result_path(cell)) for cell in CELLS]
+    """Every result this run wants: each cell once per repeat of its study."""
+    return [str(path) for path in support.result_paths(CELLS, SYSTEM, REPEATS)]
+
+
+# The repeat rounds the benchmark rules exist for (one rule per framework and round).
+REPEAT_ROUNDS = max(REPEATS.values(), default=1)
 
 
 def other_systems_result_files():
@@ -122,7 +127,7 @@ def _retry_recorded_outcomes():
     process only (cluster jobs parse this file again)."""
     if not RETRY or not workflow.is_main_process:
         return
-    paths = support.results_to_retry(CELLS, RETRY, SYSTEM)
+    paths = support.results_to_retry(CELLS, RETRY, SYSTEM, REPEATS)
     if not paths:
         return
     words = f"{len(paths)} cell(s) recorded as {' or '.join(RETRY)}"
@@ -384,7 +389,7 @@ STATUS_FILE = Path("results/status.txt")
 
 
 def pending_cells():
-    return support.pending(CELLS, SYSTEM)
+    return support.pending(CELLS, SYSTEM, REPEATS)
 
 
 def say_emulated(pending):

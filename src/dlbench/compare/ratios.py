@@ -1,23 +1,10 @@
 """Ratios NEW/BASE per matched cell, their bootstrap confidence intervals, the verdicts,
 and geometric-mean summaries.
 
-The bootstrap is the percentile bootstrap with a fixed seed, vectorised with numpy:
-
-- A side measured once (one row for the key) is resampled over its per-iteration times: a
-  resample is ``n`` times drawn with replacement from its ``n`` times, and the statistic
-  is the resample's median. The median of a resample of sorted values is the value at the
-  median of the resampled *positions*, and those positions do not depend on the data: so
-  the ``B`` resampled median positions are drawn once per sample size and side, and every
-  cell of that size takes its ``B`` bootstrap medians by indexing its sorted times. That
-  makes thousands of cells a matter of milliseconds, not of ``cells x B x n`` draws.
-- A side measured as several repeats (rows for the key with different ``repeat``: separate
-  processes) is resampled over its repeats: the statistic is the mean of the resampled
-  repeats' median times, which captures the variation between processes that iterations of
-  one process cannot show. The resample weights are drawn once per repeat count and side.
-  With a handful of repeats the plain percentile interval is far too short (two repeats a
-  side cover 1 only ~67 % of the time at 95 %), so these resamples are widened about their
-  mean in log space by Hesterberg's expansion, sqrt(r/(r-1)) * t(dof) / z, dof being the
-  repeats' degrees of freedom of both sides (``expansion``): near 95 % coverage from r=2.
+The intervals are percentile bootstraps (``dlbench.bootstrap``): over a side's
+per-iteration times (statistic: the median) when it was measured once, over its repeats
+(statistic: the mean of the repeats' medians, widened by Hesterberg's expansion with the
+repeats' degrees of freedom of both sides) when it was measured several times.
 
 BASE and NEW draw from different streams, so their resamples are independent; the
 streams depend only on the seed, the side and the sample size, so a cell's interval does
@@ -26,15 +13,14 @@ not change when other cells are added or removed.
 
 from __future__ import annotations
 
-import functools
-import math
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["Bootstrap", "Settings", "compare_cells", "side_values", "summaries", "verdicts"]
+from dlbench import bootstrap
+
+__all__ = ["Settings", "compare_cells", "side_values", "summaries", "verdicts"]
 
 FASTER, SLOWER, SAME = "faster", "slower", "same"
 REPEATS, ITERATIONS, NO_CI = "repeats", "iterations", "none"
@@ -42,8 +28,6 @@ REPEATS, ITERATIONS, NO_CI = "repeats", "iterations", "none"
 BASE_TIME, NEW_TIME, BASE_OTHER, NEW_OTHER = range(4)
 # Cells bootstrapped together: bounds memory to about CHUNK x resamples floats per array.
 CHUNK = 512
-# Resampled positions are drawn in blocks of at most this many integers.
-BLOCK = 2_000_000
 # Summaries: (group name, kind of cell, column), each a geometric mean per value.
 GROUPS = (("model", "model", "model"), ("precision", "model", "precision"),
           ("phase", "model", "phase"), ("operator", "op", "op_name"))
@@ -57,66 +41,6 @@ class Settings:
     resamples: int = 2000
     seed: int = 0
     confidence: float = 0.95
-
-
-class Bootstrap:
-    """Resampling plans, drawn once per (stream, sample size) and reused by every cell."""
-
-    def __init__(self, resamples: int, seed: int) -> None:
-        self.resamples = resamples
-        self.seed = seed
-        self.median_positions = functools.cache(self._median_positions)
-        self.mean_weights = functools.cache(self._mean_weights)
-
-    def _rng(self, stream: int, kind: int, n: int) -> np.random.Generator:
-        return np.random.default_rng([self.seed, stream, kind, n])
-
-    def _median_positions(self, stream: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Positions (lower, upper) of each resample's median among ``n`` sorted values:
-        numpy's median of an even count is the mean of the two middle values."""
-        rng = self._rng(stream, 0, n)
-        lo_k, hi_k = (n - 1) // 2, n // 2
-        lows, highs = [], []
-        rows = max(1, BLOCK // n)
-        for start in range(0, self.resamples, rows):
-            count = min(rows, self.resamples - start)
-            drawn = rng.integers(0, n, size=(count, n), dtype=np.int32)
-            drawn.partition(sorted({lo_k, hi_k}), axis=1)
-            lows.append(drawn[:, lo_k])
-            highs.append(drawn[:, hi_k])
-        return np.concatenate(lows), np.concatenate(highs)
-
-    def _mean_weights(self, stream: int, n: int) -> np.ndarray:
-        """(resamples, n) weights: how often each of ``n`` values is drawn, divided by n."""
-        drawn = self._rng(stream, 1, n).integers(0, n, size=(self.resamples, n))
-        counts = np.zeros((self.resamples, n))
-        np.add.at(counts, (np.arange(self.resamples)[:, None], drawn), 1.0)
-        return counts / n
-
-    def medians(self, stream: int, samples: list[np.ndarray]) -> np.ndarray:
-        """(len(samples), resamples): bootstrap medians of each sample, grouped by size."""
-        out = np.full((len(samples), self.resamples), np.nan)
-        for n, rows in _by_size(samples).items():
-            lo, hi = self.median_positions(stream, n)
-            values = np.sort(np.stack([samples[i] for i in rows]), axis=1)
-            out[rows] = (values[:, lo] + values[:, hi]) / 2
-        return out
-
-    def means(self, stream: int, samples: list[np.ndarray]) -> np.ndarray:
-        """(len(samples), resamples): bootstrap means of each sample, grouped by size."""
-        out = np.full((len(samples), self.resamples), np.nan)
-        for n, rows in _by_size(samples).items():
-            out[rows] = np.stack([samples[i] for i in rows]) @ self.mean_weights(stream, n).T
-        return out
-
-
-def _by_size(samples: list[np.ndarray]) -> dict[int, list[int]]:
-    """Indices of the samples of each size; a sample of fewer than 2 values has no spread."""
-    groups: dict[int, list[int]] = {}
-    for i, sample in enumerate(samples):
-        if sample is not None and len(sample) >= 2:
-            groups.setdefault(len(sample), []).append(i)
-    return groups
 
 
 # -- one side's figures per key ------------------------------------------------------------
@@ -186,61 +110,8 @@ def side_values(rows: pd.DataFrame) -> pd.DataFrame:
 
 # -- ratios per cell -----------------------------------------------------------------------
 
-def _interval(boot: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile interval per row; NaN where a row has no finite resample."""
-    low = np.full(len(boot), np.nan)
-    high = np.full(len(boot), np.nan)
-    ok = np.isfinite(boot).all(axis=1)
-    if ok.any():
-        tail = (1 - confidence) / 2
-        low[ok], high[ok] = np.quantile(boot[ok], [tail, 1 - tail], axis=1)
-    return low, high
-
-
 def _mean(values: np.ndarray) -> float:
     return float(values.mean()) if len(values) else np.nan
-
-
-@functools.cache
-def t_quantile(p: float, dof: int) -> float:
-    """Student's t quantile for p > 0.5 (no SciPy here): bisection on the distribution
-    function, its density integrated numerically (smooth, so 20001 points are plenty)."""
-    log_c = math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2) - 0.5 * math.log(dof * math.pi)
-
-    def cdf(x: float) -> float:
-        grid = np.linspace(0.0, x, 20001)
-        density = np.exp(log_c - (dof + 1) / 2 * np.log1p(grid * grid / dof))
-        return 0.5 + float(np.trapezoid(density, grid))
-
-    low, high = 0.0, 1.0
-    while cdf(high) < p:
-        high *= 2
-    for _ in range(60):
-        middle = (low + high) / 2
-        low, high = (middle, high) if cdf(middle) < p else (low, middle)
-    return (low + high) / 2
-
-
-def expansion(values: int, dof: int, confidence: float) -> float:
-    """How much wider a bootstrap of the mean of a few repeats must be (Hesterberg's
-    expanded percentile interval): resampling ``values`` values spreads their mean by
-    sqrt((n-1)/n) of its standard error, and the normal quantiles the percentile interval
-    stands for are too short when ``dof`` degrees of freedom estimate that error."""
-    p = 1 - (1 - confidence) / 2
-    return math.sqrt(values / (values - 1)) * t_quantile(p, max(1, dof)) / NormalDist().inv_cdf(p)
-
-
-def _expanded(boot: np.ndarray, samples: list[np.ndarray], dofs: np.ndarray,
-              confidence: float) -> np.ndarray:
-    """Bootstrap means of repeats widened about each sample's mean by ``expansion``, in log
-    space so that a widened time, energy or size stays positive."""
-    out = boot.copy()
-    for i, sample in enumerate(samples):
-        if len(sample) >= 2 and (sample > 0).all():
-            centre = math.log(sample.mean())
-            k = expansion(len(sample), int(dofs[i]), confidence)
-            out[i] = np.exp(centre + k * (np.log(boot[i]) - centre))
-    return out
 
 
 def _repeat_dof(base: list[np.ndarray], new: list[np.ndarray], base_repeats: np.ndarray,
@@ -251,7 +122,7 @@ def _repeat_dof(base: list[np.ndarray], new: list[np.ndarray], base_repeats: np.
             + np.where(new_repeats, [len(v) - 1 for v in new], 0))
 
 
-def _ratio_with_interval(base: pd.Series, new: pd.Series, boot: Bootstrap, confidence: float
+def _ratio_with_interval(base: pd.Series, new: pd.Series, boot: bootstrap.Bootstrap, confidence: float
                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """NEW/BASE of the means of per-repeat values (energy per sample, peak memory); an
     interval (expanded bootstrap over repeats) only where both sides have two or more."""
@@ -267,14 +138,14 @@ def _ratio_with_interval(base: pd.Series, new: pd.Series, boot: Bootstrap, confi
         b_samples = [base.iloc[i] for i in both]
         n_samples = [new.iloc[i] for i in both]
         dofs = _repeat_dof(b_samples, n_samples, np.ones(len(both), bool), np.ones(len(both), bool))
-        b_boot = _expanded(boot.means(BASE_OTHER, b_samples), b_samples, dofs, confidence)
-        n_boot = _expanded(boot.means(NEW_OTHER, n_samples), n_samples, dofs, confidence)
+        b_boot = bootstrap.expanded(boot.means(BASE_OTHER, b_samples), b_samples, dofs, confidence)
+        n_boot = bootstrap.expanded(boot.means(NEW_OTHER, n_samples), n_samples, dofs, confidence)
         with np.errstate(divide="ignore", invalid="ignore"):
-            low[both], high[both] = _interval(n_boot / b_boot, confidence)
+            low[both], high[both] = bootstrap.interval(n_boot / b_boot, confidence)
     return ratio, low, high
 
 
-def _time_boot(values: pd.DataFrame, stream: int, boot: Bootstrap, dofs: np.ndarray,
+def _time_boot(values: pd.DataFrame, stream: int, boot: bootstrap.Bootstrap, dofs: np.ndarray,
                confidence: float) -> np.ndarray:
     """(cells, resamples) bootstrap central times of one side: medians of iterations, or
     means of repeats' medians (expanded: see ``expansion``)."""
@@ -287,7 +158,7 @@ def _time_boot(values: pd.DataFrame, stream: int, boot: Bootstrap, dofs: np.ndar
     rows = np.flatnonzero(methods == REPEATS)
     if len(rows):
         picked = [samples[i] for i in rows]
-        out[rows] = _expanded(boot.means(stream, picked), picked, dofs[rows], confidence)
+        out[rows] = bootstrap.expanded(boot.means(stream, picked), picked, dofs[rows], confidence)
     return out
 
 
@@ -338,7 +209,7 @@ def compare_cells(base_rows: pd.DataFrame, new_rows: pd.DataFrame, keys: list[st
     settings = settings or Settings()
     base = side_values(base_rows).reindex(keys)
     new = side_values(new_rows).reindex(keys)
-    boot = Bootstrap(settings.resamples, settings.seed)
+    boot = bootstrap.Bootstrap(settings.resamples, settings.seed)
     out = pd.DataFrame(index=pd.Index(keys, name="_key"))
     factor = _throughput_factor(base, new)
     b_time, n_time = base["time_median_s"].to_numpy(float), new["time_median_s"].to_numpy(float)
@@ -356,9 +227,9 @@ def compare_cells(base_rows: pd.DataFrame, new_rows: pd.DataFrame, keys: list[st
             speed = factor[part, None] * b_boot / n_boot
             latency = n_boot / b_boot
         (intervals["throughput_ci_low"][part],
-         intervals["throughput_ci_high"][part]) = _interval(speed, settings.confidence)
+         intervals["throughput_ci_high"][part]) = bootstrap.interval(speed, settings.confidence)
         (intervals["p50_ci_low"][part],
-         intervals["p50_ci_high"][part]) = _interval(latency, settings.confidence)
+         intervals["p50_ci_high"][part]) = bootstrap.interval(latency, settings.confidence)
     for name, values in intervals.items():
         out[name] = values
     out["ci_method"] = _ci_method(base, new)
