@@ -533,7 +533,7 @@ def test_the_report_script_log_ends_naming_the_file_on_a_full_disk(tmp_path, rep
     fake = SimpleNamespace(
         input=SimpleNamespace(parquet=str(one_cell_parquet(tmp_path))), log=[str(log)],
         output=SimpleNamespace(html=str(outdir / "index.html"), charts=str(outdir / "charts")),
-        params=SimpleNamespace(profiles_dir=None))
+        params=SimpleNamespace(profiles_dir=None, baseline_system=None))
     monkeypatch.setattr(sys, "stdout", sys.stdout)  # the script redirects both for a while
     monkeypatch.setattr(sys, "stderr", sys.stderr)
     with pytest.raises(WriteError):
@@ -615,3 +615,43 @@ def test_compile_speedup_is_over_eager_of_the_same_cell_and_precisions_stay_apar
     assert precision["speedup"].tolist() == pytest.approx([2.0, 2.0])
     (part,) = [s for s in sections(frame) if s.id == "execution"]
     assert [b.name for b in part.blocks] == ["compile-speedup"]
+
+
+def test_two_systems_with_repeats_get_a_speedup_chart_error_bars_and_unstable_cells(tmp_path):
+    """System b is 1.5x faster; its bs32 cell's three runs disagree (unstable): the report
+    divides by the baseline system, draws interval whiskers and lists the unstable cell."""
+    results = []
+    for system, factor in (("a", 1.0), ("b", 1 / 1.5)):
+        for batch in (16, 32):
+            for precision in ("float32", "float16"):
+                for repeat in range(3):
+                    res = model_result("sys", model_cell("resnet50", "training", precision, batch))
+                    wobble = 1 + 0.2 * repeat if (system, batch) == ("b", 32) else 1.0
+                    for m in res["measurements"]:
+                        times = [t * factor * wobble for t in m["times_s"]]
+                        m.update(R.measurement(name=m["name"], pass_=m["pass"], times_s=times,
+                                               items_per_iteration=batch))
+                    res.update(system=system, repeat=repeat)
+                    results.append(res)
+    parquet = write_parquet(tmp_path, results)
+    frame = load(parquet)
+    models = model_charts.model_frame(frame)
+    assert len(models) == 8 and set(models["repeats"]) == {3}  # one row per cell
+    assert model_charts.baseline_system(models) == "a"
+    assert model_charts.baseline_system(models, "b") == "b"
+    ratios = model_charts.ratio_frame(models, "system", "a")
+    steady = ratios[ratios["batch_size"] == 16]
+    assert steady["speedup"].tolist() == pytest.approx([1.5, 1.5])
+    # Precision speed-ups stay within each system.
+    assert model_charts.speedup_frame(models)["speedup"].tolist() == pytest.approx([2.0] * 4)
+    slack = 1 + 1e-9  # identical runs: an interval of one point, up to rounding
+    assert (models["throughput_low"] <= models["throughput"] * slack).all()
+    assert (models["throughput"] <= models["throughput_high"] * slack).all()
+    assert (models["throughput_high"] - models["throughput_low"])[6:].min() > 100  # b's bs32
+    outdir = tmp_path / "out"
+    render(parquet, outdir)
+    html = (outdir / "index.html").read_text()
+    assert "system-speedup" in chart_names(html) and "throughput_low" in html
+    stability = section_of(html, "stability")
+    assert stability.count("<tr>") == 1 + 2  # header and both precisions of b's bs32 cell
+    assert "resnet50_training_float32_32" in stability

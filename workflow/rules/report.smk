@@ -31,5 +31,7 @@ rule report:
         "../../envs/driver.yaml"
     params:
         profiles_dir=profiling_config.PROFILES_DIR,
+        # The system the others are compared with in the report (default: most cells).
+        baseline_system=config.get("baseline_system"),
     script:
         "../scripts/report.py"

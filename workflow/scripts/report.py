@@ -14,5 +14,6 @@ with job_log.into(snakemake.log[0]):  # noqa: F821 (snakemake injects it)
         snakemake.input.parquet,  # noqa: F821
         Path(snakemake.output.html).parent,  # noqa: F821
         profiles_dir=snakemake.params.profiles_dir,  # noqa: F821
+        baseline_system=snakemake.params.baseline_system,  # noqa: F821
     )
     print("\n".join(str(f) for f in files))

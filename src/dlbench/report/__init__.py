@@ -43,9 +43,12 @@ def _present(*items: Figure | str | None) -> list[Figure | str]:
 
 
 def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None,
-             report_dir: Path | None = None) -> list[Section]:
+             report_dir: Path | None = None, baseline_system: str | None = None
+             ) -> list[Section]:
     """The page's sections, in order; a section with nothing to show is not included.
-    ``cell_profiles`` (from ``summary.collect``) are linked relative to ``report_dir``."""
+    ``cell_profiles`` (from ``summary.collect``) are linked relative to ``report_dir``;
+    ``baseline_system``: the system others are compared with (default: the one with most
+    model cells)."""
     cell_profiles = cell_profiles or []
     models = model_charts.model_frame(frame)
     paradnn = model_charts.model_frame(frame, paradnn=True)
@@ -57,6 +60,15 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
                 "How many samples per second each model processes as the batch grows.",
                 _present(model_charts.throughput_figure(models),
                          model_charts.framework_figure(models))),
+        Section("systems", "Systems side by side",
+                "The same cells on each system (their throughput is in the charts above, one "
+                "line style per system).",
+                _present(model_charts.systems_figure(models, baseline_system))),
+        Section("stability", "Run-to-run variation",
+                "Measurements whose runs (a study's repeats) differ by more than the "
+                "unstable_cv threshold: their figures vary from run to run, so compare them "
+                "with care.",
+                _present(tables.unstable_table(frame))),
         Section("resources", "Energy and memory",
                 "What the resource monitor recorded over the measured iterations of each cell.",
                 _present(resource_charts.energy_figure(models),
@@ -100,16 +112,18 @@ def empty_section(parquet_path: str | Path) -> Section:
 
 
 def render(parquet_path: str | Path, outdir: str | Path,
-           profiles_dir: str | Path | None = None) -> list[Path]:
+           profiles_dir: str | Path | None = None,
+           baseline_system: str | None = None) -> list[Path]:
     """Write the report of ``parquet_path`` into ``outdir``; return the files written.
-    ``profiles_dir``: the profiles' root (``<tool>/<study>/<cell>`` folders), if any."""
+    ``profiles_dir``: the profiles' root (``<tool>/<study>/<cell>`` folders), if any;
+    ``baseline_system``: the system the others are compared with."""
     frame = load(parquet_path)
     outdir = Path(outdir)
     if frame.empty:
         parts = [empty_section(parquet_path)]
     else:
         cell_profiles = summary.collect(profiles_dir) if profiles_dir is not None else []
-        parts = sections(frame, cell_profiles, outdir)
+        parts = sections(frame, cell_profiles, outdir, baseline_system)
     with alt.data_transformers.enable("default", max_rows=None):
         figures = [b for s in parts for b in s.blocks if isinstance(b, Figure)]
         specs = {chart_id(f): f.chart.to_dict() for f in figures}

@@ -18,9 +18,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder for index.html and charts/ (default: %(default)s)")
     parser.add_argument("--profiles_dir", default=None,
                         help="the profiles' folder (results/profiles) for the Profiles section")
+    parser.add_argument("--baseline_system", default=None,
+                        help="the system the others are compared with (default: the one with "
+                             "the most model cells)")
     args = parser.parse_args(argv)
     try:
-        files = render(args.parquet, args.outdir, profiles_dir=args.profiles_dir)
+        files = render(args.parquet, args.outdir, profiles_dir=args.profiles_dir,
+                       baseline_system=args.baseline_system)
     except ReportError as exc:
         print(f"dlbench.report: {exc}", file=sys.stderr)
         return 2

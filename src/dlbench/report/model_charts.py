@@ -20,6 +20,7 @@ from dlbench.report.style import (
     MUTED,
     PANEL_HEIGHT,
     PANEL_WIDTH,
+    UNSTABLE_COLOUR,
     Figure,
     batch_axis,
     colour_scale,
@@ -70,9 +71,10 @@ def model_frame(frame: pd.DataFrame, *, paradnn: bool = False) -> pd.DataFrame:
         "phase": rows["phase"].fillna("?"),
         "precision": rows["precision"].fillna("?"),
         "batch_size": rows["batch_size"].astype(int),
-        "throughput": rows["throughput"].astype(float),
+        # Across the cell's repeats where it has several (dlbench.run_to_run), with the
+        # 95 % interval of the typical run as whiskers.
+        **run_to_run_columns(rows),
         "unit": rows["throughput_unit"].fillna(""),
-        "time_ms": rows["time_median_s"].astype(float) * 1e3,
         "tflops": rows["tflops"].astype(float),
         "system": rows["system"].fillna("") if "system" in rows else "",
         "framework": rows["framework"].fillna("?"),
@@ -94,6 +96,32 @@ def model_frame(frame: pd.DataFrame, *, paradnn: bool = False) -> pd.DataFrame:
     })
     out["variant"] = variant_label(out, varying(out, VARIANT_AXES))
     return out.reset_index(drop=True)
+
+
+def _column(rows: pd.DataFrame, name: str) -> pd.Series:
+    return pd.to_numeric(rows[name], errors="coerce") if name in rows \
+        else pd.Series(float("nan"), index=rows.index)
+
+
+def run_to_run_columns(rows: pd.DataFrame) -> dict[str, pd.Series]:
+    """Throughput and time of each measurement's typical run (the median of its repeats'
+    medians; the row's own median in a table without repeats), the throughput interval
+    from the time interval, and the run-to-run facts."""
+    time_s = _column(rows, "cell_time_median_s").fillna(rows["time_median_s"].astype(float))
+    items = _column(rows, "items_per_iteration")
+    throughput = _column(rows, "cell_throughput").fillna(rows["throughput"].astype(float))
+    unstable = rows["unstable"] if "unstable" in rows else pd.Series(None, index=rows.index)
+    return {
+        "throughput": throughput,
+        "throughput_low": items / _column(rows, "cell_time_ci_high_s"),
+        "throughput_high": items / _column(rows, "cell_time_ci_low_s"),
+        "time_ms": time_s * 1e3,
+        "repeats": _column(rows, "repeats").fillna(1).astype(int),
+        "ci_method": (rows["ci_method"] if "ci_method" in rows
+                      else pd.Series(None, index=rows.index)).fillna("none"),
+        "run_to_run_cv": _column(rows, "run_to_run_cv"),
+        "unstable": unstable.astype("boolean").fillna(False).astype(bool),
+    }
 
 
 def panel_order(frame: pd.DataFrame, columns: list[str]) -> list[str]:
@@ -125,10 +153,10 @@ def lines_by_batch(frame: pd.DataFrame, *, y: str, y_title: str, colour: alt.Col
                    tooltip: list[alt.Tooltip], panels: list[str],
                    series: str = "variant") -> alt.FacetChart:
     """Lines over a log-2 batch-size axis, one panel per label in ``panels``."""
+    x = alt.X("batch_size:Q", title="batch size", axis=batch_axis(frame["batch_size"].unique()),
+              scale=alt.Scale(type="log", base=2, nice=False, padding=12))
     base = alt.Chart().encode(
-        x=alt.X("batch_size:Q", title="batch size", axis=batch_axis(frame["batch_size"].unique()),
-                scale=alt.Scale(type="log", base=2, nice=False, padding=12)),
-        y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(zero=True)),
+        x=x, y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(zero=True)),
         color=colour, detail=f"{series}:N", tooltip=tooltip,
     )
     if frame[series].nunique() > 1 and series == "variant":
@@ -137,8 +165,19 @@ def lines_by_batch(frame: pd.DataFrame, *, y: str, y_title: str, colour: alt.Col
             strokeDash=alt.StrokeDash("variant:N", title=title, legend=alt.Legend(
                 symbolType="stroke", symbolStrokeWidth=2.2, symbolSize=300)),
             shape=alt.Shape("variant:N", legend=None))
-    layered = alt.layer(base.mark_line(), base.mark_point(), data=frame).properties(
-        width=PANEL_WIDTH, height=PANEL_HEIGHT)
+    layers = [base.mark_line(), base.mark_point()]
+    if y == "throughput" and frame.get("throughput_low", pd.Series(dtype=float)).notna().any():
+        # The 95 % interval of each point (over repeats, or over one run's iterations).
+        # Its own encodings: a whisker takes the line's colour, not its dash or shape.
+        layers.append(alt.Chart().mark_rule(strokeWidth=1.2).encode(
+            x=x, y="throughput_low:Q", y2="throughput_high:Q", color=colour,
+            tooltip=tooltip))
+    if y == "throughput" and frame.get("unstable", pd.Series(dtype=bool)).any():
+        # Cells whose runs disagree beyond the unstable_cv threshold: a ring around the point.
+        layers.append(alt.Chart().transform_filter(alt.datum.unstable).mark_point(
+            shape="circle", size=260, filled=False, color=UNSTABLE_COLOUR, strokeWidth=1.6,
+        ).encode(x=x, y=f"{y}:Q", tooltip=tooltip))
+    layered = alt.layer(*layers, data=frame).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT)
     return layered.facet(
         facet=alt.Facet("panel:N", title=None, sort=panels), columns=facet_columns(len(panels)),
     ).resolve_scale(y="independent")
@@ -155,13 +194,27 @@ def throughput_figure(models: pd.DataFrame) -> Figure | None:
     frame, panels = with_panel(models, ["model", "phase"])
     tips = model_tooltip(frame, [alt.Tooltip("throughput:Q", format=",.1f"),
                             alt.Tooltip("unit:N"),
+                            alt.Tooltip("throughput_low:Q", title="95 % CI from", format=",.1f"),
+                            alt.Tooltip("throughput_high:Q", title="95 % CI to", format=",.1f"),
+                            alt.Tooltip("ci_method:N", title="CI over"),
+                            alt.Tooltip("repeats:Q", title="runs"),
+                            alt.Tooltip("run_to_run_cv:Q", title="run-to-run CV", format=".1%"),
                             alt.Tooltip("time_ms:Q", title="median time (ms)", format=",.3f")])
     colour = alt.Color("precision:N", scale=precision_scale(list(frame["precision"].unique())))
     chart = lines_by_batch(frame, y="throughput", y_title=f"throughput ({_unit(frame)})",
                            colour=colour, tooltip=tips, panels=panels)
+    several = int(frame["repeats"].max()) > 1
     return Figure("throughput", "Throughput against batch size",
-                  "Median-iteration throughput; one panel per model and phase, one line per "
-                  "precision.", styled(chart))
+                  "Median-iteration throughput"
+                  + (" (the median of each cell's runs)" if several else "")
+                  + "; one panel per model and phase, one line per precision. Whiskers: 95 % "
+                  "confidence interval of the typical run"
+                  + (", over the runs (over one run's iterations where a cell ran once)"
+                     if several else ", over the run's iterations (run-to-run variation needs "
+                     "repeats)")
+                  + "." + (" Ringed points are unstable: their runs differ by more than the "
+                           "unstable_cv threshold." if frame["unstable"].any() else ""),
+                  styled(chart))
 
 
 def framework_figure(models: pd.DataFrame) -> Figure | None:
@@ -196,8 +249,8 @@ def framework_figure(models: pd.DataFrame) -> Figure | None:
 def ratio_frame(models: pd.DataFrame, axis: str, baseline: str) -> pd.DataFrame:
     """Throughput of each value of ``axis`` over ``baseline``'s median throughput for the
     same cell otherwise (the baseline's throughput in ``<baseline>_throughput``)."""
-    keys = [k for k in ("model", "phase", "precision", "batch_size", "device", "framework",
-                        "mode", "num_gpus", "data") if k != axis]
+    keys = [k for k in ("system", "model", "phase", "precision", "batch_size", "device",
+                        "framework", "mode", "num_gpus", "data") if k != axis]
     reference = f"{baseline}_throughput"
     base = (models[models[axis] == baseline].groupby(keys, as_index=False)["throughput"]
             .median().rename(columns={"throughput": reference}))
@@ -256,6 +309,45 @@ def speedup_figure(models: pd.DataFrame) -> Figure | None:
                   "Throughput of each precision divided by float32 throughput for the same "
                   "model, phase, batch size, device and framework; the dashed line is parity.",
                   styled(chart))
+
+
+def baseline_system(models: pd.DataFrame, chosen: str | None = None) -> str | None:
+    """The system others are divided by: ``chosen`` (the config's baseline_system) where
+    it has model cells, else the one with the most, ties broken by name; None with fewer
+    than two systems."""
+    systems = models["system"][models["system"] != ""] if not models.empty else models
+    if len(systems) == 0 or systems.nunique() < 2:
+        return None
+    if chosen is not None and chosen in set(systems):
+        return chosen
+    counts = systems.value_counts()
+    return sorted(counts.index, key=lambda s: (-counts[s], s))[0]
+
+
+def systems_figure(models: pd.DataFrame, chosen: str | None = None) -> Figure | None:
+    """Throughput of each system over the baseline system for the same cell otherwise."""
+    baseline = baseline_system(models, chosen)
+    if baseline is None:
+        return None
+    frame = ratio_frame(models, "system", baseline)
+    if frame.empty:
+        return None
+    columns = ["model", "phase", "precision",
+               *varying(frame, ("framework", "mode", "device", "num_gpus", "data"))]
+    frame, panels = with_panel(frame, columns)
+    colour = alt.Color("system:N", sort=ordered(frame["system"]),
+                       scale=alt.Scale(scheme="tableau10"))
+    reference = f"{baseline}_throughput"
+    tips = model_tooltip(frame, [alt.Tooltip("label:N", title="speed-up"),
+                                 alt.Tooltip("throughput:Q", format=",.1f"),
+                                 alt.Tooltip(f"{reference}:Q", format=",.1f",
+                                             title=f"{baseline} throughput")])
+    chart = speedup_bars(frame, panels, "system", baseline, colour, tips)
+    return Figure("system-speedup", f"Speed-up over {baseline}",
+                  f"Throughput on each system divided by the throughput on {baseline} for the "
+                  "same model, phase, precision, batch size, device and framework; the dashed "
+                  "line is parity. Whether a difference is real: dlbench compare "
+                  "(docs/compare.md).", styled(chart))
 
 
 def compile_speedup_frame(models: pd.DataFrame) -> pd.DataFrame:

@@ -13,6 +13,7 @@ FONT = "Helvetica Neue, Helvetica, Arial, sans-serif"
 INK = "#1f2933"
 MUTED = "#616e7c"
 GRID = "#e4e7eb"
+UNSTABLE_COLOUR = "#d64545"  # rings around cells whose runs disagree
 # Fixed colours, so a precision or framework looks the same in every chart of every report.
 PRECISION_COLOURS = {"float64": "#8c6d31", "float32": "#4c78a8", "tf32": "#54a24b",
                      "bfloat16": "#f58518", "float16": "#e45756"}

@@ -146,3 +146,23 @@ def environment_table(frame: pd.DataFrame) -> str | None:
     if len(headers) <= 1:
         return None
     return table(headers, rows, css="environment")
+
+
+def unstable_table(frame: pd.DataFrame) -> str | None:
+    """Measurements whose runs disagree beyond the unstable_cv threshold, worst first;
+    None when there are none (or no cell ran more than once)."""
+    if "unstable" not in frame:
+        return None
+    rows = frame[frame["unstable"].astype("boolean").fillna(False).astype(bool)]
+    if rows.empty:
+        return None
+    keys = [k for k in ("cell", "name", "pass", "op_name") if k in rows]
+    rows = rows.drop_duplicates(subset=keys, keep="last").sort_values(
+        "run_to_run_cv", ascending=False)
+    body = [[r.study, r.system, r.cell_id, r.name, r["pass"], int(r.repeats),
+             f"{r.run_to_run_cv:.1%}", f"{r.cell_time_median_s * 1e3:,.3f}",
+             f"{r.cell_time_ci_low_s * 1e3:,.3f} – {r.cell_time_ci_high_s * 1e3:,.3f}"
+             if pd.notna(r.cell_time_ci_low_s) else ""]
+            for _, r in rows.iterrows()]
+    return table(["study", "system", "cell", "measurement", "pass", "runs", "run-to-run CV",
+                  "median time (ms)", "95 % CI (ms)"], body, css="numeric-tail")
