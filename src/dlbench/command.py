@@ -24,6 +24,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("compare", "dlbench.compare.__main__",
             "compare two runs of a study (two tables, results folders or system labels): "
             "ratios with confidence intervals, faster/slower/same per cell"),
+    Command("list", "dlbench.listing",
+            "what a config expands to (models, studies, cells) and how much of it has run "
+            "on each system"),
 )
 
 

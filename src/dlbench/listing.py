@@ -1,0 +1,200 @@
+"""``dlbench list models|studies|cells [--configfile F]``: what a config expands to and how
+much of it has run, per system, before anyone starts a long run.
+
+- ``models``: the model registry (dlbench.models): each model, the frameworks that have it,
+  its input and its options.
+- ``studies``: each study of the config: its kind, cells, repeats, and per system the runs
+  done (ok), failed (failed, oom, skipped) and missing.
+- ``cells``: one line per cell (and repeat): its study, id, the status of its result on
+  each system (``-`` where it has none).
+
+The systems are the config's label (or this host's) and every other system that has a
+``results/<system>/`` folder. The config is checked as the workflow checks it: a problem
+is one line naming the study and field, exit status 2. Nothing is run or written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from dlbench import models, study, systems, workflow_support
+
+PROG = "dlbench list"
+DEFAULT_CONFIG = Path("config/config.yaml")
+SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+FAILED = ("failed", "oom", "skipped")
+MISSING = "-"
+
+
+class ListError(ValueError):
+    """A config that cannot be listed, in one line."""
+
+
+def load_config(paths: list[Path]) -> dict[str, Any]:
+    """The configs merged as Snakemake merges several --configfile (later keys win)."""
+    import yaml
+
+    config: dict[str, Any] = {}
+    for path in paths:
+        try:
+            value = yaml.safe_load(path.read_text())
+        except OSError as exc:
+            raise ListError(f"{path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise ListError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
+        if not isinstance(value, dict):
+            raise ListError(f"{path}: a config is a mapping with 'studies'")
+        config.update(value)
+    return config
+
+
+def expand(config: Mapping[str, Any]) -> tuple[list[study.Cell], dict[str, int]]:
+    """Every cell and each study's repeats, checked as the workflow checks them."""
+    try:
+        if SCHEMA.is_file():  # a source checkout: the workflow's schema too
+            workflow_support.validate_config(config, SCHEMA)
+        return workflow_support.expand_cells(config), workflow_support.repeat_counts(config)
+    except (workflow_support.WorkflowConfigError, study.ConfigError) as exc:
+        raise ListError(str(exc)) from None
+
+
+def system_labels(config: Mapping[str, Any], results: Path, chosen: str | None) -> list[str]:
+    """This run's label first, then every other system with a folder under ``results``."""
+    try:
+        here = systems.check_label(chosen, "--system") if chosen else systems.label_of(config)
+    except systems.SystemLabelError as exc:
+        raise ListError(str(exc)) from None
+    others = sorted({systems.system_of(p) for p in systems.result_files(results)} - {here, None})
+    return [here, *others]
+
+
+def status_of(path: Path) -> str:
+    """The status a result file records; MISSING without one, ``unreadable`` for a file
+    the aggregate would set aside."""
+    try:
+        value = json.loads(path.read_text()).get("status")
+    except FileNotFoundError:
+        return MISSING
+    except (OSError, ValueError, AttributeError):
+        return "unreadable"
+    return value if isinstance(value, str) else "unreadable"
+
+
+def cell_rows(cells: Iterable[study.Cell], repeats: Mapping[str, int], labels: list[str],
+              results: Path) -> list[dict[str, Any]]:
+    """One row per cell and repeat, with its status on each system."""
+    rows = []
+    for path, cell in workflow_support.result_paths(cells, labels[0], repeats).items():
+        repeat = systems.repeat_of(path)
+        row = {"study": cell.study, "kind": cell.kind, "cell_id": cell.id, "repeat": repeat}
+        for label in labels:
+            row[label] = status_of(systems.result_path(label, cell.study, cell.id, results,
+                                                       repeat))
+        rows.append(row)
+    return rows
+
+
+def study_rows(cells: list[study.Cell], repeats: Mapping[str, int], labels: list[str],
+               rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per study: its cells and repeats, and per system runs done, failed and missing."""
+    out = []
+    for name in dict.fromkeys(cell.study for cell in cells):
+        mine = [r for r in rows if r["study"] == name]
+        row: dict[str, Any] = {"study": name, "kind": mine[0]["kind"],
+                               "cells": sum(1 for c in cells if c.study == name),
+                               "repeats": repeats.get(name, 1)}
+        for label in labels:
+            counts = Counter(r[label] for r in mine)
+            row[f"{label} done"] = counts["ok"]
+            row[f"{label} failed"] = sum(counts[s] for s in (*FAILED, "unreadable"))
+            row[f"{label} missing"] = counts[MISSING]
+        out.append(row)
+    return out
+
+
+def model_rows() -> list[dict[str, Any]]:
+    return [{"model": spec.name, "frameworks": ", ".join(spec.frameworks),
+             "input": f"{spec.input_kind} {'x'.join(str(n) for n in spec.input_shape)}",
+             "options": ", ".join(f"{k}={v}" for k, v in spec.default_opts.items()),
+             "description": spec.description} for spec in models.CATALOG]
+
+
+def text_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Aligned columns: text left, numbers right."""
+    if not rows:
+        return []
+    headers = list(rows[0])
+    cells = [[str(r[h]) for h in headers] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+    numeric = [all(isinstance(r[h], int) for r in rows) for h in headers]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(v.rjust(w) if n else v.ljust(w)
+                         for v, w, n in zip(values, widths, numeric, strict=True)).rstrip()
+
+    return [line(headers), line(["-" * w for w in widths]), *(line(c) for c in cells)]
+
+
+def emit(rows: list[dict[str, Any]], fmt: str) -> None:
+    if fmt == "json":
+        print(json.dumps(rows, indent=1))
+    elif fmt == "csv":
+        if rows:
+            writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]), lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(rows)
+    else:
+        for line in text_table(rows):
+            print(line)
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="What a config expands to, and how much of it has run on each "
+                               "system. Runs nothing.")
+    parser.add_argument("what", choices=("models", "studies", "cells"))
+    parser.add_argument("--configfile", type=Path, action="append", default=None,
+                        metavar="FILE", help=f"the config (default {DEFAULT_CONFIG}); several "
+                                             "are merged as Snakemake merges them")
+    parser.add_argument("--system", default=None,
+                        help="this run's system label (default: the config's, else this host's)")
+    parser.add_argument("--results", type=Path, default=systems.RESULTS,
+                        help="the results folder (default: %(default)s)")
+    parser.add_argument("--format", choices=("text", "csv", "json"), default="text")
+    return parser
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    if args.what == "models":
+        return model_rows()
+    config = load_config(args.configfile or [DEFAULT_CONFIG])
+    cells, repeats = expand(config)
+    labels = system_labels(config, args.results, args.system)
+    rows = cell_rows(cells, repeats, labels, args.results)
+    return study_rows(cells, repeats, labels, rows) if args.what == "studies" else rows
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    args = build_parser(prog).parse_args(argv)
+    try:
+        rows = run(args)
+    except ListError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        emit(rows, args.format)
+    except BrokenPipeError:  # `dlbench list cells | head`: the reader has what it wanted
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (Python's own advice for this)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""dlbench list: what a config expands to and what has run on each system."""
+
+import csv
+import io
+
+import yaml
+
+from dlbench import command, listing, study, systems
+from dlbench import result as R
+
+CONFIG = {"system": "box", "studies": {
+    "sweep": {"repeats": 2, "grid": {"model": "resnet18", "batch_size": [1, 2], "device": "cpu"}},
+    "single": {"grid": {"model": "alexnet", "device": "cpu"}}}}
+
+
+def write_status(results, system, cell, status, repeat=0):
+    res = R.new_result(kind="model", cell=dict(cell.params), study=cell.study, cell_id=cell.id)
+    if status == "ok":
+        res["measurements"] = [R.measurement(name="m", pass_="training", times_s=[0.1, 0.1],
+                                             items_per_iteration=1)]
+    R.finish(res, status, None if status == "ok" else "boom")
+    R.write(res, systems.result_path(system, cell.study, cell.id, results, repeat))
+
+
+def run_list(tmp_path, capsys, *args):
+    rc = command.main(["list", *args, "--configfile", str(tmp_path / "config.yaml"),
+                       "--results", str(tmp_path / "results"), "--format", "csv"])
+    out, err = capsys.readouterr()
+    return rc, list(csv.DictReader(io.StringIO(out))), err
+
+
+def test_studies_count_done_failed_and_missing_runs_per_system(tmp_path, capsys):
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(CONFIG))
+    cells = study.expand_config(CONFIG)
+    sweep = [c for c in cells if c.study == "sweep"]
+    results = tmp_path / "results"
+    write_status(results, "box", sweep[0], "ok")
+    write_status(results, "box", sweep[0], "ok", repeat=1)
+    write_status(results, "box", sweep[1], "oom")
+    write_status(results, "other", sweep[0], "ok")  # a tree copied in from another machine
+    rc, rows, _ = run_list(tmp_path, capsys, "studies")
+    assert rc == 0
+    by_study = {r["study"]: r for r in rows}
+    assert by_study["sweep"]["cells"] == "2" and by_study["sweep"]["repeats"] == "2"
+    assert (by_study["sweep"]["box done"], by_study["sweep"]["box failed"],
+            by_study["sweep"]["box missing"]) == ("2", "1", "1")
+    assert (by_study["sweep"]["other done"], by_study["sweep"]["other missing"]) == ("1", "3")
+    assert by_study["single"]["box missing"] == "1"
+
+    rc, rows, _ = run_list(tmp_path, capsys, "cells")
+    assert len(rows) == 2 * 2 + 1
+    first = next(r for r in rows if r["cell_id"] == sweep[0].id and r["repeat"] == "1")
+    assert (first["box"], first["other"]) == ("ok", "-")
+
+
+def test_models_lists_the_registry_with_its_frameworks(tmp_path, capsys):
+    assert listing.main(["models", "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    resnet = next(r for r in rows if r["model"] == "resnet50")
+    assert resnet["frameworks"] == "pytorch, mxnet" and resnet["input"] == "image 3x224x224"
+
+
+def test_a_bad_config_is_one_line_naming_the_study_and_field(tmp_path, capsys):
+    bad = {"studies": {"s": {"repeats": 0, "grid": {"model": "resnet18"}}}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(bad))
+    rc, _, err = run_list(tmp_path, capsys, "studies")
+    assert rc == 2 and err.count("\n") == 1 and "studies.s.repeats" in err
+    rc = listing.main(["studies", "--configfile", str(tmp_path / "missing.yaml")])
+    assert rc == 2 and "missing.yaml" in capsys.readouterr().err
