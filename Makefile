@@ -51,6 +51,7 @@ bench: environments
 	$(BIN)/python benchmarks/op_timing.py --out results/benchmarks/op_timing.json
 	$(BIN)/python benchmarks/monitor_overhead.py --output results/benchmarks/monitor_overhead.json
 	$(BIN)/python benchmarks/data_loaders.py --out results/benchmarks/data_loaders.json
+	$(BIN)/python benchmarks/compare_honesty.py --out results/benchmarks/compare_honesty.json
 
 # The GPU acceptance check (benchmarks/gpu_acceptance.py), for a lent GPU machine as it is:
 # its own python3 with torch, our code from src/, no install. Packages it lacks travel as

@@ -56,16 +56,16 @@ def verdict_of(comparison, model="resnet18"):
     return row
 
 
-def test_a_30_percent_slower_run_is_slower_with_an_interval_below_one_and_exits_1(tmp_path):
+def test_a_40_percent_slower_run_is_slower_with_an_interval_below_one_and_exits_1(tmp_path):
     write_result(tmp_path / "a", "sysA", model_cell(), noisy(0.100, seed=1))
-    write_result(tmp_path / "b", "sysB", model_cell(), noisy(0.130, seed=2), tag="other id")
+    write_result(tmp_path / "b", "sysB", model_cell(), noisy(0.140, seed=2), tag="other id")
     out = tmp_path / "out"
     rc = main([str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)])
     assert rc == EXIT_SLOWER
     comparison = compare(str(tmp_path / "a"), str(tmp_path / "b"))
     row = verdict_of(comparison)
     assert row.verdict == "slower" and row.ci_method == "iterations"
-    assert row.throughput_ratio == pytest.approx(0.1 / 0.13, rel=0.03)
+    assert row.throughput_ratio == pytest.approx(0.1 / 0.14, rel=0.03)
     assert row.throughput_ci_low < row.throughput_ratio < row.throughput_ci_high < 1
     assert row.base_system == "sysA" and row.new_system == "sysB"
     assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
@@ -98,8 +98,36 @@ def test_a_real_change_below_the_threshold_is_same_and_counts_once_the_threshold
     assert default.throughput_ci_high < 1  # the change is real...
     assert default.verdict == "same"  # ...but smaller than 5 %
     strict = verdict_of(compare(str(tmp_path / "a"), str(tmp_path / "b"),
-                                settings=Settings(threshold=0.01)))
+                                settings=Settings(threshold=0.01, single_run_threshold=0.01)))
     assert strict.verdict == "slower"
+
+
+def test_single_runs_judge_only_changes_beyond_run_to_run_variation_and_repeats_judge_less(
+        tmp_path):
+    """12 % slower: one run a side cannot tell that from run-to-run variation (same, with
+    a note saying why); three runs a side that agree can (slower)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_result(a, "x", model_cell(), noisy(0.100, seed=1))
+    write_result(b, "x", model_cell(), noisy(0.112, seed=2))
+    single = verdict_of(compare(str(a), str(b)))
+    assert single.throughput_ci_high < 1 and single.verdict == "same"
+    assert "run-to-run variation" in single.note and "repeats" in single.note
+    import pandas as pd
+
+    from dlbench.compare import Side, compare_sides
+    from dlbench.compare.inputs import read_folder
+
+    def runs(median, seeds):
+        frames = []
+        for k, seed in enumerate(seeds):
+            folder = tmp_path / f"{median}-{k}"
+            write_result(folder, "x", model_cell(), noisy(median * (1 + 0.01 * k), seed=seed))
+            frames.append(read_folder(folder).assign(repeat=k))
+        return pd.concat(frames, ignore_index=True)
+
+    repeats = verdict_of(compare_sides(Side("BASE", "a", runs(0.100, [1, 2, 3])),
+                                       Side("NEW", "b", runs(0.112, [4, 5, 6]))))
+    assert repeats.ci_method == "repeats" and repeats.verdict == "slower"
 
 
 def test_cells_match_on_what_was_measured_and_the_unmatched_say_why(tmp_path):

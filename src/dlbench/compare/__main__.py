@@ -50,6 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threshold", type=_fraction, default=0.05,
                         help="a change must exceed this fraction to be faster or slower "
                              "(default: %(default)s = 5 %%)")
+    parser.add_argument("--single-run-threshold", type=_fraction, default=0.25,
+                        help="the change a cell must exceed when a side ran once (no repeats): "
+                             "one run's interval cannot see run-to-run variation (default: "
+                             "%(default)s; measure yours with benchmarks/compare_honesty.py)")
     parser.add_argument("--fail-on", choices=("slower", "none"), default="slower",
                         help="exit 1 when a cell is slower (default), or never (none)")
     parser.add_argument("--resamples", type=_resamples, default=2000,
@@ -72,7 +76,8 @@ def run(args: argparse.Namespace, prog: str = PROG) -> int:
     from dlbench.compare import InputError, Settings, compare
     from dlbench.compare.output import WriteError, console_summary, write_outputs
 
-    settings = Settings(threshold=args.threshold, resamples=args.resamples, seed=args.seed)
+    settings = Settings(threshold=args.threshold, resamples=args.resamples, seed=args.seed,
+                        single_run_threshold=args.single_run_threshold)
     try:
         comparison = compare(args.base, args.new, table=args.table, settings=settings)
         files = write_outputs(comparison, args.out)

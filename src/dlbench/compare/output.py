@@ -76,7 +76,9 @@ def rule_text(comparison: Comparison) -> str:
     s = comparison.settings
     return (f"A cell is faster or slower when the {s.confidence * 100:g} % bootstrap confidence "
             f"interval of its throughput ratio NEW/BASE excludes 1 and the ratio differs from 1 "
-            f"by more than {percent_text(s.threshold)}; otherwise it is the same "
+            f"by more than {percent_text(s.threshold)} (where both sides ran as repeats; "
+            f"{percent_text(max(s.threshold, s.single_run_threshold))} where a side ran "
+            "once, since one run cannot show run-to-run variation); otherwise it is the same "
             f"({s.resamples} resamples, seed {s.seed}).")
 
 
@@ -385,7 +387,8 @@ def arrow_table(comparison: Comparison) -> pa.Table:
     table = pa.Table.from_pandas(comparison.cells, preserve_index=False)
     s = comparison.settings
     meta = {"base": comparison.base.label, "new": comparison.new.label,
-            "threshold": s.threshold, "resamples": s.resamples, "seed": s.seed,
+            "threshold": s.threshold, "single_run_threshold": s.single_run_threshold,
+            "resamples": s.resamples, "seed": s.seed,
             "confidence": s.confidence}
     return table.replace_schema_metadata({**(table.schema.metadata or {}),
                                           METADATA_KEY: json.dumps(meta).encode()})
