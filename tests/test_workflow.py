@@ -166,6 +166,11 @@ def test_raising_repeats_runs_only_the_new_repeats_round_by_round(workdir):
     jobs = planned_jobs(proc.stdout + proc.stderr)
     assert jobs.get("benchmark_pytorch_r1") == 3 and jobs.get("benchmark_pytorch_r2") == 3
     assert "benchmark_pytorch" not in jobs
+    # Round k has priority -k: what makes the scheduler run the rounds in order.
+    blocks = re.findall(r"rule benchmark_pytorch_r(\d+):(.*?)(?=\nrule |\Z)",
+                        proc.stdout + proc.stderr, flags=re.DOTALL)
+    assert len(blocks) == 6
+    assert all(f"priority: -{k}\n" in body for k, body in blocks)
     proc = snakemake(workdir, "--cores", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = pq.read_table(workdir / "results" / "benchmarks.parquet").to_pylist()

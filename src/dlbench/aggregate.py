@@ -123,6 +123,40 @@ TABLE_VERSION_KEY = b"dlbench.table_version"
 SCHEMA = build_schema().with_metadata({TABLE_VERSION_KEY: str(TABLE_VERSION).encode()})
 
 
+class TableError(ValueError):
+    """An aggregate table that cannot be read, in one line naming the file."""
+
+
+def read_table(path: str | Path, required: Iterable[str]) -> pa.Table:
+    """An aggregate Parquet (the report's and dlbench compare's input), checked: readable,
+    of this layout version (a table without the key is an older one of the same layout),
+    with the ``required`` columns. TableError names the file and the problem."""
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TableError(f"{path}: not a readable Parquet file ({first})") from None
+    version = (table.schema.metadata or {}).get(TABLE_VERSION_KEY)
+    if version is not None and version != str(TABLE_VERSION).encode():
+        raise TableError(f"{path}: an aggregate table of layout version "
+                         f"{version.decode(errors='replace')}, but this dlbench reads version "
+                         f"{TABLE_VERSION} (field {TABLE_VERSION_KEY.decode()})")
+    missing = [name for name in required if name not in table.column_names]
+    if missing:
+        raise TableError(f"{path}: column '{missing[0]}' is missing (not a dlbench aggregate "
+                         "table)")
+    return table
+
+
+def with_every_column(frame: Any) -> list[str]:
+    """Add the columns of the current layout that ``frame`` (a pandas frame of an older
+    table) lacks, as empty; return their names."""
+    missing = [name for name in SCHEMA.names if name not in frame]
+    for name in missing:
+        frame[name] = None
+    return missing
+
+
 def _json(value: Any) -> str | None:
     return json.dumps(value, sort_keys=True) if value not in (None, {}, []) else None
 

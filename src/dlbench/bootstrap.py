@@ -82,6 +82,21 @@ class Bootstrap:
             out[rows] = np.stack([samples[i] for i in rows]) @ self.mean_weights(stream, n).T
         return out
 
+    def centres(self, stream: int, samples: list[np.ndarray], by_repeats: np.ndarray,
+                dofs: np.ndarray, confidence: float) -> np.ndarray:
+        """(len(samples), resamples): bootstrap central times, the median of a sample of
+        iterations, or (``by_repeats``) the mean of a sample of repeats' medians, widened
+        with ``dofs`` degrees of freedom (``expanded``); NaN below two values."""
+        out = np.full((len(samples), self.resamples), np.nan)
+        rows = np.flatnonzero(~by_repeats)
+        if len(rows):
+            out[rows] = self.medians(stream, [samples[i] for i in rows])
+        rows = np.flatnonzero(by_repeats)
+        if len(rows):
+            picked = [samples[i] for i in rows]
+            out[rows] = expanded(self.means(stream, picked), picked, dofs[rows], confidence)
+        return out
+
 
 def _by_size(samples: list[np.ndarray]) -> dict[int, list[int]]:
     """Indices of the samples of each size; a sample of fewer than 2 values has no spread."""
@@ -149,8 +164,8 @@ def expanded(boot: np.ndarray, samples: list[np.ndarray], dofs: np.ndarray,
     return out
 
 
-# Streams of the one-sample intervals (dlbench compare uses its own, 0-3).
-ITERATIONS_STREAM, REPEATS_STREAM = 10, 11
+# The stream of the one-sample intervals (dlbench compare uses its own, 0-3).
+ONE_SAMPLE_STREAM = 10
 
 
 def median_interval(samples: list[np.ndarray], repeats: list[bool], *, resamples: int = 2000,
@@ -162,20 +177,11 @@ def median_interval(samples: list[np.ndarray], repeats: list[bool], *, resamples
     boot = Bootstrap(resamples, seed)
     low = np.full(len(samples), np.nan)
     high = np.full(len(samples), np.nan)
+    dofs = np.array([max(1, len(v) - 1) for v in samples], dtype=int)
+    by_repeats = np.asarray(repeats, dtype=bool)
     for start in range(0, len(samples), chunk):  # bounded memory: chunk x resamples floats
-        part = range(start, min(start + chunk, len(samples)))
-        values = [samples[i] for i in part]
-        by_repeats = np.array([repeats[i] for i in part], dtype=bool)
-        resampled = np.full((len(values), resamples), np.nan)
-        rows = np.flatnonzero(~by_repeats)
-        if len(rows):
-            resampled[rows] = boot.medians(ITERATIONS_STREAM, [values[i] for i in rows])
-        rows = np.flatnonzero(by_repeats)
-        if len(rows):
-            picked = [values[i] for i in rows]
-            dofs = np.array([max(1, len(v) - 1) for v in picked])
-            resampled[rows] = expanded(boot.means(REPEATS_STREAM, picked), picked, dofs,
-                                       confidence)
-        low[start:start + len(values)], high[start:start + len(values)] = interval(
-            resampled, confidence)
+        part = slice(start, start + chunk)
+        resampled = boot.centres(ONE_SAMPLE_STREAM, samples[part], by_repeats[part], dofs[part],
+                                 confidence)
+        low[part], high[part] = interval(resampled, confidence)
     return low, high

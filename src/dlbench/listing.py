@@ -76,18 +76,6 @@ def system_labels(config: Mapping[str, Any], results: Path, chosen: str | None) 
     return [here, *others]
 
 
-def status_of(path: Path) -> str:
-    """The status a result file records; MISSING without one, ``unreadable`` for a file
-    the aggregate would set aside."""
-    try:
-        value = json.loads(path.read_text()).get("status")
-    except FileNotFoundError:
-        return MISSING
-    except (OSError, ValueError, AttributeError):
-        return "unreadable"
-    return value if isinstance(value, str) else "unreadable"
-
-
 def cell_rows(cells: Iterable[study.Cell], repeats: Mapping[str, int], labels: list[str],
               results: Path) -> list[dict[str, Any]]:
     """One row per cell and repeat, with its status on each system."""
@@ -96,8 +84,8 @@ def cell_rows(cells: Iterable[study.Cell], repeats: Mapping[str, int], labels: l
         repeat = systems.repeat_of(path)
         row = {"study": cell.study, "kind": cell.kind, "cell_id": cell.id, "repeat": repeat}
         for label in labels:
-            row[label] = status_of(systems.result_path(label, cell.study, cell.id, results,
-                                                       repeat))
+            path = systems.result_path(label, cell.study, cell.id, results, repeat)
+            row[label] = workflow_support.recorded_status(path) or MISSING
         rows.append(row)
     return rows
 
@@ -114,7 +102,7 @@ def study_rows(cells: list[study.Cell], repeats: Mapping[str, int], labels: list
         for label in labels:
             counts = Counter(r[label] for r in mine)
             row[f"{label} done"] = counts["ok"]
-            row[f"{label} failed"] = sum(counts[s] for s in (*FAILED, "unreadable"))
+            row[f"{label} failed"] = sum(counts[s] for s in (*FAILED, workflow_support.UNREADABLE))
             row[f"{label} missing"] = counts[MISSING]
         out.append(row)
     return out

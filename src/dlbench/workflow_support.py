@@ -133,15 +133,24 @@ def results_to_retry(cells: Iterable[study.Cell], statuses: Iterable[str],
     wanted = set(statuses)
     if not wanted:
         return []
-    paths = []
-    for path in result_paths(cells, system, repeats or {}):
-        try:
-            status = json.loads(path.read_text()).get("status")
-        except (OSError, ValueError, AttributeError):
-            continue  # missing (runs anyway) or unreadable (the aggregate sets it aside)
-        if status in wanted:
-            paths.append(path)
-    return paths
+    # A missing result runs anyway; an unreadable one is set aside by the aggregate.
+    return [path for path in result_paths(cells, system, repeats or {})
+            if recorded_status(path) in wanted]
+
+
+UNREADABLE = "unreadable"
+
+
+def recorded_status(path: Path) -> str | None:
+    """The status a result file records: None without a file, UNREADABLE for one the
+    aggregate would set aside."""
+    try:
+        value = json.loads(path.read_text()).get("status")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, AttributeError):
+        return UNREADABLE
+    return value if isinstance(value, str) else UNREADABLE
 
 
 def result_path(cell: study.Cell, system: str, repeat: int = 0) -> Path:

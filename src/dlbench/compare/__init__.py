@@ -24,8 +24,7 @@ from dlbench.compare.inputs import InputError, Side, load_pair
 from dlbench.compare.match import BASE_ONLY, NEW_ONLY, NOT_COMPARED, match, result_table
 from dlbench.compare.ratios import FASTER, SAME, SLOWER, Settings, compare_cells, summaries
 
-__all__ = ["COUNTED", "Comparison", "InputError", "Settings", "Side", "compare", "compare_sides",
-           "main"]
+__all__ = ["COUNTED", "Comparison", "InputError", "Settings", "Side", "compare", "compare_sides"]
 
 # The outcomes the summary counts, in the order it says them.
 COUNTED = (FASTER, SLOWER, SAME, BASE_ONLY, NEW_ONLY, NOT_COMPARED)
@@ -72,10 +71,3 @@ def compare(base: str, new: str, *, table: str | Path | None = None,
     base_side, new_side = load_pair(base, new, table)
     return compare_sides(base_side, new_side, settings)
 
-
-def main(argv: list[str] | None = None) -> int:
-    """The command line (imported when called, so that ``python -m dlbench.compare`` does
-    not find its own module imported twice)."""
-    from dlbench.compare.__main__ import main as run_main
-
-    return run_main(argv)

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from dlbench import aggregate, systems
 
@@ -57,30 +56,17 @@ def _frame(table: pa.Table) -> pd.DataFrame:
     """The table as pandas, with every column of the current layout present (an older
     table lacks some: they read as empty, as in the report)."""
     frame = table.to_pandas()
-    missing = [name for name in aggregate.SCHEMA.names if name not in frame]
-    for name in missing:
-        frame[name] = None
     # Whether the file had a column at all (a table from before system labels) still matters.
-    frame.attrs["missing_columns"] = missing
+    frame.attrs["missing_columns"] = aggregate.with_every_column(frame)
     return frame
 
 
 def read_parquet(path: Path) -> pd.DataFrame:
     """An aggregate Parquet, checked: readable, of this layout version, with the columns."""
     try:
-        schema = pq.read_schema(path)
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise InputError(f"{path}: not a readable Parquet file ({_first_line(exc)})") from None
-    version = (schema.metadata or {}).get(aggregate.TABLE_VERSION_KEY)
-    if version is not None and version != str(aggregate.TABLE_VERSION).encode():
-        raise InputError(f"{path}: an aggregate table of layout version "
-                         f"{version.decode(errors='replace')}, but this dlbench reads version "
-                         f"{aggregate.TABLE_VERSION} (field {aggregate.TABLE_VERSION_KEY.decode()})")
-    missing = [name for name in REQUIRED_COLUMNS if name not in table.column_names]
-    if missing:
-        raise InputError(f"{path}: column '{missing[0]}' is missing (not a dlbench aggregate table)")
-    return _frame(table)
+        return _frame(aggregate.read_table(path, REQUIRED_COLUMNS))
+    except aggregate.TableError as exc:
+        raise InputError(str(exc)) from None
 
 
 def read_folder(folder: Path) -> pd.DataFrame:

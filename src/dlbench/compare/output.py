@@ -28,6 +28,7 @@ from dlbench.atomic import WriteError, writing
 from dlbench.report import style
 from dlbench.report.page import Section, chart_id, page_html
 from dlbench.report.style import Figure
+from dlbench.report.tables import table
 
 if TYPE_CHECKING:
     from dlbench.compare import Comparison
@@ -282,13 +283,6 @@ def geomean_figure(summary: pd.DataFrame) -> Figure | None:
 
 # -- HTML ----------------------------------------------------------------------------------
 
-def _table(headers: list[str], rows: list[list[Any]], css: str = "") -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{escape(_text(c))}</td>" for c in row) + "</tr>"
-                   for row in rows)
-    return f'<table class="{escape(css)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-
-
 def _figure_block(figure: Figure) -> str:
     """A chart drawn in the browser from its inline spec (the report's figure without its
     links to image files: this page is one file)."""
@@ -327,23 +321,24 @@ def sections(comparison: Comparison, charts: list[Figure]) -> list[Section]:
     summary = comparison.summary
     intro = f"{geomean_text(comparison)} {rule_text(comparison)}"
     parts = [Section("summary", "Summary", intro, [
-        _table(["group", "value", "cells", "NEW/BASE", "min", "max", "faster", "slower", "same"],
-               [[GROUP_TITLES.get(r.group, r.group), r.value, r.cells,
-                 ratio_text(r.geomean_ratio), ratio_text(r.min_ratio), ratio_text(r.max_ratio),
-                 r.faster, r.slower, r.same] for r in summary.itertuples()], "numeric-tail")])]
+        table(["group", "value", "cells", "NEW/BASE", "min", "max", "faster", "slower", "same"],
+              [[GROUP_TITLES.get(r.group, r.group), r.value, r.cells,
+                ratio_text(r.geomean_ratio), ratio_text(r.min_ratio), ratio_text(r.max_ratio),
+                r.faster, r.slower, r.same] for r in summary.itertuples()],
+              css="numeric-tail")])]
     if charts:
         parts.append(Section("charts", "Charts", "", [_figure_block(f) for f in charts]))
     moved = changed(cells)
     parts.append(Section("changed", f"Changed cells ({len(moved)})",
                          "Ratios are NEW/BASE: above 1 is faster for throughput, slower for "
                          "latency (p50/p95/p99), more for energy per sample and peak memory.",
-                         [_table(CELL_HEADERS, _cell_rows(moved))] if len(moved)
+                         [table(CELL_HEADERS, _cell_rows(moved))] if len(moved)
                          else ['<p class="note">No cell is faster or slower.</p>']))
     for verdict, ident, title in (("base only", "base-only", "Only in BASE"),
                                   ("new only", "new-only", "Only in NEW")):
         rows = _of(cells, verdict)
         if len(rows):
-            parts.append(Section(ident, f"{title} ({len(rows)})", "", [_table(
+            parts.append(Section(ident, f"{title} ({len(rows)})", "", [table(
                 ["cell", "throughput", "unit", "note"],
                 [[r.label, _text(getattr(r, f"{verdict.split()[0]}_throughput")),
                   r.throughput_unit, r.note] for r in rows.itertuples()])]))
@@ -351,13 +346,13 @@ def sections(comparison: Comparison, charts: list[Figure]) -> list[Section]:
     if len(rows):
         parts.append(Section("not-compared", f"Not compared ({len(rows)})",
                              "Rows that are not ok (or ok without times, or measured again).",
-                             [_table(["side", "cell", "status", "error"],
+                             [table(["side", "cell", "status", "error"],
                                      [[r.side.upper(), r.label, r.status, r.error]
                                       for r in rows.itertuples()])]))
     compared = cells[cells["verdict"].isin(list(VERDICT_COLOURS))]
     if len(compared):
         parts.append(Section("cells", f"All compared cells ({len(compared)})", "",
-                             [_table(CELL_HEADERS, _cell_rows(compared))]))
+                             [table(CELL_HEADERS, _cell_rows(compared))]))
     return parts
 
 

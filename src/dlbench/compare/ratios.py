@@ -152,18 +152,9 @@ def _ratio_with_interval(base: pd.Series, new: pd.Series, boot: bootstrap.Bootst
 def _time_boot(values: pd.DataFrame, stream: int, boot: bootstrap.Bootstrap, dofs: np.ndarray,
                confidence: float) -> np.ndarray:
     """(cells, resamples) bootstrap central times of one side: medians of iterations, or
-    means of repeats' medians (expanded: see ``expansion``)."""
-    out = np.full((len(values), boot.resamples), np.nan)
-    methods = values["method"].to_numpy()
-    samples = list(values["sample"])
-    rows = np.flatnonzero(methods == ITERATIONS)
-    if len(rows):
-        out[rows] = boot.medians(stream, [samples[i] for i in rows])
-    rows = np.flatnonzero(methods == REPEATS)
-    if len(rows):
-        picked = [samples[i] for i in rows]
-        out[rows] = bootstrap.expanded(boot.means(stream, picked), picked, dofs[rows], confidence)
-    return out
+    means of repeats' medians (expanded)."""
+    return boot.centres(stream, list(values["sample"]), values["method"].to_numpy() == REPEATS,
+                        dofs, confidence)
 
 
 def _throughput_factor(base: pd.DataFrame, new: pd.DataFrame) -> np.ndarray:

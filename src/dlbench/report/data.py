@@ -6,10 +6,8 @@ import json
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from dlbench.aggregate import SCHEMA
+from dlbench.aggregate import TableError, read_table, with_every_column
 
 # The columns every section relies on; the others are used where present.
 REQUIRED_COLUMNS = ("study", "cell_id", "kind", "status", "error", "source")
@@ -31,20 +29,15 @@ def load(path: str | Path) -> pd.DataFrame:
     if not path.is_file():
         raise ReportError(f"{path}: no such aggregate Parquet file")
     try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ReportError(f"{path}: not a readable Parquet file ({first})") from None
-    missing = [name for name in REQUIRED_COLUMNS if name not in table.column_names]
-    if missing:
-        raise ReportError(f"{path}: column '{missing[0]}' is missing (not a dlbench aggregate table)")
+        table = read_table(path, REQUIRED_COLUMNS)
+    except TableError as exc:
+        raise ReportError(str(exc)) from None
     if "times_s" in table.column_names:
         table = table.drop_columns(["times_s"])
     frame = table.to_pandas()
     # A table from an older aggregate lacks some columns: they read as empty.
-    for name in SCHEMA.names:
-        if name not in frame and name != "times_s":
-            frame[name] = None
+    with_every_column(frame)
+    frame = frame.drop(columns=["times_s"])
     return prepare(frame)
 
 
