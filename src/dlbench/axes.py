@@ -21,6 +21,7 @@ keep their ids and are not run again.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -243,6 +244,7 @@ def get(name: str) -> Axis:
     return _BY_NAME[name]
 
 
+@functools.cache  # asked once per cell and axis: 10,000-cell studies
 def of_kind(kind: str) -> tuple[Axis, ...]:
     return tuple(axis for axis in TABLE if kind in axis.kinds)
 

@@ -19,11 +19,13 @@ for fw, k in itertools.product(
         name:
             f"benchmark_{fw.name}{dlbench_systems.repeat_suffix(k)}"
         input:
-            dataset=cell_inputs(fw.name),
+            *cell_inputs(fw.name),
+        # Only this system's results are made here (other systems' are read as they are):
+        # its label is part of the pattern, not a wildcard.
         output:
-            f"results/{{system}}/{{study}}/cells/{{cell}}{dlbench_systems.repeat_suffix(k)}.json",
+            f"results/{SYSTEM}/{{study}}/cells/{{cell}}{dlbench_systems.repeat_suffix(k)}.json",
         log:
-            f"results/{{system}}/{{study}}/logs/{{cell}}{dlbench_systems.repeat_suffix(k)}.log",
+            f"results/{SYSTEM}/{{study}}/logs/{{cell}}{dlbench_systems.repeat_suffix(k)}.log",
         wildcard_constraints:
             # Cell ids start with their framework (model and operator cells alike) and end
             # with their hash, so that no round's output pattern matches another round's.
@@ -40,6 +42,8 @@ for fw, k in itertools.product(
             gpu=gpus_of,
             # The study's timeout_s: the launcher stops the cell after it.
             timeout_s=cell_timeout(),
+        # Their values are what Snakemake records per result and compares (rerun-triggers:
+        # params): a new parameter or a changed value reruns every finished cell.
         params:
             launcher=launcher_command(fw.name),
             framework=framework_options(fw.name),

@@ -4,7 +4,6 @@ import itertools
 import json
 import math
 import os
-import re
 import shlex
 import shutil
 import sys
@@ -62,9 +61,17 @@ except support.WorkflowConfigError as exc:
 CELLS_BY_ID = {(cell.study, cell.id): cell for cell in CELLS}
 
 
+def job_function(func):
+    """Mark a function Snakemake calls per job (input, params, resources). Snakemake asks
+    it for its parameter names several times per job (inspect.signature, ~50 us each):
+    seconds of a 10,000-cell dry run. snakemake.common.overwrite_function_params states
+    them once (Snakemake's own helpers use it); benchmarks/dry_run_scaling.py measures
+    the workflow's cost per job."""
+    overwrite_function_params(func, inspect.signature(func).parameters)
+    return func
+
+
 wildcard_constraints:
-    # Only this system's results are made here; other systems' are read as they are.
-    system=re.escape(SYSTEM),
     study=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     cell=r"[^/]+",
     dataset=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
@@ -74,9 +81,13 @@ def cell_of(wildcards):
     return CELLS_BY_ID[(wildcards.study, wildcards.cell)]
 
 
+# Every result this run wants, each cell once per repeat of its study: computed once, the
+# all and aggregate rules both ask for it (10,000-cell studies).
+CELL_RESULT_FILES = [str(path) for path in support.result_paths(CELLS, SYSTEM, REPEATS)]
+
+
 def cell_result_files():
-    """Every result this run wants: each cell once per repeat of its study."""
-    return [str(path) for path in support.result_paths(CELLS, SYSTEM, REPEATS)]
+    return CELL_RESULT_FILES
 
 
 # The repeat rounds the benchmark rules exist for (one rule per framework and round).
@@ -142,6 +153,7 @@ def _retry_recorded_outcomes():
 _retry_recorded_outcomes()
 
 
+@job_function
 def timeout_of(wildcards):
     return math.ceil(TIMEOUTS[wildcards.study])
 
@@ -177,6 +189,7 @@ def monitor_option():
     return support.monitor_option(config)
 
 
+@job_function
 def gpus_of(wildcards):
     return support.gpus_of(cell_of(wildcards))
 
@@ -192,20 +205,21 @@ def data_dir_of(cell):
     return support.data_dir(config, cell)
 
 
+@job_function
 def dataset_input_of(wildcards):
     return support.inputs(config, cell_of(wildcards))
 
 
 def cell_inputs(framework):
-    """The input of a framework's cell jobs: a function of the job where some of its cells
-    read files (datasets, op configs), else none at all, so that Snakemake evaluates no
-    function per job for it."""
+    """The inputs of a framework's cell jobs (unpacked into the rule's input): a function of
+    the job where some of its cells read files (datasets, op configs), else nothing at
+    all, not even an empty named input, so that Snakemake evaluates nothing per job."""
     reads = any(
         support.inputs(config, cell)
         for cell in CELLS
         if cell.params.get("framework") == framework
     )
-    return dataset_input_of if reads else []
+    return [dataset_input_of] if reads else []
 
 
 def conversion_args(name, fmt):
@@ -275,9 +289,8 @@ def container_image_of(framework):
 
 def framework_options(framework):
     """The launcher options every cell of a framework shares: its interpreter, its image and
-    that image's digest. A constant for the rule, so that Snakemake evaluates no function
-    per job for them (10,000-cell studies); the digest, which reads the image, only when
-    a job of the framework runs."""
+    that image's digest. Computed once per rule (10,000-cell studies); the digest, which
+    reads the image, only when a job of the framework runs."""
     image = container_image_of(framework)
     options = ["--python", runner_python(framework), f"--container_image={image}"]
     if not image:
@@ -289,19 +302,11 @@ def framework_options(framework):
     ]
 
 
+@job_function
 def cell_options(wildcards):
     """The launcher options of one cell: the cell itself and the dataset it reads."""
     cell = cell_of(wildcards)
     return ["--cell", cell.to_json(), f"--data_dir={data_dir_of(cell)}"]
-
-
-def _job_functions(*functions):
-    """Snakemake asks a job function for its parameter names several times per job
-    (inspect.signature, ~50 us each): in a 10,000-cell study that is seconds of a dry run.
-    snakemake.common.overwrite_function_params states them once (Snakemake's own helpers
-    use it); benchmarks/dry_run_scaling.py measures the difference."""
-    for func in functions:
-        overwrite_function_params(func, inspect.signature(func).parameters)
 
 
 def container_binds():
@@ -355,7 +360,6 @@ def _declare_gpus():
 
 
 _declare_gpus()
-_job_functions(dataset_input_of, cell_options, timeout_of)
 if uses_deployment(DeploymentMethod.APPTAINER):
     _bind_into_containers()
 

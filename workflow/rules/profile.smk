@@ -19,7 +19,7 @@ for fw in dlbench_frameworks.registry().values():
         name:
             f"profile_{fw.name}"
         input:
-            dataset=cell_inputs(fw.name),
+            *cell_inputs(fw.name),
         output:
             f"{profiling_config.PROFILES_DIR}/{{tool}}/{{study}}/{{cell}}/{profiling_config.CAPTURE}",
         log:
