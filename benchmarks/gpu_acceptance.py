@@ -120,6 +120,9 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
                         ("pt2", ["--pt2-model"])):
         plan.runner(f"op_add_tiny_{mode}", "dlbench.ops", "-c", str(tiny), *common, "-b",
                     *flags, "-o", str(ops / f"add_tiny_{mode}"))
+    # Measured ceilings: the calibration cell (GEMM per precision, STREAM copy/triad).
+    plan.runner("calibration", "dlbench.calibrate", "--device", "gpu",
+                "--study=calibration", "--cell_id=pytorch_calibrate_gpu_00000000")
     me = str(Path(__file__).resolve())
     plan.commands["honesty"] = [python, me, "--part", "honesty", "--out", str(out)]
     plan.commands["timer"] = [python, me, "--part", "timer", "--out", str(out)]
@@ -143,6 +146,7 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
 
 def check_plan_parses(plan: Plan) -> list[str]:
     """Each runner command against the runner's own parser (what --dry proves)."""
+    from dlbench.calibrate.runner import parser as calibrate_parser
     from dlbench.ops.cli import build_parser as ops_parser
     from dlbench.pytorch import runner
 
@@ -152,7 +156,8 @@ def check_plan_parses(plan: Plan) -> list[str]:
         if module == "torch.distributed.run":
             module = cmd[cmd.index("-m", cmd.index("-m") + 1) + 1]
         args = cmd[cmd.index(module) + 1:] if module else []
-        parser = {"dlbench.pytorch": runner.parser, "dlbench.ops": ops_parser}.get(module)
+        parser = {"dlbench.pytorch": runner.parser, "dlbench.ops": ops_parser,
+                  "dlbench.calibrate": calibrate_parser}.get(module)
         if parser is None:
             continue
         try:
@@ -252,6 +257,28 @@ def monitor_check(res: dict[str, Any] | None) -> Check:
                  f"{mon.get('samples_per_joule')} samples/J", {"monitor": mon})
 
 
+def calibration_check(res: dict[str, Any] | None) -> Check:
+    """The calibration's bf16 GEMM and copy bandwidth against the vendor's peak table: a
+    measured ceiling above the datasheet, or below a third of it, is not believable."""
+    from dlbench import peaks
+
+    if not res or res.get("status") != "ok":
+        return Check("calibration: measured ceilings", verdict(None if not res else False),
+                     (res or {}).get("error") or "no result")
+    best: dict[str, float] = {}
+    for m in res["measurements"]:
+        key = m["name"].rsplit("_", 1)[0]  # gemm_bfloat16, copy_float32, ...
+        best[key] = max(best.get(key, 0.0), m.get("tflops") or m.get("gbps") or 0.0)
+    device = ", ".join(sorted(set(res["environment"].get("gpu_models") or []))) or None
+    peak, bandwidth = peaks.peak_tflops(device, "bfloat16"), peaks.peak_bandwidth_gbps(device)
+    gemm, copy = best.get("gemm_bfloat16"), best.get("copy_float32")
+    ok = bool(gemm and copy) and (peak is None or peak / 3 <= gemm <= peak * 1.02) and \
+        (bandwidth is None or bandwidth / 3 <= copy <= bandwidth * 1.02)
+    return Check("calibration: measured ceilings", verdict(ok),
+                 f"bf16 GEMM {gemm or 0:,.0f} TFLOP/s of {peak or '?'} peak; copy "
+                 f"{copy or 0:,.0f} GB/s of {bandwidth or '?'}", {"best": best, "device": device})
+
+
 def op_checks(results: dict[str, dict | None], out: Path) -> list[Check]:
     checks = []
     matmul = median_ms(results.get("op_matmul"))
@@ -321,6 +348,7 @@ def run_all(plan: Plan, gpus: int) -> list[Check]:
     results = {name: read(plan.out / "cells" / f"{name}.json") for name in plan.commands}
     checks = model_checks(results)
     checks.append(monitor_check(results.get("resnet50_training_bfloat16")))
+    checks.append(calibration_check(results.get("calibration")))
     for name in ("resnet50_training_ddp1", "resnet50_training_ddp2"):
         if name in plan.commands:
             res = results.get(name)

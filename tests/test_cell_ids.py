@@ -54,7 +54,9 @@ def shipped(path):
 @pytest.mark.parametrize("name", sorted(SAVED))
 def test_cell_ids_are_those_of_the_first_release(name):
     cfg = EVERY_AXIS if name == "grid" else shipped(name)
-    ids = [f"{c.study}/{c.id}" for c in study.expand_config(cfg)]
+    # Calibration cells (calibrate: true) came later: new cells, beside the unchanged ones.
+    ids = [f"{c.study}/{c.id}" for c in study.expand_config(cfg)
+           if c.study != study.CALIBRATION_STUDY]
     assert ids == SAVED[name]
 
 

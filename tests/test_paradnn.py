@@ -246,7 +246,10 @@ def test_checks_import_without_torch() -> None:
 
 
 def test_example_config_covers_paradnn_ranges() -> None:
-    cells = study.expand_config(yaml.safe_load(EXAMPLE.read_text()))
+    every = study.expand_config(yaml.safe_load(EXAMPLE.read_text()))
+    # and one calibration cell of the GPU (calibrate: true): the roofline's ceilings
+    assert [c.params["device"] for c in every if c.kind == "calibrate"] == ["gpu"]
+    cells = [c for c in every if c.kind == "model"]
     fc = [c.params for c in cells if c.params["model"] == "paradnn_fc"]
     cnn = [c.params for c in cells if c.params["model"] == "paradnn_cnn"]
     assert len(fc) == 6 * 9 * 9

@@ -228,10 +228,11 @@ def test_render_writes_page_and_an_image_pair_per_chart(report):
     assert files[0] == index and index.is_file()
     names = chart_names(index.read_text())
     # throughput, energy, power, memory, precision speed-up, TFLOP/s, operator time,
-    # TFLOP/s and GB/s, and the torch profile's heaviest operators
+    # TFLOP/s and GB/s, the roofline (an operator cell on an H100: the vendor's ceilings),
+    # and the torch profile's heaviest operators
     assert set(names) == {"throughput", "energy-efficiency", "power", "peak-host-memory",
                           "peak-device-memory", "precision-speedup", "model-tflops", "op-time",
-                          "op-tflops", "op-gbps",
+                          "op-tflops", "op-gbps", "roofline",
                           f"profile-torch-smoke-{cell_id_of(PROFILED)}"}
     expected = {outdir / "charts" / f"{n}.{ext}" for n in names for ext in ("png", "svg")}
     assert set(files[1:]) == expected

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dlbench import atomic, axes, run_to_run, systems
+from dlbench import atomic, axes, efficiency, run_to_run, systems
 from dlbench import result as R
 from dlbench.atomic import writing
 from dlbench.stats import SUMMARY_KEYS
@@ -103,6 +103,9 @@ def build_schema() -> pa.Schema:
             ("parameters", pa.int64()), ("phi", pa.int64()), ("phi_tflops", pa.float64()),
             ("flops_per_iteration", pa.float64()), ("tflops", pa.float64()),
             ("bytes_per_iteration", pa.float64()), ("gbps", pa.float64()),
+            # How close to the hardware (dlbench.efficiency): vendor peaks and measured ceilings.
+            ("efficiency_precision", pa.string()),
+            *[(name, pa.float64()) for name in efficiency.COLUMNS[1:]],
             ("data_wait_s", pa.float64()), ("compute_s", pa.float64()),
             *EXECUTION_COLUMNS,
             *MONITOR_COLUMNS,
@@ -334,7 +337,9 @@ def build_table(paths: Iterable[str | Path], *, move_invalid: bool = False,
             files.append((path, [invalid_row(path, str(exc), move_invalid)]))
     if check:
         check_systems(files)
-    run_to_run.add_columns([row for _, rows in files for row in rows], unstable_cv)
+    every_row = [row for _, rows in files for row in rows]
+    run_to_run.add_columns(every_row, unstable_cv)
+    efficiency.add_columns(every_row)
     try:  # all rows at once: a table per file would cost some 2 ms a file
         return table_of_rows([row for _, rows in files for row in rows])
     except InvalidResult:

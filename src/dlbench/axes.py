@@ -21,7 +21,6 @@ keep their ids and are not run again.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -164,7 +163,7 @@ def _real_data(params: Mapping[str, Any]) -> bool:
 
 TABLE: tuple[Axis, ...] = (
     # Both kinds. The model kind's order below is also the Parquet's column order.
-    Axis("framework", str, "pytorch", kinds=("model", "ops"), choices=_frameworks,
+    Axis("framework", str, "pytorch", kinds=("model", "ops", "calibrate"), choices=_frameworks,
          help="the framework that runs the cell"),
     Axis("model", str, REQUIRED, choices=None, flags=_dlbs("--model"),
          help="a model of the registry (dlbench.models)"),
@@ -177,7 +176,7 @@ TABLE: tuple[Axis, ...] = (
     Axis("batch_size", int, 32, minimum=1, flags=_dlbs("--batch_size"),
          help="per-device batch size"),
     Axis("num_gpus", int, 1, minimum=1, flags=_dlbs("--num_gpus")),
-    Axis("device", str, "gpu", kinds=("model", "ops"), choices=_DEVICES,
+    Axis("device", str, "gpu", kinds=("model", "ops", "calibrate"), choices=_DEVICES,
          flags={**_dlbs("--device"),
                 "ops": Flag("-d", "pair", values={"gpu": "cuda", "cpu": "cpu"})}),
     # The runner reads a prepared copy of the dataset (--data_dir) that the workflow
@@ -244,9 +243,16 @@ def get(name: str) -> Axis:
     return _BY_NAME[name]
 
 
-@functools.cache  # asked once per cell and axis: 10,000-cell studies
+# Asked once per cell and axis (10,000-cell studies): kept per kind, and made again when
+# TABLE is another tuple (a plug-in or a test extending the table).
+_KIND_AXES: dict[str, tuple[tuple[Axis, ...], tuple[Axis, ...]]] = {}
+
+
 def of_kind(kind: str) -> tuple[Axis, ...]:
-    return tuple(axis for axis in TABLE if kind in axis.kinds)
+    hit = _KIND_AXES.get(kind)
+    if hit is None or hit[0] is not TABLE:
+        hit = _KIND_AXES[kind] = (TABLE, tuple(axis for axis in TABLE if kind in axis.kinds))
+    return hit[1]
 
 
 def defaults(kind: str) -> dict[str, Any]:

@@ -25,7 +25,10 @@ from typing import Any
 from dlbench import axes, cpu, kinds
 
 STUDY_KEYS = ("kind", "grid", "overrides", "exclude", "description", "precisions",
-              "timeout_s", "repeats")
+              "timeout_s", "repeats", "calibrate")
+# The study holding the calibration cells that studies ask for with ``calibrate: true``
+# (one per device they use; dlbench.calibrate): results/<system>/calibration/.
+CALIBRATION_STUDY = "calibration"
 # A cell's runner is stopped after a study's timeout_s (default one hour; a hung cell must
 # not hold the benchmark slot forever).
 DEFAULT_TIMEOUT_S = 3600
@@ -271,4 +274,23 @@ def expand_config(config: Mapping[str, Any]) -> list[Cell]:
     cells: list[Cell] = []
     for name, study in studies.items():
         cells.extend(expand_study(str(name), study, config, cap=limit - len(cells)))
-    return cells
+    return cells + calibration_cells(studies, cells)
+
+
+def calibration_cells(studies: Mapping[str, Any], cells: list[Cell]) -> list[Cell]:
+    """One calibration cell per device that the studies with ``calibrate: true`` use, in
+    the study CALIBRATION_STUDY (a study of that name with kind calibrate may list them
+    itself: they are not made twice)."""
+    for name, study in studies.items():
+        value = study.get("calibrate", False) if isinstance(study, Mapping) else False
+        if not isinstance(value, bool):
+            raise _fail(str(name), "calibrate", f"must be true or false, got {value!r}")
+    asking = {name for name, study in studies.items() if study.get("calibrate")}
+    devices = sorted({c.params.get("device") for c in cells if c.study in asking} - {None})
+    have = {c.id for c in cells if c.study == CALIBRATION_STUDY}
+    out = []
+    for device in devices:
+        cell = Cell(CALIBRATION_STUDY, "calibrate", {"framework": "pytorch", "device": device})
+        if cell.id not in have:
+            out.append(cell)
+    return out

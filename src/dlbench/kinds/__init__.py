@@ -1,4 +1,4 @@
-"""Cell kinds as plug-ins: one module each (model cells, PARAM operator cells).
+"""Cell kinds as plug-ins: one module each (model cells, PARAM operator cells, calibration).
 
 A kind says how its cells are named (the readable part of the cell id), which rules join
 several axes (the table in dlbench.axes checks each axis alone), which runner runs a cell
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-BUILTIN = ("dlbench.kinds.model", "dlbench.kinds.ops")
+BUILTIN = ("dlbench.kinds.model", "dlbench.kinds.ops", "dlbench.kinds.calibrate")
 
 
 class CellKind:

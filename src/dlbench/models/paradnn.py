@@ -10,6 +10,7 @@ returns it) and raises ``ValueError`` with a one-line message naming the option.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,6 +50,17 @@ def _choice_opt(model: str, opts: Mapping[str, Any], name: str, valid: tuple[str
 def fc_phi(layers: int, nodes: int, input_size: int, output_size: int) -> int:
     """ParaDnn's Φ: the weights (biases excluded) of ``layers`` hidden layers of ``nodes``."""
     return nodes * nodes * (layers - 1) + nodes * (input_size + output_size)
+
+
+def fc_bytes(layers: int, nodes: int, input_size: int, output_size: int, *, batch: int,
+             element_size: int, training: bool) -> int:
+    """Bytes one iteration moves at least (for the roofline): each matrix product reads its
+    two operands and writes its result once. A layer in -> out does one product forward
+    (weights, input, output) and, when training, two more backward (the input's gradient
+    and the weights'), each touching the same three sizes."""
+    widths = [input_size, *[nodes] * layers, output_size]
+    per_pass = sum(i * o + batch * i + batch * o for i, o in itertools.pairwise(widths))
+    return (3 if training else 1) * per_pass * element_size
 
 
 def check_fc_opts(opts: Mapping[str, Any]) -> None:

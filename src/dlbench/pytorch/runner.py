@@ -269,6 +269,15 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         # ParaDnn's own figure: 6·Φ FLOPs per sample for training, 2·Φ for inference.
         per_sample = (2 if args.forward_only else 6) * extra["phi"]
         extra["phi_tflops"] = per_sample * items / res["measurements"][0]["time_s"]["median"] / 1e12
+    if "fc_shape" in extra:
+        # A ParaDnn FC cell's bytes (its roofline point): dlbench.models.paradnn.fc_bytes.
+        from dlbench.models import paradnn
+
+        m = res["measurements"][0]
+        m["bytes_per_iteration"] = float(paradnn.fc_bytes(
+            *extra.pop("fc_shape"), batch=int(items), training=not args.forward_only,
+            element_size=torch.empty((), dtype=mode.param_dtype).element_size()))
+        m["gbps"] = m["bytes_per_iteration"] / m["time_s"]["median"] / 1e9
     if mon:
         monitor.attach(res, args.output, mon)
     distributed.shutdown()

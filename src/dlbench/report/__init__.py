@@ -20,11 +20,14 @@ from dlbench.profiling import summary
 from dlbench.profiling.summary import CellProfile
 from dlbench.report import (
     cpu_precision,
+    efficiency_tables,
     model_charts,
     op_charts,
     paradnn_charts,
     profiles,
     resource_charts,
+    roofline_charts,
+    scaling_charts,
     tables,
 )
 from dlbench.report.data import ReportError, load, ordered
@@ -84,6 +87,21 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
                 _present(model_charts.compile_speedup_figure(models))),
         Section("tflops", "Achieved TFLOP/s", "",
                 _present(model_charts.tflops_figure(models))),
+        Section("hardware", "How close to the hardware",
+                "Measured ceilings (calibration cells) against the vendor's peaks, and each "
+                "model cell's share of them: MFU is achieved FLOP/s over the vendor's dense "
+                "peak for the cell's precision; % of measured, over the best GEMM this "
+                "device achieved in that precision.",
+                _present(efficiency_tables.calibration_table(frame),
+                         efficiency_tables.model_efficiency_table(frame))),
+        Section("roofline", "Roofline",
+                "Operators and ParaDnn cells against their device's ceilings.",
+                _present(roofline_charts.roofline_figure(frame),
+                         roofline_charts.roofline_table(frame))),
+        Section("scaling", "Scaling across GPUs",
+                "Cells that differ only in the number of GPUs (and the batch).",
+                _present(scaling_charts.scaling_figure(frame),
+                         scaling_charts.scaling_table(frame))),
         Section("paradnn", "ParaDnn", "Parameterized fully-connected and convolutional models.",
                 _present(paradnn_charts.by_batch_figure(paradnn),
                          paradnn_charts.by_size_figure(paradnn))),

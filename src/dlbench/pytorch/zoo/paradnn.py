@@ -157,7 +157,8 @@ def _build_fc(spec: ModelSpec, opts: dict[str, Any]) -> BuiltModel:
     optimizer, kwargs = _optimizer(opts)
     return BuiltModel(ParaDnnFC(*shape), (opts["input_size"],), opts["output_size"],
                       spec.input_kind, optimizer=optimizer, optimizer_kwargs=kwargs,
-                      facts={"phi": P.fc_phi(*shape)}, pure_precision=True)
+                      facts={"phi": P.fc_phi(*shape), "fc_shape": list(shape)},
+                      pure_precision=True)
 
 
 def _build_cnn(spec: ModelSpec, opts: dict[str, Any]) -> BuiltModel:

@@ -1,0 +1,5 @@
+import sys
+
+from dlbench.calibrate.runner import main
+
+sys.exit(main())

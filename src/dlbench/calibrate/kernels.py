@@ -1,0 +1,75 @@
+"""The calibration kernels, each a ``Kernel``: what one iteration runs and the work it does.
+
+GEMM: C = A @ B with square n x n operands, 2 n^3 FLOPs and 3 n^2 elements of traffic.
+STREAM (McCalpin's definitions, counted as STREAM counts them): copy a = b moves 2 arrays,
+triad a = b + s * c moves 3 arrays, of n float32 elements each. Inputs are random (a GEMM
+of zeros runs faster on some hardware than one of real data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+# dlbench precision -> the dtype of the operands; tf32 is float32 with TF32 matmuls.
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "tf32": torch.float32,
+          "float16": torch.float16, "bfloat16": torch.bfloat16}
+GEMM_PRECISIONS = {"gpu": ("float64", "float32", "tf32", "float16", "bfloat16"),
+                   "cpu": ("float64", "float32", "bfloat16", "float16")}
+# Sizes of the sweep: large enough to reach the plateau of each device, small enough for a
+# calibration to take seconds (a 2-core CPU does about 0.1 TFLOP/s in float32).
+GEMM_SIZES = {"gpu": (2048, 4096, 8192, 16384), "cpu": (256, 512, 1024)}
+# float32 elements per STREAM array: far beyond the last-level cache (1 GiB on a GPU,
+# 256 MiB on a CPU).
+STREAM_ELEMENTS = {"gpu": 2**28, "cpu": 2**26}
+
+
+@dataclass
+class Kernel:
+    benchmark: str  # gemm | copy | triad
+    precision: str
+    size: int  # n of an n x n GEMM, or elements per STREAM array
+    run: Callable[[], Any]
+    flops: float | None = None
+    bytes: float | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.benchmark}_{self.precision}_{self.size}"
+
+
+def gemm(n: int, precision: str, device: torch.device) -> Kernel:
+    dtype = DTYPES[precision]
+    gen = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, dtype=dtype, device=device, generator=gen)
+    b = torch.randn(n, n, dtype=dtype, device=device, generator=gen)
+    out = torch.empty(n, n, dtype=dtype, device=device)
+
+    def run() -> None:
+        torch.matmul(a, b, out=out)
+
+    return Kernel("gemm", precision, n, run, flops=2.0 * n**3,
+                  bytes=3.0 * n * n * a.element_size())
+
+
+def copy(n: int, device: torch.device) -> Kernel:
+    b = torch.rand(n, device=device)
+    a = torch.empty_like(b)
+    return Kernel("copy", "float32", n, lambda: a.copy_(b), bytes=2.0 * n * b.element_size())
+
+
+def triad(n: int, device: torch.device) -> Kernel:
+    b = torch.rand(n, device=device)
+    c = torch.rand(n, device=device)
+    a = torch.empty_like(b)
+    scalar = 3.0
+
+    def run() -> None:
+        torch.add(b, c, alpha=scalar, out=a)
+
+    # STREAM counts 2 FLOPs per element for triad; its figure of merit is the bandwidth.
+    return Kernel("triad", "float32", n, run, flops=2.0 * n, bytes=3.0 * n * b.element_size())

@@ -1,0 +1,172 @@
+"""The roofline (ParaDnn's figure, for any study): each operator or ParaDnn cell placed by
+its arithmetic intensity (FLOPs per byte moved) and achieved FLOP/s, log-log, under the
+ceilings of its device: min(compute ceiling, bandwidth x intensity).
+
+Ceilings are measured (a calibration cell of the same system and device: best GEMM of a
+precision, best STREAM copy/triad) where the study has them, else the vendor's peaks
+(dlbench.peaks) for a device the peak table knows; a panel without either has no roof.
+One panel per system and device."""
+
+from __future__ import annotations
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from dlbench import peaks
+from dlbench.efficiency import BANDWIDTH_BENCHMARKS, CALIBRATION_KIND
+from dlbench.report.data import PRECISION_ORDER
+from dlbench.report.style import Figure, styled
+
+# Model families placed on the roofline besides operators (those whose runner counts bytes).
+FAMILIES = ("paradnn_fc", "paradnn_cnn", "paradnn_rnn")
+ROOF_POINTS = 60  # samples of each roof curve across the intensity range
+
+
+def _panel(frame: pd.DataFrame) -> pd.Series:
+    model = frame["gpu_model"].where(frame["device"] == "gpu", frame["cpu_model"])
+    return (frame["system"].fillna("?").astype(str) + " · " + frame["device"].fillna("?")
+            + " · " + model.fillna("unknown device").astype(str))
+
+
+def points(frame: pd.DataFrame) -> pd.DataFrame:
+    """One point per measurement that has FLOPs, bytes and a time."""
+    ok = frame[(frame["status"] == "ok") & frame["tflops"].notna()
+               & (frame["flops_per_iteration"].fillna(0) > 0)
+               & (frame["bytes_per_iteration"].fillna(0) > 0)]
+    ok = ok[(ok["kind"] == "op") | ((ok["kind"] == "model") & ok["model"].isin(FAMILIES))]
+    if ok.empty:
+        return pd.DataFrame()
+    family = ok["op_name"].where(ok["kind"] == "op", ok["model"]).fillna(ok["name"])
+    return pd.DataFrame({
+        "panel": _panel(ok), "family": family.astype(str), "name": ok["name"].astype(str),
+        "pass": ok["pass"].fillna("?"),
+        "precision": ok["efficiency_precision"].fillna("?"),
+        "intensity": ok["flops_per_iteration"] / ok["bytes_per_iteration"],
+        "tflops": ok["tflops"].astype(float),
+        "pct_of_roof": np.nan,
+    }).reset_index(drop=True)
+
+
+def ceilings(frame: pd.DataFrame, panel_rows: pd.DataFrame) -> tuple[dict[str, float],
+                                                                    float | None, str]:
+    """Compute ceilings per precision (TFLOP/s), bandwidth (GB/s) and their source for one
+    panel's rows: measured where a calibration ran, else the vendor's."""
+    cal = panel_rows[(panel_rows["kind"] == CALIBRATION_KIND) & (panel_rows["status"] == "ok")]
+    gemm = cal[cal["op_name"] == "gemm"]
+    compute = {str(p): float(v) for p, v in
+               gemm.groupby("efficiency_precision")["tflops"].max().items()}
+    bandwidth = cal[cal["op_name"].isin(BANDWIDTH_BENCHMARKS)]["gbps"].max()
+    if compute and pd.notna(bandwidth):
+        return compute, float(bandwidth), "measured"
+    first = panel_rows.iloc[0]
+    if first["device"] != "gpu":
+        return {}, None, "none"
+    model = first["gpu_model"]
+    vendor = {p: peaks.peak_tflops(model, p) for p in PRECISION_ORDER}
+    vendor = {p: v for p, v in vendor.items() if v}
+    return vendor, peaks.peak_bandwidth_gbps(model), "vendor" if vendor else "none"
+
+
+def roofs(compute: dict[str, float], bandwidth: float, lo: float, hi: float,
+          precisions: list[str]) -> pd.DataFrame:
+    """The roof of each precision: achievable TFLOP/s = min(P, B * I / 1000) sampled over
+    [lo, hi] FLOP/byte, with the ridge point (I = 1000 P / B) included exactly."""
+    rows = []
+    for precision in precisions:
+        peak = compute.get(precision)
+        if not peak:
+            continue
+        ridge = 1000.0 * peak / bandwidth
+        grid = np.unique(np.append(np.geomspace(lo, hi, ROOF_POINTS),
+                                   [ridge] if lo < ridge < hi else []))
+        for intensity in grid:
+            rows.append({"precision": precision, "intensity": intensity,
+                         "tflops": min(peak, bandwidth * intensity / 1000.0),
+                         "ceiling": f"{precision}: {peak:,.3g} TFLOP/s, {bandwidth:,.4g} GB/s"})
+    return pd.DataFrame(rows)
+
+
+def placed(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, tuple[pd.DataFrame, str]]]:
+    """The points with ``pct_of_roof`` (achieved over the roof of their precision at their
+    intensity), and each panel's roof curves and ceiling source."""
+    pts = points(frame)
+    panels: dict[str, tuple[pd.DataFrame, str]] = {}
+    if pts.empty:
+        return pts, panels
+    panel_of = _panel(frame)
+    for panel, group in pts.groupby("panel", sort=True):
+        compute, bandwidth, source = ceilings(frame, frame[panel_of == panel])
+        lo, hi = group["intensity"].min() / 4, group["intensity"].max() * 4
+        used = sorted(set(group["precision"]) & set(compute), key=_precision_rank)
+        roof = (roofs(compute, bandwidth, lo, hi, used or sorted(compute, key=_precision_rank))
+                if bandwidth else pd.DataFrame())
+        panels[panel] = (roof, source)
+        if bandwidth:
+            for i in group.index:
+                peak = compute.get(group.at[i, "precision"])
+                if peak:
+                    top = min(peak, bandwidth * group.at[i, "intensity"] / 1000.0)
+                    pts.at[i, "pct_of_roof"] = 100.0 * group.at[i, "tflops"] / top
+    return pts, panels
+
+
+def roofline_figure(frame: pd.DataFrame) -> Figure | None:
+    pts, panels = placed(frame)
+    if pts.empty:
+        return None
+    charts = [_panel_chart(pts[pts["panel"] == panel], roof, f"{panel} ({source} ceilings)")
+              for panel, (roof, source) in panels.items()]
+    chart = alt.vconcat(*charts) if len(charts) > 1 else charts[0]
+    return Figure("roofline", "Roofline",
+                  "Arithmetic intensity against achieved TFLOP/s (log-log), one point per "
+                  "operator input or ParaDnn cell; lines: each precision's roof, min(compute "
+                  "ceiling, bandwidth x intensity). Measured ceilings come from the study's "
+                  "calibration cells (calibrate: true), vendor ceilings from the peak table.",
+                  styled(chart))
+
+
+def _precision_rank(precision: str) -> int:
+    order = list(PRECISION_ORDER)
+    return order.index(precision) if precision in order else len(order)
+
+
+def _panel_chart(group: pd.DataFrame, roof: pd.DataFrame, title: str) -> alt.Chart:
+    x = alt.X("intensity:Q", title="arithmetic intensity (FLOP/byte)",
+              scale=alt.Scale(type="log", nice=False))
+    y = alt.Y("tflops:Q", title="TFLOP/s", scale=alt.Scale(type="log", nice=False))
+    dots = alt.Chart(group).mark_point(filled=True, size=70).encode(
+        x=x, y=y, color=alt.Color("family:N", title="operator / model",
+                                  scale=alt.Scale(scheme="tableau10")),
+        shape=alt.Shape("pass:N", title="pass"),
+        tooltip=[alt.Tooltip("family:N", title="operator / model"), alt.Tooltip("name:N"),
+                 alt.Tooltip("pass:N"), alt.Tooltip("precision:N"),
+                 alt.Tooltip("intensity:Q", title="FLOP/byte", format=".3~s"),
+                 alt.Tooltip("tflops:Q", title="TFLOP/s", format=".3~g"),
+                 alt.Tooltip("pct_of_roof:Q", title="% of roof", format=".1f")])
+    layers = [dots]
+    if not roof.empty:
+        lines = alt.Chart(roof).mark_line(strokeWidth=1.6, opacity=0.8).encode(
+            x=x, y=y, detail="precision:N", order="intensity:Q",
+            strokeDash=alt.StrokeDash("precision:N", title="roof",
+                                      sort=sorted(set(roof["precision"]), key=_precision_rank)),
+            color=alt.value("#52606d"),
+            tooltip=[alt.Tooltip("ceiling:N", title="roof")])
+        layers.insert(0, lines)
+    return alt.layer(*layers).resolve_scale(color="independent").properties(
+        width=460, height=300, title=title)
+
+
+def roofline_table(frame: pd.DataFrame) -> str | None:
+    """The points as numbers, with how far each is below its roof."""
+    from dlbench.report.tables import table
+
+    pts, _ = placed(frame)
+    if pts.empty:
+        return None
+    pts = pts.sort_values(["panel", "family", "intensity"])
+    rows = [[r.panel, r.family, r.name, r.pass_, r.precision, f"{r.intensity:.3g}",
+             f"{r.tflops:.4g}", "" if pd.isna(r.pct_of_roof) else f"{r.pct_of_roof:.1f}"]
+            for r in pts.rename(columns={"pass": "pass_"}).itertuples()]
+    return table(["system · device", "operator / model", "input", "pass", "precision",
+                  "FLOP/byte", "TFLOP/s", "% of roof"], rows)

@@ -1,0 +1,294 @@
+"""How close to the hardware: calibration cells (dlbench.calibrate), the efficiency columns
+of the aggregate (dlbench.efficiency), the roofline's ceilings and the scaling view — built
+from real result documents through the real aggregate table."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dlbench import aggregate, cpu, efficiency, study
+from dlbench import result as R
+from dlbench.report import data as report_data
+from dlbench.report import render, roofline_charts, scaling_charts
+
+H100 = "NVIDIA H100 80GB HBM3"  # as torch.cuda.get_device_name() says it on an H100 SXM
+
+
+def env(gpu: str | None = H100, cpu_model: str = "AMD EPYC 9654") -> dict:
+    return {"hostname": "node01", "cpu_model": cpu_model, "gpu_models": [gpu] if gpu else [],
+            "framework": "pytorch", "framework_version": "2.5.1", "python_version": "3.11.9",
+            "library_flags": {}}
+
+
+def model_doc(precision: str, tflops: float, *, device: str = "gpu", num_gpus: int = 1,
+              batch: int = 64, throughput: float | None = None, model: str = "resnet50",
+              system: str = "sysA") -> dict:
+    cell = {"framework": "pytorch", "model": model, "phase": "training",
+            "precision": precision, "batch_size": batch, "num_gpus": num_gpus,
+            "device": device, "data": "synthetic"}
+    cid = f"pytorch_{model}_{precision}_{device}{num_gpus}_bs{batch}"
+    res = R.new_result(kind="model", cell=cell, study="s", cell_id=cid)
+    res["system"] = system
+    res["environment"] = env() if device == "gpu" else env(None)
+    items = batch * num_gpus
+    t = items / throughput if throughput else 0.1
+    res["measurements"] = [R.measurement(
+        name=model, pass_="training", times_s=[t, t, t], items_per_iteration=items,
+        flops_per_iteration=tflops * 1e12 * t)]
+    return R.finish(res, "ok")
+
+
+def calibration_doc(figures: dict[str, float], gbps: float, *, device: str = "gpu",
+                    system: str = "sysA") -> dict:
+    cell = {"framework": "pytorch", "device": device}
+    res = R.new_result(kind="calibration", cell=cell, study=study.CALIBRATION_STUDY,
+                       cell_id=f"pytorch_calibrate_{device}_0000000{len(figures)}")
+    res["system"] = system
+    res["environment"] = env() if device == "gpu" else env(None)
+    n = 8192
+    for precision, tflops in figures.items():
+        t = 2 * n**3 / (tflops * 1e12)
+        res["measurements"].append(R.measurement(
+            name=f"gemm_{precision}_{n}", op_name="gemm", pass_="calibration",
+            times_s=[t, t], items_per_iteration=1, throughput_unit="iterations/s",
+            flops_per_iteration=2.0 * n**3, bytes_per_iteration=3.0 * n * n * 2,
+            extra={"benchmark": "gemm", "precision": precision, "size": n}))
+    elements = 2**28
+    t = 3 * elements * 4 / (gbps * 1e9)
+    res["measurements"].append(R.measurement(
+        name=f"triad_float32_{elements}", op_name="triad", pass_="calibration",
+        times_s=[t, t], items_per_iteration=1, throughput_unit="iterations/s",
+        bytes_per_iteration=3.0 * elements * 4,
+        extra={"benchmark": "triad", "precision": "float32", "size": elements}))
+    return R.finish(res, "ok")
+
+
+def op_doc(dtype: str | None, *, device: str = "gpu", system: str = "sysA") -> dict:
+    cell = {"framework": "pytorch", "op_config": "/configs/mm.json", "device": device,
+            "backward": False, "exec_mode": "discrete"}
+    res = R.new_result(kind="op", cell=cell, study="ops", cell_id=f"pytorch_mm_{dtype}")
+    res["system"] = system
+    res["environment"] = env() if device == "gpu" else env(None)
+    config = {"input": [{"type": "tensor", "dtype": dtype or "float", "shape": [64, 64]},
+                        {"type": "tensor", "dtype": "bfloat16" if dtype is None else dtype,
+                         "shape": [64, 64]}]}
+    for i, (flops, nbytes) in enumerate(((2e9, 4e6), (2e12, 1e9))):
+        t = flops / 100e12
+        res["measurements"].append(R.measurement(
+            name=f"torch.mm|0|{i}", op_name="torch.mm", pass_="forward", times_s=[t, t],
+            items_per_iteration=1, throughput_unit="iterations/s",
+            flops_per_iteration=flops, bytes_per_iteration=nbytes, extra={"config": config}))
+    return R.finish(res, "ok")
+
+
+def table(tmp_path: Path, docs: list[dict]) -> pd.DataFrame:
+    paths = []
+    for i, doc in enumerate(docs):
+        path = tmp_path / "results" / f"cell{i:03d}.json"
+        R.write(doc, path)
+        paths.append(path)
+    parquet = tmp_path / "benchmarks.parquet"
+    aggregate.write(paths, parquet, move_invalid=False)
+    return report_data.load(parquet)  # as the report reads it
+
+
+# -- study: calibrate: true ---------------------------------------------------------------
+
+
+def test_calibrate_true_adds_one_calibration_cell_per_device_the_study_uses():
+    config = {"studies": {
+        "a": {"calibrate": True, "grid": {"model": "deep_mnist", "device": ["cpu", "gpu"]}},
+        "b": {"grid": {"model": "deep_mnist", "device": "cpu"}},
+    }}
+    cells = study.expand_config(config)
+    calibration = [c for c in cells if c.kind == "calibrate"]
+    assert sorted(c.params["device"] for c in calibration) == ["cpu", "gpu"]
+    assert {c.study for c in calibration} == {study.CALIBRATION_STUDY}
+    assert all(c.id.startswith(f"pytorch_calibrate_{c.params['device']}_") for c in calibration)
+    config["studies"]["a"]["calibrate"] = False
+    assert not [c for c in study.expand_config(config) if c.kind == "calibrate"]
+
+
+def test_a_calibration_study_written_out_is_not_doubled_and_a_bad_flag_is_one_line():
+    config = {"studies": {
+        "calibration": {"kind": "calibrate", "grid": {"device": "cpu"}},
+        "a": {"calibrate": True, "grid": {"model": "deep_mnist", "device": "cpu"}},
+    }}
+    cells = study.expand_config(config)
+    assert len([c for c in cells if c.kind == "calibrate"]) == 1
+    config["studies"]["a"]["calibrate"] = "yes"
+    with pytest.raises(study.ConfigError, match=r"^study 'a': calibrate: must be true or false"):
+        study.expand_config(config)
+
+
+# -- the calibration runner on this CPU ---------------------------------------------------
+
+
+def test_calibration_runner_measures_gemm_and_stream_on_this_cpu(tmp_path):
+    """A real calibration at small sizes through the launcher: GEMM per native precision
+    (TFLOP/s), copy and triad (GB/s), and the precisions this CPU emulates named, not
+    measured. (The GPU sweep is exercised only where a GPU is lent.)"""
+    cell = study.Cell(study.CALIBRATION_STUDY, "calibrate",
+                      {"framework": "pytorch", "device": "cpu"})
+    out = tmp_path / "cells" / f"{cell.id}.json"
+    done = subprocess.run([sys.executable, "-m", "dlbench.calibrate", "--device", "cpu",
+                           "--gemm_sizes", "48,96", "--stream_elements", str(2**20),
+                           f"--output={out}", f"--study={cell.study}", f"--cell_id={cell.id}"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    res = R.read(out)
+    R.validate(res)
+    assert res["kind"] == "calibration" and res["status"] == "ok"
+    by_name = {m["name"]: m for m in res["measurements"]}
+    info = cpu.this_cpu()
+    native = [p for p in ("float64", "float32", "bfloat16", "float16")
+              if info is None or info.native(p)]
+    assert sorted(k for k in by_name if k.startswith("gemm_")) == \
+        sorted(f"gemm_{p}_{n}" for p in native for n in (48, 96))
+    for m in by_name.values():
+        if m["op_name"] == "gemm":
+            n = m["extra"]["size"]
+            assert m["flops_per_iteration"] == 2 * n**3 and m["tflops"] > 0
+        else:
+            assert m["op_name"] in ("copy", "triad") and m["gbps"] > 0
+    assert {"copy", "triad"} <= {m["op_name"] for m in res["measurements"]}
+    emulated = sorted(set(("float64", "float32", "bfloat16", "float16")) - set(native))
+    assert res["extra"].get("emulated_precisions_not_measured", []) == \
+        [p for p in ("bfloat16", "float16") if p in emulated]
+
+
+# -- efficiency columns -------------------------------------------------------------------
+
+
+def test_pct_of_peak_mfu_and_pct_of_measured_on_the_same_system_only(tmp_path):
+    frame = table(tmp_path, [
+        model_doc("bfloat16", 494.7),  # half of the H100 SXM's dense bf16 peak, 989.4
+        model_doc("float32", 20.0),
+        calibration_doc({"bfloat16": 700.0, "float32": 50.0}, 3000.0),
+        calibration_doc({"bfloat16": 100.0}, 100.0, system="sysB"),
+    ])
+    bf16 = frame[(frame.kind == "model") & (frame.precision == "bfloat16")].iloc[0]
+    assert bf16.efficiency_precision == "bfloat16"
+    assert bf16.peak_tflops == pytest.approx(989.4)
+    assert bf16.pct_of_peak == pytest.approx(50.0, rel=1e-6)
+    assert bf16.mfu == pytest.approx(0.5, rel=1e-6)
+    assert bf16.measured_tflops == pytest.approx(700.0, rel=1e-6)  # not sysB's 100
+    assert bf16.pct_of_measured == pytest.approx(100 * 494.7 / 700.0, rel=1e-6)
+    fp32 = frame[(frame.kind == "model") & (frame.precision == "float32")].iloc[0]
+    assert fp32.pct_of_peak == pytest.approx(100 * 20.0 / 67.0, rel=1e-3)
+    gemm = frame[(frame.kind == "calibration") & (frame.name == "gemm_bfloat16_8192")
+                 & (frame.system == "sysA")].iloc[0]
+    assert gemm.pct_of_peak == pytest.approx(100 * 700.0 / 989.4, rel=1e-6)
+    triad = frame[(frame.op_name == "triad") & (frame.system == "sysA")].iloc[0]
+    assert triad.pct_of_peak_gbps == pytest.approx(100 * 3000.0 / 3350.0, rel=1e-3)
+
+
+def test_a_cpu_or_unknown_device_gets_no_vendor_peak_but_its_measured_ceiling(tmp_path):
+    frame = table(tmp_path, [model_doc("float32", 0.05, device="cpu"),
+                             calibration_doc({"float32": 0.1}, 20.0, device="cpu")])
+    row = frame[frame.kind == "model"].iloc[0]
+    assert pd.isna(row.peak_tflops) and pd.isna(row.pct_of_peak) and pd.isna(row.mfu)
+    assert row.pct_of_measured == pytest.approx(50.0, rel=1e-6)
+
+
+def test_an_operator_row_takes_its_inputs_dtype_and_two_dtypes_give_none(tmp_path):
+    frame = table(tmp_path, [op_doc("bfloat16"), op_doc(None)])
+    one = frame[frame.cell_id == "pytorch_mm_bfloat16"]
+    assert set(one.efficiency_precision) == {"bfloat16"}
+    assert one.pct_of_peak.tolist() == pytest.approx([100 * 100 / 989.4] * 2, rel=1e-6)
+    mixed = frame[frame.cell_id == "pytorch_mm_None"]  # float and bfloat16 inputs
+    assert mixed.efficiency_precision.isna().all() and mixed.pct_of_peak.isna().all()
+    assert mixed.pct_of_peak_gbps.notna().all()  # bandwidth needs no precision
+
+
+# -- roofline -----------------------------------------------------------------------------
+
+
+def test_roof_is_the_minimum_of_compute_and_bandwidth_with_the_ridge_exact():
+    roof = roofline_charts.roofs({"bfloat16": 800.0, "float32": 50.0}, 4000.0, 0.1, 1e4,
+                                 ["float32", "bfloat16"])
+    for precision, peak in (("bfloat16", 800.0), ("float32", 50.0)):
+        curve = roof[roof.precision == precision]
+        for r in curve.itertuples():
+            assert r.tflops == pytest.approx(min(peak, 4000.0 * r.intensity / 1000.0))
+        ridge = 1000.0 * peak / 4000.0  # 200 FLOP/byte for bf16, 12.5 for fp32
+        assert (curve.intensity == ridge).any()
+        assert curve.tflops.max() == pytest.approx(peak)
+
+
+def test_roofline_uses_measured_ceilings_else_the_vendors_else_none(tmp_path):
+    measured = table(tmp_path / "m", [op_doc("bfloat16"),
+                                      calibration_doc({"bfloat16": 700.0}, 3000.0)])
+    pts, panels = roofline_charts.placed(measured)
+    (roof, source), = panels.values()
+    assert source == "measured" and roof.tflops.max() == pytest.approx(700.0, rel=1e-6)
+    # the large mm: 2 TFLOP over 1 GB = 2000 FLOP/byte, above the ridge: under the flat roof
+    big = pts[(pts.intensity - 2000.0).abs() < 1e-6].iloc[0]
+    assert big.pct_of_roof == pytest.approx(100 * 100.0 / 700.0, rel=1e-6)
+    vendor = table(tmp_path / "v", [op_doc("bfloat16")])
+    (roof, source), = roofline_charts.placed(vendor)[1].values()
+    assert source == "vendor" and roof.tflops.max() == pytest.approx(989.4)
+    cpu_only = table(tmp_path / "c", [op_doc("bfloat16", device="cpu")])
+    (roof, source), = roofline_charts.placed(cpu_only)[1].values()
+    assert source == "none" and roof.empty
+    assert roofline_charts.roofline_figure(cpu_only) is not None  # points, no roof
+
+
+# -- scaling ------------------------------------------------------------------------------
+
+
+def test_weak_and_strong_scaling_efficiency_from_a_hand_made_table(tmp_path):
+    docs = [model_doc("float32", 1.0, num_gpus=n, batch=64, throughput=x)
+            for n, x in ((1, 1000.0), (2, 1800.0), (4, 3200.0))]
+    # strong scaling at global batch 64: 64 x 1, 32 x 2, 16 x 4
+    docs += [model_doc("float32", 1.0, num_gpus=n, batch=b, throughput=x)
+             for n, b, x in ((2, 32, 1500.0), (4, 16, 2000.0))]
+    docs.append(model_doc("float32", 1.0, num_gpus=8, batch=8, throughput=9.0,
+                          model="alexnet"))  # no 1-GPU cell: no series
+    data = scaling_charts.scaling_frame(table(tmp_path, docs))
+    weak = data[(data.scaling == "weak") & (data.batch_size == 64)].set_index("num_gpus")
+    assert weak.speedup.to_dict() == pytest.approx({1: 1.0, 2: 1.8, 4: 3.2})
+    assert weak.efficiency.to_dict() == pytest.approx({1: 1.0, 2: 0.9, 4: 0.8})
+    strong = data[(data.scaling == "strong") & (data.global_batch == 64)].set_index("num_gpus")
+    assert strong.efficiency.to_dict() == pytest.approx({1: 1.0, 2: 0.75, 4: 0.5})
+    assert "alexnet" not in set(data.model)
+    assert data.groupby("series").num_gpus.apply(lambda s: s.is_unique).all()
+
+
+def test_hardware_roofline_and_scaling_sections_render(tmp_path):
+    docs = [model_doc("bfloat16", 400.0, num_gpus=n, throughput=1000.0 * n * 0.9 ** (n - 1))
+            for n in (1, 2)]
+    docs += [op_doc("bfloat16"), calibration_doc({"bfloat16": 700.0}, 3000.0)]
+    table(tmp_path, docs)
+    render(tmp_path / "benchmarks.parquet", tmp_path / "report")
+    html = (tmp_path / "report" / "index.html").read_text()
+    for section in ("hardware", "roofline", "scaling"):
+        assert f'id="{section}"' in html
+    assert (tmp_path / "report" / "charts" / "roofline.svg").is_file()
+    assert (tmp_path / "report" / "charts" / "scaling.svg").is_file()
+    assert "MFU" in html and "% of roof" in html
+
+
+def test_efficiency_columns_are_in_the_table_schema_as_numbers():
+    types = {f.name: str(f.type) for f in aggregate.SCHEMA}
+    assert types["efficiency_precision"] == "string"
+    assert {types[name] for name in efficiency.COLUMNS[1:]} == {"double"}
+
+
+def test_paradnn_fc_bytes_read_each_products_operands_and_write_its_result_once():
+    from dlbench.models import paradnn
+
+    shape = (4, 256, 784, 10)
+    # batch 0 and 1-byte elements leave the weights alone: ParaDnn's Φ.
+    assert paradnn.fc_bytes(*shape, batch=0, element_size=1, training=False) == \
+        paradnn.fc_phi(*shape)
+    one = paradnn.fc_bytes(*shape, batch=64, element_size=4, training=False)
+    # 784 -> 256 -> 256 -> 256 -> 256 -> 10: weights + 64 x (inputs + outputs) per product
+    inputs, outputs = 784 + 4 * 256, 4 * 256 + 10
+    assert one == 4 * (paradnn.fc_phi(*shape) + 64 * (inputs + outputs))
+    assert paradnn.fc_bytes(*shape, batch=64, element_size=4, training=True) == 3 * one
