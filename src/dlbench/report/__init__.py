@@ -20,6 +20,7 @@ from dlbench.profiling import summary
 from dlbench.profiling.summary import CellProfile
 from dlbench.report import (
     cpu_precision,
+    datasets,
     efficiency_tables,
     model_charts,
     op_charts,
@@ -33,15 +34,16 @@ from dlbench.report import (
 from dlbench.report.data import ReportError, load, ordered
 from dlbench.report.export import javascript_bundle
 from dlbench.report.output import WriteError, publish
-from dlbench.report.page import Section, chart_id, page_html
-from dlbench.report.style import Figure
+from dlbench.report.page import PageTable, Section, chart_id, page_html
+from dlbench.report.style import Figure, NumbersTable
 
 __all__ = ["ReportError", "WriteError", "render", "sections"]
 
 TITLE = "dlbench report"
+PAGE_DATA = "dlbench-page"  # the data transformer of a render (datasets.Store)
 
 
-def _present(*items: Figure | str | None) -> list[Figure | str]:
+def _present(*items: Figure | NumbersTable | str | None) -> list[Figure | NumbersTable | str]:
     return [item for item in items if item is not None]
 
 
@@ -100,8 +102,7 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
                          roofline_charts.roofline_table(frame))),
         Section("scaling", "Scaling across GPUs",
                 "Cells that differ only in the number of GPUs (and the batch).",
-                _present(scaling_charts.scaling_figure(frame),
-                         scaling_charts.scaling_table(frame))),
+                _present(scaling_charts.scaling_figure(frame))),
         Section("paradnn", "ParaDnn", "Parameterized fully-connected and convolutional models.",
                 _present(paradnn_charts.by_batch_figure(paradnn),
                          paradnn_charts.by_size_figure(paradnn))),
@@ -142,14 +143,71 @@ def render(parquet_path: str | Path, outdir: str | Path,
     else:
         cell_profiles = summary.collect(profiles_dir) if profiles_dir is not None else []
         parts = sections(frame, cell_profiles, outdir, baseline_system)
-    with alt.data_transformers.enable("default", max_rows=None):
-        figures = [b for s in parts for b in s.blocks if isinstance(b, Figure)]
-        specs = {chart_id(f): f.chart.to_dict() for f in figures}
+    figures = [b for s in parts for b in s.blocks if isinstance(b, Figure)]
+    specs, packed, uses, numbers = page_data(parts, figures)
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     html = page_html(
         title=TITLE, studies=[str(s) for s in ordered(frame["study"])],
         meta=f"Generated {generated} from {Path(parquet_path).name} "
              f"({len(frame)} rows).",
         cards=tables.status_cards(frame), sections=parts, specs=specs,
-        bundle=javascript_bundle() if specs else "")
-    return publish(outdir, html, {f.name: specs[chart_id(f)] for f in figures})
+        bundle=javascript_bundle() if specs else "", data=packed, uses=uses, tables=numbers)
+    # The images are drawn from the same rounded rows as the page's charts, those its
+    # dropdowns show first (the rest would be filtered out by the chart anyway).
+    images = {f.name: {**specs[chart_id(f)], "datasets": {
+        name: shown(datasets.unpack(packed[name]), f.shows) for name in uses[chart_id(f)]}}
+        for f in figures}
+    return publish(outdir, html, images)
+
+
+def page_data(parts: list[Section], figures: list[Figure]) -> tuple[
+        dict[str, dict], dict[str, dict], dict[str, list[str]], dict[str, PageTable]]:
+    """The figures' specs without their rows, the page's datasets packed (each once, with
+    the fields its charts and tables use, nothing else), which datasets each chart uses,
+    and the numbers tables."""
+    converted = datasets.Store()
+    # Registered anew for each render: the store holds this report's frames only.
+    alt.data_transformers.register(PAGE_DATA, converted)
+    with alt.data_transformers.enable(PAGE_DATA):
+        specs = {chart_id(f): f.chart.to_dict() for f in figures}
+    store: dict[str, datasets.Rows]
+    store, uses = datasets.hoist(specs)
+    store.update(converted.frames)
+    numbers = page_tables(parts, specs, store)
+    needed: dict[str, set[str]] = {name: set() for name in store}
+    for key, names in uses.items():
+        for name in names:
+            needed[name] |= datasets.fields_used(specs[key])
+    for table in numbers.values():
+        needed[table.data] |= {c.field for c in table.table.columns}
+    packed = {name: datasets.pack(rows, needed[name]) for name, rows in store.items()}
+    return specs, packed, uses, numbers
+
+
+def shown(rows: list[dict], first: dict[str, object]) -> list[dict]:
+    """The rows with the dropdowns' first values (``first``: field -> value), where the
+    rows have the field."""
+    fields = {k: v for k, v in first.items() if rows and k in rows[0]}
+    return [r for r in rows if all(r[k] == v for k, v in fields.items())] if fields else rows
+
+
+def page_tables(parts: list[Section], specs: dict[str, dict],
+                store: dict[str, datasets.Rows]) -> dict[str, PageTable]:
+    """Every numbers table of the page by name: a figure's reads its chart's rows, a table
+    of its own gets a dataset of its own in ``store`` (added here)."""
+    out: dict[str, PageTable] = {}
+    for section in parts:
+        for block in section.blocks:
+            if isinstance(block, Figure) and block.table is not None:
+                data = datasets.main_dataset(specs[chart_id(block)])
+                if data is None:
+                    continue
+                table, name = block.table, block.name
+            elif isinstance(block, NumbersTable) and block.frame is not None:
+                data = f"table-{block.name}"
+                store[data] = block.frame
+                table, name = block, block.name
+            else:
+                continue
+            out[name] = PageTable(data, table, datasets.count(store[data], table.required))
+    return out

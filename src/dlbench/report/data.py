@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -15,8 +16,6 @@ REQUIRED_COLUMNS = ("study", "cell_id", "kind", "status", "error", "source")
 PRECISION_ORDER = ("float64", "float32", "tf32", "bfloat16", "float16")
 PHASE_ORDER = ("training", "inference")
 STATUS_ORDER = ("ok", "oom", "failed", "skipped")
-# Model-cell axes besides model/phase/precision/batch that tell two series apart.
-VARIANT_AXES = ("system", "framework", "mode", "device", "num_gpus", "data")
 
 
 class ReportError(ValueError):
@@ -77,9 +76,27 @@ def ordered(values: pd.Series | list, preferred: tuple[str, ...] = ()) -> list:
     return first + rest
 
 
-def varying(frame: pd.DataFrame, columns: tuple[str, ...]) -> list[str]:
-    """Those of ``columns`` that take more than one value in ``frame``."""
-    return [c for c in columns if c in frame and frame[c].astype(str).nunique() > 1]
+def as_text(frame: pd.DataFrame) -> pd.DataFrame:
+    """The columns as text, nulls as empty text (pandas keeps nulls through astype(str))."""
+    return frame.astype(object).where(frame.notna(), "").astype(str)
+
+
+def joined(frame: pd.DataFrame, sep: str = " · ", skip_empty: bool = False) -> pd.Series:
+    """Each row's values as text joined by ``sep`` (column-wise: a row-wise join costs
+    seconds at 10,000 rows); ``skip_empty`` leaves out empty values and their ``sep``."""
+    text = as_text(frame)
+    out = pd.Series("", index=frame.index, dtype=object)
+    for column in text.columns:
+        value = text[column]
+        glue = (out != "") & (value != "") if skip_empty else pd.Series(
+            column != text.columns[0], index=frame.index)
+        out = out + glue.map({True: sep, False: ""}) + value
+    return out
+
+
+def varying(frame: pd.DataFrame, columns: Iterable[str]) -> list[str]:
+    """Those of ``columns`` that take more than one value in ``frame`` (nulls aside)."""
+    return [c for c in columns if c in frame and frame[c].dropna().astype(str).nunique() > 1]
 
 
 def variant_label(frame: pd.DataFrame, columns: list[str]) -> pd.Series:

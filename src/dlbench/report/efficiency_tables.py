@@ -7,6 +7,9 @@ from __future__ import annotations
 import pandas as pd
 
 from dlbench.efficiency import CALIBRATION_KIND
+from dlbench.report import encodings
+from dlbench.report.data import varying
+from dlbench.report.style import Column, NumbersTable
 from dlbench.report.tables import table
 
 
@@ -43,17 +46,24 @@ def calibration_table(frame: pd.DataFrame) -> str | None:
                   "vendor peak", "% of peak"], out)
 
 
-def model_efficiency_table(frame: pd.DataFrame) -> str | None:
-    """Model cells with counted FLOPs: achieved TFLOP/s, MFU and % of the measured ceiling."""
+def model_efficiency_table(frame: pd.DataFrame) -> NumbersTable | None:
+    """Model cells with counted FLOPs: achieved TFLOP/s, MFU and % of the measured ceiling
+    (a sortable table the page builds: a study of 10,000 cells has as many rows)."""
     rows = frame[(frame["kind"] == "model") & (frame["status"] == "ok")
                  & frame["tflops"].notna()]
     if rows.empty or (rows["pct_of_peak"].isna().all() and rows["pct_of_measured"].isna().all()):
         return None
     rows = rows.sort_values(["system", "model", "phase", "precision", "batch_size"])
-    out = [[r.system, r.model, r.phase, r.precision, r.batch_size, r.num_gpus,
-            _num(r.tflops), _num(r.peak_tflops), _pct(None if pd.isna(r.mfu) else 100 * r.mfu),
-            _num(r.measured_tflops), _pct(r.pct_of_measured), _num(r.phi_tflops)]
-           for r in rows.itertuples()]
-    return table(["system", "model", "phase", "precision", "batch", "GPUs", "TFLOP/s",
-                  "vendor peak", "MFU", "measured ceiling", "% of measured", "ParaDnn Φ TFLOP/s"],
-                 out)
+    placed = [a for a in varying(rows, encodings.model_axes())
+              if a not in ("system", "mode", "num_gpus")]
+    columns = [Column("system", "system"), Column("model", "model"), Column("phase", "phase"),
+               Column("precision", "precision"), Column("batch_size", "batch", "d"),
+               Column("num_gpus", "GPUs", "d"),
+               *[Column(a, encodings.title(a)) for a in placed],
+               Column("tflops", "TFLOP/s", ",.4g"), Column("peak_tflops", "vendor peak", ",.4g"),
+               Column("mfu", "MFU", ".1%"), Column("measured_tflops", "measured ceiling", ",.4g"),
+               Column("pct_of_measured", "% of measured", ",.1f"),
+               Column("phi_tflops", "ParaDnn Φ TFLOP/s", ",.4g")]
+    keep = list(dict.fromkeys(c.field for c in columns))
+    return NumbersTable(columns, required="tflops", frame=rows[keep].reset_index(drop=True),
+                        name="model-efficiency", title="Model cells against the hardware")

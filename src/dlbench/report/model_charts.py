@@ -6,22 +6,26 @@ import altair as alt
 import pandas as pd
 
 from dlbench.aggregate import MONITOR_COLUMNS
+from dlbench.report import encodings
 from dlbench.report.data import (
-    PHASE_ORDER,
-    VARIANT_AXES,
+    as_text,
+    joined,
     measured,
     model_opts_label,
     ordered,
     variant_label,
     varying,
 )
+from dlbench.report.encodings import Encoding
 from dlbench.report.style import (
     FRAMEWORK_COLOURS,
     MUTED,
     PANEL_HEIGHT,
     PANEL_WIDTH,
     UNSTABLE_COLOUR,
+    Column,
     Figure,
+    NumbersTable,
     batch_axis,
     colour_scale,
     facet_columns,
@@ -93,9 +97,34 @@ def model_frame(frame: pd.DataFrame, *, paradnn: bool = False) -> pd.DataFrame:
         "precision_native": rows["precision_native"],
         # The resource monitor's summary of the cell (null where it did not run).
         **{name: rows[name] for name in MONITOR_NAMES},
+        # Every other axis a cell can differ in (num_batches, loader threads, ...), so that
+        # the charts can tell apart the cells that differ in it (report.encodings).
+        **{axis: rows[axis] for axis in encodings.model_axes()
+           if axis in rows and axis not in ("system", "mode")},
     })
-    out["variant"] = variant_label(out, varying(out, VARIANT_AXES))
     return out.reset_index(drop=True)
+
+
+def by_batch(models: pd.DataFrame, panels: tuple[str, ...] = ("model", "phase")
+             ) -> tuple[pd.DataFrame, list[str], Encoding]:
+    """The rows of the charts against batch size, their panel order and where each axis
+    goes (report.encodings). Made from the whole model frame, the same for every such
+    chart, so that the page holds their data once; a chart keeps its own rows with a
+    filter in its spec."""
+    key = (id(models), panels)
+    kept = _BY_BATCH.get(key)
+    if kept is not None and kept[0] is models:  # the same frame, not one at a reused id
+        return kept[1]
+    encoding = encodings.choose(models, panels=panels)
+    frame = models.assign(variant=variant_label(models, encoding.series))
+    frame, order = with_panel(frame, encoding.panels)
+    # One object for every chart of one report: its rows are converted once (datasets.Store).
+    _BY_BATCH.clear()
+    _BY_BATCH[key] = (models, (frame, order, encoding))
+    return frame, order, encoding
+
+
+_BY_BATCH: dict[tuple[int, tuple[str, ...]], tuple[pd.DataFrame, tuple]] = {}
 
 
 def _column(rows: pd.DataFrame, name: str) -> pd.Series:
@@ -124,35 +153,76 @@ def run_to_run_columns(rows: pd.DataFrame) -> dict[str, pd.Series]:
     }
 
 
-def panel_order(frame: pd.DataFrame, columns: list[str]) -> list[str]:
-    """Panel labels, models alphabetically and training before inference."""
-    keys = frame[columns].drop_duplicates()
-    rank = {p: i for i, p in enumerate(PHASE_ORDER)}
-    keys = keys.assign(_r=keys.get("phase", pd.Series(index=keys.index)).map(rank).fillna(9))
-    keys = keys.sort_values([columns[0], "_r", *columns[1:]])
-    return [" · ".join(str(v) for v in row) for row in keys[columns].itertuples(index=False)]
+def in_order(frame: pd.DataFrame, columns: list[str], label: str) -> list[str]:
+    """The distinct values of ``label`` ordered by ``columns``, each column in its display
+    order (models alphabetically, training before inference, GPU counts by size...)."""
+    keys = frame[[*columns, label]].drop_duplicates(label)
+    ranks = pd.DataFrame({c: keys[c].map({v: i for i, v in enumerate(encodings.values(keys, c))})
+                          for c in columns}, index=keys.index)
+    return keys.loc[ranks.sort_values(columns, na_position="last").index, label].tolist()
 
 
 def with_panel(frame: pd.DataFrame, columns: list[str]) -> tuple[pd.DataFrame, list[str]]:
     frame = frame.copy()
-    parts = frame[columns].astype(str)
+    if not columns:  # every row in one panel
+        frame["panel"] = ""
+        return frame, [""]
+    parts = as_text(frame[columns])
     if "num_gpus" in parts:
         parts["num_gpus"] = parts["num_gpus"] + " GPU(s)"
-    frame["panel"] = parts.agg(" · ".join, axis=1)
-    return frame, panel_order(frame, columns)
+    frame["panel"] = joined(parts)
+    return frame, in_order(frame, columns, "panel")
 
 
-def model_tooltip(frame: pd.DataFrame, extra: list[alt.Tooltip]) -> list[alt.Tooltip]:
+def model_tooltip(frame: pd.DataFrame, extra: list[alt.Tooltip],
+                  encoding: Encoding | None = None) -> list[alt.Tooltip]:
     tips = [alt.Tooltip("model:N"), alt.Tooltip("phase:N"), alt.Tooltip("precision:N"),
             alt.Tooltip("batch_size:Q", title="batch size")]
-    tips += [alt.Tooltip(f"{c}:N") for c in varying(frame, VARIANT_AXES)]
+    shown = (encoding.panels + encoding.series + encoding.filters if encoding is not None
+             else varying(frame, encodings.SERIES_FIRST))
+    tips += [alt.Tooltip(f"{c}:N", title=encodings.title(c)) for c in shown
+             if c not in ("model", "phase", "precision", "batch_size")]
     return tips + extra
+
+
+def axis_columns(encoding: Encoding) -> list[Column]:
+    """The leading columns of a numbers table: what tells its rows apart."""
+    placed = [a for a in (*encoding.panels, *encoding.filters, *encoding.series)
+              if a not in ("model", "phase", "precision", "batch_size")]
+    return [Column("model", "model"), Column("phase", "phase"),
+            *[Column(a, encodings.title(a)) for a in placed],
+            Column("precision", "precision"), Column("batch_size", "batch size", "d")]
+
+
+def filtered(chart: alt.TopLevelMixin, where: str | None,
+             encoding: Encoding | None) -> alt.TopLevelMixin:
+    """``chart`` keeping the rows ``where`` (a Vega expression) and those the encoding's
+    dropdowns show."""
+    for expression in (where, encoding.filter_expression() if encoding else None):
+        if expression:
+            chart = chart.transform_filter(expression)
+    return chart
+
+
+def faceted(layered: alt.LayerChart, panels: list[str], encoding: Encoding | None,
+            frame: pd.DataFrame) -> alt.FacetChart:
+    """One panel per label in ``panels``, the encoding's dropdowns above them."""
+    chart = layered.facet(
+        facet=alt.Facet("panel:N", title=None, sort=panels), columns=facet_columns(len(panels)),
+    )
+    if encoding is not None and encoding.filters:
+        chart = chart.add_params(*encoding.params(frame))
+    return chart
 
 
 def lines_by_batch(frame: pd.DataFrame, *, y: str, y_title: str, colour: alt.Color,
                    tooltip: list[alt.Tooltip], panels: list[str],
-                   series: str = "variant") -> alt.FacetChart:
-    """Lines over a log-2 batch-size axis, one panel per label in ``panels``."""
+                   series: str = "variant", encoding: Encoding | None = None,
+                   where: str | None = None,
+                   calculate: dict[str, str] | None = None) -> alt.FacetChart:
+    """Lines over a log-2 batch-size axis, one panel per label in ``panels``; ``where``:
+    a Vega expression choosing the chart's rows of ``frame``; ``calculate``: columns the
+    chart derives (name -> Vega expression)."""
     x = alt.X("batch_size:Q", title="batch size", axis=batch_axis(frame["batch_size"].unique()),
               scale=alt.Scale(type="log", base=2, nice=False, padding=12))
     base = alt.Chart().encode(
@@ -160,11 +230,13 @@ def lines_by_batch(frame: pd.DataFrame, *, y: str, y_title: str, colour: alt.Col
         color=colour, detail=f"{series}:N", tooltip=tooltip,
     )
     if frame[series].nunique() > 1 and series == "variant":
-        title = " · ".join(varying(frame, VARIANT_AXES))
+        title = " · ".join(encodings.title(a) for a in encoding.series) if encoding else ""
         base = base.encode(
-            strokeDash=alt.StrokeDash("variant:N", title=title, legend=alt.Legend(
+            strokeDash=alt.StrokeDash("variant:N", title=title, sort=in_order(
+                frame, encoding.series, "variant") if encoding else "ascending", legend=alt.Legend(
                 symbolType="stroke", symbolStrokeWidth=2.2, symbolSize=300)),
-            shape=alt.Shape("variant:N", legend=None))
+            shape=alt.Shape("variant:N", legend=None, sort=in_order(
+                frame, encoding.series, "variant") if encoding else "ascending"))
     layers = [base.mark_line(), base.mark_point()]
     if y == "throughput" and frame.get("throughput_low", pd.Series(dtype=float)).notna().any():
         # The 95 % interval of each point (over repeats, or over one run's iterations).
@@ -177,10 +249,11 @@ def lines_by_batch(frame: pd.DataFrame, *, y: str, y_title: str, colour: alt.Col
         layers.append(alt.Chart().transform_filter(alt.datum.unstable).mark_point(
             shape="circle", size=260, filled=False, color=UNSTABLE_COLOUR, strokeWidth=1.6,
         ).encode(x=x, y=f"{y}:Q", tooltip=tooltip))
-    layered = alt.layer(*layers, data=frame).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT)
-    return layered.facet(
-        facet=alt.Facet("panel:N", title=None, sort=panels), columns=facet_columns(len(panels)),
-    ).resolve_scale(y="independent")
+    layered = filtered(alt.layer(*layers, data=frame), where, encoding)
+    for name, expression in (calculate or {}).items():
+        layered = layered.transform_calculate(**{name: expression})
+    layered = layered.properties(width=PANEL_WIDTH, height=PANEL_HEIGHT)
+    return faceted(layered, panels, encoding, frame).resolve_scale(y="independent")
 
 
 def _unit(frame: pd.DataFrame) -> str:
@@ -191,7 +264,7 @@ def _unit(frame: pd.DataFrame) -> str:
 def throughput_figure(models: pd.DataFrame) -> Figure | None:
     if models.empty:
         return None
-    frame, panels = with_panel(models, ["model", "phase"])
+    frame, panels, encoding = by_batch(models)
     tips = model_tooltip(frame, [alt.Tooltip("throughput:Q", format=",.1f"),
                             alt.Tooltip("unit:N"),
                             alt.Tooltip("throughput_low:Q", title="95 % CI from", format=",.1f"),
@@ -199,10 +272,11 @@ def throughput_figure(models: pd.DataFrame) -> Figure | None:
                             alt.Tooltip("ci_method:N", title="CI over"),
                             alt.Tooltip("repeats:Q", title="runs"),
                             alt.Tooltip("run_to_run_cv:Q", title="run-to-run CV", format=".1%"),
-                            alt.Tooltip("time_ms:Q", title="median time (ms)", format=",.3f")])
+                            alt.Tooltip("time_ms:Q", title="median time (ms)", format=",.3f")],
+                         encoding)
     colour = alt.Color("precision:N", scale=precision_scale(list(frame["precision"].unique())))
     chart = lines_by_batch(frame, y="throughput", y_title=f"throughput ({_unit(frame)})",
-                           colour=colour, tooltip=tips, panels=panels)
+                           colour=colour, tooltip=tips, panels=panels, encoding=encoding)
     several = int(frame["repeats"].max()) > 1
     return Figure("throughput", "Throughput against batch size",
                   "Median-iteration throughput"
@@ -213,8 +287,15 @@ def throughput_figure(models: pd.DataFrame) -> Figure | None:
                      if several else ", over the run's iterations (run-to-run variation needs "
                      "repeats)")
                   + "." + (" Ringed points are unstable: their runs differ by more than the "
-                           "unstable_cv threshold." if frame["unstable"].any() else ""),
-                  styled(chart))
+                           "unstable_cv threshold." if frame["unstable"].any() else "")
+                  + encoding.note(),
+                  styled(chart), shows=encoding.defaults, table=NumbersTable([
+                      *axis_columns(encoding),
+                      Column("throughput", f"throughput ({_unit(frame)})", ",.1f"),
+                      Column("throughput_low", "95 % CI from", ",.1f"),
+                      Column("throughput_high", "95 % CI to", ",.1f"),
+                      Column("time_ms", "median time (ms)", ",.3f"),
+                      Column("repeats", "runs", "d")], required="throughput"))
 
 
 def framework_figure(models: pd.DataFrame) -> Figure | None:
@@ -226,8 +307,7 @@ def framework_figure(models: pd.DataFrame) -> Figure | None:
     frame = models[counts >= 2]
     if frame.empty:
         return None
-    columns = ["model", "phase", "precision", *varying(frame, ("device", "num_gpus", "data"))]
-    frame, panels = with_panel(frame, columns)
+    frame, panels, encoding = by_bars(frame, "framework")
     frameworks = ordered(frame["framework"])
     base = alt.Chart().encode(
         x=alt.X("batch_size:O", title="batch size", axis=alt.Axis(labelAngle=0), scale=BAND),
@@ -235,27 +315,49 @@ def framework_figure(models: pd.DataFrame) -> Figure | None:
         y=alt.Y("throughput:Q", title=f"throughput ({_unit(frame)})"),
         color=alt.Color("framework:N", scale=colour_scale(frameworks, FRAMEWORK_COLOURS)),
         tooltip=[alt.Tooltip("framework:N"),
-                 *model_tooltip(frame, [alt.Tooltip("throughput:Q", format=",.1f")])],
+                 *model_tooltip(frame, [alt.Tooltip("throughput:Q", format=",.1f")],
+                                encoding)],
     )
-    chart = alt.layer(base.mark_bar(cornerRadiusEnd=2), data=frame).properties(
-        width=PANEL_WIDTH, height=PANEL_HEIGHT).facet(
-        facet=alt.Facet("panel:N", title=None, sort=panels),
-        columns=facet_columns(len(panels))).resolve_scale(y="independent")
+    layered = filtered(alt.layer(base.mark_bar(cornerRadiusEnd=2), data=frame), None,
+                       encoding).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT)
+    chart = faceted(layered, panels, encoding, frame).resolve_scale(y="independent")
     return Figure("framework-comparison", "Frameworks side by side",
-                  "The same model, phase, precision and batch size run by each framework.",
-                  styled(chart))
+                  "The same model, phase, precision and batch size run by each framework."
+                  + encoding.note(), styled(chart), shows=encoding.defaults,
+                  table=NumbersTable([*axis_columns(encoding), Column("framework", "framework"),
+                                      Column("throughput", "throughput", ",.1f")],
+                                     required="throughput"))
+
+
+def by_bars(frame: pd.DataFrame, colour: str, panels: tuple[str, ...] = ("model", "phase",
+                                                                          "precision")
+            ) -> tuple[pd.DataFrame, list[str], Encoding]:
+    """Bar charts' rows with their panel order and the places of the other axes: more
+    panels while they stay few, then dropdowns (report.encodings)."""
+    encoding = encodings.choose(frame, panels=panels, colour=colour, lines=False,
+                                candidates=[a for a in encodings.model_axes() if a != colour])
+    frame, order = with_panel(frame, encoding.panels)
+    return frame, order, encoding
+
+
+def identity(models: pd.DataFrame) -> list[str]:
+    """The columns that tell one model cell from another (its axes)."""
+    return [k for k in ("model", "phase", "precision", "batch_size", *encodings.model_axes())
+            if k in models]
 
 
 def ratio_frame(models: pd.DataFrame, axis: str, baseline: str) -> pd.DataFrame:
     """Throughput of each value of ``axis`` over ``baseline``'s median throughput for the
     same cell otherwise (the baseline's throughput in ``<baseline>_throughput``)."""
-    keys = [k for k in ("system", "model", "phase", "precision", "batch_size", "device",
-                        "framework", "mode", "num_gpus", "data") if k != axis]
+    keys = [k for k in identity(models) if k != axis]
     reference = f"{baseline}_throughput"
-    base = (models[models[axis] == baseline].groupby(keys, as_index=False)["throughput"]
-            .median().rename(columns={"throughput": reference}))
-    merged = models[models[axis] != baseline].merge(base, on=keys)
-    merged = merged[merged[reference] > 0]
+    # One text key per cell otherwise: nulls (an axis a framework lacks) match each other,
+    # and a column of booleans with nulls compares as it reads.
+    models = models.assign(_same=joined(models[keys], "\x1f"))
+    base = models[models[axis] == baseline].groupby("_same")["throughput"].median()
+    base.name = reference
+    merged = models[models[axis] != baseline].join(base, on="_same", how="inner")
+    merged = merged[merged[reference] > 0].drop(columns="_same")
     merged["speedup"] = merged["throughput"] / merged[reference]
     merged["label"] = merged["speedup"].map(lambda s: f"{s:.2f}×")
     return merged.reset_index(drop=True)
@@ -267,7 +369,8 @@ def speedup_frame(models: pd.DataFrame) -> pd.DataFrame:
 
 
 def speedup_bars(frame: pd.DataFrame, panels: list[str], axis: str, baseline: str,
-                 colour: alt.Color, tooltip: list[alt.Tooltip]) -> alt.FacetChart:
+                 colour: alt.Color, tooltip: list[alt.Tooltip],
+                 encoding: Encoding) -> alt.FacetChart:
     """Bars of ``speedup`` (a ``ratio_frame``) per batch size, one per value of ``axis``,
     a dashed parity line, the ratio written over each bar where the labels fit."""
     order = ordered(frame[axis])
@@ -284,9 +387,16 @@ def speedup_bars(frame: pd.DataFrame, panels: list[str], axis: str, baseline: st
     layers = [bars, parity]
     if frame["batch_size"].nunique() * len(order) <= 8:  # labels only where they fit
         layers.append(labels)
-    return alt.layer(*layers, data=frame).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT).facet(
-        facet=alt.Facet("panel:N", title=None, sort=panels), columns=facet_columns(len(panels)),
-    ).resolve_scale(xOffset="independent")
+    layered = filtered(alt.layer(*layers, data=frame), None, encoding).properties(
+        width=PANEL_WIDTH, height=PANEL_HEIGHT)
+    return faceted(layered, panels, encoding, frame).resolve_scale(xOffset="independent")
+
+
+def ratio_table(encoding: Encoding, axis: str, reference: str, title: str) -> NumbersTable:
+    return NumbersTable([*axis_columns(encoding), Column(axis, encodings.title(axis)),
+                         Column("throughput", "throughput", ",.1f"),
+                         Column(reference, title, ",.1f"),
+                         Column("speedup", "speed-up (×)", ",.2f")], required="speedup")
 
 
 def speedup_figure(models: pd.DataFrame) -> Figure | None:
@@ -295,20 +405,20 @@ def speedup_figure(models: pd.DataFrame) -> Figure | None:
     frame = speedup_frame(models)
     if frame.empty:
         return None
-    columns = ["model", "phase",
-               *varying(frame, ("framework", "mode", "device", "num_gpus", "data"))]
-    frame, panels = with_panel(frame, columns)
+    frame, panels, encoding = by_bars(frame, "precision", ("model", "phase"))
     precisions = ordered(frame["precision"])
     colour = alt.Color("precision:N", scale=precision_scale(precisions))
     tips = model_tooltip(frame, [alt.Tooltip("label:N", title="speed-up"),
                                  alt.Tooltip("throughput:Q", format=",.1f"),
                                  alt.Tooltip("float32_throughput:Q", format=",.1f",
-                                             title="float32 throughput")])
-    chart = speedup_bars(frame, panels, "precision", "float32", colour, tips)
+                                             title="float32 throughput")], encoding)
+    chart = speedup_bars(frame, panels, "precision", "float32", colour, tips, encoding)
     return Figure("precision-speedup", "Speed-up over float32",
                   "Throughput of each precision divided by float32 throughput for the same "
-                  "model, phase, batch size, device and framework; the dashed line is parity.",
-                  styled(chart))
+                  "cell otherwise (model, phase, batch size, device, framework...); the dashed "
+                  "line is parity." + encoding.note(), styled(chart), shows=encoding.defaults,
+                  table=ratio_table(encoding, "precision", "float32_throughput",
+                                    "float32 throughput"))
 
 
 def baseline_system(models: pd.DataFrame, chosen: str | None = None) -> str | None:
@@ -332,22 +442,21 @@ def systems_figure(models: pd.DataFrame, chosen: str | None = None) -> Figure | 
     frame = ratio_frame(models, "system", baseline)
     if frame.empty:
         return None
-    columns = ["model", "phase", "precision",
-               *varying(frame, ("framework", "mode", "device", "num_gpus", "data"))]
-    frame, panels = with_panel(frame, columns)
+    frame, panels, encoding = by_bars(frame, "system")
     colour = alt.Color("system:N", sort=ordered(frame["system"]),
                        scale=alt.Scale(scheme="tableau10"))
     reference = f"{baseline}_throughput"
     tips = model_tooltip(frame, [alt.Tooltip("label:N", title="speed-up"),
                                  alt.Tooltip("throughput:Q", format=",.1f"),
                                  alt.Tooltip(f"{reference}:Q", format=",.1f",
-                                             title=f"{baseline} throughput")])
-    chart = speedup_bars(frame, panels, "system", baseline, colour, tips)
+                                             title=f"{baseline} throughput")], encoding)
+    chart = speedup_bars(frame, panels, "system", baseline, colour, tips, encoding)
     return Figure("system-speedup", f"Speed-up over {baseline}",
                   f"Throughput on each system divided by the throughput on {baseline} for the "
                   "same model, phase, precision, batch size, device and framework; the dashed "
                   "line is parity. Whether a difference is real: dlbench compare "
-                  "(docs/compare.md).", styled(chart))
+                  "(docs/compare.md)." + encoding.note(), styled(chart), shows=encoding.defaults,
+                  table=ratio_table(encoding, "system", reference, f"{baseline} throughput"))
 
 
 def compile_speedup_frame(models: pd.DataFrame) -> pd.DataFrame:
@@ -362,41 +471,41 @@ def compile_speedup_figure(models: pd.DataFrame) -> Figure | None:
     frame = compile_speedup_frame(models)
     if frame.empty:
         return None
-    columns = ["model", "phase", "precision",
-               *varying(frame, ("framework", "device", "num_gpus", "data"))]
-    frame, panels = with_panel(frame, columns)
+    frame, panels, encoding = by_bars(frame, "mode")
     colour = alt.Color("mode:N", title="execution mode", sort=ordered(frame["mode"]),
                        scale=alt.Scale(scheme="tableau10"))
-    tips = model_tooltip(frame, [*([] if "mode" in varying(frame, VARIANT_AXES)
-                                   else [alt.Tooltip("mode:N")]),
+    tips = model_tooltip(frame, [alt.Tooltip("mode:N", title="execution mode"),
                                  alt.Tooltip("label:N", title="speed-up"),
                                  alt.Tooltip("throughput:Q", format=",.1f"),
                                  alt.Tooltip("eager_throughput:Q", format=",.1f",
                                              title="eager throughput"),
                                  alt.Tooltip("compile_time_s:Q", format=",.1f",
-                                             title="compile time (s)")])
-    chart = speedup_bars(frame, panels, "mode", EAGER, colour, tips)
+                                             title="compile time (s)")], encoding)
+    chart = speedup_bars(frame, panels, "mode", EAGER, colour, tips, encoding)
     return Figure("compile-speedup", "Speed-up over eager",
                   "Throughput of each execution mode (torch.compile mode, CUDA graphs, "
                   "channels_last) divided by eager throughput for the same model, phase, "
                   "precision, batch size, device and framework; compile time, measured apart "
-                  "from the iterations, is in the tooltip. The dashed line is parity.",
-                  styled(chart))
+                  "from the iterations, is in the tooltip. The dashed line is parity."
+                  + encoding.note(), styled(chart), shows=encoding.defaults,
+                  table=ratio_table(encoding, "mode", "eager_throughput", "eager throughput"))
 
 
 def tflops_figure(models: pd.DataFrame) -> Figure | None:
-    frame = models[models["tflops"].notna()] if not models.empty else models
-    if frame.empty:
+    if models.empty or models["tflops"].isna().all():
         return None
-    frame, panels = with_panel(frame, ["model", "phase"])
+    frame, panels, encoding = by_batch(models)
     tips = model_tooltip(frame, [alt.Tooltip("tflops:Q", title="TFLOP/s", format=",.2f"),
-                            alt.Tooltip("throughput:Q", format=",.1f")])
+                            alt.Tooltip("throughput:Q", format=",.1f")], encoding)
     colour = alt.Color("precision:N", scale=precision_scale(list(frame["precision"].unique())))
     chart = lines_by_batch(frame, y="tflops", y_title="achieved TFLOP/s", colour=colour,
-                           tooltip=tips, panels=panels)
+                           tooltip=tips, panels=panels, encoding=encoding,
+                           where="isValid(datum.tflops)")
     return Figure("model-tflops", "TFLOP/s against batch size",
-                  "Floating-point work per iteration divided by the median iteration time.",
-                  styled(chart))
+                  "Floating-point work per iteration divided by the median iteration time."
+                  + encoding.note(), styled(chart), shows=encoding.defaults,
+                  table=NumbersTable([*axis_columns(encoding), Column("tflops", "TFLOP/s", ",.2f")],
+                                     required="tflops"))
 
 
 def loader_figure(frame: pd.DataFrame) -> Figure | None:

@@ -12,13 +12,22 @@ from html import escape
 import altair as alt
 import pandas as pd
 
-from dlbench.report.model_charts import lines_by_batch, model_tooltip, with_panel
+from dlbench.report.encodings import Encoding
+from dlbench.report.model_charts import (
+    axis_columns,
+    by_batch,
+    faceted,
+    filtered,
+    lines_by_batch,
+    model_tooltip,
+)
 from dlbench.report.style import (
     PANEL_HEIGHT,
     PANEL_WIDTH,
+    Column,
     Figure,
+    NumbersTable,
     batch_axis,
-    facet_columns,
     precision_scale,
     styled,
 )
@@ -52,34 +61,48 @@ def _partial_notes(frame: pd.DataFrame) -> str:
     return "; ".join(sorted(set(notes[notes != ""])))
 
 
-def _cells_with(models: pd.DataFrame, column: str) -> tuple[pd.DataFrame, list[str]] | None:
-    """The model cells that have ``column`` and their panels per model and phase; None when
-    there is none."""
+# The rows a chart of energy or power draws (the others have no energy to show).
+WITH_ENERGY = "isValid(datum.energy_j) && datum.energy_j > 0"
+
+
+def _cells_with(models: pd.DataFrame, column: str
+                ) -> tuple[pd.DataFrame, pd.DataFrame, list[str], Encoding] | None:
+    """The model cells with energy that have ``column``, and the rows, panels and
+    encoding of every chart against batch size (model_charts.by_batch; the chart keeps
+    its own rows with a filter); None when no cell has ``column``."""
     frame = with_energy(models)
     frame = frame[frame[column].notna()] if not frame.empty else frame
     if frame.empty:
         return None
-    return with_panel(frame, ["model", "phase"])
+    return (frame, *by_batch(models))
+
+
+def _numbers(encoding: Encoding, columns: list[Column], required: str) -> NumbersTable:
+    return NumbersTable([*axis_columns(encoding), *columns], required=required)
 
 
 def energy_figure(models: pd.DataFrame) -> Figure | None:
     selected = _cells_with(models, "samples_per_joule")
     if selected is None:
         return None
-    frame, panels = selected
+    cells, frame, panels, encoding = selected
     tips = model_tooltip(frame, [alt.Tooltip("samples_per_joule:Q", title="samples/J", format=",.2f"),
                             alt.Tooltip("energy_j:Q", title="energy (J)", format=",.1f"),
                             alt.Tooltip("power_mean_w:Q", title="mean power (W)", format=",.1f"),
-                            alt.Tooltip("energy_note:N", title="note")])
+                            alt.Tooltip("energy_note:N", title="note")], encoding)
     chart = lines_by_batch(frame, y="samples_per_joule", y_title="samples per joule",
-                           colour=_precision_colour(frame), tooltip=tips, panels=panels)
-    partial = _partial_notes(frame)
+                           colour=_precision_colour(frame), tooltip=tips, panels=panels,
+                           encoding=encoding, where=WITH_ENERGY)
+    partial = _partial_notes(cells)
     caption = ("Samples processed by the measured iterations divided by the energy they took "
                "(GPUs and, where readable, the host's RAPL counters).")
     if partial:
         caption += f" Sources not counted: {partial}."
-    return Figure("energy-efficiency", "Energy efficiency against batch size", caption,
-                  styled(chart))
+    return Figure("energy-efficiency", "Energy efficiency against batch size",
+                  caption + encoding.note(), styled(chart), shows=encoding.defaults, table=_numbers(encoding, [
+                      Column("samples_per_joule", "samples/J", ",.2f"),
+                      Column("energy_j", "energy (J)", ",.1f"),
+                      Column("power_mean_w", "mean power (W)", ",.1f")], "samples_per_joule"))
 
 
 def power_figure(models: pd.DataFrame) -> Figure | None:
@@ -87,9 +110,10 @@ def power_figure(models: pd.DataFrame) -> Figure | None:
     selected = _cells_with(models, "power_mean_w")
     if selected is None:
         return None
-    frame, panels = selected
+    cells, frame, panels, encoding = selected
     tips = model_tooltip(frame, [alt.Tooltip("power_mean_w:Q", title="mean power (W)", format=",.1f"),
-                            alt.Tooltip("power_max_w:Q", title="max power (W)", format=",.1f")])
+                            alt.Tooltip("power_max_w:Q", title="max power (W)", format=",.1f")],
+                         encoding)
     x = alt.X("batch_size:Q", title="batch size", axis=batch_axis(frame["batch_size"].unique()),
               scale=alt.Scale(type="log", base=2, nice=False, padding=12))
     base = alt.Chart().encode(x=x, color=_precision_colour(frame), detail="variant:N",
@@ -97,37 +121,50 @@ def power_figure(models: pd.DataFrame) -> Figure | None:
     mean = base.encode(y=alt.Y("power_mean_w:Q", title="power (W): mean, tick at max",
                                scale=alt.Scale(zero=True)))
     layers = [mean.mark_line(), mean.mark_point()]
-    if frame["power_max_w"].notna().any():
+    if cells["power_max_w"].notna().any():
         peak = base.transform_filter("isValid(datum.power_max_w)")
         layers += [peak.mark_rule(strokeDash=[2, 2], opacity=0.7).encode(
                        y="power_mean_w:Q", y2="power_max_w:Q"),
                    peak.mark_tick(orient="horizontal", thickness=2, size=14).encode(y="power_max_w:Q")]
-    chart = alt.layer(*layers, data=frame).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT)
-    chart = chart.facet(facet=alt.Facet("panel:N", title=None, sort=panels),
-                        columns=facet_columns(len(panels))).resolve_scale(y="independent")
+    chart = filtered(alt.layer(*layers, data=frame), f"{WITH_ENERGY} && isValid(datum.power_mean_w)",
+                     encoding).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT)
+    chart = faceted(chart, panels, encoding, frame).resolve_scale(y="independent")
     return Figure("power", "Power against batch size",
                   "Mean power over the measured iterations (energy over time) and the highest "
-                  "sampled draw.", styled(chart))
+                  "sampled draw." + encoding.note(), styled(chart), shows=encoding.defaults, table=_numbers(encoding, [
+                      Column("power_mean_w", "mean power (W)", ",.1f"),
+                      Column("power_max_w", "max power (W)", ",.1f")], "power_mean_w"))
 
 
 def _memory_figure(models: pd.DataFrame, column: str, *, name: str, title: str,
                    what: str, caption: str) -> Figure | None:
-    frame = _numeric(models, [column, "max_memory_allocated_bytes"])
-    frame = frame[frame[column].notna() & (frame[column] > 0)] if not frame.empty else frame
-    if frame.empty:
+    cells = _numeric(models, [column, "max_memory_allocated_bytes"])
+    cells = cells[cells[column].notna() & (cells[column] > 0)] if not cells.empty else cells
+    if cells.empty:
         return None
-    unit, size = ("GiB", GIB) if frame[column].max() >= GIB else ("MiB", MIB)
-    frame = frame.assign(memory=frame[column] / size,
-                         allocated=frame["max_memory_allocated_bytes"] / size)
-    frame, panels = with_panel(frame, ["model", "phase"])
-    extra = [alt.Tooltip("memory:Q", title=f"{what} ({unit})", format=",.2f")]
-    if column == "peak_device_memory_bytes" and frame["allocated"].notna().any():
-        extra.append(alt.Tooltip("allocated:Q", title=f"PyTorch max allocated ({unit})",
+    unit, size = ("GiB", GIB) if cells[column].max() >= GIB else ("MiB", MIB)
+    frame, panels, encoding = by_batch(models)
+    # In the chart's spec, so that every chart against batch size shares the page's rows.
+    memory, allocated = f"{column}_{unit}", f"max_memory_allocated_{unit}"
+    extra = [alt.Tooltip(f"{memory}:Q", title=f"{what} ({unit})", format=",.2f")]
+    with_allocated = (column == "peak_device_memory_bytes"
+                      and cells["max_memory_allocated_bytes"].notna().any())
+    if with_allocated:
+        extra.append(alt.Tooltip(f"{allocated}:Q", title=f"PyTorch max allocated ({unit})",
                                  format=",.2f"))
-    chart = lines_by_batch(frame, y="memory", y_title=f"{what} ({unit})",
-                           colour=_precision_colour(frame), tooltip=model_tooltip(frame, extra),
-                           panels=panels)
-    return Figure(name, title, caption, styled(chart))
+    chart = lines_by_batch(frame, y=memory, y_title=f"{what} ({unit})",
+                           colour=_precision_colour(frame),
+                           tooltip=model_tooltip(frame, extra, encoding), panels=panels,
+                           encoding=encoding,
+                           where=f"isValid(datum.{column}) && datum.{column} > 0",
+                           calculate={memory: f"datum.{column} / {size}",
+                                      allocated: f"datum.max_memory_allocated_bytes / {size}"})
+    columns = [Column(column, f"{what} (bytes)", ",d")]
+    if with_allocated:
+        columns.append(Column("max_memory_allocated_bytes", "PyTorch max allocated (bytes)",
+                              ",d"))
+    return Figure(name, title, caption + encoding.note(), styled(chart), shows=encoding.defaults,
+                  table=_numbers(encoding, columns, column))
 
 
 def host_memory_figure(models: pd.DataFrame) -> Figure | None:

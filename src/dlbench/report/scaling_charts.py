@@ -13,11 +13,13 @@ import altair as alt
 import pandas as pd
 
 from dlbench import axes
-from dlbench.report.data import measured, varying
-from dlbench.report.style import Figure, styled
+from dlbench.report import encodings
+from dlbench.report.data import joined, measured, varying
+from dlbench.report.style import Column, Figure, NumbersTable, styled
 
 # What a series holds fixed: every axis column but the two that scaling varies.
 VARIED = ("num_gpus", "batch_size")
+KINDS = {"weak": "batch_size", "strong": "global_batch"}  # scaling -> the batch held fixed
 
 
 def _series_keys(frame: pd.DataFrame) -> list[str]:
@@ -38,62 +40,89 @@ def scaling_frame(frame: pd.DataFrame) -> pd.DataFrame:
     # A series is named by every fixed axis that differs between series (so that no two
     # series share a name, and a line never joins two of them), and the batch held fixed.
     named = varying(rows, tuple(keys)) or ["model"]
-    out = []
-    for scaling, fixed in (("weak", "batch_size"), ("strong", "global_batch")):
-        for _, group in rows.groupby([*keys, fixed], sort=False):
-            base = group[group["num_gpus"] == 1]
-            if base.empty or group["num_gpus"].nunique() < 2:
-                continue
-            x1 = float(base["x"].iloc[0])
-            label = " · ".join(str(group[k].iloc[0]) for k in named if group[k].iloc[0] != "")
-            for r in group.sort_values("num_gpus").itertuples():
-                out.append({
-                    "scaling": scaling, "series": f"{label} · {fixed.replace('_', ' ')} "
-                                                   f"{int(getattr(r, fixed))}",
-                    "system": r.system, "model": r.model, "precision": r.precision,
-                    "phase": r.phase, "num_gpus": int(r.num_gpus),
-                    "batch_size": int(r.batch_size), "global_batch": int(r.global_batch),
-                    "throughput": r.x, "speedup": r.x / x1,
-                    "efficiency": r.x / (r.num_gpus * x1)})
-    return pd.DataFrame(out)
+    parts = []
+    for scaling, fixed in KINDS.items():
+        group = [*keys, fixed]
+        several = rows.groupby(group, sort=False)["num_gpus"].transform("nunique") > 1
+        base = (rows[rows["num_gpus"] == 1].drop_duplicates(group)[[*group, "x"]]
+                .rename(columns={"x": "x1"}))
+        part = rows[several].merge(base, on=group)
+        if part.empty:
+            continue
+        label = joined(part[named], skip_empty=True)
+        part = part.assign(scaling=scaling, fixed_batch=part[fixed].astype(int),
+                           series=label + f" · {fixed.replace('_', ' ')} "
+                           + part[fixed].astype(int).astype(str))
+        parts.append(part)
+    if not parts:
+        return pd.DataFrame()
+    data = pd.concat(parts, ignore_index=True)
+    data["series_id"] = pd.factorize(data["scaling"] + "\x1f" + data["series"])[0]
+    data = data.assign(num_gpus=data["num_gpus"].astype(int),
+                       batch_size=data["batch_size"].astype(int),
+                       global_batch=data["global_batch"].astype(int), throughput=data["x"],
+                       speedup=data["x"] / data["x1"],
+                       efficiency=data["x"] / (data["num_gpus"] * data["x1"]))
+    others = [a for a in encodings.model_axes() if a in data and a not in ("system", "num_gpus")]
+    columns = ["scaling", "series", "series_id", "system", "model", "precision", "phase", "num_gpus",
+               "batch_size", "global_batch", "fixed_batch", "throughput", "speedup",
+               "efficiency", *others]
+    return data[columns].sort_values(["scaling", "series", "num_gpus"], kind="stable",
+                                     ignore_index=True)
+
+
+# Axes a scaling series may differ in, besides the scaling kind and the batch held fixed.
+def _candidates(data: pd.DataFrame) -> list[str]:
+    return ["model", "phase", "precision",
+            *[a for a in encodings.model_axes() if a in data and a != "num_gpus"]]
 
 
 def scaling_figure(frame: pd.DataFrame) -> Figure | None:
     data = scaling_frame(frame)
     if data.empty:
         return None
+    encoding = encodings.choose(data, panels=("scaling",), colour="fixed_batch",
+                                candidates=_candidates(data))
     gpus = sorted(data["num_gpus"].unique())
-    base = alt.Chart(data).encode(
+    placed = [*encoding.series, *encoding.filters]
+    dash = {}
+    if encoding.series:
+        data = data.assign(style=joined(data[encoding.series]))
+        dash = {"strokeDash": alt.StrokeDash("style:N", title=" · ".join(
+            encodings.title(a) for a in encoding.series))}
+    base = alt.Chart().encode(
         x=alt.X("num_gpus:Q", title="GPUs", scale=alt.Scale(type="log", base=2),
                 axis=alt.Axis(values=[int(g) for g in gpus], format="d")),
-        color=alt.Color("series:N", title="series", legend=alt.Legend(labelLimit=320)),
-        detail="series:N",
-        tooltip=["scaling:N", "series:N", "num_gpus:Q", "batch_size:Q", "global_batch:Q",
+        color=alt.Color("fixed_batch:O", title="batch held fixed",
+                        scale=alt.Scale(scheme="viridis"),
+                        legend=alt.Legend(labelLimit=320)),
+        # A line per series: its number is enough (its name, long, is in the tooltip's axes).
+        detail="series_id:N",
+        tooltip=["scaling:N", *[alt.Tooltip(f"{a}:N", title=encodings.title(a))
+                                            for a in placed],
+                 "num_gpus:Q", "batch_size:Q", "global_batch:Q",
                  alt.Tooltip("throughput:Q", format=",.1f"),
                  alt.Tooltip("speedup:Q", format=".2f"),
-                 alt.Tooltip("efficiency:Q", format=".0%")])
-    efficiency = alt.layer(
-        base.mark_line(point=True).encode(
-            y=alt.Y("efficiency:Q", title="efficiency X(n) / (n X(1))", axis=alt.Axis(format="%"),
-                    scale=alt.Scale(domainMin=0)), order="num_gpus:Q"),
-        alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(strokeDash=[4, 3], color="#9aa5b1")
-        .encode(y="y:Q"),
-    ).properties(width=300, height=220)
-    chart = efficiency.facet(column=alt.Column("scaling:N", title=None,
-                                               sort=["weak", "strong"]), data=data)
+                 alt.Tooltip("efficiency:Q", format=".0%")], **dash)
+    lines = base.mark_line(point=True).encode(
+        y=alt.Y("efficiency:Q", title="efficiency X(n) / (n X(1))", axis=alt.Axis(format="%"),
+                scale=alt.Scale(domainMin=0)), order="num_gpus:Q")
+    parity = alt.Chart().mark_rule(strokeDash=[4, 3], color="#9aa5b1").encode(y=alt.datum(1.0))
+    efficiency = alt.layer(lines, parity)
+    if encoding.filters:
+        efficiency = efficiency.transform_filter(encoding.filter_expression())
+    chart = efficiency.properties(width=300, height=220).facet(
+        column=alt.Column("scaling:N", title=None, sort=list(KINDS)), data=data)
+    if encoding.filters:
+        chart = chart.add_params(*encoding.params(data))
+    numbers = NumbersTable([
+        Column("scaling", "scaling"),
+        *[Column(a, encodings.title(a)) for a in placed],
+        Column("num_gpus", "GPUs", "d"), Column("batch_size", "batch per GPU", "d"),
+        Column("global_batch", "global batch", "d"),
+        Column("throughput", "samples/s", ",.1f"), Column("speedup", "speed-up", ".2f"),
+        Column("efficiency", "efficiency", ".0%")], required="efficiency")
     return Figure("scaling", "Scaling efficiency across GPUs",
                   "Weak scaling keeps the per-device batch, strong scaling the global batch; "
-                  "1.0 (dashed) is perfect scaling.", styled(chart))
-
-
-def scaling_table(frame: pd.DataFrame) -> str | None:
-    from dlbench.report.tables import table
-
-    data = scaling_frame(frame)
-    if data.empty:
-        return None
-    rows = [[r.scaling, r.series, r.num_gpus, r.batch_size, r.global_batch,
-             f"{r.throughput:,.1f}", f"{r.speedup:.2f}", f"{r.efficiency:.0%}"]
-            for r in data.itertuples()]
-    return table(["scaling", "series", "GPUs", "batch per GPU", "global batch",
-                  "samples/s", "speed-up", "efficiency"], rows)
+                  "1.0 (dashed) is perfect scaling; colour: the batch held fixed (per GPU in "
+                  "weak, global in strong)." + encoding.note(), styled(chart), shows=encoding.defaults, table=numbers)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import altair as alt
+import pandas as pd
 
 from dlbench.report.data import PRECISION_ORDER
 
@@ -26,14 +27,42 @@ PANEL_HEIGHT = 170
 PANEL_COLUMNS = 3
 
 
+@dataclass(frozen=True)
+class Column:
+    """A column of a numbers table: the data field, its heading and, for numbers, a
+    d3-style format (``d``, ``,.1f``, ``.1%``...); text has none."""
+
+    field: str
+    title: str
+    format: str = ""
+
+
+@dataclass
+class NumbersTable:
+    """A sortable table the page builds from data it holds once: the rows of ``frame``,
+    or, beside a figure, its chart's rows. ``required``: rows where this field is null
+    are left out (those the chart does not draw)."""
+
+    columns: list[Column]
+    required: str | None = None
+    frame: pd.DataFrame | None = None
+    name: str = ""
+    title: str = ""
+
+
 @dataclass
 class Figure:
-    """A chart of the report: ``name`` is its file stem and HTML id."""
+    """A chart of the report: ``name`` is its file stem and HTML id; ``table``: the
+    numbers it draws, as a sortable table under it."""
 
     name: str
     title: str
     caption: str
     chart: alt.TopLevelMixin
+    table: NumbersTable | None = None
+    # The first value of each of the chart's dropdowns (field -> value): the rows its
+    # images draw (report.encodings).
+    shows: dict[str, object] = field(default_factory=dict)
 
 
 def colour_scale(values: list[str], fixed: dict[str, str]) -> alt.Scale:

@@ -1,0 +1,167 @@
+"""Where each axis of a study goes in a chart, chosen from the axes that actually vary.
+
+A chart has fixed roles (for throughput: batch size on x, precision as colour, one panel
+per model and phase). Every other axis that takes more than one value among the chart's
+rows must be shown too, or a line would join points that differ in it: two num_batches at
+one batch size drawn as one line zig-zag. ``choose`` gives each varying axis a place:
+
+- a line style (``series``), while the lines in a panel stay few enough to tell apart;
+- more panels (``panels``), for charts without line styles (bars), while they stay few;
+- otherwise a dropdown above the chart (``filters``) that shows one value at a time.
+
+An axis that does not vary takes no place at all, so a small study's charts look as they
+always did. The dropdowns are Vega-Lite parameters bound to a select input: they work in
+the offline page, and the images beside it show each dropdown's first value (the caption
+says which).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import altair as alt
+import pandas as pd
+
+from dlbench import axes
+from dlbench.report.data import PHASE_ORDER, PRECISION_ORDER, as_text, varying
+
+# Model-cell axes besides model/phase/precision/batch that tell two cells apart, in the
+# order they take a line style: the derived ``mode`` stands for compile and memory_format.
+SERIES_FIRST = ("system", "framework", "mode", "device", "num_gpus", "data")
+DERIVED = {"compile": "mode", "memory_format": "mode"}
+# Axes that are a chart's own roles or named inside another column (model_opts: the model
+# label), never placed here.
+ROLES = ("model", "phase", "precision", "batch_size", "model_opts")
+MAX_SERIES = 4  # line styles told apart at a glance
+MAX_LINES = 12  # colours x line styles in one panel
+MAX_PANELS = 12
+TITLES = {"num_gpus": "GPUs", "num_batches": "measured iterations",
+          "num_warmup_batches": "warm-up iterations", "mode": "execution mode",
+          "num_loader_threads": "loader threads", "batch_size": "batch size",
+          "fixed_batch": "batch held fixed"}
+
+
+def model_axes() -> list[str]:
+    """Every axis a model cell can differ in, besides the chart roles: SERIES_FIRST, then
+    the rest of the axis table's model columns (so a new axis is covered without an edit)."""
+    rest = [DERIVED.get(name, name) for name, _ in axes.columns()
+            if name in {a.name for a in axes.of_kind("model")}]
+    return list(dict.fromkeys(
+        [*SERIES_FIRST, *(a for a in rest if a not in ROLES and a not in SERIES_FIRST)]))
+
+
+def title(axis: str) -> str:
+    return TITLES.get(axis, axis.replace("_", " "))
+
+
+def values(frame: pd.DataFrame, axis: str) -> list:
+    """Distinct values of ``axis`` in display order: precisions and phases in their
+    preferred order, numbers by size, the rest alphabetically; nulls left out."""
+    distinct = list(pd.unique(frame[axis].dropna()))
+    preferred = {"precision": PRECISION_ORDER, "phase": PHASE_ORDER}.get(axis, ())
+    first = [v for v in preferred if v in distinct]
+    rest = [v for v in distinct if v not in preferred]
+    numeric = all(pd.api.types.is_number(v) and not pd.api.types.is_bool(v) for v in rest)
+    return first + sorted(rest, key=(float if numeric else str))
+
+
+def count(frame: pd.DataFrame, columns: Iterable[str]) -> int:
+    """How many distinct combinations of ``columns`` the rows hold (1 for none)."""
+    columns = list(columns)
+    if not columns or frame.empty:
+        return 1
+    return len(as_text(frame[columns]).drop_duplicates())
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """A chart's places for the axes: ``panels`` name a panel each, ``series`` are told
+    apart by line style (the ``variant`` column), ``filters`` by a dropdown each."""
+
+    panels: list[str]
+    series: list[str] = field(default_factory=list)
+    filters: list[str] = field(default_factory=list)
+    # First value shown by each filter (what the images show).
+    defaults: dict[str, object] = field(default_factory=dict)
+
+    def params(self, frame: pd.DataFrame) -> list[alt.Parameter]:
+        """A dropdown per filter axis, its first value shown first."""
+        out = []
+        for axis in self.filters:
+            options = [_json_value(v) for v in values(frame, axis)]
+            out.append(alt.param(name=param_name(axis), value=self.defaults[axis],
+                                 bind=alt.binding_select(options=options,
+                                                         name=f"{title(axis)}: ")))
+        return out
+
+    def filter_expression(self) -> str | None:
+        """The Vega expression keeping the rows each dropdown shows; None without filters."""
+        if not self.filters:
+            return None
+        return " && ".join(f"datum[{_js_string(a)}] == {param_name(a)}" for a in self.filters)
+
+    def shown(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The rows the chart shows before anyone touches a dropdown."""
+        keep = pd.Series(True, index=frame.index)
+        for axis, value in self.defaults.items():
+            keep &= frame[axis] == value
+        return frame[keep]
+
+    def note(self) -> str:
+        """What a caption says of the dropdowns (empty without any)."""
+        if not self.filters:
+            return ""
+        firsts = ", ".join(f"{title(a)} {self.defaults[a]}" for a in self.filters)
+        return (f" Choose {', '.join(title(a) for a in self.filters)} above the chart; the "
+                f"images show {firsts}.")
+
+
+def param_name(axis: str) -> str:
+    return "pick_" + "".join(c if c.isalnum() else "_" for c in axis)
+
+
+def _js_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _json_value(value: object) -> object:
+    """A value as JSON gives it to the page (numpy integers as int)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def choose(frame: pd.DataFrame, *, panels: Iterable[str] = ("model", "phase"),
+           colour: str | None = "precision", candidates: Iterable[str] | None = None,
+           lines: bool = True, max_panels: int = MAX_PANELS) -> Encoding:
+    """Places for the axes of ``frame``'s rows. ``panels``: the chart's panel columns
+    (the first is moved to a dropdown while there would be more than ``max_panels``);
+    ``colour``: the column coloured; ``candidates``: the other axes the rows may differ in
+    (default: every model-cell axis); ``lines``: the chart draws lines, so an axis may take
+    a line style; bar charts take more panels instead."""
+    panels = [p for p in panels if p in frame]
+    candidates = model_axes() if candidates is None else list(candidates)
+    filters: list[str] = []
+    while len(panels) > 1 and count(frame, panels) > max_panels:
+        # The panel axis with most values becomes a dropdown (10 models x 2 phases: a
+        # dropdown of models over a training and an inference panel).
+        widest = max(panels, key=lambda p: frame[p].nunique())
+        panels.remove(widest)
+        filters.append(widest)
+    colours = frame[colour].nunique() if colour in frame else 1
+    series: list[str] = []
+    for axis in varying(frame, [c for c in candidates if c not in panels and c != colour]):
+        if lines:
+            combos = count(frame, [*series, axis])
+            if combos <= MAX_SERIES and combos * colours <= MAX_LINES:
+                series.append(axis)
+                continue
+        elif count(frame, [*panels, axis]) <= max_panels:
+            panels.append(axis)
+            continue
+        filters.append(axis)
+    defaults = {a: _json_value(values(frame, a)[0]) for a in filters}
+    return Encoding(panels=panels, series=series, filters=filters, defaults=defaults)

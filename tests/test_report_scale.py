@@ -1,0 +1,259 @@
+"""The report at scale: chart encodings chosen from the axes that vary, the page's data held
+once and packed, the sortable tables, and benchmarks/report_scale.py in a small run.
+
+The synthetic studies come from the benchmark's own generator (result documents through
+``aggregate.rows_of`` into the one Parquet schema), on grids small enough for 2 cores."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dlbench import axes
+from dlbench.report import datasets, encodings, model_charts, resource_charts
+from dlbench.report.data import load
+from dlbench.report.encodings import Encoding
+from dlbench.report.page import TABLE_FORMAT
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "report_scale.py"
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("report_scale", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def study(bench, tmp_path: Path, **grid) -> pd.DataFrame:
+    """The report's frame of a synthetic study; ``grid`` overrides the one-value defaults."""
+    base = {"model": ["resnet50"], "phase": ["training"], "precision": ["float32"],
+            "batch_size": [8], "num_gpus": [1], "num_batches": [100]}
+    parquet, _ = bench.write_table(tmp_path, {**base, **grid})
+    return load(parquet)
+
+
+def lines(figure) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """The rows a chart draws as lines and what tells one line from another: the facet
+    field, the line layer's colour, detail and stroke dash, and the field of each filter
+    bound to a dropdown (one value shown at a time)."""
+    spec = figure.chart.to_dict()
+    rows = pd.DataFrame(spec["datasets"][spec["data"]["name"]])
+    inner = spec["spec"]
+    (line,) = [layer for layer in inner["layer"]
+               if (layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"])
+               == "line"]
+    encoding = line["encoding"]
+    keys = [spec["facet"]["field"]] + [encoding[c]["field"] for c in
+                                       ("color", "detail", "strokeDash") if c in encoding]
+    params = {p["name"] for p in spec.get("params", []) if "bind" in p}
+    picked = []
+    for transform in inner.get("transform", []):
+        for field, name in re.findall(r"datum\['([^']+)'\] == (\w+)", transform.get("filter", "")):
+            assert name in params
+            picked.append(field)
+    return rows, keys, picked
+
+
+def zig_zags(figure) -> int:
+    """How many lines would visit one batch size twice."""
+    rows, keys, picked = lines(figure)
+    per_line = rows.groupby([*keys, *picked], dropna=False)["batch_size"]
+    return int((per_line.nunique() != per_line.size()).sum())
+
+
+def test_a_study_varying_only_batch_size_and_precision_gets_no_extra_facets(bench, tmp_path):
+    frame = study(bench, tmp_path, precision=["float32", "bfloat16"], batch_size=[1, 2, 4])
+    models = model_charts.model_frame(frame)
+    encoding = encodings.choose(models)
+    assert encoding == Encoding(panels=["model", "phase"])
+    figure = model_charts.throughput_figure(models)
+    spec = figure.chart.to_dict()
+    assert spec["facet"]["field"] == "panel" and spec["columns"] == 1
+    rows = spec["datasets"][spec["data"]["name"]]
+    assert {r["panel"] for r in rows} == {"resnet50 · training"}
+    assert "params" not in spec and "strokeDash" not in spec["spec"]["layer"][0]["encoding"]
+    assert zig_zags(figure) == 0
+    assert "Choose" not in figure.caption
+
+
+def test_num_batches_gets_a_line_style_and_no_line_visits_a_batch_size_twice(bench, tmp_path):
+    frame = study(bench, tmp_path, precision=["float32", "bfloat16"], batch_size=[1, 2, 4],
+                  num_batches=[50, 100])
+    models = model_charts.model_frame(frame)
+    encoding = encodings.choose(models)
+    assert encoding.series == ["num_batches"] and encoding.filters == []
+    figures = [model_charts.throughput_figure(models), model_charts.tflops_figure(models),
+               resource_charts.energy_figure(models), resource_charts.power_figure(models)]
+    for figure in figures:
+        assert zig_zags(figure) == 0, figure.name
+    legend = figures[0].chart.to_dict()["spec"]["layer"][0]["encoding"]["strokeDash"]
+    assert legend["title"] == "measured iterations" and legend["sort"] == ["50", "100"]
+
+
+def test_the_zig_zag_check_finds_lines_joining_two_num_batches(bench, tmp_path):
+    """The check above can fail: a chart given no place for num_batches joins them."""
+    frame = study(bench, tmp_path, batch_size=[1, 2, 4], num_batches=[50, 100])
+    models = model_charts.model_frame(frame)
+    data, panels = model_charts.with_panel(models.assign(variant=""), ["model", "phase"])
+    chart = model_charts.lines_by_batch(
+        data, y="throughput", y_title="throughput", colour="precision:N", tooltip=[],
+        panels=panels, encoding=Encoding(panels=["model", "phase"]))
+    figure = model_charts.Figure("t", "t", "", chart)
+    assert zig_zags(figure) == 1
+
+
+def test_axes_too_many_for_line_styles_become_dropdowns_shown_one_value_at_a_time(
+        bench, tmp_path):
+    frame = study(bench, tmp_path, precision=["float32", "tf32", "bfloat16"],
+                  batch_size=[1, 2], num_gpus=[1, 2, 4, 8, 16], num_batches=[50, 100])
+    models = model_charts.model_frame(frame)
+    encoding = encodings.choose(models)
+    # 5 GPU counts would be 15 lines a panel with 3 precisions: a dropdown; num_batches
+    # (2 values, 6 lines) keeps a line style.
+    assert encoding.series == ["num_batches"] and encoding.filters == ["num_gpus"]
+    assert encoding.defaults == {"num_gpus": 1}
+    figure = model_charts.throughput_figure(models)
+    (param,) = figure.chart.to_dict()["params"]
+    assert param["bind"]["input"] == "select" and param["bind"]["options"] == [1, 2, 4, 8, 16]
+    assert param["value"] == 1 and "GPUs" in figure.caption and figure.shows == {"num_gpus": 1}
+    assert zig_zags(figure) == 0
+    # Bars have no line styles: the axes take panels while they stay at most 12.
+    bars = encodings.choose(models, panels=("model", "phase"), colour="precision", lines=False,
+                            candidates=[a for a in encodings.model_axes() if a != "precision"])
+    assert bars.panels == ["model", "phase", "num_gpus", "num_batches"] and not bars.filters
+    fewer = encodings.choose(models, colour="precision", lines=False, max_panels=6,
+                             candidates=[a for a in encodings.model_axes() if a != "precision"])
+    assert fewer.panels == ["model", "phase", "num_gpus"] and fewer.filters == ["num_batches"]
+
+
+def test_more_than_twelve_panels_make_the_model_a_dropdown(bench, tmp_path):
+    names = ["resnet18", "resnet50", "resnet101", "alexnet", "vgg16", "googlenet", "inception3"]
+    frame = study(bench, tmp_path, model=names, phase=["training", "inference"])
+    models = model_charts.model_frame(frame)
+    encoding = encodings.choose(models)
+    assert encoding.panels == ["phase"] and encoding.filters == ["model"]
+    assert encoding.defaults == {"model": "alexnet"}
+    _, order, _ = model_charts.by_batch(models)
+    assert order == ["training", "inference"]
+    assert zig_zags(model_charts.throughput_figure(models)) == 0
+
+
+def test_every_model_axis_of_the_axis_table_has_a_place():
+    """A new axis needs no edit of the report: the candidates come from the axis table."""
+    placed = set(encodings.model_axes()) | set(encodings.ROLES)
+    for name, _ in axes.columns():
+        if name in {a.name for a in axes.of_kind("model")}:
+            assert encodings.DERIVED.get(name, name) in placed, name
+
+
+def test_packed_columns_round_trip_with_text_coded_constants_kept_and_nulls_left_out():
+    rows = [{"model": "resnet50", "batch": 1, "x": 1234.56789123, "runs": 3, "none": None,
+             "flag": True},
+            {"model": "alexnet", "batch": 2, "x": None, "runs": 3, "none": None,
+             "flag": False},
+            {"model": "resnet50", "batch": 4, "x": 0.000123456789, "runs": 3, "none": None,
+             "flag": True}]
+    packed = datasets.pack(rows, keep=["model", "batch", "x", "runs", "none", "flag"])
+    assert packed["columns"]["model"] == {"levels": ["resnet50", "alexnet"], "codes": [0, 1, 0]}
+    assert packed["columns"]["runs"] == {"const": 3} and "none" not in packed["columns"]
+    back = datasets.unpack(packed)
+    assert [r["model"] for r in back] == ["resnet50", "alexnet", "resnet50"]
+    assert back[0]["x"] == 1234.57 and back[1]["x"] is None and back[2]["x"] == 0.000123457
+    assert [r["flag"] for r in back] == [True, False, True]
+    assert datasets.pack(pd.DataFrame(rows)) == datasets.pack(rows)
+    assert datasets.fields_used({"transform": [{"filter": "isValid(datum.tflops) && "
+                                                "datum['num gpus'] == pick"}],
+                                 "encoding": {"x": {"field": "batch_size"}}}) == \
+        {"tflops", "num gpus", "batch_size"}
+
+
+def page_parts(html: str) -> dict:
+    def const(name: str) -> object:
+        start = html.index(f"const {name} = ") + len(f"const {name} = ")
+        return json.JSONDecoder().raw_decode(html, start)[0]
+
+    return {name: const(name) for name in ("DLBENCH_DATA", "DLBENCH_SPECS", "DLBENCH_USES",
+                                           "DLBENCH_TABLES")}
+
+
+@pytest.fixture(scope="module")
+def small_run(bench, tmp_path_factory):
+    """benchmarks/report_scale.py on 2 models x 2 batch sizes of its grid (400 cells)."""
+    folder = tmp_path_factory.mktemp("scale")
+    out = folder / "report_scale.json"
+    assert bench.main(["--out", str(out), "--rounds", "1", "--cells-scale", "5",
+                       "--keep", str(folder / "report")]) == 0
+    return json.loads(out.read_text()), folder / "report"
+
+
+def test_the_page_holds_the_rows_of_the_charts_against_batch_size_once(small_run):
+    result, report = small_run
+    parts = page_parts((report / "index.html").read_text())
+    uses = parts["DLBENCH_USES"]
+    by_batch = {uses[f"chart-{n}"][0] for n in ("throughput", "energy-efficiency", "power",
+                                                 "peak-host-memory", "model-tflops")}
+    assert len(by_batch) == 1
+    (name,) = by_batch
+    fields = set(parts["DLBENCH_DATA"][name]["columns"])
+    used = set().union(*(datasets.fields_used(parts["DLBENCH_SPECS"][k])
+                         for k, names in uses.items() if name in names))
+    tabled = {c[0] for t in parts["DLBENCH_TABLES"].values() if t["data"] == name
+              for c in t["columns"]}
+    assert fields <= used | tabled and "environment" not in fields and "cpu_model" not in fields
+    assert result["cells"] == 2 * 2 * 5 * 2 * 5 * 2
+
+
+def test_every_numbers_table_uses_a_format_the_page_can_write(small_run):
+    _, report = small_run
+    tables = page_parts((report / "index.html").read_text())["DLBENCH_TABLES"]
+    assert {"table-throughput", "table-scaling", "table-model-efficiency"} <= set(tables)
+    for conf in tables.values():
+        for field, _title, fmt in conf["columns"]:
+            assert fmt == "" or re.match(TABLE_FORMAT, fmt), (field, fmt)
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(),
+                    reason="needs headless Chromium at /usr/bin/chromium (apt-get install chromium)")
+def test_the_small_run_draws_every_chart_and_its_tables_sort_in_chromium(small_run, tmp_path):
+    result, report = small_run
+    assert result["chromium"]["all_drawn"], result["chromium"]
+    assert result["chromium"]["failed"] == [] and len(result["chromium"]["charts"]) >= 8
+    # Open the throughput table and sort it by throughput, descending (two clicks).
+    page = tmp_path / "index.html"
+    shutil.copytree(report / "charts", tmp_path / "charts")
+    html = (report / "index.html").read_text()
+    clicker = """<script>
+const box = document.getElementById("table-throughput");
+box.closest("details").open = true;
+setTimeout(() => {
+  const th = [...box.querySelectorAll("th")].find((h) => h.textContent.startsWith("throughput"));
+  th.click(); th.click();
+}, 100);
+</script>"""
+    end = html.rindex("</body>")  # the bundle's own text has the tag too
+    page.write_text(html[:end] + clicker + html[end:])
+    done = subprocess.run(
+        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=20000",
+         "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=180)
+    dom = done.stdout
+    start = dom.index('id="table-throughput"')
+    table = dom[start:dom.index("</table>", start)]
+    headings = re.findall(r"<th[^>]*>(.*?)</th>", table)
+    column = next(i for i, h in enumerate(headings) if h.startswith("throughput"))
+    assert 'aria-sort="descending"' in table
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row)
+             for row in re.findall(r"<tr>(.*?)</tr>", table)]
+    values = [float(row[column].replace(",", "")) for row in cells if row]
+    assert len(values) == 400 and values == sorted(values, reverse=True) and values[0] > values[-1]
