@@ -98,7 +98,7 @@ def test_num_batches_gets_a_line_style_and_no_line_visits_a_batch_size_twice(ben
     for figure in figures:
         assert zig_zags(figure) == 0, figure.name
     legend = figures[0].chart.to_dict()["spec"]["layer"][0]["encoding"]["strokeDash"]
-    assert legend["title"] == "measured iterations" and legend["sort"] == ["50", "100"]
+    assert legend["title"] == "measured iterations" and legend["sort"] == ["50 iterations", "100 iterations"]
 
 
 def test_the_zig_zag_check_finds_lines_joining_two_num_batches(bench, tmp_path):

@@ -99,23 +99,6 @@ def varying(frame: pd.DataFrame, columns: Iterable[str]) -> list[str]:
     return [c for c in columns if c in frame and frame[c].dropna().astype(str).nunique() > 1]
 
 
-def variant_label(frame: pd.DataFrame, columns: list[str]) -> pd.Series:
-    """A short label from the given axes, e.g. 'pytorch · gpu×2'."""
-    if not columns:
-        return pd.Series([""] * len(frame), index=frame.index, dtype=object)
-    parts = []
-    for column in columns:
-        values = frame[column]
-        if column == "num_gpus":
-            parts.append(values.map(lambda n: f"×{int(n)}" if pd.notna(n) else ""))
-        else:
-            parts.append(values.fillna("").astype(str))
-    label = parts[0]
-    for part in parts[1:]:
-        label = label + " · " + part
-    return label.str.replace(" · ×", "×", regex=False)
-
-
 def model_opts_label(frame: pd.DataFrame) -> pd.Series:
     """The model options that differ between rows, e.g. 'layers=4, nodes=1024'."""
     opts = frame.get("model_opts", pd.Series([None] * len(frame), index=frame.index))

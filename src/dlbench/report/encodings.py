@@ -24,7 +24,7 @@ import altair as alt
 import pandas as pd
 
 from dlbench import axes
-from dlbench.report.data import PHASE_ORDER, PRECISION_ORDER, as_text, varying
+from dlbench.report.data import PHASE_ORDER, PRECISION_ORDER, as_text, joined, varying
 
 # Model-cell axes besides model/phase/precision/batch that tell two cells apart, in the
 # order they take a line style: the derived ``mode`` stands for compile and memory_format.
@@ -51,8 +51,38 @@ def model_axes() -> list[str]:
         [*SERIES_FIRST, *(a for a in rest if a not in ROLES and a not in SERIES_FIRST)]))
 
 
+# How a value of a numeric axis reads in a legend or a panel title ("pytorch · 2 GPUs").
+VALUE_LABELS = {"num_gpus": "{} GPU(s)", "num_batches": "{} iterations",
+                "num_warmup_batches": "{} warm-up", "num_loader_threads": "{} loader threads"}
+
+
 def title(axis: str) -> str:
     return TITLES.get(axis, axis.replace("_", " "))
+
+
+def value_label(axis: str, value: object) -> str:
+    """One value of ``axis`` in words: numbers with what they count, booleans with their
+    axis ("cudnn benchmark off"), text as it is; empty for null."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if pd.api.types.is_bool(value):
+        return f"{title(axis)} {'on' if value else 'off'}"
+    if pd.api.types.is_number(value):
+        number = int(value) if float(value).is_integer() else value
+        return VALUE_LABELS.get(axis, f"{title(axis)} {{}}").format(number)
+    return str(value)
+
+
+def labels(frame: pd.DataFrame, columns: Iterable[str]) -> pd.Series:
+    """Each row's values of ``columns`` in words, joined ("pytorch · 5 iterations"); each
+    distinct value is put in words once."""
+    columns = list(columns)
+    if not columns:
+        return pd.Series("", index=frame.index, dtype=object)
+    words = pd.DataFrame({c: frame[c].map({v: value_label(c, v) for v in
+                                           pd.unique(frame[c].dropna())}).fillna("")
+                          for c in columns}, index=frame.index)
+    return joined(words, skip_empty=True)
 
 
 def values(frame: pd.DataFrame, axis: str) -> list:

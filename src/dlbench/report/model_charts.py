@@ -8,12 +8,10 @@ import pandas as pd
 from dlbench.aggregate import MONITOR_COLUMNS
 from dlbench.report import encodings
 from dlbench.report.data import (
-    as_text,
     joined,
     measured,
     model_opts_label,
     ordered,
-    variant_label,
     varying,
 )
 from dlbench.report.encodings import Encoding
@@ -116,7 +114,7 @@ def by_batch(models: pd.DataFrame, panels: tuple[str, ...] = ("model", "phase")
     if kept is not None and kept[0] is models:  # the same frame, not one at a reused id
         return kept[1]
     encoding = encodings.choose(models, panels=panels)
-    frame = models.assign(variant=variant_label(models, encoding.series))
+    frame = models.assign(variant=encodings.labels(models, encoding.series))
     frame, order = with_panel(frame, encoding.panels)
     # One object for every chart of one report: its rows are converted once (datasets.Store).
     _BY_BATCH.clear()
@@ -167,10 +165,7 @@ def with_panel(frame: pd.DataFrame, columns: list[str]) -> tuple[pd.DataFrame, l
     if not columns:  # every row in one panel
         frame["panel"] = ""
         return frame, [""]
-    parts = as_text(frame[columns])
-    if "num_gpus" in parts:
-        parts["num_gpus"] = parts["num_gpus"] + " GPU(s)"
-    frame["panel"] = joined(parts)
+    frame["panel"] = encodings.labels(frame, columns)
     return frame, in_order(frame, columns, "panel")
 
 
