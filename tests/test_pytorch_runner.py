@@ -2,22 +2,14 @@
 
 import itertools
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
+from pytorch_cell import run_runner
 
 from dlbench import result as R
 from dlbench.pytorch import precision, runner, steps
 from dlbench.pytorch.zoo import BuiltModel
-
-
-def run_runner(tmp_path, *args, name="r.json"):
-    out = tmp_path / name
-    proc = subprocess.run([sys.executable, "-m", "dlbench.pytorch", *args, f"--output={out}"],
-                          capture_output=True, text=True, timeout=300)
-    return proc, (R.read(out) if out.exists() else None)
 
 
 def test_training_cell_writes_a_valid_result_and_dlbs_lines(tmp_path):

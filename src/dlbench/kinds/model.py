@@ -48,6 +48,9 @@ class ModelKind(CellKind):
             raise AxisError("model", f"no {fw.name} implementation of {name} (pair "
                                      f"{fw.name}/{name}; {name} exists for "
                                      f"{', '.join(spec.frameworks)})")
+        if spec.precisions is not None and params["precision"] not in spec.precisions:
+            raise AxisError("precision", f"{name} runs in {' or '.join(spec.precisions)} only, "
+                                         f"not {params['precision']}")
         if params["precision"] == "tf32" and params["device"] != "gpu":
             raise AxisError("precision", "tf32 exists on device gpu only")
         if params.get("compile") == "cudagraphs" and params["device"] != "gpu":

@@ -16,12 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dlbench.models import deepwave as _deepwave
+from dlbench.models import llm as _llm
+
 _TV = "dlbench.pytorch.zoo.torchvision_models:build"
 _DLBS = "dlbench.pytorch.zoo.dlbs_models:build"
 _BERT = "dlbench.pytorch.zoo.transformers:build"
 _PARADNN = "dlbench.pytorch.zoo.paradnn:build"
 _MX = "dlbench.mxnet.zoo:build"
 _PARADNN_CHECKS = "dlbench.models.paradnn"
+_DEEPWAVE = "dlbench.pytorch.zoo.deepwave:build"
+_LLM = "dlbench.pytorch.zoo.llm:build"
 
 
 @dataclass(frozen=True)
@@ -31,7 +36,7 @@ class ModelSpec:
     # for fully-connected nets, (sequence_length,) for token models.
     input_shape: tuple[int, ...]
     num_classes: int
-    input_kind: str  # "image" | "features" | "tokens"
+    input_kind: str  # "image" | "features" | "tokens" | "waves" (source signals per shot)
     builders: dict[str, str] = field(default_factory=dict)
     # Options a study may set through model_opts, with their defaults.
     default_opts: dict[str, Any] = field(default_factory=dict)
@@ -39,6 +44,8 @@ class ModelSpec:
     # "module:function" of a pure-Python check of the full option set (``opts`` returns
     # it) that raises ValueError with a one-line message; None when any values do.
     check_opts: str | None = None
+    # The precisions it runs in; None: every precision its framework has.
+    precisions: tuple[str, ...] | None = None
 
     @property
     def frameworks(self) -> tuple[str, ...]:
@@ -113,6 +120,16 @@ CATALOG: tuple[ModelSpec, ...] = (
               {"layers": 5, "max_length": 50, "vocab_size": 1024, "embedding_size": 100,
                "cell": "rnn", "optimizer": "rmsprop"}, "ParaDnn recurrent family",
               check_opts=f"{_PARADNN_CHECKS}:check_rnn_opts"),
+    # GVProf's third workload (seed 001): wave propagation, a batch of shots (deepwave).
+    ModelSpec("deepwave", (1, 300), 0, "waves", {"pytorch": _DEEPWAVE},
+              dict(_deepwave.DEFAULT_OPTS), "deepwave scalar wave propagation (FWI step)",
+              check_opts="dlbench.models.deepwave:check_opts",
+              precisions=_deepwave.PRECISIONS),
+    # Decoder-only language models (transformers configurations, random weights); a
+    # sample is a sequence of sequence_length tokens, throughput is in tokens/s.
+    *(ModelSpec(name, (128,), _llm.PRESETS[name][1]["vocab_size"], "tokens", {"pytorch": _LLM},
+                _llm.default_opts(name), f"{_llm.family(name)} causal LM ({name})",
+                check_opts="dlbench.models.llm:check_opts") for name in _llm.PRESETS),
 )
 
 def check_bert_opts(opts: dict[str, Any]) -> None:

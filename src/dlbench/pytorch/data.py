@@ -26,6 +26,9 @@ def synthetic(built: BuiltModel, batch_size: int, device: torch.device, dtype: t
     """One batch generated on the device before timing starts, repeated."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     shape = (batch_size, *built.input_shape)
+    if built.synthetic_batch is not None:
+        inputs, labels = built.synthetic_batch(batch_size, device, dtype, gen)
+        return itertools.repeat((inputs.to(device), labels.to(device)))
     if built.input_kind == "tokens":
         vocab = built.vocab_size or built.num_classes
         inputs = torch.randint(0, vocab, shape, generator=gen, dtype=torch.int64)

@@ -206,7 +206,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                                  seed=topo.rank)
     batches = execution.batches_in(batches, args.memory_format)
     sync = precision.synchronizer(device)
-    items = args.batch_size * topo.world_size
+    items = args.batch_size * topo.world_size * built.items_per_sample
     mon, hooks = phase_hooks(args, device, topo.rank)
 
     if args.data_loader_only:
@@ -234,6 +234,13 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         flops = count_flops(make_step(model), next(batches))
         sync()
     extra = dict(built.facts)
+    if built.flops_per_sample is not None:
+        # The model's standard formula per rank's batch (MFU's numerator), the count beside.
+        extra["counted_flops_per_iteration"] = flops * topo.world_size if flops else None
+        flops = built.flops_per_sample(not args.forward_only) * args.batch_size
+    elif args.count_flops and not flops:
+        # FlopCounterMode sees PyTorch's operators only (deepwave's propagator is its own).
+        extra["flops_note"] = "not available: FlopCounterMode counted no FLOPs in this model"
     # Compiled after DDP wraps the model, as PyTorch recommends for DDP with torch.compile.
     cell_module = execution.compiled(model, args.compile)
     step = make_step(cell_module)
@@ -263,6 +270,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     res["measurements"] = [R.measurement(
         name=args.model, pass_="inference" if args.forward_only else "training",
         times_s=times, items_per_iteration=items, parameters=n_params,
+        throughput_unit=built.throughput_unit,
         flops_per_iteration=flops * topo.world_size if flops else None,
         data_wait_s=wait, compute_s=compute, extra=extra)]
     if "phi" in extra:

@@ -41,12 +41,16 @@ def training_step(model: torch.nn.Module, built: BuiltModel, mode: PrecisionMode
     optimizer = make_optimizer(built, model.parameters())
     scaler = mode.grad_scaler(device_type)
     criterion = torch.nn.CrossEntropyLoss()
+    misfit = built.loss == "mse"  # regression against targets of the output's shape
 
     def step(inputs: torch.Tensor, labels: torch.Tensor) -> None:
         optimizer.zero_grad(set_to_none=True)
         with mode.autocast(device_type):
-            out = logits(model(inputs))
-            loss = criterion(out.reshape(-1, out.shape[-1]), labels.reshape(-1))
+            if misfit:
+                loss = torch.nn.functional.mse_loss(model(inputs), labels)
+            else:
+                out = logits(model(inputs))
+                loss = criterion(out.reshape(-1, out.shape[-1]), labels.reshape(-1))
         if scaler is not None:
             scaler.scale(loss).backward()
             scaler.step(optimizer)

@@ -116,6 +116,11 @@ def by_batch(models: pd.DataFrame, panels: tuple[str, ...] = ("model", "phase")
     encoding = encodings.choose(models, panels=panels)
     frame = models.assign(variant=encodings.labels(models, encoding.series))
     frame, order = with_panel(frame, encoding.panels)
+    units = frame["unit"].replace("", None)
+    if units.nunique() > 1:  # samples/s beside tokens/s or shots/s: each panel says its own
+        named = frame["panel"] + units.map(lambda u: f" ({u})" if isinstance(u, str) else "")
+        order = [named[frame["panel"] == p].iloc[0] for p in order]
+        frame = frame.assign(panel=named)
     # One object for every chart of one report: its rows are converted once (datasets.Store).
     _BY_BATCH.clear()
     _BY_BATCH[key] = (models, (frame, order, encoding))

@@ -6,6 +6,7 @@ named in the catalog entry; this module only dispatches.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,21 @@ class BuiltModel:
     # ParaDnn casts the whole model and its inputs to the cell's float16/bfloat16 (no
     # autocast, no float32 master weights); the other models use mixed precision.
     pure_precision: bool = False
+    # The training loss: "cross_entropy" against class labels, or "mse" against targets of
+    # the output's shape (deepwave's observed data).
+    loss: str = "cross_entropy"
+    # What one item of a batch is ("samples/s"; a shot for deepwave: "shots/s").
+    throughput_unit: str = "samples/s"
+    # A model's own synthetic batch, made once on the device before timing starts:
+    # (batch_size, device, dtype, generator) -> (inputs, targets). None: random inputs of
+    # input_shape and random class labels (data.synthetic).
+    synthetic_batch: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
+    # Items per sample of a batch, for throughput: a language model's tokens per sequence.
+    items_per_sample: int = 1
+    # FLOPs of one sample by the model's standard formula (training: bool) -> FLOPs, used
+    # for TFLOP/s and MFU instead of counting (the count is recorded beside it); None:
+    # FlopCounterMode's count.
+    flops_per_sample: Callable[[bool], float] | None = None
 
 
 def build(name: str, opts: dict[str, Any] | None = None) -> BuiltModel:

@@ -1,0 +1,114 @@
+"""Decoder-only language models: presets with published parameter counts, the PaLM FLOP
+formula against PyTorch's FLOP counter, option checks, and a training cell through the
+real runner (tokens/s, FLOPs by the formula for MFU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from dlbench import models, study
+from dlbench.models import llm as L
+
+transformers = pytest.importorskip("transformers", reason="needs transformers")
+
+from pytorch_cell import run_runner  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from dlbench.pytorch import zoo  # noqa: E402
+from dlbench.pytorch.zoo import llm as torch_llm  # noqa: E402
+
+TINY = ("llama_tiny", "gpt2_tiny", "mixtral_tiny")
+
+
+@pytest.mark.parametrize("name", sorted(L.PUBLISHED))
+def test_presets_have_the_published_parameter_counts(name):
+    """Counted on the real transformers model, built on the meta device (no memory)."""
+    opts = L.default_opts(name)
+    assert L.parameter_count(opts) == L.PUBLISHED[name]
+    with torch.device("meta"):
+        model = torch_llm.make(name, opts)
+    assert sum(p.numel() for p in model.parameters()) == L.PUBLISHED[name]
+
+
+@pytest.mark.parametrize("name", TINY)
+@pytest.mark.parametrize("training", [True, False])
+def test_the_flop_formula_is_what_the_flop_counter_counts(name, training):
+    """6·N·T + 12·L·H·Q·T² per sequence (training), a third in inference, equals
+    FlopCounterMode's count of the real model, with attention in SDPA's math kernel and
+    the experts as plain matmuls (the counter knows neither CPU flash attention nor
+    grouped GEMMs: why MFU uses the formula)."""
+    opts = {**L.default_opts(name), "sequence_length": 64}
+    model = transformers.AutoModelForCausalLM.from_config(
+        getattr(transformers, L.FAMILIES[L.family(name)])(**L.config_fields(opts)),
+        attn_implementation="sdpa", experts_implementation="eager")
+    ids = torch.randint(0, opts["vocab_size"], (3, 64))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        logits = model(input_ids=ids, use_cache=False).logits
+        if training:
+            logits.float().sum().backward()
+    assert counter.get_total_flops() == pytest.approx(3 * L.flops_per_sequence(opts, training),
+                                                       rel=1e-9)
+
+
+def test_the_mixture_of_experts_counts_the_routed_experts_only():
+    opts = L.default_opts("mixtral_8x7b")
+    active = L.matmul_weights(opts)
+    # Two of eight experts: about 12.9 B of the 46.7 B weights multiply each token.
+    assert 12.5e9 < active < 13.5e9
+    dense = L.matmul_weights({**opts, "num_experts_per_tok": 8})
+    assert dense > 3 * active
+
+
+@pytest.mark.parametrize(("opts", "message"), [
+    ({"sequence_length": 4096}, "sequence_length 4096 exceeds the model's context of 1024"),
+    ({"num_attention_heads": 3}, "width (128) must be a multiple of the heads (3)"),
+    ({"num_key_value_heads": 3}, "num_attention_heads (4) must be a multiple of "
+                                 "num_key_value_heads (3)"),
+    ({"activation_checkpointing": "yes"}, "activation_checkpointing must be true or false"),
+    ({"hidden_size": 0}, "hidden_size must be a positive integer"),
+])
+def test_bad_options_are_refused_in_one_line(opts, message):
+    with pytest.raises(ValueError) as info:
+        L.check_opts(models.get("llama_tiny").opts(opts))
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_study_with_an_unknown_shape_field_is_refused_naming_it():
+    config = {"studies": {"lm": {"grid": {"model": "llama_tiny", "device": "cpu",
+                                          "model_opts": {"hidden": 64}}}}}
+    with pytest.raises(study.ConfigError) as info:
+        study.expand_config(config)
+    assert "lm" in str(info.value) and "hidden" in str(info.value)
+
+
+def test_activation_checkpointing_is_applied_and_a_step_still_learns():
+    built = zoo.build("llama_tiny", {"activation_checkpointing": True, "sequence_length": 32})
+    model = built.module.model
+    assert getattr(model, "is_activation_checkpointing", None) or model.is_gradient_checkpointing
+    built.module.train()
+    ids = torch.randint(0, 1024, (2, 32))
+    built.module(ids).float().sum().backward()
+    assert all(p.grad is not None for p in built.module.parameters() if p.requires_grad)
+
+
+def test_a_training_cell_through_the_runner_counts_tokens_and_uses_the_formula(tmp_path):
+    opts = {"sequence_length": 64}
+    done, res = run_runner(tmp_path, "--model=llama_tiny", "--dtype=float32", "--batch_size=2",
+                           "--device=cpu", "--num_batches=3", "--num_warmup_batches=1",
+                           f"--model_opts={json.dumps(opts)}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert res["status"] == "ok", res["error"]
+    (m,) = res["measurements"]
+    assert m["throughput_unit"] == "tokens/s" and m["items_per_iteration"] == 2 * 64
+    full = {**L.default_opts("llama_tiny"), **opts}
+    assert m["flops_per_iteration"] == pytest.approx(2 * L.flops_per_sequence(full, True))
+    assert m["parameters"] == L.parameter_count(full)
+    extra = m["extra"]
+    assert extra["attention"] == "sdpa" and extra["sequence_length"] == 64
+    # The count misses CPU flash attention: below the formula, recorded beside it.
+    assert 0 < extra["counted_flops_per_iteration"] < m["flops_per_iteration"]
+    assert extra["loss_finite"]
