@@ -133,6 +133,8 @@ def _frameworks(params: Mapping[str, Any]) -> Iterable[str]:
 
 
 _DEVICES = ("cpu", "gpu")
+_LLM = "llm_inference"  # the cell kind of language-model inference (dlbench.kinds)
+_LLM_RUNNER = "llm"  # its runner's name in the flag maps
 _KV_STORES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_async")
 _DATA_BACKENDS = ("caffe_lmdb", "image_folder")
 _EXEC_MODES = ("discrete", "continuous", "continuous_events")
@@ -163,20 +165,22 @@ def _real_data(params: Mapping[str, Any]) -> bool:
 
 TABLE: tuple[Axis, ...] = (
     # Both kinds. The model kind's order below is also the Parquet's column order.
-    Axis("framework", str, "pytorch", kinds=("model", "ops", "calibrate"), choices=_frameworks,
+    Axis("framework", str, "pytorch", kinds=("model", "ops", "calibrate", _LLM),
+         choices=_frameworks,
          help="the framework that runs the cell"),
-    Axis("model", str, REQUIRED, choices=None, flags=_dlbs("--model"),
+    Axis("model", str, REQUIRED, kinds=("model", _LLM), choices=None, flags=_dlbs("--model"),
          help="a model of the registry (dlbench.models)"),
     Axis("phase", str, "training", choices=("training", "inference"),
          flags=_dlbs("--forward_only", "bool",
                      values={"training": False, "inference": True})),
-    Axis("precision", str, "float32", choices=_precisions, flags=_dlbs("--dtype"),
+    Axis("precision", str, "float32", kinds=("model", _LLM), choices=_precisions,
+         flags=_dlbs("--dtype"),
          aliases={"float": "float32", "f32": "float32", "f16": "float16",
                   "bf16": "bfloat16", "f64": "float64"}),
-    Axis("batch_size", int, 32, minimum=1, flags=_dlbs("--batch_size"),
+    Axis("batch_size", int, 32, kinds=("model", _LLM), minimum=1, flags=_dlbs("--batch_size"),
          help="per-device batch size"),
     Axis("num_gpus", int, 1, minimum=1, flags=_dlbs("--num_gpus")),
-    Axis("device", str, "gpu", kinds=("model", "ops", "calibrate"), choices=_DEVICES,
+    Axis("device", str, "gpu", kinds=("model", "ops", "calibrate", _LLM), choices=_DEVICES,
          flags={**_dlbs("--device"),
                 "ops": Flag("-d", "pair", values={"gpu": "cuda", "cpu": "cpu"})}),
     # The runner reads a prepared copy of the dataset (--data_dir) that the workflow
@@ -186,8 +190,11 @@ TABLE: tuple[Axis, ...] = (
     Axis("data_backend", str, "caffe_lmdb", choices=_DATA_BACKENDS, frameworks=("pytorch",),
          applies=_real_data, flags=_dlbs("--data_backend", runners=("pytorch",)),
          help="how the PyTorch runner reads a dataset (DLBS's default: caffe_lmdb)"),
-    Axis("num_batches", int, 100, minimum=1, flags=_dlbs("--num_batches")),
-    Axis("num_warmup_batches", int, 10, minimum=0, flags=_dlbs("--num_warmup_batches")),
+    Axis("num_batches", int, 100, kinds=("model", _LLM), minimum=1,
+         flags=_dlbs("--num_batches"),
+         help="measured iterations (LLM inference: measured generations)"),
+    Axis("num_warmup_batches", int, 10, kinds=("model", _LLM), minimum=0,
+         flags=_dlbs("--num_warmup_batches")),
     Axis("cudnn_benchmark", bool, True, frameworks=("pytorch",), blank_unused=False,
          flags=_dlbs("--cudnn_benchmark", "bool", runners=("pytorch",))),
     Axis("cudnn_fastest", bool, False, frameworks=("pytorch",), blank_unused=False,
@@ -203,9 +210,9 @@ TABLE: tuple[Axis, ...] = (
          flags=_dlbs("--kv_store", runners=("mxnet",))),
     # Execution modes (PyTorch): added after the first release, so at their defaults they
     # leave ids unchanged. A framework without them refuses any other value (refuse_unused).
-    Axis("compile", str, "eager", kinds=("model", "ops"), choices=_compile_choices,
+    Axis("compile", str, "eager", kinds=("model", "ops", _LLM), choices=_compile_choices,
          frameworks=("pytorch",), refuse_unused=True, since=2,
-         flags={**_dlbs("--compile", runners=("pytorch",)),
+         flags={**_dlbs("--compile", runners=("pytorch", _LLM_RUNNER)),
                 "ops": Flag("--compile", "pair", values={"eager": None})},
          help="eager, or torch.compile with inductor (default, reduce-overhead or "
               "max-autotune mode), or CUDA graphs without inductor (cudagraphs, GPU only); "
@@ -214,7 +221,8 @@ TABLE: tuple[Axis, ...] = (
     Axis("memory_format", str, "contiguous", choices=MEMORY_FORMATS, frameworks=("pytorch",),
          refuse_unused=True, since=2, flags=_dlbs("--memory_format", runners=("pytorch",)),
          help="the layout of the model's weights and 4-D inputs"),
-    Axis("model_opts", dict, {}, flags=_dlbs("--model_opts", "json"), column=False,
+    Axis("model_opts", dict, {}, kinds=("model", _LLM), flags=_dlbs("--model_opts", "json"),
+         column=False,
          help="model options (the model's registry entry lists them)"),
     # Operator cells (PARAM's flags, seed 003).
     Axis("op_config", str, REQUIRED, kinds=("ops",),
@@ -229,6 +237,12 @@ TABLE: tuple[Axis, ...] = (
          flags={"ops": Flag("-i", "pair", dest="iteration")}),
     Axis("cuda_l2_cache", str, "on", kinds=("ops",), choices=("on", "off"),
          flags={"ops": Flag("--cuda-l2-cache", "pair")}),
+    # Language-model inference (dlbench.llm): a batch of prompts, then its output tokens.
+    Axis("prompt_length", int, 128, kinds=(_LLM,), minimum=1,
+         flags={_LLM_RUNNER: Flag("--prompt_length")}, help="tokens of each prompt"),
+    Axis("output_length", int, 128, kinds=(_LLM,), minimum=1,
+         flags={_LLM_RUNNER: Flag("--output_length")},
+         help="tokens generated after each prompt (the first is the prefill's)"),
 )
 
 # Cell kinds with axes; a kind's axes in table order.

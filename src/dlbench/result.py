@@ -21,8 +21,9 @@ from dlbench.atomic import write_text as write_atomic  # the name others import 
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "oom", "failed", "skipped")
-KINDS = ("model", "op", "loader", "calibration")
-PASSES = ("training", "inference", "forward", "backward", "loader", "calibration")
+KINDS = ("model", "op", "loader", "calibration", "llm_inference")
+PASSES = ("training", "inference", "forward", "backward", "loader", "calibration", "prefill",
+          "decode")
 
 
 def now_iso(timespec: str = "milliseconds") -> str:

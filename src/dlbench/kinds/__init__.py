@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-BUILTIN = ("dlbench.kinds.model", "dlbench.kinds.ops", "dlbench.kinds.calibrate")
+BUILTIN = ("dlbench.kinds.model", "dlbench.kinds.ops", "dlbench.kinds.calibrate",
+           "dlbench.kinds.llm_inference")
 
 
 class CellKind:

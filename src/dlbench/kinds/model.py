@@ -51,10 +51,7 @@ class ModelKind(CellKind):
         if spec.precisions is not None and params["precision"] not in spec.precisions:
             raise AxisError("precision", f"{name} runs in {' or '.join(spec.precisions)} only, "
                                          f"not {params['precision']}")
-        if params["precision"] == "tf32" and params["device"] != "gpu":
-            raise AxisError("precision", "tf32 exists on device gpu only")
-        if params.get("compile") == "cudagraphs" and params["device"] != "gpu":
-            raise AxisError("compile", "cudagraphs captures CUDA graphs: device gpu only")
+        check_gpu_only(params)
         if params.get("memory_format") == "channels_last" and spec.input_kind != "image":
             raise AxisError("memory_format", f"channels_last needs a model with 4-D (image) "
                                               f"inputs; {name} takes {spec.input_kind}")
@@ -83,6 +80,14 @@ class ModelKind(CellKind):
             return (datasets.get(name) or {}).get("path") or \
                 f"results/datasets/{name}/image_folder"
         return f"results/datasets/{name}/{fmt}"
+
+
+def check_gpu_only(params: Mapping[str, Any]) -> None:
+    """The values that exist on a GPU only (model and language-model cells)."""
+    if params["precision"] == "tf32" and params["device"] != "gpu":
+        raise AxisError("precision", "tf32 exists on device gpu only")
+    if params.get("compile") == "cudagraphs" and params["device"] != "gpu":
+        raise AxisError("compile", "cudagraphs captures CUDA graphs: device gpu only")
 
 
 @functools.cache

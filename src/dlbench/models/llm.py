@@ -83,6 +83,11 @@ def _shape(opts: dict[str, Any]) -> tuple[int, int, int, int, int]:
             opts["num_attention_heads"], opts["max_position_embeddings"])
 
 
+def context(opts: dict[str, Any]) -> int:
+    """The positions the model can attend over."""
+    return _shape(opts)[4]
+
+
 def check_opts(opts: dict[str, Any]) -> None:
     """One line naming the option when a set of options cannot make a model."""
     for name in INTEGER_FIELDS:
@@ -138,6 +143,14 @@ def matmul_weights(opts: dict[str, Any]) -> int:
     vocab, width, layers, _, _ = _shape(opts)
     matmul, _ = _layer(opts, opts.get("num_experts_per_tok", 1))
     return layers * matmul + vocab * width  # the output projection, tied or not
+
+
+def kv_cache_bytes(opts: dict[str, Any], batch: int, length: int, element_size: int) -> int:
+    """A static cache's size: keys and values of every layer, ``length`` positions of
+    ``batch`` sequences, for each key/value head (grouped-query attention has fewer)."""
+    _, width, layers, heads, _ = _shape(opts)
+    kv_heads = opts.get("num_key_value_heads", heads)
+    return 2 * layers * batch * kv_heads * length * (width // heads) * element_size
 
 
 def flops_per_sequence(opts: dict[str, Any], training: bool) -> float:

@@ -1,0 +1,5 @@
+import sys
+
+from dlbench.llm.runner import main
+
+sys.exit(main())

@@ -1,0 +1,157 @@
+"""``python -m dlbench.llm``: one language-model inference cell (see dlbench.llm).
+
+Timed with the one harness (dlbench.harness.timed_loop): ``num_warmup_batches`` whole
+generations run first, untimed (they also absorb compiling); then ``num_batches`` prefills,
+each one measured iteration (TTFT); then, for ``num_batches`` more generations, each decode
+step is one measured iteration (TPOT), the generation's prefill untimed before them. The
+static cache needs no reset between generations: a prefill writes its positions and the
+attention mask hides the positions not yet written.
+
+Two measurements: ``prefill`` (tokens/s over the batch's prompt tokens; its FLOPs by the
+PaLM formula) and ``decode`` (output tokens/s: one token per sequence per step; TPOT's
+p50/p90/p99 in ``extra``). The result's ``extra`` states what was timed, the KV cache's
+size and the peak memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import logging
+import resource
+import sys
+from typing import Any
+
+from dlbench import axes, cellrun, harness, stats
+from dlbench import result as R
+from dlbench.models import llm as L
+
+log = logging.getLogger("dlbench.llm")
+RUNNER = "llm"
+TIMED = ("prefill: one forward pass over the batch's prompts into the static KV cache, "
+         "to the first output token (TTFT); decode: each further output token one forward "
+         "pass of the batch from the cache (TPOT); greedy choice of the next token inside "
+         "each timed step; on a GPU each timed step ends synchronised")
+LOW_PRECISION = {"float16", "bfloat16"}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m dlbench.llm",
+        description="Prefill and token-by-token decode of a decoder-only language model.")
+    axes.add_flags(p, RUNNER, "pytorch")
+    p.add_argument("--output", help="result JSON to write")
+    p.add_argument("--study")
+    p.add_argument("--cell_id")
+    return p
+
+
+def static_cache(config: Any, batch: int, length: int, device: Any, dtype: Any) -> Any:
+    """transformers' StaticCache for ``batch`` sequences of ``length`` positions (its
+    constructor's arguments changed in transformers 5)."""
+    from transformers import StaticCache
+
+    if "max_batch_size" in inspect.signature(StaticCache.__init__).parameters:
+        return StaticCache(config=config, max_batch_size=batch, max_cache_len=length,
+                           device=device, dtype=dtype)
+    return StaticCache(config=config, max_cache_len=length)
+
+
+def cache_argument(model: Any) -> str:
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def peak_memory(device: Any) -> tuple[int, str]:
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device), "torch.cuda.max_memory_allocated"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "peak RSS of the process"
+
+
+def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
+    import torch
+
+    from dlbench.pytorch import execution, precision, torch_environment
+    from dlbench.pytorch.zoo import llm as zoo_llm
+
+    if args.device == "gpu" and not torch.cuda.is_available():
+        raise cellrun.CellError("device gpu: torch sees no CUDA device")
+    device = torch.device("cuda" if args.device == "gpu" else "cpu")
+    mode = precision.setup(args.dtype, device.type)
+    res["environment"] = torch_environment.collect(device)
+    opts = {**L.default_opts(args.model), **args.model_opts, "activation_checkpointing": False}
+    # Served in the precision itself (weights cast), as inference servers run.
+    dtype = precision.pure(mode).param_dtype if args.dtype in LOW_PRECISION else mode.param_dtype
+    model = zoo_llm.make(args.model, opts).to(device=device, dtype=dtype).eval()
+    batch, prompt, output = args.batch_size, args.prompt_length, args.output_length
+    cache = static_cache(model.config, batch, prompt + output, device, dtype)
+    gen = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, opts["vocab_size"], (batch, prompt), generator=gen).to(device)
+    forward = execution.compiled(model, args.compile)
+    sync = precision.synchronizer(device)
+    # The cache's argument: ``cache`` in transformers 5, ``past_key_values`` before. The
+    # cache counts the positions written: the next tokens go after them.
+    with_cache = {cache_argument(model): cache, "use_cache": True}
+    token: list[Any] = [None]
+
+    def prefill(ids: Any) -> None:
+        token[0] = forward(input_ids=ids, **with_cache).logits[:, -1:].argmax(-1)
+
+    def decode(_: Any) -> None:
+        token[0] = forward(input_ids=token[0], **with_cache).logits[:, -1:].argmax(-1)
+
+    ttft: list[float] = []
+    tpot: list[float] = []
+    with torch.inference_mode():
+        for generation in range(args.num_warmup_batches + args.num_batches):
+            cache.reset()  # untimed: positions from 0 again
+            sync()
+            warm = generation < args.num_warmup_batches
+            first = harness.timed_loop(lambda: prompts, prefill, sync, 0, 1)
+            rest = harness.timed_loop(lambda: None, decode, sync, 0, output - 1)
+            if not warm:
+                ttft += first.times_s
+                tpot += rest.times_s
+    element = torch.empty((), dtype=dtype).element_size()
+    full = {**opts, "sequence_length": prompt}
+    res["measurements"].append(R.measurement(
+        name=args.model, pass_="prefill", times_s=ttft,
+        items_per_iteration=batch * prompt, throughput_unit="tokens/s",
+        parameters=L.parameter_count(opts),
+        flops_per_iteration=batch * L.flops_per_sequence(full, training=False)))
+    if tpot:
+        # A step at context t costs 2·N + 4·L·H·Q·t per sequence: the mean over the steps.
+        _, width, layers, _, _ = L._shape(opts)
+        mean_context = prompt + (output - 2) / 2
+        step_flops = batch * (2 * L.matmul_weights(opts) + 4 * layers * width * mean_context)
+        ordered = sorted(tpot)
+        res["measurements"].append(R.measurement(
+            name=args.model, pass_="decode", times_s=tpot, items_per_iteration=batch,
+            throughput_unit="tokens/s", parameters=L.parameter_count(opts),
+            flops_per_iteration=step_flops,
+            extra={f"tpot_{q}_s": stats.percentile(ordered, p)
+                   for q, p in (("p50", 50), ("p90", 90), ("p99", 99))}))
+    ttft_median = res["measurements"][0]["time_s"]["median"]
+    decode_median = res["measurements"][1]["time_s"]["median"] if tpot else 0.0
+    peak, peak_what = peak_memory(device)
+    res["extra"].update({
+        "timed": TIMED, "attention": "sdpa", "kv_cache": "static",
+        "kv_cache_bytes": L.kv_cache_bytes(opts, batch, prompt + output, element),
+        "peak_memory_bytes": peak, "peak_memory_what": peak_what,
+        "ttft_s": ttft_median, "tpot_s": decode_median,
+        # A whole generation at the medians: the batch's output tokens over its time.
+        "output_tokens_per_s": batch * output / (ttft_median + (output - 1) * decode_median),
+        "served_dtype": str(dtype).removeprefix("torch."),
+    })
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
+    args = parser().parse_args(argv)
+    args.dtype = axes.get("precision").normalise(args.dtype)
+    cell = axes.cell_from_args("llm_inference", RUNNER, "pytorch", args)
+    res = R.new_result(kind="llm_inference", cell=cell, study=args.study, cell_id=args.cell_id)
+    with cellrun.recorded(res, args.output):
+        run(args, res)
+    return cellrun.exit_code(res)

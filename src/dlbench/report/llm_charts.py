@@ -1,0 +1,166 @@
+"""Charts of language-model inference cells (dlbench.llm): time to first token and time per
+output token against batch size, and the latency/throughput trade-off a server chooses on.
+"""
+
+from __future__ import annotations
+
+import json
+
+import altair as alt
+import pandas as pd
+
+from dlbench.report import encodings
+from dlbench.report.data import measured
+from dlbench.report.model_charts import faceted, filtered, with_panel
+from dlbench.report.style import (
+    PANEL_HEIGHT,
+    PANEL_WIDTH,
+    Column,
+    Figure,
+    NumbersTable,
+    batch_axis,
+    styled,
+)
+
+KIND = "llm_inference"
+# Axes an inference cell may differ in besides its panel (model, precision), batch size
+# and colour (prompt length).
+OTHER_AXES = ("system", "device", "compile", "output_length", "framework")
+
+
+def _extra(text: object) -> dict:
+    return json.loads(text) if isinstance(text, str) and text else {}
+
+
+def llm_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per ok inference cell: TTFT, TPOT (p50, p90, p99), output tokens/s, memory."""
+    rows = measured(frame, KIND)
+    if rows.empty:
+        return rows
+    out = []
+    for cell, group in rows.groupby("cell", sort=False):
+        by_pass = {r["pass"]: r for _, r in group.iterrows()}
+        prefill, decode = by_pass.get("prefill"), by_pass.get("decode")
+        if prefill is None:
+            continue
+        extra = {**_extra(prefill.get("extra")), **(_extra(decode.get("extra"))
+                                                     if decode is not None else {})}
+        out.append({
+            "cell": cell, "model": prefill["model"], "precision": prefill["precision"],
+            "batch_size": int(prefill["batch_size"]),
+            "prompt_length": int(prefill["prompt_length"]),
+            "output_length": int(prefill["output_length"]),
+            **{axis: prefill.get(axis) for axis in OTHER_AXES if axis not in ("output_length",)},
+            "ttft_ms": 1e3 * float(prefill["time_median_s"]),
+            "tpot_ms": 1e3 * float(decode["time_median_s"]) if decode is not None else None,
+            "tpot_p90_ms": 1e3 * extra["tpot_p90_s"] if "tpot_p90_s" in extra else None,
+            "tpot_p99_ms": 1e3 * extra["tpot_p99_s"] if "tpot_p99_s" in extra else None,
+            "output_tokens_per_s": extra.get("output_tokens_per_s"),
+            "prefill_tokens_per_s": float(prefill["throughput"]),
+            "kv_cache_mib": extra.get("kv_cache_bytes", 0) / 2**20 or None,
+            "peak_memory_mib": extra.get("peak_memory_bytes", 0) / 2**20 or None,
+        })
+    return pd.DataFrame(out)
+
+
+def _prepared(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], encodings.Encoding] | None:
+    data = llm_frame(frame)
+    if data.empty:
+        return None
+    encoding = encodings.choose(data, panels=("model", "precision"), colour="prompt_length",
+                                candidates=OTHER_AXES)
+    data = data.assign(variant=encodings.labels(data, encoding.series))
+    data, panels = with_panel(data, encoding.panels)
+    return data, panels, encoding
+
+
+def _colour() -> alt.Color:
+    return alt.Color("prompt_length:O", title="prompt tokens", scale=alt.Scale(scheme="viridis"))
+
+
+def _tooltip(encoding: encodings.Encoding) -> list[alt.Tooltip]:
+    return [alt.Tooltip("model:N"), alt.Tooltip("precision:N"),
+            alt.Tooltip("batch_size:Q", title="batch size"),
+            alt.Tooltip("prompt_length:Q", title="prompt tokens"),
+            alt.Tooltip("output_length:Q", title="output tokens"),
+            *[alt.Tooltip(f"{a}:N", title=encodings.title(a))
+              for a in (*encoding.series, *encoding.filters) if a != "output_length"],
+            alt.Tooltip("ttft_ms:Q", title="TTFT (ms)", format=",.3f"),
+            alt.Tooltip("tpot_ms:Q", title="TPOT p50 (ms)", format=",.3f"),
+            alt.Tooltip("tpot_p99_ms:Q", title="TPOT p99 (ms)", format=",.3f"),
+            alt.Tooltip("output_tokens_per_s:Q", title="output tokens/s", format=",.1f")]
+
+
+def _numbers(encoding: encodings.Encoding) -> NumbersTable:
+    placed = [a for a in (*encoding.filters, *encoding.series) if a not in ("model", "precision")]
+    return NumbersTable([
+        Column("model", "model"), Column("precision", "precision"),
+        *[Column(a, encodings.title(a)) for a in placed],
+        Column("batch_size", "batch", "d"), Column("prompt_length", "prompt", "d"),
+        Column("output_length", "output", "d"), Column("ttft_ms", "TTFT (ms)", ",.3f"),
+        Column("tpot_ms", "TPOT p50 (ms)", ",.3f"), Column("tpot_p90_ms", "p90", ",.3f"),
+        Column("tpot_p99_ms", "p99", ",.3f"),
+        Column("output_tokens_per_s", "output tokens/s", ",.1f"),
+        Column("kv_cache_mib", "KV cache (MiB)", ",.1f"),
+        Column("peak_memory_mib", "peak memory (MiB)", ",.1f")], required="ttft_ms")
+
+
+def latency_figure(frame: pd.DataFrame) -> Figure | None:
+    """TTFT and TPOT (p50, whisker to p99) against batch size: two rows of panels."""
+    prepared = _prepared(frame)
+    if prepared is None:
+        return None
+    data, panels, encoding = prepared
+    x = alt.X("batch_size:Q", title="batch size", axis=batch_axis(data["batch_size"].unique()),
+              scale=alt.Scale(type="log", base=2, nice=False, padding=12))
+    tips = _tooltip(encoding)
+    series = {"detail": "variant:N"}
+    if encoding.series:
+        series["strokeDash"] = alt.StrokeDash("variant:N", title=" · ".join(
+            encodings.title(a) for a in encoding.series))
+
+    def panel_chart(y: str, title: str, whisker: tuple[str, str] | None) -> alt.FacetChart:
+        base = alt.Chart().encode(x=x, color=_colour(), tooltip=tips, **series)
+        line = base.encode(y=alt.Y(f"{y}:Q", title=title, scale=alt.Scale(zero=True)))
+        layers = [line.mark_line(), line.mark_point()]
+        if whisker and data[whisker[1]].notna().any():
+            layers.append(base.mark_rule(strokeWidth=1.2).encode(y=f"{whisker[0]}:Q",
+                                                                 y2=f"{whisker[1]}:Q"))
+        layered = filtered(alt.layer(*layers, data=data), f"isValid(datum.{y})", encoding)
+        return faceted(layered.properties(width=PANEL_WIDTH, height=PANEL_HEIGHT), panels,
+                       encoding, data).resolve_scale(y="independent")
+
+    chart = alt.vconcat(
+        panel_chart("ttft_ms", "time to first token (ms)", None),
+        panel_chart("tpot_ms", "time per output token (ms)", ("tpot_ms", "tpot_p99_ms")))
+    return Figure("llm-latency", "Time to first token and per output token",
+                  "Top: the prefill of the batch's prompts (TTFT); bottom: each further token "
+                  "(TPOT, median, whisker to p99), from a static KV cache, every timed step "
+                  "synchronised. One panel per model and precision, one line per prompt "
+                  "length." + encoding.note(), styled(chart), shows=encoding.defaults,
+                  table=_numbers(encoding))
+
+
+def tradeoff_figure(frame: pd.DataFrame) -> Figure | None:
+    """The serving trade-off: output tokens/s (throughput) against TPOT (latency), one point
+    per batch size, joined in batch order."""
+    prepared = _prepared(frame)
+    if prepared is None:
+        return None
+    data, panels, encoding = prepared
+    data = data[data["output_tokens_per_s"].notna() & data["tpot_ms"].notna()]
+    if data.empty or data["batch_size"].nunique() < 2:
+        return None
+    base = alt.Chart().encode(
+        x=alt.X("output_tokens_per_s:Q", title="output tokens/s", scale=alt.Scale(zero=True)),
+        y=alt.Y("tpot_ms:Q", title="time per output token (ms)", scale=alt.Scale(zero=True)),
+        color=_colour(), detail="variant:N", order="batch_size:Q", tooltip=_tooltip(encoding))
+    labels = base.mark_text(dx=8, dy=-6, fontSize=9, align="left").encode(text="batch_size:Q")
+    layered = filtered(alt.layer(base.mark_line(), base.mark_point(), labels, data=data), None,
+                       encoding).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT)
+    chart = faceted(layered, panels, encoding, data).resolve_scale(x="independent",
+                                                                   y="independent")
+    return Figure("llm-tradeoff", "Throughput against latency",
+                  "Each point a batch size (labelled): larger batches raise output tokens/s "
+                  "and the time each token takes." + encoding.note(), styled(chart),
+                  shows=encoding.defaults)

@@ -1,0 +1,152 @@
+"""Language-model inference cells (kind llm_inference, ``python -m dlbench.llm``): the
+runner's prefill and decode measurements, the static KV cache, validation, and training
+and inference cells through the real workflow into the Parquet and the report."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+import yaml
+
+from dlbench import result as R
+from dlbench import study
+from dlbench.models import llm as L
+
+pytest.importorskip("transformers", reason="needs transformers")
+
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from dlbench.llm import runner  # noqa: E402
+from dlbench.pytorch.zoo import llm as torch_llm  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DLBS_LINE = re.compile(r"[ \t]*__(.+?(?=__[ \t]*[=]))__[ \t]*=(.+)")
+
+
+def run_cell(tmp_path: Path, *flags: str) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / "cell.json"
+    proc = subprocess.run([sys.executable, "-m", "dlbench.llm", "--device=cpu",
+                           "--num_warmup_batches=1", *flags, f"--output={out}"],
+                          capture_output=True, text=True, timeout=300)
+    return proc, (R.read(out) if out.exists() else {})
+
+
+def test_a_cell_times_each_prefill_and_each_output_token_and_says_what_it_timed(tmp_path):
+    proc, res = run_cell(tmp_path, "--model=gpt2_tiny", "--batch_size=2", "--prompt_length=24",
+                         "--output_length=6", "--num_batches=3")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    R.validate(res)
+    assert res["status"] == "ok" and res["kind"] == "llm_inference"
+    assert (res["cell"]["prompt_length"], res["cell"]["output_length"]) == (24, 6)
+    prefill, decode = res["measurements"]
+    assert (prefill["pass"], decode["pass"]) == ("prefill", "decode")
+    assert len(prefill["times_s"]) == 3 and len(decode["times_s"]) == 3 * 5
+    assert prefill["items_per_iteration"] == 2 * 24 and decode["items_per_iteration"] == 2
+    assert min(prefill["times_s"]) > 0 and min(decode["times_s"]) > 0
+    tpot = decode["extra"]
+    assert tpot["tpot_p50_s"] <= tpot["tpot_p90_s"] <= tpot["tpot_p99_s"]
+    opts = {**L.default_opts("gpt2_tiny"), "sequence_length": 24}
+    assert prefill["flops_per_iteration"] == pytest.approx(2 * L.flops_per_sequence(opts, False))
+    extra = res["extra"]
+    assert "TTFT" in extra["timed"] and "TPOT" in extra["timed"] and "synchronised" in extra["timed"]
+    assert extra["kv_cache_bytes"] == L.kv_cache_bytes(L.default_opts("gpt2_tiny"), 2, 30, 4)
+    assert extra["output_tokens_per_s"] > 0 and extra["peak_memory_bytes"] > 0
+    # Every __key__=value line is JSON, as DLBS's log parser reads them.
+    for line in proc.stdout.splitlines():
+        match = DLBS_LINE.match(line)
+        if match:
+            json.loads(match.group(2))
+
+
+def test_the_kv_cache_size_is_what_the_static_cache_allocates():
+    opts = L.default_opts("llama_tiny")
+    model = torch_llm.make("llama_tiny", opts).eval()
+    cache = runner.static_cache(model.config, 3, 40, torch.device("cpu"), torch.float32)
+    with torch.inference_mode():
+        model(input_ids=torch.randint(0, 1024, (3, 8)),
+              **{runner.cache_argument(model): cache, "use_cache": True})
+    tensors = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+    assert sum(t.numel() * t.element_size() for t in tensors) == L.kv_cache_bytes(opts, 3, 40, 4)
+
+
+def decode_step_flops(prompt: int) -> int:
+    """FLOPs of one decode step after a prompt of ``prompt`` tokens (math attention)."""
+    opts = L.default_opts("llama_tiny")
+    model = torch_llm.make("llama_tiny", opts).eval()
+    cache = runner.static_cache(model.config, 2, 256, torch.device("cpu"), torch.float32)
+    with_cache = {runner.cache_argument(model): cache, "use_cache": True}
+    with torch.inference_mode(), sdpa_kernel(SDPBackend.MATH):
+        model(input_ids=torch.randint(0, 1024, (2, prompt)), **with_cache)
+        with FlopCounterMode(display=False) as counter:
+            model(input_ids=torch.randint(0, 1024, (2, 1)), **with_cache)
+    return counter.get_total_flops()
+
+
+def test_a_decode_step_costs_the_same_after_a_short_or_a_long_prompt():
+    """The cache at work: one new token is 2·N FLOPs of weights plus attention over the
+    static cache's 256 positions per sequence, whatever the prompt was (without a cache a
+    step would recompute the whole prompt)."""
+    short, long = decode_step_flops(8), decode_step_flops(200)
+    opts = L.default_opts("llama_tiny")
+    _, width, layers, _, _ = L._shape(opts)
+    assert short == long == 2 * (2 * L.matmul_weights(opts) + 4 * layers * width * 256)
+
+
+def config(**grid) -> dict:
+    return {"studies": {"serve": {"kind": "llm_inference", "grid": {
+        "model": "llama_tiny", "device": "cpu", **grid}}}}
+
+
+def test_inference_cells_are_checked_in_one_line_naming_the_field():
+    cells = study.expand_config(config(batch_size=[1, 4], prompt_length=64, output_length=16))
+    assert [c.id.rsplit("_", 1)[0] for c in cells] == [
+        "pytorch_llama-tiny_serve_float32_bs1_p64_o16_cpu",
+        "pytorch_llama-tiny_serve_float32_bs4_p64_o16_cpu"]
+    for grid, field, text in (
+            ({"model": "resnet50"}, "model", "not a language model"),
+            ({"prompt_length": 1000, "output_length": 100}, "output_length",
+             "1100 exceeds llama_tiny's context of 1024"),
+            ({"prompt_length": 0}, "prompt_length", ">= 1"),
+            ({"precision": "tf32"}, "precision", "gpu only")):
+        with pytest.raises(study.ConfigError) as info:
+            study.expand_config(config(**grid))
+        message = str(info.value)
+        assert "serve" in message and field in message and text in message, message
+        assert "\n" not in message
+
+
+@pytest.mark.slow
+def test_training_and_inference_cells_through_the_workflow_into_parquet_and_report(tmp_path):
+    cfg = {"studies": {
+        "lm_train": {"grid": {"model": "llama_tiny", "phase": "training", "device": "cpu",
+                              "batch_size": 2, "num_batches": 3, "num_warmup_batches": 1,
+                              "model_opts": {"sequence_length": 32}}},
+        "lm_serve": {"kind": "llm_inference", "grid": {
+            "model": "llama_tiny", "device": "cpu", "batch_size": [1, 2], "prompt_length": 32,
+            "output_length": 8, "num_batches": 3, "num_warmup_batches": 1}}}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile",
+                           str(REPO / "Snakefile"), "--directory", str(tmp_path),
+                           "--configfile", str(tmp_path / "config.yaml"), "--cores", "2"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = pq.read_table(tmp_path / "results" / "benchmarks.parquet").to_pylist()
+    train = [r for r in rows if r["study"] == "lm_train"]
+    assert [(r["status"], r["throughput_unit"]) for r in train] == [("ok", "tokens/s")]
+    assert train[0]["items_per_iteration"] == 2 * 32 and train[0]["tflops"] > 0
+    serve = [r for r in rows if r["study"] == "lm_serve"]
+    assert sorted((r["batch_size"], r["pass"]) for r in serve) == [
+        (1, "decode"), (1, "prefill"), (2, "decode"), (2, "prefill")]
+    assert {r["kind"] for r in serve} == {"llm_inference"} and {r["prompt_length"] for r in serve} == {32}
+    assert all(r["status"] == "ok" and r["throughput"] > 0 for r in serve)
+    html = (tmp_path / "results" / "report" / "index.html").read_text()
+    assert 'id="llm"' in html and "chart-llm-latency" in html and "chart-llm-tradeoff" in html
+    assert "tokens/s" in html
