@@ -6,7 +6,8 @@
 Runs our runners from this source tree as subprocesses (``PYTHONPATH=src``; nothing to
 install): ResNet-50 training and inference in every precision, timing honesty against CUDA
 events and a bare loop, operator timing against ``torch.utils.benchmark``, the L2 flush,
-the resource monitor's NVML power and energy, DDP, compile modes, an ncu profile, and the
+the resource monitor's NVML power and energy, DDP, compile modes, an ncu profile, language
+models (training tokens/s and MFU, inference TTFT and TPOT, a bare-loop comparison), and the
 report made from the results. Writes ``DIR/gpu_acceptance.json`` (every figure, every
 command) and ``DIR/summary.md`` (one line per check: figure and verdict). Exit code: 0 all
 passed (or skipped for a stated reason), 1 a check failed, 2 no CUDA device (one line).
@@ -41,6 +42,13 @@ EVENTS_AGREEMENT = 0.02
 BARE_RATIO = 0.99
 TIMER_RATIO = 0.98
 EVENTS_VS_DISCRETE = 0.10
+LLM_BARE_RATIO = 0.98
+# Language models (dlbench.models.llm): GPT-2 XL fits any lent GPU in training; Llama-3-8B
+# with float32 master weights and Adam needs about 128 GB (an oom row on an H100 is the
+# right outcome, on an H200 it may fit); its inference in bfloat16 takes 16 GB.
+LLM_TRAIN = {"gpt2_xl": (4, 1024), "llama3_8b": (1, 2048)}  # model -> (batch, sequence)
+LLM_SERVE_BATCHES = (1, 32)
+LLM_PROMPT, LLM_OUTPUT = 512, 64
 
 
 @dataclass
@@ -120,12 +128,24 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
                         ("pt2", ["--pt2-model"])):
         plan.runner(f"op_add_tiny_{mode}", "dlbench.ops", "-c", str(tiny), *common, "-b",
                     *flags, "-o", str(ops / f"add_tiny_{mode}"))
+    for model, (batch, tokens) in LLM_TRAIN.items():
+        opts = json.dumps({"sequence_length": tokens, "activation_checkpointing": True})
+        plan.runner(f"llm_train_{model}", "dlbench.pytorch", f"--model={model}",
+                    f"--batch_size={batch}", "--device=gpu", "--dtype=bfloat16",
+                    "--forward_only=false", "--num_batches=10", "--num_warmup_batches=3",
+                    f"--model_opts={opts}")
+    for batch in LLM_SERVE_BATCHES:
+        plan.runner(f"llm_serve_b{batch}", "dlbench.llm", "--model=llama3_8b",
+                    f"--batch_size={batch}", "--device=gpu", "--dtype=bfloat16",
+                    f"--prompt_length={LLM_PROMPT}", f"--output_length={LLM_OUTPUT}",
+                    "--num_batches=3", "--num_warmup_batches=1")
     # Measured ceilings: the calibration cell (GEMM per precision, STREAM copy/triad).
     plan.runner("calibration", "dlbench.calibrate", "--device", "gpu",
                 "--study=calibration", "--cell_id=pytorch_calibrate_gpu_00000000")
     me = str(Path(__file__).resolve())
     plan.commands["honesty"] = [python, me, "--part", "honesty", "--out", str(out)]
     plan.commands["timer"] = [python, me, "--part", "timer", "--out", str(out)]
+    plan.commands["llm_bare"] = [python, me, "--part", "llm_bare", "--out", str(out)]
     from dlbench import study
 
     (cell,) = study.expand_config({"studies": {"gpu-check": {"grid": {
@@ -147,6 +167,7 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
 def check_plan_parses(plan: Plan) -> list[str]:
     """Each runner command against the runner's own parser (what --dry proves)."""
     from dlbench.calibrate.runner import parser as calibrate_parser
+    from dlbench.llm.runner import parser as llm_parser
     from dlbench.ops.cli import build_parser as ops_parser
     from dlbench.pytorch import runner
 
@@ -157,7 +178,7 @@ def check_plan_parses(plan: Plan) -> list[str]:
             module = cmd[cmd.index("-m", cmd.index("-m") + 1) + 1]
         args = cmd[cmd.index(module) + 1:] if module else []
         parser = {"dlbench.pytorch": runner.parser, "dlbench.ops": ops_parser,
-                  "dlbench.calibrate": calibrate_parser}.get(module)
+                  "dlbench.calibrate": calibrate_parser, "dlbench.llm": llm_parser}.get(module)
         if parser is None:
             continue
         try:
@@ -311,6 +332,44 @@ def op_checks(results: dict[str, dict | None], out: Path) -> list[Check]:
     return checks
 
 
+def llm_checks(results: dict[str, dict | None], out: Path) -> list[Check]:
+    """Language models: training tokens/s and MFU (an oom row is an answer too), inference
+    TTFT and TPOT, and the runner against a bare loop on GPT-2 XL."""
+    checks = []
+    for model in LLM_TRAIN:
+        res = results.get(f"llm_train_{model}") or {}
+        m = (res.get("measurements") or [{}])[0]
+        status = res.get("status")
+        mfu = _mfu(res)
+        figure = (f"{m.get('throughput') or 0:,.0f} tokens/s, {m.get('tflops') or 0:,.0f} "
+                  f"TFLOP/s, MFU {mfu}" if status == "ok" else res.get("error") or "no result")
+        ok = status == "ok" and bool(m.get("extra", {}).get("loss_finite")) or status == "oom"
+        checks.append(Check(f"{model} bf16 training", verdict(ok if res else False), figure))
+    for batch in LLM_SERVE_BATCHES:
+        res = results.get(f"llm_serve_b{batch}") or {}
+        extra = res.get("extra") or {}
+        ok = res.get("status") == "ok" and extra.get("ttft_s", 0) > 0 and extra.get("tpot_s", 0) > 0
+        checks.append(Check(f"llama3_8b bf16 inference, batch {batch}", verdict(ok),
+                            f"TTFT {1e3 * extra.get('ttft_s', 0):.1f} ms, TPOT "
+                            f"{1e3 * extra.get('tpot_s', 0):.2f} ms, "
+                            f"{extra.get('output_tokens_per_s', 0):,.0f} output tokens/s"
+                            if ok else res.get("error") or "no result", extra))
+    facts = read(out / "llm_bare.json")
+    checks.append(Check("gpt2_xl training: runner against a bare loop",
+                        verdict(facts["ratio"] >= LLM_BARE_RATIO) if facts else "fail",
+                        f"ratio {facts['ratio']:.4f}" if facts else "no figures", facts or {}))
+    return checks
+
+
+def _mfu(res: dict[str, Any]) -> str:
+    from dlbench import peaks
+
+    m = (res.get("measurements") or [{}])[0]
+    device = ", ".join(sorted(set((res.get("environment") or {}).get("gpu_models") or [])))
+    peak = peaks.peak_tflops(device or None, "bfloat16")
+    return f"{m['tflops'] / peak:.1%}" if peak and m.get("tflops") else "? (no peak)"
+
+
 def honesty_checks(out: Path) -> list[Check]:
     facts = read(out / "honesty.json")
     if not facts:
@@ -358,6 +417,7 @@ def run_all(plan: Plan, gpus: int) -> list[Check]:
     if gpus < 2:
         checks.append(Check("DDP 2 GPUs over NCCL", "skip", f"{gpus} GPU on this machine"))
     checks += op_checks(results, plan.out) + honesty_checks(plan.out) + profile_checks(plan.out)
+    checks += llm_checks(results, plan.out)
     cells = sorted(str(p) for p in (plan.out / "cells").glob("*.json"))
     agg = [*plan.commands["aggregate"], *cells]
     rc, _ = run(agg, logs / "aggregate.log")
@@ -456,6 +516,63 @@ def part_honesty(out: Path) -> None:
         "runner_times_ms": times_ms, "events_ms": events_ms}, indent=1))
 
 
+def part_llm_bare(out: Path) -> None:
+    """GPT-2 XL bf16 training: the runner in this process against a bare loop of the same
+    step (model, Adam, autocast, cross-entropy over the vocabulary), alternating."""
+    import torch
+
+    from dlbench import result as R
+    from dlbench.pytorch import runner
+    from dlbench.pytorch.zoo import llm as zoo_llm
+
+    batch, tokens = LLM_TRAIN["gpt2_xl"]
+    opts = {"sequence_length": tokens, "activation_checkpointing": True}
+    flags = ["--model=gpt2_xl", f"--batch_size={batch}", "--device=gpu", "--dtype=bfloat16",
+             "--num_batches=10", "--num_warmup_batches=3", "--count_flops=false",
+             f"--model_opts={json.dumps(opts)}"]
+
+    def ours() -> float:
+        args = runner.parser().parse_args(flags)
+        res = R.new_result(kind="model", cell=runner.cell_of(args))
+        runner.run(args, res)
+        return res["measurements"][0]["throughput"]
+
+    def bare() -> float:
+        from dlbench.models import llm
+
+        torch.manual_seed(0)
+        with torch.device("cuda"):
+            model = zoo_llm.CausalLM(zoo_llm.make("gpt2_xl", {**llm.default_opts("gpt2_xl"),
+                                                              **opts}))
+        opt = torch.optim.Adam(model.parameters())
+        ids = torch.randint(0, 50257, (batch, tokens), device="cuda")
+        labels = torch.randint(0, 50257, (batch, tokens), device="cuda")
+        loss_fn = torch.nn.CrossEntropyLoss()
+        times = []
+        for i in range(13):
+            start = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                logits = model(ids)
+                loss = loss_fn(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+            loss.backward()
+            opt.step()
+            torch.cuda.synchronize()
+            if i >= 3:
+                times.append(time.perf_counter() - start)
+        del model, opt
+        torch.cuda.empty_cache()
+        return batch * tokens / statistics.median(times)
+
+    rounds = [(ours(), bare()) if rnd % 2 == 0 else tuple(reversed((bare(), ours())))
+              for rnd in range(2)]
+    runner_tput = statistics.median(r[0] for r in rounds)
+    bare_tput = statistics.median(r[1] for r in rounds)
+    (out / "llm_bare.json").write_text(json.dumps({
+        "runner_tokens_per_s": runner_tput, "bare_tokens_per_s": bare_tput,
+        "ratio": runner_tput / bare_tput}, indent=1))
+
+
 def part_timer(out: Path) -> None:
     import torch
     from torch.utils import benchmark
@@ -501,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry", action="store_true", help="build and check the plan; run nothing")
     p.add_argument("--autotune", action="store_true",
                    help="also inductor-max-autotune (its autotuning takes minutes)")
-    p.add_argument("--part", choices=("honesty", "timer"), help=argparse.SUPPRESS)
+    p.add_argument("--part", choices=("honesty", "timer", "llm_bare"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     sys.path.insert(0, str(SRC))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -510,6 +627,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.part == "timer":
         part_timer(args.out)
+        return 0
+    if args.part == "llm_bare":
+        part_llm_bare(args.out)
         return 0
     if args.dry:
         plan = build_plan(args.out, sys.executable, gpus=2, autotune=True)

@@ -37,8 +37,11 @@ def test_dry_mode_builds_every_command_and_the_runners_accept_them(tmp_path):
                  "resnet50_training_bfloat16_inductor-max-autotune", "resnet50_training_ddp1",
                  "resnet50_training_ddp2", "op_matmul", "op_add_l2_off", "op_add_events",
                  "op_add_tiny_cudagraph", "op_add_tiny_pt2", "honesty", "timer",
-                 "profile_ncu", "profile_torch", "aggregate", "report"):
+                 "profile_ncu", "profile_torch", "aggregate", "report",
+                 "llm_train_gpt2_xl", "llm_train_llama3_8b", "llm_serve_b1", "llm_serve_b32",
+                 "llm_bare"):
         assert name in plan
+    assert plan["llm_serve_b32"][2] == "dlbench.llm" and "--batch_size=32" in plan["llm_serve_b32"]
     assert "--cuda-l2-cache" in plan["op_add_l2_off"] and "--cuda-graph" in \
         plan["op_add_tiny_cudagraph"]
     matmul = json.loads((tmp_path / "ops" / "matmul.json").read_text())
@@ -86,6 +89,32 @@ def test_model_verdicts_follow_the_figures(gpu_acceptance):
     assert checks["resnet50_inference_float32 runs"].figure == "broke"
     inductor = checks["compile inductor: bf16 training"]
     assert inductor.verdict == "pass" and "1.33x eager" in inductor.figure
+
+
+def test_language_model_verdicts_follow_the_results(gpu_acceptance, tmp_path):
+    """An oom row for Llama-3-8B training is an answer (128 GB of float32 weights, gradients
+    and Adam state); a failed inference cell or no bare-loop figures fail. MFU is computed
+    from the vendor peak of the recorded GPU."""
+    gpu = {"gpu_models": ["NVIDIA H100 80GB HBM3"]}
+    train = {"status": "ok", "environment": gpu, "measurements": [
+        {"throughput": 20000.0, "tflops": 400.0, "extra": {"loss_finite": True}}]}
+    results = {"llm_train_gpt2_xl": train,
+               "llm_train_llama3_8b": {"status": "oom", "error": "CUDA out of memory",
+                                       "environment": gpu, "measurements": []},
+               "llm_serve_b1": {"status": "ok", "extra": {
+                   "ttft_s": 0.02, "tpot_s": 0.008, "output_tokens_per_s": 120.0}},
+               "llm_serve_b32": {"status": "failed", "error": "broke", "extra": {}}}
+    checks = {c.name: c for c in gpu_acceptance.llm_checks(results, tmp_path)}
+    gpt2 = checks["gpt2_xl bf16 training"]
+    assert gpt2.verdict == "pass" and "MFU 40.4%" in gpt2.figure  # 400 of 989.4 TFLOP/s
+    assert checks["llama3_8b bf16 training"].verdict == "pass"
+    assert checks["llama3_8b bf16 inference, batch 1"].verdict == "pass"
+    assert "TTFT 20.0 ms" in checks["llama3_8b bf16 inference, batch 1"].figure
+    assert checks["llama3_8b bf16 inference, batch 32"].verdict == "fail"
+    assert checks["gpt2_xl training: runner against a bare loop"].verdict == "fail"
+    (tmp_path / "llm_bare.json").write_text(json.dumps({"ratio": 0.991}))
+    checks = {c.name: c for c in gpu_acceptance.llm_checks(results, tmp_path)}
+    assert checks["gpt2_xl training: runner against a bare loop"].verdict == "pass"
 
 
 def test_monitor_and_summary(gpu_acceptance):

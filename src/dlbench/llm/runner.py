@@ -83,7 +83,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     opts = {**L.default_opts(args.model), **args.model_opts, "activation_checkpointing": False}
     # Served in the precision itself (weights cast), as inference servers run.
     dtype = precision.pure(mode).param_dtype if args.dtype in LOW_PRECISION else mode.param_dtype
-    model = zoo_llm.make(args.model, opts).to(device=device, dtype=dtype).eval()
+    with torch.device(device):  # made where it runs (no host copy of the weights first)
+        model = zoo_llm.make(args.model, opts).to(device=device, dtype=dtype).eval()
     batch, prompt, output = args.batch_size, args.prompt_length, args.output_length
     cache = static_cache(model.config, batch, prompt + output, device, dtype)
     gen = torch.Generator().manual_seed(0)
