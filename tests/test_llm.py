@@ -70,6 +70,7 @@ def test_the_mixture_of_experts_counts_the_routed_experts_only():
                                  "num_key_value_heads (3)"),
     ({"activation_checkpointing": "yes"}, "activation_checkpointing must be true or false"),
     ({"hidden_size": 0}, "hidden_size must be a positive integer"),
+    ({"parallel": "zero3"}, "parallel must be one of ddp, fsdp"),
 ])
 def test_bad_options_are_refused_in_one_line(opts, message):
     with pytest.raises(ValueError) as info:
@@ -112,3 +113,21 @@ def test_a_training_cell_through_the_runner_counts_tokens_and_uses_the_formula(t
     # The count misses CPU flash attention: below the formula, recorded beside it.
     assert 0 < extra["counted_flops_per_iteration"] < m["flops_per_iteration"]
     assert extra["loss_finite"]
+
+
+def test_fsdp_shards_a_two_process_training_cell_per_decoder_layer(tmp_path):
+    """FSDP2 (fully_shard) over two CPU processes (gloo): the cell runs, counts both ranks'
+    tokens and records how the model was split."""
+    opts = {"sequence_length": 32, "parallel": "fsdp"}
+    done, res = run_runner(tmp_path, "--model=llama_tiny", "--dtype=float32", "--batch_size=2",
+                           "--device=cpu", "--num_gpus=2", "--num_batches=3",
+                           "--num_warmup_batches=1", f"--model_opts={json.dumps(opts)}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert res["status"] == "ok", res["error"]
+    (m,) = res["measurements"]
+    assert m["extra"]["parallel"] == "fsdp" and m["items_per_iteration"] == 2 * 2 * 32
+    full = {**L.default_opts("llama_tiny"), **opts}
+    assert m["flops_per_iteration"] == pytest.approx(2 * 2 * L.flops_per_sequence(full, True))
+    model = zoo.build("llama_tiny").module
+    layers = torch_llm.decoder_layers(model)
+    assert len(layers) == 2 and all(type(layer).__name__ == "LlamaDecoderLayer" for layer in layers)

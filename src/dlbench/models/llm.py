@@ -4,7 +4,7 @@ and the standard FLOP formula, without importing a framework.
 Each preset is a Hugging Face ``transformers`` configuration (its class and fields); the
 PyTorch builder (``dlbench.pytorch.zoo.llm``) makes the model from it with random weights,
 so nothing is downloaded. A study's ``model_opts`` overrides any field of it, plus
-``sequence_length`` (tokens per sample) and ``activation_checkpointing``.
+``sequence_length`` (tokens per sample), ``activation_checkpointing`` and ``parallel``.
 
 FLOPs (PaLM, Chowdhery et al. 2022, appendix B): a token costs 6·N matmul FLOPs in training
 (2·N forward, 4·N backward) with N the weights a token is multiplied by (every linear layer
@@ -54,7 +54,11 @@ PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
 # Published parameter counts (model cards; GPT-2 XL with its tied output projection).
 PUBLISHED = {"llama3_8b": 8_030_261_248, "llama3_70b": 70_553_706_496,
              "gpt2_xl": 1_557_611_200, "mixtral_8x7b": 46_702_792_704}
-RUN_OPTS = {"sequence_length": 128, "activation_checkpointing": False}
+# ``parallel``: how a multi-device training cell splits the model: "ddp" replicates it,
+# "fsdp" shards weights, gradients and optimizer state over the devices (FSDP2's
+# fully_shard, per decoder layer), for models that do not fit one device.
+RUN_OPTS = {"sequence_length": 128, "activation_checkpointing": False, "parallel": "ddp"}
+PARALLEL = ("ddp", "fsdp")
 INTEGER_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                   "num_attention_heads", "num_key_value_heads", "max_position_embeddings",
                   "num_local_experts", "num_experts_per_tok", "n_embd", "n_layer", "n_head",
@@ -98,6 +102,9 @@ def check_opts(opts: dict[str, Any]) -> None:
     if not isinstance(opts.get("activation_checkpointing"), bool):
         raise ValueError("llm: activation_checkpointing must be true or false, got "
                          f"{opts.get('activation_checkpointing')!r}")
+    if opts.get("parallel") not in PARALLEL:
+        raise ValueError(f"llm: parallel must be one of {', '.join(PARALLEL)}, "
+                         f"got {opts.get('parallel')!r}")
     _, width, _, heads, limit = _shape(opts)
     if width % heads:
         raise ValueError(f"llm: the width ({width}) must be a multiple of the heads ({heads})")

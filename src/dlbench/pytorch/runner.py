@@ -222,9 +222,19 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             monitor.attach(res, args.output, mon)
         return
 
-    if topo.distributed:
+    if topo.distributed and built.parallel == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        # Sharded over the ranks: each holds 1/world of the weights, gradients and optimizer
+        # state, gathering a layer's weights only while it computes.
+        for unit in built.shard_units(model):
+            fully_shard(unit)
+        model = fully_shard(model)
+        built.facts["parallel"] = "fsdp"
+    elif topo.distributed:
         ids = [device.index] if device_type == "cuda" else None
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        built.facts["parallel"] = "ddp"
 
     def make_step(module: torch.nn.Module) -> steps.Step:
         if args.forward_only:

@@ -46,6 +46,10 @@ class BuiltModel:
     # for TFLOP/s and MFU instead of counting (the count is recorded beside it); None:
     # FlopCounterMode's count.
     flops_per_sample: Callable[[bool], float] | None = None
+    # A data-parallel cell's split of the model: "ddp" (replicas) or "fsdp" (FSDP2 shards,
+    # one unit per module ``shard_units`` gives, then the whole).
+    parallel: str = "ddp"
+    shard_units: Callable[[torch.nn.Module], list[torch.nn.Module]] | None = None
 
 
 def build(name: str, opts: dict[str, Any] | None = None) -> BuiltModel:

@@ -30,6 +30,12 @@ class CausalLM(nn.Module):
         return self.model(input_ids=ids, use_cache=False).logits
 
 
+def decoder_layers(module: nn.Module) -> list[nn.Module]:
+    """The decoder layers: the model's first module list (Llama's and Mixtral's
+    ``model.layers``, GPT-2's ``transformer.h``), FSDP's units of sharding."""
+    return list(next(m for m in module.modules() if isinstance(m, nn.ModuleList)))
+
+
 def sdpa_backends() -> dict[str, bool]:
     """The SDPA kernels PyTorch may choose from on CUDA (it picks per call)."""
     cuda = torch.backends.cuda
@@ -70,5 +76,5 @@ def build(spec: ModelSpec, opts: dict[str, Any]) -> BuiltModel:
     return BuiltModel(
         module=module, input_shape=(tokens,), num_classes=vocab, input_kind="tokens",
         vocab_size=vocab, optimizer="adam", facts=facts, throughput_unit="tokens/s",
-        items_per_sample=tokens,
+        items_per_sample=tokens, parallel=opts["parallel"], shard_units=decoder_layers,
         flops_per_sample=lambda training: L.flops_per_sequence(opts, training))
