@@ -89,7 +89,8 @@ def results(grid: dict[str, list]) -> list[dict]:
         cell_id = f"pytorch_{model}_{phase}_{precision}_{batch}_gpu{gpus}_n{num_batches}"
         res = R.new_result(kind="model", cell=cell, study="big", cell_id=cell_id)
         res["environment"] = environment(gpus)
-        per_sample = (1e-4 * (1 + MODELS.index(model))) * (3 if phase == "training" else 1)
+        rank = MODELS.index(model) if model in MODELS else len(model) % len(MODELS)
+        per_sample = (1e-4 * (1 + rank)) * (3 if phase == "training" else 1)
         # Each GPU takes a batch; adding GPUs costs a little communication per step.
         step = (per_sample * batch / SPEED[precision] + 2e-4) * (1 + 0.04 * gpus.bit_length())
         # A few per cent of deterministic wobble, different per cell.

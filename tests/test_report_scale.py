@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from dlbench import axes
-from dlbench.report import datasets, encodings, model_charts, resource_charts
+from dlbench.report import datasets, encodings, model_charts, paradnn_charts, resource_charts
 from dlbench.report.data import load
 from dlbench.report.encodings import Encoding
 from dlbench.report.page import TABLE_FORMAT
@@ -54,8 +54,11 @@ def lines(figure) -> tuple[pd.DataFrame, list[str], list[str]]:
                if (layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"])
                == "line"]
     encoding = line["encoding"]
-    keys = [spec["facet"]["field"]] + [encoding[c]["field"] for c in
-                                       ("color", "detail", "strokeDash") if c in encoding]
+    keys = [spec["facet"]["field"]]
+    for channel in ("color", "detail", "strokeDash"):
+        for item in (encoding.get(channel) or []) if isinstance(encoding.get(channel), list) \
+                else [encoding[channel]] if channel in encoding else []:
+            keys.append(item["field"])
     params = {p["name"] for p in spec.get("params", []) if "bind" in p}
     picked = []
     for transform in inner.get("transform", []):
@@ -65,10 +68,10 @@ def lines(figure) -> tuple[pd.DataFrame, list[str], list[str]]:
     return rows, keys, picked
 
 
-def zig_zags(figure) -> int:
-    """How many lines would visit one batch size twice."""
+def zig_zags(figure, x: str = "batch_size") -> int:
+    """How many lines would visit one x value (batch size) twice."""
     rows, keys, picked = lines(figure)
-    per_line = rows.groupby([*keys, *picked], dropna=False)["batch_size"]
+    per_line = rows.groupby([*keys, *picked], dropna=False)[x]
     return int((per_line.nunique() != per_line.size()).sum())
 
 
@@ -147,6 +150,20 @@ def test_more_than_twelve_panels_make_the_model_a_dropdown(bench, tmp_path):
     _, order, _ = model_charts.by_batch(models)
     assert order == ["training", "inference"]
     assert zig_zags(model_charts.throughput_figure(models)) == 0
+
+
+def test_paradnn_lines_join_only_cells_of_one_configuration(bench, tmp_path):
+    """ParaDnn's charts place the other axes too: num_batches as a line style, GPU counts
+    (too many to tell apart) in a dropdown."""
+    frame = study(bench, tmp_path, model=["paradnn_fc"], batch_size=[1, 2, 4],
+                  num_gpus=[1, 2, 4, 8, 16], num_batches=[50, 100])
+    paradnn = model_charts.model_frame(frame, paradnn=True)
+    figure = paradnn_charts.by_batch_figure(paradnn)
+    assert zig_zags(figure) == 0
+    spec = figure.chart.to_dict()
+    assert [p["name"] for p in spec["params"]] == ["pick_num_gpus"]
+    assert spec["spec"]["layer"][0]["encoding"]["strokeDash"]["title"] == "measured iterations"
+    assert figure.table is not None and figure.shows == {"num_gpus": 1}
 
 
 def test_every_model_axis_of_the_axis_table_has_a_place():

@@ -5,13 +5,17 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from dlbench.report.model_charts import with_panel
+from dlbench.report import encodings
+from dlbench.report.data import varying
+from dlbench.report.encodings import Encoding
+from dlbench.report.model_charts import faceted, filtered, with_panel
 from dlbench.report.style import (
     PANEL_HEIGHT,
     PANEL_WIDTH,
+    Column,
     Figure,
+    NumbersTable,
     batch_axis,
-    facet_columns,
     styled,
 )
 
@@ -28,10 +32,32 @@ def _metric(frame: pd.DataFrame) -> tuple[str, str]:
     return "throughput", f"throughput ({units[0] if len(units) == 1 else 'items/s'})"
 
 
-def _panels(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    columns = ["model", "precision"]
-    columns += [c for c in ("phase", "framework", "device") if frame[c].nunique() > 1]
-    return with_panel(frame, columns)
+def _panels(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], Encoding]:
+    """Panels per model and precision (and phase where it varies); every other axis that
+    varies gets a line style or a dropdown (report.encodings), so that a line joins only
+    cells of one configuration."""
+    panels = ("model", "precision", *varying(frame, ("phase",)))
+    encoding = encodings.choose(frame, panels=panels, colour=None)
+    frame = frame.assign(variant=encodings.labels(frame, encoding.series))
+    frame, order = with_panel(frame, encoding.panels)
+    return frame, order, encoding
+
+
+def _lines(base: alt.Chart, encoding: Encoding) -> alt.Chart:
+    if not encoding.series:
+        return base
+    return base.encode(strokeDash=alt.StrokeDash("variant:N", title=" · ".join(
+        encodings.title(a) for a in encoding.series)))
+
+
+def _numbers(y: str, y_title: str, encoding: Encoding) -> NumbersTable:
+    placed = [a for a in (*encoding.filters, *encoding.series) if a not in ("model", "precision")]
+    return NumbersTable([
+        Column("model", "model"), Column("config", "options"),
+        Column("phi", "Φ (parameters)", ",d"), Column("precision", "precision"),
+        *[Column(a, encodings.title(a)) for a in placed],
+        Column("batch_size", "batch size", "d"), Column(y, y_title, ",.3f"),
+        Column("time_ms", "median time (ms)", ",.3f")], required=y)
 
 
 def _tooltip(y: str) -> list[alt.Tooltip]:
@@ -46,7 +72,7 @@ def by_batch_figure(paradnn: pd.DataFrame) -> Figure | None:
     if paradnn.empty:
         return None
     y, y_title = _metric(paradnn)
-    frame, panels = _panels(paradnn[paradnn[y].notna()])
+    frame, panels, encoding = _panels(paradnn[paradnn[y].notna()])
     has_phi = frame["phi"].notna().all()
     colour = (alt.Color("phi:Q", title="Φ (parameters)", scale=alt.Scale(type="log", scheme=_VIRIDIS),
                         legend=alt.Legend(format="~s", type="gradient", gradientLength=140))
@@ -55,18 +81,20 @@ def by_batch_figure(paradnn: pd.DataFrame) -> Figure | None:
         x=alt.X("batch_size:Q", title="batch size", axis=batch_axis(frame["batch_size"].unique()),
                 scale=alt.Scale(type="log", base=2, nice=False, padding=12)),
         y=alt.Y(f"{y}:Q", title=y_title),
-        color=colour, detail="config:N", tooltip=_tooltip(y),
+        color=colour, detail=[alt.Detail("config:N"), alt.Detail("variant:N")],
+        tooltip=_tooltip(y),
     )
+    base = _lines(base, encoding)
     # Hollow points: with colour on stroke only, Vega draws the Φ legend as a gradient
     # (a legend fed by both stroke and fill becomes a long list of symbols).
     points = base.mark_point(filled=False, fill="white", strokeWidth=1.6, opacity=1)
-    chart = alt.layer(base.mark_line(strokeWidth=1.6), points, data=frame).properties(
-        width=PANEL_WIDTH, height=PANEL_HEIGHT).facet(
-        facet=alt.Facet("panel:N", title=None, sort=panels), columns=facet_columns(len(panels)),
-    ).resolve_scale(y="independent")
+    layered = filtered(alt.layer(base.mark_line(strokeWidth=1.6), points, data=frame), None,
+                       encoding).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT)
+    chart = faceted(layered, panels, encoding, frame).resolve_scale(y="independent")
     return Figure("paradnn-by-batch", f"ParaDnn: {y_title} against batch size",
-                  "One line per model configuration, coloured by its parameter count Φ.",
-                  styled(chart))
+                  "One line per model configuration, coloured by its parameter count Φ."
+                  + encoding.note(), styled(chart), shows=encoding.defaults,
+                  table=_numbers(y, y_title, encoding))
 
 
 def by_size_figure(paradnn: pd.DataFrame) -> Figure | None:
@@ -76,17 +104,20 @@ def by_size_figure(paradnn: pd.DataFrame) -> Figure | None:
     frame = paradnn[paradnn[y].notna() & paradnn["phi"].notna()]
     if frame.empty or frame["phi"].nunique() < 2:
         return None
-    frame, panels = _panels(frame)
+    frame, panels, encoding = _panels(frame)
     base = alt.Chart().encode(
         x=alt.X("phi:Q", title="Φ (parameters)", scale=alt.Scale(type="log", nice=False, padding=12),
                 axis=alt.Axis(format="~s")),
         y=alt.Y(f"{y}:Q", title=y_title),
         color=alt.Color("batch_size:O", title="batch size", scale=alt.Scale(scheme=_PLASMA)),
-        detail="batch_size:O", order="phi:Q", tooltip=_tooltip(y),
+        detail=[alt.Detail("batch_size:O"), alt.Detail("variant:N")], order="phi:Q",
+        tooltip=_tooltip(y),
     )
-    chart = alt.layer(base.mark_line(strokeWidth=1.6), base.mark_point(), data=frame).properties(
-        width=PANEL_WIDTH, height=PANEL_HEIGHT).facet(
-        facet=alt.Facet("panel:N", title=None, sort=panels), columns=facet_columns(len(panels)),
-    ).resolve_scale(y="independent")
+    base = _lines(base, encoding)
+    layered = filtered(alt.layer(base.mark_line(strokeWidth=1.6), base.mark_point(), data=frame),
+                       None, encoding).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT)
+    chart = faceted(layered, panels, encoding, frame).resolve_scale(y="independent")
     return Figure("paradnn-by-size", f"ParaDnn: {y_title} against model size",
-                  "One line per batch size over the models' parameter counts Φ.", styled(chart))
+                  "One line per batch size over the models' parameter counts Φ."
+                  + encoding.note(), styled(chart), shows=encoding.defaults,
+                  table=_numbers(y, y_title, encoding))
