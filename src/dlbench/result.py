@@ -20,10 +20,6 @@ from dlbench import stats
 from dlbench.atomic import write_text as write_atomic  # the name others import it by
 
 SCHEMA_VERSION = 1
-STATUSES = ("ok", "oom", "failed", "skipped")
-KINDS = ("model", "op", "loader", "calibration", "llm_inference")
-PASSES = ("training", "inference", "forward", "backward", "loader", "calibration", "prefill",
-          "decode")
 
 
 def now_iso(timespec: str = "milliseconds") -> str:
@@ -34,6 +30,13 @@ def now_iso(timespec: str = "milliseconds") -> str:
 def load_schema() -> dict[str, Any]:
     text = resources.files("dlbench").joinpath("schemas/result.schema.json").read_text()
     return json.loads(text)
+
+
+# The schema's lists, named once there: a new result kind or pass is one edit of the schema.
+_SCHEMA = load_schema()
+STATUSES = tuple(_SCHEMA["properties"]["status"]["enum"])
+KINDS = tuple(_SCHEMA["properties"]["kind"]["enum"])
+PASSES = tuple(_SCHEMA["$defs"]["measurement"]["properties"]["pass"]["enum"])
 
 
 def measurement(
@@ -119,7 +122,7 @@ def _validator() -> Any:
     # Built once: jsonschema.validate checks the schema itself on every call (~30 ms).
     import jsonschema
 
-    schema = load_schema()
+    schema = _SCHEMA
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
     return cls(schema)

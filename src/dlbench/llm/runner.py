@@ -1,11 +1,10 @@
 """``python -m dlbench.llm``: one language-model inference cell (see dlbench.llm).
 
 Timed with the one harness (dlbench.harness.timed_loop): ``num_warmup_batches`` whole
-generations run first, untimed (they also absorb compiling); then ``num_batches`` prefills,
-each one measured iteration (TTFT); then, for ``num_batches`` more generations, each decode
-step is one measured iteration (TPOT), the generation's prefill untimed before them. The
-static cache needs no reset between generations: a prefill writes its positions and the
-attention mask hides the positions not yet written.
+generations run first, untimed (they also absorb compiling); then ``num_batches`` measured
+generations, each a timed prefill (TTFT) and ``output_length`` - 1 timed decode steps
+(TPOT). Before each generation the static cache is reset, untimed: it counts the positions
+written, and the next generation starts again from position 0.
 
 Two measurements: ``prefill`` (tokens/s over the batch's prompt tokens; its FLOPs by the
 PaLM formula) and ``decode`` (output tokens/s: one token per sequence per step; TPOT's
@@ -26,13 +25,11 @@ from dlbench import axes, cellrun, harness, stats
 from dlbench import result as R
 from dlbench.models import llm as L
 
-log = logging.getLogger("dlbench.llm")
 RUNNER = "llm"
 TIMED = ("prefill: one forward pass over the batch's prompts into the static KV cache, "
          "to the first output token (TTFT); decode: each further output token one forward "
          "pass of the batch from the cache (TPOT); greedy choice of the next token inside "
          "each timed step; on a GPU each timed step ends synchronised")
-LOW_PRECISION = {"float16", "bfloat16"}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -81,8 +78,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     mode = precision.setup(args.dtype, device.type)
     res["environment"] = torch_environment.collect(device)
     opts = {**L.default_opts(args.model), **args.model_opts, "activation_checkpointing": False}
-    # Served in the precision itself (weights cast), as inference servers run.
-    dtype = precision.pure(mode).param_dtype if args.dtype in LOW_PRECISION else mode.param_dtype
+    # Served in the precision itself (weights cast to float16/bfloat16), as servers run.
+    dtype = precision.pure(mode).param_dtype
     with torch.device(device):  # made where it runs (no host copy of the weights first)
         model = zoo_llm.make(args.model, opts).to(device=device, dtype=dtype).eval()
     batch, prompt, output = args.batch_size, args.prompt_length, args.output_length
@@ -122,10 +119,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         parameters=L.parameter_count(opts),
         flops_per_iteration=batch * L.flops_per_sequence(full, training=False)))
     if tpot:
-        # A step at context t costs 2·N + 4·L·H·Q·t per sequence: the mean over the steps.
-        _, width, layers, _, _ = L._shape(opts)
-        mean_context = prompt + (output - 2) / 2
-        step_flops = batch * (2 * L.matmul_weights(opts) + 4 * layers * width * mean_context)
+        # The mean over the steps, whose context grows from prompt to prompt + output - 2.
+        step_flops = batch * L.flops_per_decode_step(opts, prompt + (output - 2) / 2)
         ordered = sorted(tpot)
         res["measurements"].append(R.measurement(
             name=args.model, pass_="decode", times_s=tpot, items_per_iteration=batch,

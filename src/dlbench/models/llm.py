@@ -160,6 +160,12 @@ def kv_cache_bytes(opts: dict[str, Any], batch: int, length: int, element_size: 
     return 2 * layers * batch * kv_heads * length * (width // heads) * element_size
 
 
+def flops_per_decode_step(opts: dict[str, Any], context: float) -> float:
+    """One new token of one sequence attending over ``context`` positions: 2·N + 4·L·H·Q·t."""
+    _, width, layers, _, _ = _shape(opts)
+    return float(2 * matmul_weights(opts) + 4 * layers * width * context)
+
+
 def flops_per_sequence(opts: dict[str, Any], training: bool) -> float:
     """6·N·T + 12·L·H·Q·T² (training) or a third of it (inference) for T = sequence_length."""
     _, width, layers, _, _ = _shape(opts)

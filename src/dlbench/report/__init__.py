@@ -157,10 +157,11 @@ def render(parquet_path: str | Path, outdir: str | Path,
         cards=tables.status_cards(frame), sections=parts, specs=specs,
         bundle=javascript_bundle() if specs else "", data=packed, uses=uses, tables=numbers)
     # The images are drawn from the same rounded rows as the page's charts, those its
-    # dropdowns show first (the rest would be filtered out by the chart anyway).
+    # dropdowns show first (the rest would be filtered out by the chart anyway); each
+    # dataset is unpacked once, however many charts draw it.
+    rows = {name: datasets.unpack(data) for name, data in packed.items()}
     images = {f.name: {**specs[chart_id(f)], "datasets": {
-        name: shown(datasets.unpack(packed[name]), f.shows) for name in uses[chart_id(f)]}}
-        for f in figures}
+        name: shown(rows[name], f.shows) for name in uses[chart_id(f)]}} for f in figures}
     return publish(outdir, html, images)
 
 

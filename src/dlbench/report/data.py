@@ -69,11 +69,13 @@ def measured(frame: pd.DataFrame, kind: str) -> pd.DataFrame:
 
 
 def ordered(values: pd.Series | list, preferred: tuple[str, ...] = ()) -> list:
-    """Distinct values, the preferred ones first in their order, the rest sorted."""
+    """Distinct values, nulls left out: the preferred ones first in their order, the rest
+    sorted, numbers by size and anything else alphabetically."""
     distinct = [v for v in pd.unique(pd.Series(values).dropna())]
     first = [v for v in preferred if v in distinct]
-    rest = sorted((v for v in distinct if v not in preferred), key=str)
-    return first + rest
+    rest = [v for v in distinct if v not in preferred]
+    numeric = all(pd.api.types.is_number(v) and not pd.api.types.is_bool(v) for v in rest)
+    return first + sorted(rest, key=float if numeric else str)
 
 
 def as_text(frame: pd.DataFrame) -> pd.DataFrame:

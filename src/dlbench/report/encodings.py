@@ -24,7 +24,7 @@ import altair as alt
 import pandas as pd
 
 from dlbench import axes
-from dlbench.report.data import PHASE_ORDER, PRECISION_ORDER, as_text, joined, varying
+from dlbench.report.data import PHASE_ORDER, PRECISION_ORDER, as_text, joined, ordered, varying
 
 # Model-cell axes besides model/phase/precision/batch that tell two cells apart, in the
 # order they take a line style: the derived ``mode`` stands for compile and memory_format.
@@ -85,15 +85,13 @@ def labels(frame: pd.DataFrame, columns: Iterable[str]) -> pd.Series:
     return joined(words, skip_empty=True)
 
 
+PREFERRED = {"precision": PRECISION_ORDER, "phase": PHASE_ORDER}
+
+
 def values(frame: pd.DataFrame, axis: str) -> list:
-    """Distinct values of ``axis`` in display order: precisions and phases in their
-    preferred order, numbers by size, the rest alphabetically; nulls left out."""
-    distinct = list(pd.unique(frame[axis].dropna()))
-    preferred = {"precision": PRECISION_ORDER, "phase": PHASE_ORDER}.get(axis, ())
-    first = [v for v in preferred if v in distinct]
-    rest = [v for v in distinct if v not in preferred]
-    numeric = all(pd.api.types.is_number(v) and not pd.api.types.is_bool(v) for v in rest)
-    return first + sorted(rest, key=(float if numeric else str))
+    """Distinct values of ``axis`` in display order (data.ordered: precisions and phases in
+    their preferred order, numbers by size, the rest alphabetically; nulls left out)."""
+    return ordered(frame[axis], PREFERRED.get(axis, ()))
 
 
 def count(frame: pd.DataFrame, columns: Iterable[str]) -> int:
@@ -131,12 +129,11 @@ class Encoding:
             return None
         return " && ".join(f"datum[{_js_string(a)}] == {param_name(a)}" for a in self.filters)
 
-    def shown(self, frame: pd.DataFrame) -> pd.DataFrame:
-        """The rows the chart shows before anyone touches a dropdown."""
-        keep = pd.Series(True, index=frame.index)
-        for axis, value in self.defaults.items():
-            keep &= frame[axis] == value
-        return frame[keep]
+    def placed(self, leave_out: Iterable[str] = (), *, panels: bool = False) -> list[str]:
+        """The axes this encoding placed (the panels' too with ``panels``), dropdowns before
+        line styles, but those in ``leave_out`` (the ones a table or tooltip names anyway)."""
+        chosen = [*(self.panels if panels else ()), *self.filters, *self.series]
+        return [a for a in chosen if a not in set(leave_out)]
 
     def note(self) -> str:
         """What a caption says of the dropdowns (empty without any)."""

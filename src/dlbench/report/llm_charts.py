@@ -84,7 +84,7 @@ def _tooltip(encoding: encodings.Encoding) -> list[alt.Tooltip]:
             alt.Tooltip("prompt_length:Q", title="prompt tokens"),
             alt.Tooltip("output_length:Q", title="output tokens"),
             *[alt.Tooltip(f"{a}:N", title=encodings.title(a))
-              for a in (*encoding.series, *encoding.filters) if a != "output_length"],
+              for a in encoding.placed(("output_length",))],
             alt.Tooltip("ttft_ms:Q", title="TTFT (ms)", format=",.3f"),
             alt.Tooltip("tpot_ms:Q", title="TPOT p50 (ms)", format=",.3f"),
             alt.Tooltip("tpot_p99_ms:Q", title="TPOT p99 (ms)", format=",.3f"),
@@ -92,7 +92,7 @@ def _tooltip(encoding: encodings.Encoding) -> list[alt.Tooltip]:
 
 
 def _numbers(encoding: encodings.Encoding) -> NumbersTable:
-    placed = [a for a in (*encoding.filters, *encoding.series) if a not in ("model", "precision")]
+    placed = encoding.placed(("model", "precision"))
     return NumbersTable([
         Column("model", "model"), Column("precision", "precision"),
         *[Column(a, encodings.title(a)) for a in placed],

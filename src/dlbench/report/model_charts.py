@@ -178,17 +178,16 @@ def model_tooltip(frame: pd.DataFrame, extra: list[alt.Tooltip],
                   encoding: Encoding | None = None) -> list[alt.Tooltip]:
     tips = [alt.Tooltip("model:N"), alt.Tooltip("phase:N"), alt.Tooltip("precision:N"),
             alt.Tooltip("batch_size:Q", title="batch size")]
-    shown = (encoding.panels + encoding.series + encoding.filters if encoding is not None
-             else varying(frame, encodings.SERIES_FIRST))
-    tips += [alt.Tooltip(f"{c}:N", title=encodings.title(c)) for c in shown
-             if c not in ("model", "phase", "precision", "batch_size")]
+    named = ("model", "phase", "precision", "batch_size")
+    shown = (encoding.placed(named, panels=True) if encoding is not None
+             else [c for c in varying(frame, encodings.SERIES_FIRST) if c not in named])
+    tips += [alt.Tooltip(f"{c}:N", title=encodings.title(c)) for c in shown]
     return tips + extra
 
 
 def axis_columns(encoding: Encoding) -> list[Column]:
     """The leading columns of a numbers table: what tells its rows apart."""
-    placed = [a for a in (*encoding.panels, *encoding.filters, *encoding.series)
-              if a not in ("model", "phase", "precision", "batch_size")]
+    placed = encoding.placed(("model", "phase", "precision", "batch_size"), panels=True)
     return [Column("model", "model"), Column("phase", "phase"),
             *[Column(a, encodings.title(a)) for a in placed],
             Column("precision", "precision"), Column("batch_size", "batch size", "d")]

@@ -51,7 +51,7 @@ def _lines(base: alt.Chart, encoding: Encoding) -> alt.Chart:
 
 
 def _numbers(y: str, y_title: str, encoding: Encoding) -> NumbersTable:
-    placed = [a for a in (*encoding.filters, *encoding.series) if a not in ("model", "precision")]
+    placed = encoding.placed(("model", "precision"))
     return NumbersTable([
         Column("model", "model"), Column("config", "options"),
         Column("phi", "Φ (parameters)", ",d"), Column("precision", "precision"),

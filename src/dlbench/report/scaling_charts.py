@@ -84,7 +84,7 @@ def scaling_figure(frame: pd.DataFrame) -> Figure | None:
     encoding = encodings.choose(data, panels=("scaling",), colour="fixed_batch",
                                 candidates=_candidates(data))
     gpus = sorted(data["num_gpus"].unique())
-    placed = [*encoding.series, *encoding.filters]
+    placed = encoding.placed()
     dash = {}
     if encoding.series:
         data = data.assign(style=joined(data[encoding.series]))
