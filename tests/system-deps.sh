@@ -7,6 +7,9 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 # A real single-node Slurm for the cluster tests.
 command -v slurmctld >/dev/null 2>&1 || need+=(slurmctld slurmd slurm-client munge)
+# Network namespaces, veth pairs and a bridge for the two-node Slurm; nsenter and unshare.
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "system-deps: cannot install ${need[*]} (needs root and apt-get); their tests will skip" >&2

@@ -76,3 +76,39 @@ def test_an_axis_added_later_keeps_old_ids_at_its_default(monkeypatch):
 
 # deep_mnist on the CPU with every other axis at its default, as the first release named it.
 SAVED_DEEP_MNIST = "pytorch_deep-mnist_training_float32_bs32_cpu1_synthetic_66883ddd"
+
+
+# What Snakemake records per finished cell and compares (rerun-triggers: params): the cell
+# as JSON. tests/data/cell_ids/params.v2.json.gz holds it for every cell of the shipped
+# configs as release 2 gave it; an axis added since must leave it as it was at its default.
+SAVED_PARAMS = json.loads(gzip.decompress(
+    (ROOT / "tests/data/cell_ids/params.v2.json.gz").read_bytes()))
+
+
+def _current(path):
+    cfg = yaml.safe_load((ROOT / path).read_text())
+    for spec in cfg["studies"].values():
+        spec.pop("precisions", None)
+    for spec in (cfg.get("datasets") or {}).values():
+        if spec and spec.get("path"):
+            spec["path"] = "."
+    return cfg
+
+
+@pytest.mark.parametrize("name", sorted(SAVED_PARAMS))
+def test_job_parameters_are_those_of_release_2(name):
+    if name.startswith("now:"):
+        cells = study.expand_config(_current(name.removeprefix("now:")))
+    else:
+        cfg = EVERY_AXIS if name == "grid" else shipped(name)
+        cells = [c for c in study.expand_config(cfg) if c.study != study.CALIBRATION_STUDY]
+    assert [c.to_json() for c in cells] == SAVED_PARAMS[name]
+
+
+def test_a_newer_axis_at_a_value_other_than_its_default_is_in_the_job_parameters():
+    """The negative control of the test above: num_nodes (release 3) at 2 reaches the job."""
+    cfg = {"studies": {"s": {"grid": {"model": "deep_mnist", "num_nodes": [1, 2]}}}}
+    one, two = study.expand_config(cfg)
+    assert "num_nodes" not in json.loads(one.to_json())["params"]
+    assert json.loads(two.to_json())["params"]["num_nodes"] == 2
+    assert one.id != two.id and "_2nodes_" in two.id

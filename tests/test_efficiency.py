@@ -27,15 +27,17 @@ def env(gpu: str | None = H100, cpu_model: str = "AMD EPYC 9654") -> dict:
 
 def model_doc(precision: str, tflops: float, *, device: str = "gpu", num_gpus: int = 1,
               batch: int = 64, throughput: float | None = None, model: str = "resnet50",
-              system: str = "sysA") -> dict:
+              system: str = "sysA", num_nodes: int | None = None) -> dict:
     cell = {"framework": "pytorch", "model": model, "phase": "training",
             "precision": precision, "batch_size": batch, "num_gpus": num_gpus,
             "device": device, "data": "synthetic"}
-    cid = f"pytorch_{model}_{precision}_{device}{num_gpus}_bs{batch}"
+    if num_nodes is not None:
+        cell["num_nodes"] = num_nodes
+    cid = f"pytorch_{model}_{precision}_{device}{num_gpus}_{num_nodes}nodes_bs{batch}"
     res = R.new_result(kind="model", cell=cell, study="s", cell_id=cid)
     res["system"] = system
     res["environment"] = env() if device == "gpu" else env(None)
-    items = batch * num_gpus
+    items = batch * num_gpus * (num_nodes or 1)
     t = items / throughput if throughput else 0.1
     res["measurements"] = [R.measurement(
         name=model, pass_="training", times_s=[t, t, t], items_per_iteration=items,
@@ -258,6 +260,25 @@ def test_weak_and_strong_scaling_efficiency_from_a_hand_made_table(tmp_path):
     assert strong.efficiency.to_dict() == pytest.approx({1: 1.0, 2: 0.75, 4: 0.5})
     assert "alexnet" not in set(data.model)
     assert data.groupby("series").num_gpus.apply(lambda s: s.is_unique).all()
+
+
+def test_scaling_counts_the_gpus_of_every_node_of_a_cell(tmp_path):
+    """A node-scaling study: 8 GPUs on 1, 2 and 4 nodes is n = 8, 16, 32 of one series, with
+    the single-GPU cell (a result from before num_nodes: one node) as its base; a cell of
+    8 GPUs on two nodes of 4 is in the table, not on the line beside the 1-node one."""
+    docs = [model_doc("float32", 1.0, num_gpus=1, throughput=100.0)]
+    docs += [model_doc("float32", 1.0, num_gpus=8, num_nodes=n, throughput=x)
+             for n, x in ((1, 760.0), (2, 1440.0), (4, 2560.0))]
+    docs.append(model_doc("float32", 1.0, num_gpus=4, num_nodes=2, throughput=700.0))
+    data = scaling_charts.scaling_frame(table(tmp_path, docs))
+    weak = data[data.scaling == "weak"]
+    line = weak[weak.on_line].set_index("num_gpus")
+    assert line.efficiency.to_dict() == pytest.approx(
+        {1: 1.0, 8: 0.95, 16: 0.9, 32: 0.8})
+    assert line.num_nodes.to_dict() == {1: 1, 8: 1, 16: 2, 32: 4}
+    (off,) = weak[~weak.on_line].itertuples()
+    assert (off.num_gpus, off.num_nodes, off.efficiency) == (8, 2, pytest.approx(700 / 800))
+    assert weak.series.nunique() == 1
 
 
 def test_hardware_roofline_and_scaling_sections_render(tmp_path):

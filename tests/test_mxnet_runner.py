@@ -2,8 +2,9 @@
 
 The interpreter is ``$DLBENCH_MXNET_PYTHON`` or ``<repo>/.venvs/mxnet/bin/python``; when the
 default one does not exist the session fixture creates that venv from envs/mxnet.txt.
-Everything runs on the CPU: GPU contexts, float16 training, NCCL and dist kvstores are not
-exercised here (their argument checks are).
+Everything runs on the CPU: GPU contexts, float16 training and NCCL are not exercised here
+(their argument checks are). The dist kvstores run on one node, their parameter servers on
+loopback (several nodes: tests/test_slurm_two_nodes.py).
 """
 
 from __future__ import annotations
@@ -223,7 +224,7 @@ def test_cell_writes_a_valid_result(mxnet_python, tmp_path, model, batch, forwar
         # PyTorch-only axes are None.
         "num_loader_threads": 4, "data_backend": None, "cudnn_benchmark": None,
         "cudnn_fastest": None, "data_shuffle": None, "compile": None,
-        "memory_format": None}
+        "memory_format": None, "num_nodes": 1}
     env = res["environment"]
     assert env["framework"] == "mxnet" and env["framework_version"].startswith("1.")
     assert "MXNET_CUDNN_AUTOTUNE_DEFAULT" in env["library_flags"]
@@ -252,7 +253,8 @@ def test_two_cpu_contexts_split_the_batch(mxnet_python, tmp_path):
     (["--model", "no_such_net"], "unknown model 'no_such_net'"),
     (["--model", "overfeat"], "--model overfeat: not available for mxnet"),
     (["--model", "resnet18", "--dtype", "float16"], "--dtype float16 needs --device gpu"),
-    (["--model", "resnet18", "--kv_store", "dist_sync"], "--kv_store dist_sync needs a"),
+    (["--model", "resnet18", "--kv_store", "dist_sync", "--num_nodes", "2"],
+     "num_nodes 2 needs a Slurm job of 2 nodes"),
     (["--model", "resnet18", "--kv_store", "nccl"], "--kv_store nccl needs --device gpu"),
     (["--model", "resnet18", "--data_loader_only=true"], "--data_loader_only needs --data_dir"),
     (["--model", "resnet18", "--data_dir", "/nonexistent/train.rec"],
@@ -575,3 +577,38 @@ def test_failed_preparation_marker_is_the_error_for_either_reader(mxnet_python, 
     assert done.returncode == 1 and "\n" not in res["error"]
     assert res["error"] == (f"{folder}: dataset was not prepared: "
                             "source/x.jpg: unreadable image")
+
+
+def _parameter_server_processes() -> list[str]:
+    """Scheduler and server processes of ps-lite (``python -c "import mxnet"``) running."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"import mxnet" in args and b"-c" in args:
+            found.append(cmdline.parent.name)
+    return found
+
+
+@pytest.mark.mxnet
+@pytest.mark.parametrize("kv_store", ["dist_sync", "dist_async"])
+def test_a_dist_kvstore_cell_starts_its_parameter_servers_and_leaves_none(
+        mxnet_python, tmp_path, kv_store):
+    """Seed 002's dist kvstores on a workstation: dlbench starts ps-lite's scheduler and a
+    server on loopback, the worker trains through them, and all of them are gone after."""
+    before = set(_parameter_server_processes())
+    done, output = run_cell(mxnet_python, tmp_path, "--model", "deep_mnist", "--batch_size",
+                            "4", "--num_batches", "3", "--num_warmup_batches", "1",
+                            "--kv_store", kv_store)
+    assert done.returncode == 0, done.stderr[-3000:]
+    res = read_valid(output)
+    assert res["status"] == "ok" and res["cell"]["kv_store"] == kv_store
+    (m,) = res["measurements"]
+    assert m["extra"]["num_workers"] == 1 and m["extra"]["rank"] == 0
+    assert m["iterations"] == 3 and m["throughput"] > 0
+    assert set(_parameter_server_processes()) <= before
+    # No workers' parts left; the worker's monitor series is the cell's.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [output.name, "result.monitor.csv"]
+    assert res["extra"]["monitor"]["series_file"] == "result.monitor.csv"

@@ -13,9 +13,10 @@ derived from this table:
 - the Parquet columns (``columns``) and the grid part of the config schema
   (``schema_fragment``, held equal to workflow/schemas/config.schema.yaml by a test).
 
-To add an axis: add one row. An axis added after the first release has ``since=2``: at
-its default value it is left out of the cell id's hash, so results made before it existed
-keep their ids and are not run again.
+To add an axis: add one row. An axis added after the first release has ``since`` set to
+the release that adds it: at its default value it is left out of the cell id's hash
+(``since`` > 1) and of the job's parameters (``since`` > ``PARAMS_RELEASE``), so results made
+before it existed keep their ids and are not run again.
 """
 
 from __future__ import annotations
@@ -179,7 +180,13 @@ TABLE: tuple[Axis, ...] = (
                   "bf16": "bfloat16", "f64": "float64"}),
     Axis("batch_size", int, 32, kinds=("model", _LLM), minimum=1, flags=_dlbs("--batch_size"),
          help="per-device batch size"),
-    Axis("num_gpus", int, 1, minimum=1, flags=_dlbs("--num_gpus")),
+    Axis("num_gpus", int, 1, minimum=1, flags=_dlbs("--num_gpus"),
+         help="devices per node"),
+    # Added in release 3: at its default it is in neither the cell id's hash nor the job's
+    # parameters (job_params), so that results made before it existed stay done.
+    Axis("num_nodes", int, 1, minimum=1, frameworks=("pytorch", "mxnet"), refuse_unused=True,
+         since=3, flags=_dlbs("--num_nodes", runners=("pytorch", "mxnet")),
+         help="nodes of a data-parallel cell (a cluster job), num_gpus on each"),
     Axis("device", str, "gpu", kinds=("model", "ops", "calibrate", _LLM), choices=_DEVICES,
          flags={**_dlbs("--device"),
                 "ops": Flag("-d", "pair", values={"gpu": "cuda", "cpu": "cpu"})}),
@@ -337,6 +344,24 @@ def id_params(params: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Release 2 gave a job's parameters (the cell as JSON, which Snakemake records per result
+# and compares: rerun-triggers params) every axis it had. Axes added since are left out at
+# their default, so that an upgrade does not run every finished cell again.
+PARAMS_RELEASE = 2
+
+
+def job_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters of a cell's job: all, except axes newer than PARAMS_RELEASE at their
+    default (the runner's flag default gives the same value)."""
+    out = {}
+    for name, value in params.items():
+        axis = _BY_NAME.get(name)
+        if axis is not None and axis.since > PARAMS_RELEASE and value in (axis.default, None):
+            continue
+        out[name] = value
+    return out
+
+
 def argv(runner: str, params: Mapping[str, Any]) -> list[str]:
     """The runner's flags for a cell's axes, in table order (an argument list)."""
     out: list[str] = []
@@ -406,9 +431,12 @@ def cell_from_args(kind: str, runner: str, framework: str,
 
 
 def recorded(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
-    """The cell as a result records it: the axes its framework does not use are None."""
+    """The cell as a result records it: the axes its framework does not use are None, and
+    those a job leaves out at their default (job_params) hold it."""
     out = dict(params)
     for axis in of_kind(kind):
+        if axis.name not in out and axis.default is not REQUIRED:
+            out[axis.name] = axis.default
         if axis.name in out and not axis.used_by(out):
             out[axis.name] = None
     return out

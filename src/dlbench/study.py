@@ -64,7 +64,7 @@ class Cell:
 
     def to_json(self) -> str:
         return json.dumps({"study": self.study, "kind": self.kind, "cell_id": self.id,
-                           "params": dict(self.params)}, sort_keys=True)
+                           "params": axes.job_params(self.params)}, sort_keys=True)
 
 
 def cell_id(kind: str, params: Mapping[str, Any]) -> str:

@@ -42,7 +42,10 @@ def die_with_parent(sig: int = signal.SIGTERM) -> bool:
     return _PRCTL is not None and _PRCTL(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
 
 
-def _child_setup(parent: int) -> Callable[[], None]:
+def child_setup(parent: int | None = None) -> Callable[[], None]:
+    """A ``preexec_fn`` that ties a child to this process: killed when it dies."""
+    parent = os.getpid() if parent is None else parent
+
     def setup() -> None:
         if _PRCTL is not None:
             _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
@@ -125,7 +128,7 @@ def supervised(cmd: Sequence[str], env: Mapping[str, str] | None = None, keep: i
             list(cmd), env=dict(env) if env is not None else None,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
             start_new_session=own_group,
-            preexec_fn=_child_setup(os.getpid()) if tie_to_parent else None)
+            preexec_fn=child_setup() if tie_to_parent else None)
     except OSError as exc:
         return Ran(127, [f"cannot start {cmd[0]}: {exc.strerror}"])
     tail: collections.deque[str] = collections.deque(maxlen=keep)

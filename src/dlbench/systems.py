@@ -20,6 +20,7 @@ current system's on the first run (``adopt``): its files move, no cell reruns.
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 from collections.abc import Iterable, Mapping
@@ -60,10 +61,18 @@ def check_label(label: Any, where: str = "system") -> str:
     return label
 
 
-def label_of(config: Mapping[str, Any]) -> str:
-    """The config's ``system:``, else this host's label."""
+# The label of a run, as its main process chose it, for the run's jobs: a cluster job
+# runs on another host, and must put its result where the run expects it.
+LABEL_ENV = "DLBENCH_SYSTEM"
+
+
+def label_of(config: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> str:
+    """The config's ``system:``, else ``$DLBENCH_SYSTEM``, else this host's label."""
     value = config.get("system")
-    return default_label() if value is None else check_label(value)
+    if value is not None:
+        return check_label(value)
+    inherited = (os.environ if environ is None else environ).get(LABEL_ENV)
+    return check_label(inherited, LABEL_ENV) if inherited else default_label()
 
 
 def result_name(cell_id: str, repeat: int = 0) -> str:

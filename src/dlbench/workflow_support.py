@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dlbench import cpu, kinds, launch, run_to_run, study, systems
+from dlbench import cpu, kinds, launch, multinode, run_to_run, study, systems
 
 
 class WorkflowConfigError(ValueError):
@@ -207,8 +207,41 @@ def monitor_option(config: Mapping[str, Any]) -> list[str]:
     return [] if interval is None else [f"--monitor_interval_ms={interval}"]
 
 
+def num_nodes(cell: study.Cell) -> int:
+    return cell.params.get("num_nodes") or 1
+
+
 def gpus_of(cell: study.Cell) -> int:
-    return launch.gpus_needed({"params": cell.params})
+    """The GPUs a cell's job holds: num_gpus on each of its nodes."""
+    return launch.gpus_needed({"params": cell.params}) * num_nodes(cell)
+
+
+def check_single_node(cells: Iterable[study.Cell]) -> None:
+    """A run without a cluster scheduler cannot give a cell several nodes: refuse it before
+    any job runs (one line naming the study)."""
+    for cell in cells:
+        nodes = num_nodes(cell)
+        if nodes > 1:
+            raise WorkflowConfigError(f"study '{cell.study}': num_nodes: {nodes} nodes need a "
+                                      f"cluster scheduler; {multinode.CLUSTER_HINT}")
+
+
+def cluster_resources(cell: study.Cell) -> dict[str, Any]:
+    """What a multi-node cell's cluster job asks for beyond one node (none for the others).
+
+    In the terms of snakemake-executor-plugin-slurm: ``nodes`` nodes with one task each
+    (``tasks``; ``mpi`` tells the plugin that the job starts its tasks itself, with srun,
+    instead of running the job's command in one task; ``tasks_per_gpu`` 0 keeps it from
+    turning ``tasks`` into --ntasks-per-gpu), and ``gres`` num_gpus GPUs on each node (the
+    ``gpu`` resource, --gpus, is the job's total)."""
+    nodes = num_nodes(cell)
+    if nodes == 1:
+        return {}
+    out: dict[str, Any] = {"nodes": nodes, "tasks": nodes, "mpi": "srun", "tasks_per_gpu": 0}
+    per_node = launch.gpus_needed({"params": cell.params})
+    if per_node:
+        out["gres"] = f"gpu:{per_node}"
+    return out
 
 
 def datasets(config: Mapping[str, Any]) -> Mapping[str, Any]:

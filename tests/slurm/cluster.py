@@ -163,9 +163,9 @@ class SingleNodeSlurm:
                 except subprocess.SubprocessError:
                     break
                 time.sleep(0.5)
-        for name in reversed(DAEMONS):
-            proc = self.procs.pop(name, None)
-            if proc is None or proc.poll() is not None:
+        for name in reversed(list(self.procs)):  # the last started first
+            proc = self.procs.pop(name)
+            if proc.poll() is not None:
                 continue
             proc.send_signal(signal.SIGTERM)
             try:

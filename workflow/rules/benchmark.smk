@@ -37,6 +37,8 @@ for fw, k in itertools.product(
             framework_container(fw.name)
         threads: CELL_THREADS
         resources:
+            # Nodes, tasks and per-node GPUs of multi-node cells (cluster runs only).
+            **multi_node_resources(),
             # Timed cells never share a machine with another timed cell (see the profile).
             benchmark_slot=1,
             gpu=gpus_of,

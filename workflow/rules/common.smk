@@ -53,6 +53,9 @@ try:
     RETRY = support.retry_statuses(config)
     # The machine this run's results belong to: results/<SYSTEM>/<study>/ (dlbench.systems).
     SYSTEM = support.system_label(config)
+    # Inherited by the jobs: a cluster job runs on another host, whose name would be
+    # another label (dlbench.systems.label_of).
+    os.environ[dlbench_systems.LABEL_ENV] = SYSTEM
     # How many times each study's cells run (separate processes): dlbench.study.repeats.
     REPEATS = support.repeat_counts(config)
     UNSTABLE_CV = support.unstable_cv(config)
@@ -192,6 +195,44 @@ def monitor_option():
 @job_function
 def gpus_of(wildcards):
     return support.gpus_of(cell_of(wildcards))
+
+
+def cluster_run():
+    """Whether jobs go to a cluster scheduler. Snakemake has no documented way to ask; an
+    executor profile gives a job count (--jobs), which becomes workflow.nodes (a local
+    run uses --cores)."""
+    return workflow.nodes is not None
+
+
+def _refuse_multi_node_locally():
+    """A cell of num_nodes > 1 needs a scheduler's allocation: refused, in one line, on a
+    run without one (in the main process only: a cluster job parses this file again)."""
+    if workflow.is_main_process and not cluster_run():
+        try:
+            support.check_single_node(CELLS)
+        except support.WorkflowConfigError as exc:
+            _config_error(exc)
+
+
+_refuse_multi_node_locally()
+
+
+def _cluster_resource(name):
+    @job_function
+    def resource(wildcards):
+        return support.cluster_resources(cell_of(wildcards)).get(name)
+
+    return resource
+
+
+def multi_node_resources():
+    """The resources of a multi-node cell's job (support.cluster_resources), as functions of
+    the job; none at all when no cell spans nodes, so that Snakemake evaluates nothing
+    more per job in the usual study."""
+    if not any(support.num_nodes(cell) > 1 for cell in CELLS):
+        return {}
+    names = ("nodes", "tasks", "mpi", "tasks_per_gpu", "gres")
+    return {name: _cluster_resource(name) for name in names}
 
 
 # Datasets (prepared by workflow/rules/datasets.smk)
@@ -344,7 +385,7 @@ def _declare_gpus():
         except dlbench_gpus.GpuAllocationError as exc:
             print(f"dlbench config error: gpus.lock_dir: {exc}", file=sys.stderr)
             raise SystemExit(1) from None
-    if workflow.nodes is not None:
+    if cluster_run():
         # Jobs go to a cluster scheduler, which gives each job its own GPUs.
         os.environ[dlbench_gpus.ALLOCATION_ENV] = "scheduler"
         return

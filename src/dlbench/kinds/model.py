@@ -23,7 +23,10 @@ class ModelKind(CellKind):
         parts = super().readable_id(params)
         # resnet50_training_..._gpu4: the GPU count rides on the device.
         i = self.id_axes.index("num_gpus")
-        return [*parts[:i - 1], parts[i - 1] + parts[i], *parts[i + 1:]]
+        parts = [*parts[:i - 1], parts[i - 1] + parts[i], *parts[i + 1:]]
+        nodes = params.get("num_nodes") or 1
+        # ..._gpu4_2nodes_...: only a multi-node cell says so (older ids stay as they were).
+        return [*parts[:i], f"{nodes}nodes", *parts[i:]] if nodes > 1 else parts
 
     def id_part(self, axis: str, value: Any, params: Mapping[str, Any]) -> str | None:
         if axis == "batch_size":
@@ -52,6 +55,7 @@ class ModelKind(CellKind):
             raise AxisError("precision", f"{name} runs in {' or '.join(spec.precisions)} only, "
                                          f"not {params['precision']}")
         check_gpu_only(params)
+        check_nodes(params)
         if params.get("memory_format") == "channels_last" and spec.input_kind != "image":
             raise AxisError("memory_format", f"channels_last needs a model with 4-D (image) "
                                               f"inputs; {name} takes {spec.input_kind}")
@@ -88,6 +92,21 @@ def check_gpu_only(params: Mapping[str, Any]) -> None:
         raise AxisError("precision", "tf32 exists on device gpu only")
     if params.get("compile") == "cudagraphs" and params["device"] != "gpu":
         raise AxisError("compile", "cudagraphs captures CUDA graphs: device gpu only")
+
+
+# MXNet's kvstores that reach across processes: parameter servers (dlbench.mxnet.dist).
+DIST_KV_STORES = ("dist_sync", "dist_device_sync", "dist_async")
+
+
+def check_nodes(params: Mapping[str, Any]) -> None:
+    """A cell spanning nodes needs a way to exchange gradients between them."""
+    nodes = params.get("num_nodes") or 1
+    if nodes > 1 and params["framework"] == "mxnet" and params["kv_store"] not in DIST_KV_STORES:
+        raise AxisError("kv_store", f"num_nodes {nodes} needs a distributed kvstore "
+                                    f"({', '.join(DIST_KV_STORES)}), not {params['kv_store']}")
+    if nodes > 1 and params.get("data_loader_only"):
+        raise AxisError("num_nodes", "data_loader_only cells time one node's input pipeline: "
+                                     "num_nodes must be 1")
 
 
 @functools.cache

@@ -64,6 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     res = R.new_result(kind="loader" if args.data_loader_only else "model", cell=cell_of(args),
                        study=args.study, cell_id=args.cell_id)
+    if args.num_nodes > 1 and not args.kv_store.startswith("dist"):
+        parser.error(f"--num_nodes {args.num_nodes} needs a distributed kvstore "
+                     f"(--kv_store dist_sync, dist_device_sync or dist_async)")
+    if args.kv_store.startswith("dist") and "DMLC_ROLE" not in os.environ:
+        # The parameter-server roles are started here (dlbench.mxnet.dist).
+        from dlbench.mxnet import dist
+
+        return dist.launch(args, sys.argv[1:] if argv is None else argv, cell_of(args))
     try:
         import mxnet as mx
     except (ImportError, OSError) as exc:  # OSError: a CUDA build without its libraries
@@ -214,9 +222,6 @@ def kvstore(mx: ModuleType, kind: str, device: str, num_contexts: int, *,
         if not mx.runtime.Features().is_enabled("NCCL"):
             raise CellError("--kv_store nccl: this mxnet build has no NCCL support")
     if kind.startswith("dist"):
-        if "DMLC_ROLE" not in os.environ:
-            raise CellError(f"--kv_store {kind} needs a parameter-server launch (DMLC_ROLE is "
-                            "unset); start the cell through mxnet's tools/launch.py")
         store = mx.kv.create(kind)
         return store, store.rank, store.num_workers
     if needs_kv and num_contexts > 1:

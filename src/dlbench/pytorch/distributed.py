@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -38,15 +40,36 @@ def topology() -> Topology:
                     int(os.environ["WORLD_SIZE"]))
 
 
-def torchrun_command(nproc: int, argv: list[str], rdzv_endpoint: str | None = None) -> list[str]:
+def torchrun_command(nproc: int, argv: list[str], rdzv_endpoint: str | None = None, *,
+                     nnodes: int = 1, rdzv_id: str | None = None,
+                     rdzv_conf: str | None = None) -> list[str]:
     """The torchrun command line that reruns this runner with ``argv`` on ``nproc``
-    processes. A rendezvous endpoint makes it joinable from other nodes later."""
+    processes per node. A rendezvous endpoint (c10d) makes it joinable from other nodes:
+    ``nnodes`` of them, each running this same command."""
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}"]
     if rdzv_endpoint:
         cmd += ["--rdzv_backend=c10d", f"--rdzv_endpoint={rdzv_endpoint}"]
+        if nnodes > 1:
+            cmd += [f"--nnodes={nnodes}", "--max_restarts=0"]
+        if rdzv_id:
+            cmd.append(f"--rdzv_id={rdzv_id}")
+        if rdzv_conf:
+            cmd.append(f"--rdzv_conf={rdzv_conf}")
     else:
         cmd += ["--standalone", "--nnodes=1"]
     return [*cmd, "-m", "dlbench.pytorch", *argv]
+
+
+def rank_hosts() -> list[str]:
+    """The node each rank runs on, in rank order (one collective, outside any timing)."""
+    import socket
+
+    here = os.environ.get("DLBENCH_NODE") or socket.gethostname()
+    if not dist.is_initialized():
+        return [here]
+    hosts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, here)
+    return [str(h) for h in hosts]
 
 
 def init(topo: Topology, device_type: str) -> torch.device:
@@ -75,3 +98,23 @@ def slowest_rank_times(times: list[float], device: torch.device) -> list[float]:
 def shutdown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+_FIELD = re.compile(r"^\s*(host|rank|exitcode)\s*:\s*(.+?)\s*$")
+
+
+def torchrun_failure(lines: list[str]) -> str | None:
+    """The first failure torchrun reported (its "host / rank / exitcode" block) in words:
+    "rank 1 on node2: exit code -9 (pid: 2870) (SIGKILL)"; None when it reported none."""
+    found: dict[str, str] = {}
+    for line in lines:
+        m = _FIELD.match(line)
+        if m:
+            found[m[1]] = m[2]
+            if {"host", "rank", "exitcode"} <= found.keys():
+                rank = found["rank"].split(" (")[0]
+                code = " ".join(found["exitcode"].split())
+                return f"rank {rank} on {found['host']}: exit code {code}"
+        elif found and not line.strip().startswith(("time", "error_file", "traceback", "[")):
+            found = {}
+    return None

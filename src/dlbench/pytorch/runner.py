@@ -262,6 +262,9 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     times, wait, compute = timed_loop(batches, step, sync, args.num_warmup_batches,
                                       args.num_batches, hooks=hooks)
     times = distributed.slowest_rank_times(times, device)
+    if topo.distributed:
+        hosts = distributed.rank_hosts()
+        extra.update(world_size=topo.world_size, hosts=hosts, num_hosts=len(set(hosts)))
     if args.compile != "eager":
         recompiled = execution.DynamoCounts.now().frames - before.frames
         extra["compile"]["recompilations_measured"] = recompiled
@@ -304,29 +307,69 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
 
 
 def _launch_distributed(args: argparse.Namespace, argv: list[str]) -> int:
-    """Parent of a data-parallel cell: run torchrun; rank 0 writes the result. If the
-    workers die before rank 0 could write it, record the first error a worker reported."""
+    """Parent of a data-parallel cell: run torchrun (on each node through srun when the cell
+    spans nodes); rank 0 writes the result. If the workers die before rank 0 could write
+    it, record the first node srun reported and the first error a worker reported."""
+    from dlbench import multinode
     from dlbench.pytorch import distributed
 
     output = Path(args.output) if args.output else None
     if output:
         output.unlink(missing_ok=True)
-    cmd = distributed.torchrun_command(args.num_gpus, argv, args.rdzv_endpoint)
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.num_gpus)))
-    rc, lines = subproc.run_tee(cmd, env)
+    if args.num_nodes > 1:
+        try:
+            cmd = _multi_node_command(args, argv)
+        except multinode.MultiNodeError as exc:
+            return _record_launch_failure(args, output, "failed", str(exc), 1)
+    else:
+        cmd = distributed.torchrun_command(args.num_gpus, argv, args.rdzv_endpoint)
+    # Enough of stderr for torchrun's failure report and srun's lines after it.
+    rc, lines = subproc.run_tee(cmd, env, keep=400)
+    lines = [multinode.unlabelled(ln) for ln in lines]
     errors = [ln[len(_ERROR_MARK):].strip() for ln in lines if ln.startswith(_ERROR_MARK)]
     if output and not output.exists():
+        status, _, message = (errors[0] if errors else "").partition(" ")
+        # A worker that died without a word (killed): torchrun's report names its rank.
+        reported = distributed.torchrun_failure(lines)
+        if args.num_nodes > 1 and status != "oom":
+            status, message = "failed", multinode.failure_message(
+                rc, lines, [message] if errors else [reported] if reported else [])
+        elif status not in ("oom", "failed"):
+            status, message = "failed", reported or f"torchrun exited with code {rc}"
+        _record_launch_failure(args, output, status, message, rc)
+    return rc
+
+
+def _multi_node_command(args: argparse.Namespace, argv: list[str]) -> list[str]:
+    """srun starting torchrun on each node of the job, rendezvous (c10d) on this node."""
+    from dlbench import multinode
+    from dlbench.pytorch import distributed
+
+    alloc = multinode.slurm_allocation(args.num_nodes)
+    endpoint = f"{alloc.address}:{multinode.free_port()}"
+    conf = f"is_host={multinode.IS_HOST},join_timeout={multinode.RENDEZVOUS_TIMEOUT_S}"
+    torchrun = distributed.torchrun_command(
+        args.num_gpus, argv, endpoint, nnodes=args.num_nodes,
+        rdzv_id=f"dlbench-{alloc.job_id}-{os.getpid()}", rdzv_conf=conf)
+    gpus = args.num_gpus if args.device == "gpu" else 0
+    log.info("%d nodes of Slurm job %s (%s), rendezvous at %s", args.num_nodes,
+             alloc.job_id, ",".join(alloc.hosts[:args.num_nodes]), endpoint)
+    return alloc.srun(args.num_nodes, multinode.agent(alloc.here, gpus, torchrun))
+
+
+def _record_launch_failure(args: argparse.Namespace, output: Path | None, status: str,
+                           message: str, rc: int) -> int:
+    print(f"dlbench.pytorch: {message}", file=sys.stderr)
+    if output:
         res = R.new_result(kind="model", cell=cell_of(args), study=args.study,
                            cell_id=args.cell_id)
-        status, _, message = (errors[0] if errors else "").partition(" ")
-        if status not in ("oom", "failed"):
-            status, message = "failed", f"torchrun exited with code {rc}"
         R.finish(res, status, message)
         res["environment"] = environment.collect()
         R.write(res, output)
         cellrun.print_dlbs_summary(res)
-    return rc
+    return rc or 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -343,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--model: unknown model {args.model!r} (valid: {', '.join(models.names())})")
     from dlbench.pytorch import distributed
 
-    if args.num_gpus > 1 and not distributed.is_worker():
+    if (args.num_gpus > 1 or args.num_nodes > 1) and not distributed.is_worker():
         return _launch_distributed(args, argv)
     topo = distributed.topology()
     res = R.new_result(kind="model", cell=cell_of(args), study=args.study, cell_id=args.cell_id)

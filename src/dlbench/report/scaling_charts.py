@@ -1,6 +1,10 @@
 """Scaling across GPUs (DLBS's weak and strong scaling): for model cells that differ only in
-num_gpus (and the batch), speed-up S(n) = X(n) / X(1) and efficiency E(n) = X(n) / (n X(1)),
-X being throughput in samples per second (the median over repeats where a cell has them).
+their GPUs (and the batch), speed-up S(n) = X(n) / X(1) and efficiency E(n) = X(n) / (n X(1)),
+X being throughput in samples per second (the median over repeats where a cell has them)
+and n the cell's GPUs on all its nodes (num_gpus x num_nodes), so that a study scaling from
+one node to several is one series. Where two cells of a series have the same n on
+different node counts (8 GPUs on one node, 4 on each of two), the line takes the one on
+fewer nodes; the table lists both.
 
 - weak scaling: the per-device batch stays fixed as GPUs are added (the global batch grows);
 - strong scaling: the global batch (per-device batch x num_gpus) stays fixed, so each GPU
@@ -18,7 +22,7 @@ from dlbench.report.data import joined, measured, varying
 from dlbench.report.style import Column, Figure, NumbersTable, styled
 
 # What a series holds fixed: every axis column but the two that scaling varies.
-VARIED = ("num_gpus", "batch_size")
+VARIED = ("num_gpus", "num_nodes", "batch_size")
 KINDS = {"weak": "batch_size", "strong": "global_batch"}  # scaling -> the batch held fixed
 
 
@@ -31,7 +35,12 @@ def _series_keys(frame: pd.DataFrame) -> list[str]:
 def scaling_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (series, scaling kind, num_gpus) with speed-up and efficiency."""
     rows = measured(frame, "model")
-    if rows.empty or rows["num_gpus"].nunique() < 2:
+    if rows.empty:
+        return pd.DataFrame()
+    nodes = (rows["num_nodes"].fillna(1) if "num_nodes" in rows else pd.Series(1, rows.index))
+    # n: the cell's GPUs on all its nodes (results from before num_nodes: one node).
+    rows = rows.assign(num_nodes=nodes.astype(int), num_gpus=rows["num_gpus"] * nodes)
+    if rows["num_gpus"].nunique() < 2:
         return pd.DataFrame()
     rows = rows.assign(x=rows["cell_throughput"].fillna(rows["throughput"]).astype(float),
                        global_batch=rows["batch_size"] * rows["num_gpus"])
@@ -49,6 +58,9 @@ def scaling_frame(frame: pd.DataFrame) -> pd.DataFrame:
         part = rows[several].merge(base, on=group)
         if part.empty:
             continue
+        # One point per n in a line: the cell on the fewest nodes (the others: the table).
+        part = part.assign(on_line=~part.sort_values("num_nodes", kind="stable")
+                           .duplicated([*group, "num_gpus"]).reindex(part.index))
         label = joined(part[named], skip_empty=True)
         part = part.assign(scaling=scaling, fixed_batch=part[fixed].astype(int),
                            series=label + f" · {fixed.replace('_', ' ')} "
@@ -64,9 +76,10 @@ def scaling_frame(frame: pd.DataFrame) -> pd.DataFrame:
                        speedup=data["x"] / data["x1"],
                        efficiency=data["x"] / (data["num_gpus"] * data["x1"]))
     others = [a for a in encodings.model_axes() if a in data and a not in ("system", "num_gpus")]
+    others = [a for a in others if a != "num_nodes"]
     columns = ["scaling", "series", "series_id", "system", "model", "precision", "phase", "num_gpus",
-               "batch_size", "global_batch", "fixed_batch", "throughput", "speedup",
-               "efficiency", *others]
+               "num_nodes", "batch_size", "global_batch", "fixed_batch", "throughput", "speedup",
+               "efficiency", "on_line", *others]
     return data[columns].sort_values(["scaling", "series", "num_gpus"], kind="stable",
                                      ignore_index=True)
 
@@ -74,7 +87,8 @@ def scaling_frame(frame: pd.DataFrame) -> pd.DataFrame:
 # Axes a scaling series may differ in, besides the scaling kind and the batch held fixed.
 def _candidates(data: pd.DataFrame) -> list[str]:
     return ["model", "phase", "precision",
-            *[a for a in encodings.model_axes() if a in data and a != "num_gpus"]]
+            *[a for a in encodings.model_axes()
+              if a in data and a not in ("num_gpus", "num_nodes")]]
 
 
 def scaling_figure(frame: pd.DataFrame) -> Figure | None:
@@ -91,7 +105,7 @@ def scaling_figure(frame: pd.DataFrame) -> Figure | None:
         dash = {"strokeDash": alt.StrokeDash("style:N", title=" · ".join(
             encodings.title(a) for a in encoding.series))}
     base = alt.Chart().encode(
-        x=alt.X("num_gpus:Q", title="GPUs", scale=alt.Scale(type="log", base=2),
+        x=alt.X("num_gpus:Q", title="GPUs (on all nodes)", scale=alt.Scale(type="log", base=2),
                 axis=alt.Axis(values=[int(g) for g in gpus], format="d")),
         color=alt.Color("fixed_batch:O", title="batch held fixed",
                         scale=alt.Scale(scheme="viridis"),
@@ -100,11 +114,11 @@ def scaling_figure(frame: pd.DataFrame) -> Figure | None:
         detail="series_id:N",
         tooltip=["scaling:N", *[alt.Tooltip(f"{a}:N", title=encodings.title(a))
                                             for a in placed],
-                 "num_gpus:Q", "batch_size:Q", "global_batch:Q",
+                 "num_gpus:Q", "num_nodes:Q", "batch_size:Q", "global_batch:Q",
                  alt.Tooltip("throughput:Q", format=",.1f"),
                  alt.Tooltip("speedup:Q", format=".2f"),
                  alt.Tooltip("efficiency:Q", format=".0%")], **dash)
-    lines = base.mark_line(point=True).encode(
+    lines = base.transform_filter(alt.datum.on_line).mark_line(point=True).encode(
         y=alt.Y("efficiency:Q", title="efficiency X(n) / (n X(1))", axis=alt.Axis(format="%"),
                 scale=alt.Scale(domainMin=0)), order="num_gpus:Q")
     parity = alt.Chart().mark_rule(strokeDash=[4, 3], color="#9aa5b1").encode(y=alt.datum(1.0))
@@ -118,7 +132,8 @@ def scaling_figure(frame: pd.DataFrame) -> Figure | None:
     numbers = NumbersTable([
         Column("scaling", "scaling"),
         *[Column(a, encodings.title(a)) for a in placed],
-        Column("num_gpus", "GPUs", "d"), Column("batch_size", "batch per GPU", "d"),
+        Column("num_gpus", "GPUs", "d"), Column("num_nodes", "nodes", "d"),
+        Column("batch_size", "batch per GPU", "d"),
         Column("global_batch", "global batch", "d"),
         Column("throughput", "samples/s", ",.1f"), Column("speedup", "speed-up", ".2f"),
         Column("efficiency", "efficiency", ".0%")], required="efficiency")

@@ -1,0 +1,228 @@
+"""Multi-node cells without a cluster: the num_nodes axis, what the workflow asks a
+scheduler for, the refusal of a local run, reading a Slurm allocation, the node agent,
+srun's and torchrun's failure reports, and the merge of MXNet workers' results.
+Against a real two-node Slurm: tests/test_slurm_two_nodes.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from pytorch_cell import run_runner
+
+from dlbench import multinode, study, systems, workflow_support
+from dlbench import result as R
+from dlbench.mxnet import dist
+from dlbench.pytorch import distributed
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cells(grid, name="s"):
+    return study.expand_config({"studies": {name: {"grid": grid}}})
+
+
+# The axis, validation and the cluster job's resources -----------------------------------
+
+
+def test_num_nodes_multiplies_the_gpus_of_the_job_and_asks_for_one_task_per_node():
+    one, two = cells({"model": "resnet50", "num_gpus": 4, "num_nodes": [1, 2]})
+    assert workflow_support.gpus_of(one) == 4 and workflow_support.cluster_resources(one) == {}
+    assert workflow_support.gpus_of(two) == 8
+    assert workflow_support.cluster_resources(two) == {
+        "nodes": 2, "tasks": 2, "mpi": "srun", "tasks_per_gpu": 0, "gres": "gpu:4"}
+    (cpu,) = cells({"model": "deep_mnist", "device": "cpu", "num_nodes": 3})
+    assert workflow_support.gpus_of(cpu) == 0
+    assert "gres" not in workflow_support.cluster_resources(cpu)
+
+
+def test_a_run_without_a_scheduler_refuses_a_multi_node_cell_in_one_line():
+    workflow_support.check_single_node(cells({"model": "deep_mnist", "num_nodes": 1}))
+    with pytest.raises(workflow_support.WorkflowConfigError) as err:
+        workflow_support.check_single_node(cells({"model": "deep_mnist", "num_nodes": 2},
+                                                 name="scale"))
+    assert str(err.value).startswith("study 'scale': num_nodes: 2 nodes need a cluster")
+    assert "profiles/slurm" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("grid, field, words", [
+    ({"framework": "mxnet", "kv_store": "device"}, "kv_store", "needs a distributed kvstore"),
+    ({"data": "imgs", "data_loader_only": True}, "num_nodes", "must be 1"),
+    ({"num_nodes": 0}, "num_nodes", "must be >= 1"),
+])
+def test_multi_node_cells_a_framework_cannot_run_are_config_errors(grid, field, words):
+    cfg = {"studies": {"s": {"grid": {"model": "deep_mnist", "num_nodes": 2, **grid}}},
+           "datasets": {"imgs": {"synthetic": {"classes": 2, "images_per_class": 2}}}}
+    with pytest.raises(study.ConfigError) as err:
+        study.expand_config(cfg)
+    assert f"study 's': {field}: " in str(err.value) and words in str(err.value)
+
+
+def test_a_local_workflow_run_refuses_a_multi_node_study_before_any_job(tmp_path):
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(
+        {"studies": {"scale": {"grid": {"model": "deep_mnist", "device": "cpu",
+                                        "num_nodes": [1, 2]}}}}))
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--snakefile",
+         str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile",
+         str(tmp_path / "config.yaml")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if "dlbench config error" in line]
+    assert errors == ["dlbench config error: study 'scale': num_nodes: 2 nodes need a cluster "
+                      f"scheduler; {multinode.CLUSTER_HINT}"], done.stderr[-2000:]
+
+
+def test_a_cluster_job_keeps_the_system_label_of_the_run_that_submitted_it():
+    """Jobs run on other hosts: the label comes from the run ($DLBENCH_SYSTEM), not from
+    the node's hostname; the config's own label wins over both."""
+    assert systems.label_of({}, {"DLBENCH_SYSTEM": "login1"}) == "login1"
+    assert systems.label_of({"system": "a100"}, {"DLBENCH_SYSTEM": "login1"}) == "a100"
+    assert systems.label_of({}, {}) == systems.default_label()
+    with pytest.raises(systems.SystemLabelError, match="DLBENCH_SYSTEM"):
+        systems.label_of({}, {"DLBENCH_SYSTEM": "bad label"})
+
+
+# The Slurm allocation and srun --------------------------------------------------------
+
+
+JOB = ("JobId=42 JobName=x UserId=root(0) JobState=RUNNING NodeList=gpu[07-08] "
+       "BatchHost=gpu07 NumNodes=2 NumCPUs=32 NumTasks=2 CPUs/Task=16 ReqB:S:C:T=0:0:*:*")
+NODES = {"gpu07": "NodeName=gpu07 Arch=x86_64 NodeAddr=10.0.0.7 NodeHostName=gpu07",
+         "gpu08": "NodeName=gpu08 Arch=x86_64 NodeAddr=10.0.0.8 NodeHostName=gpu08"}
+
+
+def fake_scontrol(args):
+    """What scontrol 22.05 prints for these queries (see the real one in
+    tests/test_slurm_two_nodes.py)."""
+    if args[:2] == ["show", "job"]:
+        return JOB + "\n"
+    if args[:2] == ["show", "hostnames"]:
+        assert args[2] == "gpu[07-08]"
+        return "gpu07\ngpu08\n"
+    return NODES[args[3]] + "\n"
+
+
+def test_the_allocation_is_read_from_scontrol_and_srun_runs_one_task_per_node():
+    alloc = multinode.slurm_allocation(2, {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "gpu08"},
+                                       fake_scontrol)
+    assert alloc == multinode.Allocation("42", ("gpu07", "gpu08"), "gpu08", "10.0.0.8", 16)
+    cmd = alloc.srun(2, ["prog", "--flag"])
+    assert cmd[1:8] == ["--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
+                        "--nodelist=gpu08,gpu07", "--cpus-per-task=16", "--kill-on-bad-exit=1"]
+    assert cmd[-2:] == ["prog", "--flag"]
+
+
+@pytest.mark.parametrize("environ, nodes, words", [
+    ({}, 2, "not one (SLURM_JOB_ID is unset)"),
+    ({"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "gpu07"}, 3, "holds 2 node(s) (gpu07,gpu08)"),
+    ({"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "login"}, 2, "runs on login, which is not"),
+])
+def test_an_allocation_that_cannot_hold_the_cell_says_why(environ, nodes, words):
+    with pytest.raises(multinode.MultiNodeError) as err:
+        multinode.slurm_allocation(nodes, environ, fake_scontrol)
+    assert words in str(err.value)
+
+
+def test_srun_reports_name_the_node_and_task_that_ended_first():
+    lines = ["0: step 3", "srun: error: gpu08: task 1: Killed",
+             "srun: launch/slurm: _step_signal: Terminating StepId=7.0",
+             "srun: error: gpu07: task 0: Exited with exit code 1"]
+    failed = multinode.node_failures(lines)
+    assert [f.host for f in failed] == ["gpu08", "gpu07"]
+    assert multinode.failure_message(1, lines, []) == "node gpu08 (task 1): Killed"
+    assert multinode.failure_message(1, [], ["oom rank 0"]) == "oom rank 0"
+    assert multinode.failure_message(9, [], []) == "srun exited with code 9"
+    assert multinode.unlabelled("12: __results.status__=\"ok\"") == '__results.status__="ok"'
+
+
+def test_torchrun_failure_report_names_the_rank_its_host_and_signal():
+    lines = ["Failures:", "  <NO_OTHER_FAILURES>", "Root Cause (first observed failure):",
+             "[0]:", "  time      : 2026-11-25_15:28:58", "  host      : node2",
+             "  rank      : 1 (local_rank: 0)", "  exitcode  : -9 (pid: 2870)  (SIGKILL)",
+             "  error_file: <N/A>"]
+    assert distributed.torchrun_failure(lines) == \
+        "rank 1 on node2: exit code -9 (pid: 2870) (SIGKILL)"
+    assert distributed.torchrun_failure(["host : a", "unrelated", "rank : 1"]) is None
+
+
+def node_agent(*args, environ):
+    return subprocess.run([sys.executable, "-m", "dlbench.multinode", *args],
+                          capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", **environ,
+                               "PYTHONPATH": str(REPO / "src")})
+
+
+def test_the_node_agent_fills_in_the_node_and_whether_it_hosts_the_rendezvous():
+    show = [sys.executable, "-c", "import os, sys; print(sys.argv[1:], os.environ['DLBENCH_NODE'])"]
+    done = node_agent("--host=gpu07", "--gpus=0", "--", *show, "{node_rank}", "{is_host}",
+                      "x{node_name}", environ={"SLURMD_NODENAME": "gpu08", "SLURM_NODEID": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['1', '0', 'xgpu08'] gpu08"
+    host = node_agent("--host=gpu07", "--", *show, "{is_host}",
+                      environ={"SLURMD_NODENAME": "gpu07", "SLURM_NODEID": "0"})
+    assert host.stdout.strip() == "['1'] gpu07"
+
+
+def test_the_node_agent_refuses_a_node_with_fewer_gpus_than_the_cell_needs():
+    done = node_agent("--host=gpu07", "--gpus=4", "--", "true",
+                      environ={"SLURMD_NODENAME": "gpu08", "CUDA_VISIBLE_DEVICES": "0,1"})
+    assert done.returncode == 3
+    assert "failed node gpu08: the cell needs 4 GPU(s) on each node, Slurm gave this node 2" \
+        in done.stderr
+
+
+def test_a_multi_node_pytorch_cell_outside_a_slurm_job_is_a_failed_row(tmp_path):
+    proc, res = run_runner(tmp_path, "--model=deep_mnist", "--device=cpu", "--num_nodes=2",
+                           "--batch_size=2", "--num_batches=2")
+    assert proc.returncode == 1 and res is not None
+    assert res["status"] == "failed" and res["cell"]["num_nodes"] == 2
+    assert res["error"].startswith("num_nodes 2 needs a Slurm job of 2 nodes")
+
+
+# MXNet: the workers' results become the cell's ------------------------------------------
+
+
+def worker_doc(times, host, rank, status="ok"):
+    res = R.new_result(kind="model", cell={"framework": "mxnet", "num_nodes": 2}, study="s",
+                       cell_id="c")
+    res["environment"] = {"hostname": host}
+    if status == "ok":
+        res["measurements"] = [R.measurement(
+            name="deep_mnist", pass_="training", times_s=times, items_per_iteration=4,
+            parameters=10, extra={"rank": rank, "num_workers": 2})]
+        R.finish(res, "ok")
+    else:
+        R.finish(res, status, "CUDA out of memory")
+    return res
+
+
+def test_merged_workers_give_the_slowest_time_of_each_iteration_and_all_samples(tmp_path):
+    args = type("Args", (), {"study": "s", "cell_id": "c"})()
+    R.write(worker_doc([1.0, 3.0, 2.0], "gpu07", 0), dist.part_path(tmp_path, 0))
+    R.write(worker_doc([2.0, 1.0, 2.5], "gpu08", 1), dist.part_path(tmp_path, 1))
+    res = dist.merge({"framework": "mxnet"}, args, tmp_path, 2, 0, [])
+    (m,) = res["measurements"]
+    assert m["times_s"] == [2.0, 3.0, 2.5] and m["items_per_iteration"] == 8
+    assert m["throughput"] == pytest.approx(8 / 2.5)
+    assert m["extra"]["hosts"] == ["gpu07", "gpu08"] and m["extra"]["worker_ranks"] == [0, 1]
+
+
+def test_a_worker_that_failed_or_wrote_nothing_fails_the_cell_naming_it(tmp_path):
+    args = type("Args", (), {"study": "s", "cell_id": "c"})()
+    R.write(worker_doc([1.0], "gpu07", 0), dist.part_path(tmp_path, 0))
+    R.write(worker_doc([], "gpu08", 1, status="oom"), dist.part_path(tmp_path, 1))
+    res = dist.merge({"framework": "mxnet"}, args, tmp_path, 2, 1, [])
+    assert res["status"] == "oom" and res["error"] == "worker on gpu08: CUDA out of memory"
+    dist.part_path(tmp_path, 1).unlink()
+    res = dist.merge({"framework": "mxnet"}, args, tmp_path, 2, 1,
+                     ["srun: error: gpu08: task 1: Killed"])
+    assert res["status"] == "failed" and res["error"] == "node gpu08 (task 1): Killed"
+
+
+def test_the_workers_argv_writes_to_their_own_file():
+    assert dist.with_output(["--model=x", "--output", "r.json", "--dtype=float32"], "p") == \
+        ["--model=x", "--dtype=float32", "--output=p"]
+    assert dist.with_output(["--output=r.json"], "p") == ["--output=p"]

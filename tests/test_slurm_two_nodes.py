@@ -1,0 +1,154 @@
+"""Multi-node cells against a real two-node Slurm (tests/slurm/two_nodes.py): two slurmd,
+each in its own network and UTS namespace, one slurmctld, on this machine.
+
+A study of a two-node PyTorch DDP cell (gloo, CPU) and a two-node MXNet ``dist_sync`` cell
+runs through ``--profile profiles/slurm``: each cell is one Slurm job of two nodes whose
+runner starts a task per node with srun. Then a long cell runs and one node's worker is
+killed: the cell must become a failed row naming that node, and nothing may be left
+running on either node. Skipped without root, the Debian packages slurmctld, slurmd,
+slurm-client and munge, iproute2, or network namespaces; the MXNet cell also needs the
+MXNet environment (make mxnet-env).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from dlbench import systems
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "slurm"))
+from two_nodes import TwoNodeSlurm, missing_two_node_requirements  # noqa: E402
+
+SLURM_PROFILE = REPO / "profiles" / "slurm"
+MXNET_PYTHON = REPO / ".venvs" / "mxnet" / "bin" / "python"
+CELL = {"model": "deep_mnist", "device": "cpu", "batch_size": 4, "num_nodes": 2,
+        "num_warmup_batches": 1}
+
+
+def snakemake(workdir, cluster, *args, timeout=600):
+    cmd = [sys.executable, "-m", "snakemake", "results/benchmarks.parquet", "--snakefile",
+           str(REPO / "Snakefile"), "--directory", str(workdir), "--configfile",
+           str(workdir / "config.yaml"), "--profile", str(SLURM_PROFILE),
+           "--resources", "benchmark_slot=4", "--slurm-init-seconds-before-status-checks",
+           "2", *args]
+    return subprocess.run(cmd, env=cluster.env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def rows(workdir):
+    return {r["study"]: r for r in
+            pq.read_table(workdir / "results" / "benchmarks.parquet").to_pylist()}
+
+
+def result_of(workdir, study):
+    (path,) = (workdir / "results" / systems.default_label() / study / "cells").glob("*.json")
+    import json
+
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    why = missing_two_node_requirements()
+    if why:
+        pytest.skip(why)
+    slurm = TwoNodeSlurm(cpus=4, gpus=2)
+    try:
+        yield slurm.start()
+    finally:
+        slurm.stop()  # daemons, namespaces, links, bridge: also when a test failed
+
+
+@pytest.fixture(scope="module")
+def two_node_run(cluster, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("two-nodes")
+    studies = {"ddp": {"grid": {**CELL, "num_batches": 3}}}
+    if MXNET_PYTHON.exists():
+        studies["ps"] = {"grid": {**CELL, "framework": "mxnet", "kv_store": "dist_sync",
+                                  "num_batches": 3}}
+    config = {"frameworks": {"mxnet": {"python": str(MXNET_PYTHON)}}, "studies": studies}
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    proc = snakemake(workdir, cluster)
+    assert proc.returncode == 0, proc.stderr[-4000:] + cluster.logs()
+    return workdir
+
+
+@pytest.mark.slow
+def test_a_two_node_pytorch_ddp_cell_runs_as_one_slurm_job_on_both_nodes(cluster, two_node_run):
+    row = rows(two_node_run)["ddp"]
+    assert row["status"] == "ok", row["error"]
+    assert row["num_nodes"] == 2 and row["throughput"] > 0
+    measurement = result_of(two_node_run, "ddp")["measurements"][0]
+    assert measurement["extra"]["world_size"] == 2
+    assert sorted(measurement["extra"]["hosts"]) == ["node1", "node2"]
+    # Effective batch: batch_size on each of the two ranks.
+    assert measurement["items_per_iteration"] == 2 * CELL["batch_size"]
+    jobs = subprocess.run(["scontrol", "-o", "show", "job"], env=cluster.env,
+                          capture_output=True, text=True, timeout=30).stdout.splitlines()
+    (job,) = [j for j in jobs if "rule_benchmark_pytorch" in j]
+    assert "NumNodes=2 " in job and "NodeList=node[1-2]" in job
+
+
+@pytest.mark.slow
+def test_a_two_node_mxnet_dist_sync_cell_has_a_worker_on_each_node(cluster, two_node_run):
+    if not MXNET_PYTHON.exists():
+        pytest.skip(f"no MXNet environment at {MXNET_PYTHON} (make mxnet-env)")
+    row = rows(two_node_run)["ps"]
+    assert row["status"] == "ok", row["error"]
+    assert row["num_nodes"] == 2 and row["throughput"] > 0
+    extra = result_of(two_node_run, "ps")["measurements"][0]["extra"]
+    assert extra["num_workers"] == 2 and sorted(extra["hosts"]) == ["node1", "node2"]
+    assert sorted(extra["worker_ranks"]) == [0, 1]
+
+
+@pytest.mark.slow
+def test_a_node_whose_worker_dies_makes_a_failed_row_naming_it_and_leaves_nothing(
+        cluster, two_node_run, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("killed")
+    config = {"studies": {"long": {"grid": {**CELL, "num_batches": 100000}}}}
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    cmd = [sys.executable, "-m", "snakemake", "results/benchmarks.parquet", "--snakefile",
+           str(REPO / "Snakefile"), "--directory", str(workdir), "--configfile",
+           str(workdir / "config.yaml"), "--profile", str(SLURM_PROFILE),
+           "--slurm-init-seconds-before-status-checks", "2"]
+    proc = subprocess.Popen(cmd, env=cluster.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    killed = None
+    try:
+        deadline = time.monotonic() + 180
+        while killed is None:
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            assert time.monotonic() < deadline, "the cell's worker never started on node2"
+            for pid in cluster.pids_in("node2"):
+                try:
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                # A rank torchrun started (not torchrun itself): "-m dlbench.pytorch".
+                if b"dlbench.pytorch" in cmdline and b"torch.distributed.run" not in cmdline:
+                    os.kill(pid, signal.SIGKILL)
+                    killed = pid
+                    break
+            time.sleep(0.5)
+        output, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, output[-4000:]
+    row = rows(workdir)["long"]
+    assert row["status"] == "failed"
+    assert "node2" in row["error"], row["error"]
+    deadline = time.monotonic() + 30
+    while any(cluster.job_processes(n) for n in cluster.nodes) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert {n: cluster.job_processes(n) for n in cluster.nodes} == {"node1": [], "node2": []}
+    assert cluster.queue() == []
