@@ -28,17 +28,19 @@ sys.path.insert(0, str(REPO / "tests" / "slurm"))
 from two_nodes import TwoNodeSlurm, missing_two_node_requirements  # noqa: E402
 
 SLURM_PROFILE = REPO / "profiles" / "slurm"
+GENERIC_PROFILE = REPO / "profiles" / "cluster-generic"
 MXNET_PYTHON = REPO / ".venvs" / "mxnet" / "bin" / "python"
 CELL = {"model": "deep_mnist", "device": "cpu", "batch_size": 4, "num_nodes": 2,
         "num_warmup_batches": 1}
 
 
-def snakemake(workdir, cluster, *args, timeout=600):
+def snakemake(workdir, cluster, *args, timeout=600, profile=SLURM_PROFILE):
+    polling = (["--slurm-init-seconds-before-status-checks", "2"] if profile == SLURM_PROFILE
+               else ["--seconds-between-status-checks", "2"])
     cmd = [sys.executable, "-m", "snakemake", "results/benchmarks.parquet", "--snakefile",
            str(REPO / "Snakefile"), "--directory", str(workdir), "--configfile",
-           str(workdir / "config.yaml"), "--profile", str(SLURM_PROFILE),
-           "--resources", "benchmark_slot=4", "--slurm-init-seconds-before-status-checks",
-           "2", *args]
+           str(workdir / "config.yaml"), "--profile", str(profile),
+           "--resources", "benchmark_slot=4", *polling, *args]
     return subprocess.run(cmd, env=cluster.env, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -107,6 +109,21 @@ def test_a_two_node_mxnet_dist_sync_cell_has_a_worker_on_each_node(cluster, two_
     extra = result_of(two_node_run, "ps")["measurements"][0]["extra"]
     assert extra["num_workers"] == 2 and sorted(extra["hosts"]) == ["node1", "node2"]
     assert sorted(extra["worker_ranks"]) == [0, 1]
+
+
+@pytest.mark.slow
+def test_the_cluster_generic_profile_runs_a_two_node_cell_too(cluster, tmp_path_factory):
+    """The generic executor's submit command asks for the cell's nodes with one task each;
+    the job's command starts the nodes' tasks with srun as under the Slurm executor."""
+    workdir = tmp_path_factory.mktemp("generic")
+    config = {"studies": {"ddp": {"grid": {**CELL, "num_batches": 3}}}}
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    proc = snakemake(workdir, cluster, profile=GENERIC_PROFILE)
+    assert proc.returncode == 0, proc.stderr[-4000:] + cluster.logs()
+    row = rows(workdir)["ddp"]
+    assert row["status"] == "ok", row["error"]
+    extra = result_of(workdir, "ddp")["measurements"][0]["extra"]
+    assert sorted(extra["hosts"]) == ["node1", "node2"] and extra["world_size"] == 2
 
 
 @pytest.mark.slow
