@@ -63,6 +63,10 @@ class Cell:
         return cell_id(self.kind, self.params)
 
     def to_json(self) -> str:
+        return self._json
+
+    @functools.cached_property
+    def _json(self) -> str:  # once: the workflow asks per job and per printout
         return json.dumps({"study": self.study, "kind": self.kind, "cell_id": self.id,
                            "params": axes.job_params(self.params)}, sort_keys=True)
 

@@ -1,5 +1,5 @@
-# One job per cell, one rule per framework of dlbench.frameworks (a new framework needs no
-# edit here): each declares its framework's software, the image used under
+# One job per cell, one rule per framework of dlbench.frameworks that has cells in this
+# run (a new framework needs no edit here): each declares its framework's software, the image used under
 # --use-apptainer and the conda env used under --use-conda (without either, the cell runs
 # in the host interpreter of frameworks.<fw>.python). Only what differs between cells is a
 # function of the job; what a framework's cells share is computed once per rule.
@@ -11,9 +11,7 @@
 # of biasing the ones that happen to run last.
 
 
-for fw, k in itertools.product(
-    dlbench_frameworks.registry().values(), range(REPEAT_ROUNDS)
-):
+for fw, k in itertools.product(FRAMEWORKS_IN_USE, range(REPEAT_ROUNDS)):
 
     rule:
         name:

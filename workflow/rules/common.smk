@@ -93,6 +93,15 @@ def cell_result_files():
     return CELL_RESULT_FILES
 
 
+# The frameworks the benchmark rules exist for: those with cells in this run. Each rule
+# more is one more pattern Snakemake tries on every file it looks for (10,000-cell
+# studies), and a framework without cells has no job to make.
+FRAMEWORKS_IN_USE = [
+    fw
+    for fw in dlbench_frameworks.registry().values()
+    if any(cell.params.get("framework") == fw.name for cell in CELLS)
+]
+
 # The repeat rounds the benchmark rules exist for (one rule per framework and round).
 REPEAT_ROUNDS = max(REPEATS.values(), default=1)
 
@@ -419,6 +428,12 @@ def _profile_jobs(cfg, cells):
 
 
 PROFILE_JOBS = _profile_jobs(config, CELLS)
+# The frameworks the profile rules exist for: those of the cells profiled in this run.
+PROFILED_FRAMEWORKS = [
+    fw
+    for fw in dlbench_frameworks.registry().values()
+    if any(job.cell.params.get("framework") == fw.name for job in PROFILE_JOBS)
+]
 
 
 def profile_targets():

@@ -1,6 +1,6 @@
 # Profiles of the cells that config's profiling.select names, one job per tool and cell,
 # apart from the measurement job, in two halves:
-# - profile_<framework> (one rule per framework of dlbench.frameworks): the profiled run,
+# - profile_<framework> (one rule per framework with a profiled cell): the profiled run,
 #   in the cell's framework software like its measurement (the image under
 #   --use-singularity, the conda env under --use-conda, else the host): capture.json, with the tool's raw exports, under
 #   results/profiles/<tool>/<study>/<cell>/;
@@ -13,7 +13,7 @@
 # (or delete its folder).
 
 
-for fw in dlbench_frameworks.registry().values():
+for fw in PROFILED_FRAMEWORKS:
 
     rule:
         name:
