@@ -115,6 +115,15 @@ def test_the_allocation_is_read_from_scontrol_and_srun_runs_one_task_per_node():
     assert cmd[-2:] == ["prog", "--flag"]
 
 
+def test_each_node_task_gets_the_cpus_the_job_holds_on_its_node():
+    """A GPU job asks --cpus-per-gpu: CPUs/Task says 1, the job holds 16 on each node."""
+    gpu_job = JOB.replace("CPUs/Task=16", "CPUs/Task=1")
+    alloc = multinode.slurm_allocation(
+        2, {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "gpu07"},
+        lambda args: gpu_job if args[:2] == ["show", "job"] else fake_scontrol(args))
+    assert alloc.cpus_per_task == 16
+
+
 @pytest.mark.parametrize("environ, nodes, words", [
     ({}, 2, "not one (SLURM_JOB_ID is unset)"),
     ({"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "gpu07"}, 3, "holds 2 node(s) (gpu07,gpu08)"),

@@ -62,7 +62,7 @@ def cluster():
     why = missing_two_node_requirements()
     if why:
         pytest.skip(why)
-    slurm = TwoNodeSlurm(cpus=4, gpus=2)
+    slurm = TwoNodeSlurm(cpus=8, gpus=2)  # the profile asks 8 cores per GPU
     try:
         yield slurm.start()
     finally:
@@ -72,7 +72,9 @@ def cluster():
 @pytest.fixture(scope="module")
 def two_node_run(cluster, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("two-nodes")
-    studies = {"ddp": {"grid": {**CELL, "num_batches": 3}}}
+    studies = {"ddp": {"grid": {**CELL, "num_batches": 3}},
+               # The nodes' GPUs are fakes: Slurm gives each node one, no CUDA is behind it.
+               "gpu": {"grid": {**CELL, "device": "gpu", "num_batches": 3}}}
     if MXNET_PYTHON.exists():
         studies["ps"] = {"grid": {**CELL, "framework": "mxnet", "kv_store": "dist_sync",
                                   "num_batches": 3}}
@@ -95,8 +97,21 @@ def test_a_two_node_pytorch_ddp_cell_runs_as_one_slurm_job_on_both_nodes(cluster
     assert measurement["items_per_iteration"] == 2 * CELL["batch_size"]
     jobs = subprocess.run(["scontrol", "-o", "show", "job"], env=cluster.env,
                           capture_output=True, text=True, timeout=30).stdout.splitlines()
-    (job,) = [j for j in jobs if "rule_benchmark_pytorch" in j]
+    (job,) = [j for j in jobs if "wildcards_ddp_" in j]
     assert "NumNodes=2 " in job and "NodeList=node[1-2]" in job
+
+
+@pytest.mark.slow
+def test_a_two_node_gpu_cell_asks_slurm_for_its_gpus_on_each_node(cluster, two_node_run):
+    """The job holds num_gpus GPUs on each of its nodes (--gres per node, --gpus in all);
+    the runs themselves fail (the GPUs are fakes): a failed row, not a lost job."""
+    jobs = subprocess.run(["scontrol", "-o", "show", "job"], env=cluster.env,
+                          capture_output=True, text=True, timeout=30).stdout.splitlines()
+    (job,) = [j for j in jobs if "gpu1_2nodes" in j]
+    assert "NumNodes=2 " in job and "TresPerNode=gres:gpu:1" in job, job
+    assert "TresPerJob=gres:gpu:2" in job, job
+    row = rows(two_node_run)["gpu"]
+    assert row["status"] == "failed" and "CUDA is not available" in row["error"], row["error"]
 
 
 @pytest.mark.slow

@@ -54,7 +54,7 @@ class Allocation:
     hosts: tuple[str, ...]  # node names, in the allocation's order
     here: str  # the node this process runs on: it hosts the rendezvous
     address: str  # that node's address as Slurm reaches it (NodeAddr)
-    cpus_per_task: int | None  # the job's --cpus-per-task, which each node's task keeps
+    cpus_per_task: int | None  # the CPUs the job holds on each node, all for its task there
 
     def srun(self, nodes: int, argv: Sequence[str]) -> list[str]:
         """``argv`` once on each of the first ``nodes`` nodes (this one among them)."""
@@ -98,6 +98,11 @@ def slurm_allocation(nodes: int, environ: Mapping[str, str] | None = None,
     if not job:
         raise MultiNodeError(f"num_nodes {nodes} needs a Slurm job of {nodes} nodes, and "
                              f"this is not one (SLURM_JOB_ID is unset); {CLUSTER_HINT}")
+    missing = [tool for tool in ("srun", "scontrol") if shutil.which(tool) is None]
+    if missing and scontrol is _scontrol:
+        raise MultiNodeError(f"num_nodes {nodes}: {' and '.join(missing)} not found on PATH "
+                             f"(Slurm job {job}); a cell in a container image needs Slurm's "
+                             "commands, its configuration and munge's socket inside it")
     info = fields(scontrol(["show", "job", "-o", job]))
     hosts = tuple(scontrol(["show", "hostnames", info.get("NodeList", "")]).split())
     if len(hosts) < nodes:
@@ -108,8 +113,16 @@ def slurm_allocation(nodes: int, environ: Mapping[str, str] | None = None,
         raise MultiNodeError(f"this process runs on {here}, which is not a node of Slurm job "
                              f"{job} ({','.join(hosts)})")
     address = fields(scontrol(["show", "node", "-o", here])).get("NodeAddr") or here
-    cpus = info.get("CPUs/Task", "")
-    return Allocation(job, hosts, here, address, int(cpus) if cpus.isdigit() else None)
+    return Allocation(job, hosts, here, address, _cpus_per_node(info, len(hosts)))
+
+
+def _cpus_per_node(info: Mapping[str, str], nodes: int) -> int | None:
+    """The CPUs each node's task may use: the job's CPUs over its nodes (a GPU job's come
+    from --cpus-per-gpu, which CPUs/Task does not show), else CPUs/Task."""
+    total, per_task = info.get("NumCPUs", ""), info.get("CPUs/Task", "")
+    if total.isdigit() and int(total) >= nodes:
+        return int(total) // nodes
+    return int(per_task) if per_task.isdigit() else None
 
 
 def free_port() -> int:
