@@ -61,6 +61,19 @@ def test_multi_node_cells_a_framework_cannot_run_are_config_errors(grid, field, 
     assert f"study 's': {field}: " in str(err.value) and words in str(err.value)
 
 
+def test_a_profile_of_a_multi_node_cell_is_refused_in_one_line():
+    from dlbench.profiling import config as profiling_config
+
+    scale = cells({"model": "deep_mnist", "num_nodes": [1, 2]}, name="scale")
+    select = {"profiling": {"select": [{"match": {"study": "scale"}, "tools": ["torch"]}]}}
+    with pytest.raises(profiling_config.ProfilingConfigError) as err:
+        profiling_config.select_jobs(select, scale)
+    assert str(err.value) == (f"profiling.select[0]: cell scale/{scale[1].id} spans 2 nodes; "
+                              "profiles are of one-node cells (num_nodes: 1)")
+    select["profiling"]["select"][0]["match"]["num_nodes"] = 1
+    assert [job.cell for job in profiling_config.select_jobs(select, scale)] == [scale[0]]
+
+
 def test_a_local_workflow_run_refuses_a_multi_node_study_before_any_job(tmp_path):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(
         {"studies": {"scale": {"grid": {"model": "deep_mnist", "device": "cpu",

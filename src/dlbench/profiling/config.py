@@ -85,6 +85,12 @@ def _matches(cell: S.Cell, match: Mapping[str, Any]) -> bool:
 
 
 def _check_tool_fits(where: str, tool: str, cell: S.Cell) -> None:
+    nodes = cell.params.get("num_nodes") or 1
+    if nodes > 1:
+        # A tool wraps the runner on the job's first node; the other nodes' ranks would go
+        # unprofiled, and the profile job asks the scheduler for one node.
+        raise ProfilingConfigError(f"{where}: cell {cell.study}/{cell.id} spans {nodes} nodes; "
+                                   "profiles are of one-node cells (num_nodes: 1)")
     problem = registry.get(tool).check_cell(cell)
     if problem:
         raise ProfilingConfigError(f"{where}: {problem}")
