@@ -170,6 +170,18 @@ def test_torchrun_failure_report_names_the_rank_its_host_and_signal():
     assert distributed.torchrun_failure(["host : a", "unrelated", "rank : 1"]) is None
 
 
+def test_a_rendezvous_a_node_never_joins_times_out_and_says_so(tmp_path):
+    """torchrun expecting two nodes where one comes: its rendezvous gives up after the join
+    timeout (3 s here, 300 s in a cell) and the report says a node did not join."""
+    done = subprocess.run(
+        distributed.torchrun_command(1, ["--model=deep_mnist"], f"127.0.0.1:{multinode.free_port()}",
+                                     nnodes=2, rdzv_conf="is_host=1,join_timeout=3"),
+        capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode != 0
+    assert distributed.torchrun_failure(done.stderr.splitlines(), 3) == \
+        "the nodes' rendezvous timed out after 3 s: a node did not join"
+
+
 def node_agent(*args, environ):
     return subprocess.run([sys.executable, "-m", "dlbench.multinode", *args],
                           capture_output=True, text=True, timeout=60,

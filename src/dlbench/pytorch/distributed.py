@@ -103,9 +103,13 @@ def shutdown() -> None:
 _FIELD = re.compile(r"^\s*(host|rank|exitcode)\s*:\s*(.+?)\s*$")
 
 
-def torchrun_failure(lines: list[str]) -> str | None:
+def torchrun_failure(lines: list[str], join_timeout_s: float | None = None) -> str | None:
     """The first failure torchrun reported (its "host / rank / exitcode" block) in words:
-    "rank 1 on node2: exit code -9 (pid: 2870) (SIGKILL)"; None when it reported none."""
+    "rank 1 on node2: exit code -9 (pid: 2870) (SIGKILL)", or a rendezvous that timed out
+    (a node that never joined); None when it reported neither."""
+    if any("RendezvousTimeoutError" in line for line in lines):
+        after = f" after {join_timeout_s:g} s" if join_timeout_s else ""
+        return f"the nodes' rendezvous timed out{after}: a node did not join"
     found: dict[str, str] = {}
     for line in lines:
         m = _FIELD.match(line)

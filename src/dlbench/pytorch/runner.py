@@ -332,7 +332,7 @@ def _launch_distributed(args: argparse.Namespace, argv: list[str]) -> int:
     if output and not output.exists():
         status, _, message = (errors[0] if errors else "").partition(" ")
         # A worker that died without a word (killed): torchrun's report names its rank.
-        reported = distributed.torchrun_failure(lines)
+        reported = distributed.torchrun_failure(lines, multinode.RENDEZVOUS_TIMEOUT_S)
         if args.num_nodes > 1 and status != "oom":
             status, message = "failed", multinode.failure_message(
                 rc, lines, [message] if errors else [reported] if reported else [])
