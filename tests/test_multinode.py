@@ -118,9 +118,13 @@ def fake_scontrol(args):
     return NODES[args[3]] + "\n"
 
 
+def on_path(tool):
+    return f"/usr/bin/{tool}"
+
+
 def test_the_allocation_is_read_from_scontrol_and_srun_runs_one_task_per_node():
     alloc = multinode.slurm_allocation(2, {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "gpu08"},
-                                       fake_scontrol)
+                                       fake_scontrol, on_path)
     assert alloc == multinode.Allocation("42", ("gpu07", "gpu08"), "gpu08", "10.0.0.8", 16)
     cmd = alloc.srun(2, ["prog", "--flag"])
     assert cmd[1:8] == ["--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
@@ -133,7 +137,7 @@ def test_each_node_task_gets_the_cpus_the_job_holds_on_its_node():
     gpu_job = JOB.replace("CPUs/Task=16", "CPUs/Task=1")
     alloc = multinode.slurm_allocation(
         2, {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "gpu07"},
-        lambda args: gpu_job if args[:2] == ["show", "job"] else fake_scontrol(args))
+        lambda args: gpu_job if args[:2] == ["show", "job"] else fake_scontrol(args), on_path)
     assert alloc.cpus_per_task == 16
 
 
@@ -144,8 +148,16 @@ def test_each_node_task_gets_the_cpus_the_job_holds_on_its_node():
 ])
 def test_an_allocation_that_cannot_hold_the_cell_says_why(environ, nodes, words):
     with pytest.raises(multinode.MultiNodeError) as err:
-        multinode.slurm_allocation(nodes, environ, fake_scontrol)
+        multinode.slurm_allocation(nodes, environ, fake_scontrol, on_path)
     assert words in str(err.value)
+
+
+def test_a_job_without_slurms_commands_here_says_which_are_missing():
+    """A cell in a container image without srun: one line, before anything starts."""
+    with pytest.raises(multinode.MultiNodeError) as err:
+        multinode.slurm_allocation(2, {"SLURM_JOB_ID": "42"}, fake_scontrol,
+                                   lambda tool: None if tool == "srun" else on_path(tool))
+    assert str(err.value).startswith("num_nodes 2: srun not found on PATH (Slurm job 42)")
 
 
 def test_srun_reports_name_the_node_and_task_that_ended_first():

@@ -36,10 +36,18 @@ IS_HOST = "{is_host}"  # "1" on the node that hosts the rendezvous, else "0"
 RENDEZVOUS_TIMEOUT_S = 300
 # A line a node's task printed, as srun --label gives it: "<task>: <line>".
 _LABEL = re.compile(r"^\s*\d+: ")
+# How a worker process or node agent reports why it failed, for its parent to record:
+# "dlbench-cell-error: <status> <where>: <message>".
+ERROR_MARK = "dlbench-cell-error:"
 
 
 def unlabelled(line: str) -> str:
     return _LABEL.sub("", line, count=1)
+
+
+def reported_errors(lines: Sequence[str]) -> list[str]:
+    """What workers reported with ERROR_MARK (lines already unlabelled), in order."""
+    return [line[len(ERROR_MARK):].strip() for line in lines if line.startswith(ERROR_MARK)]
 
 
 class MultiNodeError(RuntimeError):
@@ -91,15 +99,16 @@ def fields(text: str) -> dict[str, str]:
 
 
 def slurm_allocation(nodes: int, environ: Mapping[str, str] | None = None,
-                     scontrol: Runner = _scontrol) -> Allocation:
+                     scontrol: Runner = _scontrol,
+                     which: Callable[[str], str | None] = shutil.which) -> Allocation:
     """The Slurm job this process runs in, checked to hold ``nodes`` nodes."""
     environ = os.environ if environ is None else environ
     job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
     if not job:
         raise MultiNodeError(f"num_nodes {nodes} needs a Slurm job of {nodes} nodes, and "
                              f"this is not one (SLURM_JOB_ID is unset); {CLUSTER_HINT}")
-    missing = [tool for tool in ("srun", "scontrol") if shutil.which(tool) is None]
-    if missing and scontrol is _scontrol:
+    missing = [tool for tool in ("srun", "scontrol") if which(tool) is None]
+    if missing:
         raise MultiNodeError(f"num_nodes {nodes}: {' and '.join(missing)} not found on PATH "
                              f"(Slurm job {job}); a cell in a container image needs Slurm's "
                              "commands, its configuration and munge's socket inside it")
@@ -208,7 +217,7 @@ def node_main(argv: list[str] | None = None) -> int:
     if args.gpus:
         seen = visible_gpus(os.environ)
         if len(seen) < args.gpus:
-            print(f"dlbench-cell-error: failed node {here}: the cell needs {args.gpus} GPU(s) "
+            print(f"{ERROR_MARK} failed node {here}: the cell needs {args.gpus} GPU(s) "
                   f"on each node, Slurm gave this node {len(seen)} "
                   f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')!r})",
                   file=sys.stderr, flush=True)

@@ -34,7 +34,6 @@ from typing import Any
 from dlbench import multinode, subproc
 from dlbench import result as R
 
-ERROR_MARK = "dlbench-cell-error:"
 # After the workers end, the scheduler and servers get this long to follow (they exit when
 # the workers finalise); then they are stopped, so that a cell leaves no process behind.
 ROLE_EXIT_GRACE_S = 20.0
@@ -143,7 +142,6 @@ def launch(args: argparse.Namespace, argv: Sequence[str], cell: dict[str, Any]) 
         if output:
             keep_series(res, folder, output)
     except multinode.MultiNodeError as exc:
-        _stop(roles, 0)
         res = _failed(cell, args, str(exc))
         rc = 1
     finally:
@@ -191,7 +189,7 @@ def merge(cell: dict[str, Any], args: argparse.Namespace, folder: Path, nodes: i
             docs.append(None)
     bad = [(i, d) for i, d in enumerate(docs) if d is None or d["status"] != "ok"]
     if bad:
-        errors = [line[len(ERROR_MARK):].strip() for line in lines if line.startswith(ERROR_MARK)]
+        errors = multinode.reported_errors(lines)
         reported = [(i, d) for i, d in bad if d is not None]
         if reported:
             i, doc = reported[0]

@@ -16,13 +16,23 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlbench import axes, cellrun, cli, cpu, environment, harness, models, monitor, subproc
+from dlbench import (
+    axes,
+    cellrun,
+    cli,
+    cpu,
+    environment,
+    harness,
+    models,
+    monitor,
+    multinode,
+    subproc,
+)
 from dlbench import result as R
 from dlbench.profiling import torch_profiler
 
 log = logging.getLogger("dlbench.pytorch")
 
-_ERROR_MARK = "dlbench-cell-error:"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -310,7 +320,6 @@ def _launch_distributed(args: argparse.Namespace, argv: list[str]) -> int:
     """Parent of a data-parallel cell: run torchrun (on each node through srun when the cell
     spans nodes); rank 0 writes the result. If the workers die before rank 0 could write
     it, record the first node srun reported and the first error a worker reported."""
-    from dlbench import multinode
     from dlbench.pytorch import distributed
 
     output = Path(args.output) if args.output else None
@@ -328,7 +337,7 @@ def _launch_distributed(args: argparse.Namespace, argv: list[str]) -> int:
     # Enough of stderr for torchrun's failure report and srun's lines after it.
     rc, lines = subproc.run_tee(cmd, env, keep=400)
     lines = [multinode.unlabelled(ln) for ln in lines]
-    errors = [ln[len(_ERROR_MARK):].strip() for ln in lines if ln.startswith(_ERROR_MARK)]
+    errors = multinode.reported_errors(lines)
     if output and not output.exists():
         status, _, message = (errors[0] if errors else "").partition(" ")
         # A worker that died without a word (killed): torchrun's report names its rank.
@@ -344,7 +353,6 @@ def _launch_distributed(args: argparse.Namespace, argv: list[str]) -> int:
 
 def _multi_node_command(args: argparse.Namespace, argv: list[str]) -> list[str]:
     """srun starting torchrun on each node of the job, rendezvous (c10d) on this node."""
-    from dlbench import multinode
     from dlbench.pytorch import distributed
 
     alloc = multinode.slurm_allocation(args.num_nodes)
@@ -394,5 +402,6 @@ def main(argv: list[str] | None = None) -> int:
     with cellrun.recorded(res, args.output if is_rank0 else None, write=is_rank0):
         run(args, res)
     if res["status"] in ("oom", "failed"):
-        print(f"{_ERROR_MARK} {res['status']} rank {topo.rank}: {res['error']}", file=sys.stderr)
+        print(f"{multinode.ERROR_MARK} {res['status']} rank {topo.rank}: {res['error']}",
+              file=sys.stderr)
     return cellrun.exit_code(res)
