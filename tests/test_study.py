@@ -103,3 +103,25 @@ def test_settings_of_an_unknown_framework_are_one_config_error():
                        match=r"^config: frameworks.tensorflow: unknown framework \(valid: "):
         study.expand_config({"frameworks": {"tensorflow": {"python": "py"}},
                              "studies": {"s": {"grid": {"model": "deep_mnist"}}}})
+
+
+def test_id_slugs_keep_true_and_one_apart_and_name_mappings():
+    """Slugs are cached by value and type: True (a flag) reads "yes", 1 reads "1", in
+    either order; a mapping (not cacheable) still gets its slug."""
+    from dlbench.kinds import slug
+
+    assert [slug(1), slug(True), slug(1), slug(False), slug(0)] == ["1", "yes", "1", "no", "0"]
+    assert slug("configs/ops/my op.json") == "my-op"
+    assert slug({"a": 1}) == "a-1"
+
+
+def test_an_override_setting_an_alias_is_normalised_before_the_exclude_rules():
+    """Grid values are normalised once, an override's values after it applies: an alias set
+    by an override (f16) is float16 by the time exclude rules match."""
+    cells = study.expand_config(cfg(
+        {"model": ["resnet18", "alexnet"], "precision": "f32", "device": "gpu"},
+        overrides=[{"match": {"model": "alexnet", "precision": "float32"},
+                    "set": {"precision": "f16"}}],
+        exclude=[{"model": "alexnet", "precision": "float16"}]))
+    assert [(c.params["model"], c.params["precision"]) for c in cells] == [
+        ("resnet18", "float32")]

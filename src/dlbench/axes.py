@@ -297,7 +297,8 @@ def check(kind: str, params: Mapping[str, Any]) -> None:
     """Types, bounds and valid values of every axis of a cell (raises AxisError)."""
     for axis in of_kind(kind):
         value = params.get(axis.name)
-        if value is None and not axis.used_by(params):
+        used = axis.used_by(params)
+        if value is None and not used:
             continue
         if axis.type is int and (isinstance(value, bool) or not isinstance(value, int)):
             raise AxisError(axis.name, f"must be an integer, got {value!r}")
@@ -312,12 +313,12 @@ def check(kind: str, params: Mapping[str, Any]) -> None:
         if axis.type is int and value > INT_MAX:
             raise AxisError(axis.name, f"must be <= {INT_MAX} (a 64-bit integer column), "
                                        f"got {value}")
-        if axis.refuse_unused and not axis.used_by(params) and value != axis.default:
+        if axis.refuse_unused and not used and value != axis.default:
             framework = params.get("framework")
             raise AxisError(axis.name, f"{framework} has no {axis.name} {value!r} (pair "
                                        f"{framework}/{value}; only "
                                        f"{', '.join(axis.frameworks or ())} cells take it)")
-        valid = axis.valid_values(params) if axis.used_by(params) else None
+        valid = axis.valid_values(params) if used else None
         if valid is not None and value not in valid:
             raise AxisError(axis.name, f"unknown value {value!r} "
                                        f"(valid: {', '.join(map(str, valid))})")

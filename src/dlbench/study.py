@@ -185,7 +185,9 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
     for key, default in axis_defaults.items():
         if default is axes.REQUIRED and key not in grid:
             raise _fail(name, f"grid.{key}", "is required")
-    values = {key: _as_list(grid.get(key, default)) for key, default in axis_defaults.items()}
+    # Values are normalised here, once each, rather than in every cell of the product.
+    values = {key: [axes.get(key).normalise(v) for v in _as_list(grid.get(key, default))]
+              for key, default in axis_defaults.items()}
     for key, vals in values.items():
         if not vals:
             raise _fail(name, f"grid.{key}", "is an empty list")
@@ -215,12 +217,15 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
     used_rules: set[int] = set()
     dropped_as_emulated = 0
     for combo in itertools.product(*values.values()):
-        params = _normalise(dict(zip(values, combo, strict=True)))
+        params = dict(zip(values, combo, strict=True))
+        matched = False
         for i, ov in enumerate(overrides):
             if _matches(params, ov["match"]):
                 params.update(ov["set"])
                 used_overrides.add(i)
-        params = _normalise(params)
+                matched = True
+        if matched:
+            params = _normalise(params)
         excluded_by = [i for i, rule in enumerate(rules) if _matches(params, rule)]
         if excluded_by:
             used_rules.update(excluded_by)

@@ -169,8 +169,11 @@ def result_paths(cells: Iterable[study.Cell], system: str,
     by round (every cell's first run, then every cell's second, ...)."""
     cells = list(cells)
     rounds = max((repeats.get(cell.study, 1) for cell in cells), default=1)
-    return {result_path(cell, system, k): cell for k in range(rounds) for cell in cells
-            if k < repeats.get(cell.study, 1)}
+    # One folder per study, joined once (Path joins cost seconds in 10,000-cell studies).
+    folders = {name: result_path(cell, system).parent
+               for name, cell in {cell.study: cell for cell in cells}.items()}
+    return {folders[cell.study] / systems.result_name(cell.id, k): cell
+            for k in range(rounds) for cell in cells if k < repeats.get(cell.study, 1)}
 
 
 def other_systems_results(system: str) -> list[Path]:

@@ -45,11 +45,13 @@ for fw, k in itertools.product(FRAMEWORKS_IN_USE, range(REPEAT_ROUNDS)):
         # Their values are what Snakemake records per result and compares (rerun-triggers:
         # params): a new parameter or a changed value reruns every finished cell.
         params:
-            launcher=launcher_command(fw.name),
-            framework=framework_options(fw.name),
+            launcher=literal(launcher_command(fw.name)),
+            framework=literal(framework_options(fw.name)),
             cell=cell_options,
         # exec: the launcher replaces the job's shell, so that it dies with the Snakemake
-        # process running the job (and its runner with it: dlbench.subproc).
+        # process running the job (and its runner with it: dlbench.subproc). The command
+        # names no loop variable: Snakemake evaluates it again when the job runs, when fw
+        # is the loop's last framework (values per framework come through params).
         shell:
             "exec {params.launcher:q} -m dlbench.launch {params.cell:q} {params.framework:q}"
             " --timeout_s {resources.timeout_s} --output {output:q} > {log:q} 2>&1"

@@ -80,6 +80,19 @@ wildcard_constraints:
     dataset=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
 
 
+def literal(value):
+    """A constant param (a string or a list of them) given to Snakemake as it is. Snakemake
+    fills every {name} in a param's strings from the job's wildcards and stops the run on
+    any other name: an interpreter under a folder named "{x}" would. A value with a brace
+    is given as a function of the job instead, whose result Snakemake takes unchanged; the
+    value it records (and compares, rerun-triggers: params) is the same either way, and a
+    value without one costs nothing per job."""
+    texts = value if isinstance(value, list) else [value]
+    if any(isinstance(text, str) and "{" in text for text in texts):
+        return lambda wildcards: value
+    return value
+
+
 def cell_of(wildcards):
     return CELLS_BY_ID[(wildcards.study, wildcards.cell)]
 

@@ -30,7 +30,7 @@ rule dataset_synthetic:
         "../../envs/driver.yaml"
     params:
         args=lambda wc: synthetic_args(wc.dataset),
-        python=sys.executable,
+        python=literal(sys.executable),
     shell:
         "{params.python:q} -m dlbench.datasets synthetic --record-failure --out {output:q}"
         " {params.args:q}"
@@ -51,7 +51,7 @@ rule dataset_lmdb:
         "../../envs/driver.yaml"
     params:
         args=lambda wc: conversion_args(wc.dataset, "lmdb"),
-        python=sys.executable,
+        python=literal(sys.executable),
         source=lambda wc: dataset_fingerprint.source_fingerprint(
             support.datasets(config)[wc.dataset].get("path")
         ),
@@ -74,8 +74,8 @@ rule dataset_recordio:
     conda:
         "../../envs/mxnet.yaml"
     params:
-        driver=sys.executable,
-        python=framework_python("mxnet"),
+        driver=literal(sys.executable),
+        python=literal(framework_python("mxnet")),
         args=lambda wc: conversion_args(wc.dataset, "recordio"),
         source=lambda wc: dataset_fingerprint.source_fingerprint(
             support.datasets(config)[wc.dataset].get("path")

@@ -37,8 +37,8 @@ for fw in PROFILED_FRAMEWORKS:
             benchmark_slot=1,
             gpu=gpus_of,
         params:
-            launcher=launcher_command(fw.name),
-            python=runner_python(fw.name),
+            launcher=literal(launcher_command(fw.name)),
+            python=literal(runner_python(fw.name)),
             cell=lambda wc: cell_of(wc).to_json(),
             data_dir=lambda wc: data_dir_of(cell_of(wc)),
             settings=lambda wc: json.dumps(

@@ -32,6 +32,6 @@ rule report:
     params:
         profiles_dir=profiling_config.PROFILES_DIR,
         # The system the others are compared with in the report (default: most cells).
-        baseline_system=config.get("baseline_system"),
+        baseline_system=literal(config.get("baseline_system")),
     script:
         "../scripts/report.py"

@@ -58,6 +58,20 @@ class CellKind:
 
 
 def slug(value: Any) -> str:
+    try:
+        return _slug_of_scalar(value)
+    except TypeError:  # unhashable (a mapping): not cached
+        return _slug(value)
+
+
+# Cached: a grid's cells share few values, and a 10,000-cell study asks for 60,000 slugs.
+# typed: True and 1 read differently ("yes", "1").
+@functools.lru_cache(maxsize=4096, typed=True)
+def _slug_of_scalar(value: Any) -> str:
+    return _slug(value)
+
+
+def _slug(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     text = str(value)

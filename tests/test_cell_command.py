@@ -1,0 +1,57 @@
+"""The shell command of a cell's job and of a profile's, as Snakemake prints them.
+
+An interpreter's path is a constant param of the framework's rules; Snakemake fills
+``{name}`` in a param's strings from the wildcards, so a path with braces must reach the
+launcher unchanged (``literal`` in common.smk). One dry run checks the argument lists.
+"""
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+# Braces would be Snakemake format fields, spaces and a quote shell syntax: all must reach
+# the launcher as one argument.
+AWKWARD_PYTHON = "/opt/envs/py {torch}/it's bin/python3"
+
+
+def test_an_interpreter_path_with_braces_reaches_the_launcher_unchanged(tmp_path):
+    """Not run: the commands themselves (a dry run prints them; the workflow tests run
+    cells with the usual interpreter)."""
+    cell = {"model": "deep_mnist", "device": "cpu", "batch_size": 2}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({
+        "frameworks": {"pytorch": {"python": AWKWARD_PYTHON}},
+        "studies": {"quick": {"timeout_s": 7, "grid": cell},
+                    "slow": {"grid": {**cell, "batch_size": 4}}},
+        # A profile's job takes the same interpreter as a param (Snakemake would read its
+        # braces as a wildcard).
+        "profiling": {"select": [{"match": {"study": "quick"}, "tools": ["torch"]}]},
+    }))
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "1", "--snakefile",
+         str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile",
+         str(tmp_path / "config.yaml")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    commands = [line.split("Shell command:", 1)[1].strip()
+                for line in (proc.stdout + proc.stderr).splitlines()
+                if "Shell command:" in line and "-m dlbench.launch" in line]
+    assert len(commands) == 2
+    by_study = {}
+    for command in commands:
+        argv = shlex.split(command)
+        assert argv[:4] == ["exec", sys.executable, "-m", "dlbench.launch"]
+        assert argv[argv.index("--python") + 1] == AWKWARD_PYTHON
+        # The redirection is the shell's: the log next to the result.
+        output = argv[argv.index("--output") + 1]
+        assert argv[-3:-1] == [">", output.replace("/cells/", "/logs/").replace(".json", ".log")]
+        study = output.split("/")[2]
+        by_study[study] = argv[argv.index("--timeout_s") + 1]
+    assert by_study == {"quick": "7", "slow": "3600"}
+    (profile,) = [line.split("Shell command:", 1)[1].strip()
+                  for line in (proc.stdout + proc.stderr).splitlines()
+                  if "Shell command:" in line and "dlbench.profiling capture" in line]
+    argv = shlex.split(profile)
+    assert argv[argv.index("--python") + 1] == AWKWARD_PYTHON
