@@ -192,6 +192,23 @@ def test_cluster_generic_profile_gives_the_same_cells_as_a_local_run(slurm, loca
     assert len(logs) == len(local_cells)
 
 
+@pytest.mark.slow
+def test_a_cell_no_node_can_hold_is_refused_before_any_submission(slurm, tmp_path_factory):
+    """The cluster's node has 2 GPUs: a 4-GPU cell, which sbatch would refuse (and Snakemake
+    would then end the run without its table), is one line naming the study, from sinfo,
+    and nothing is submitted."""
+    workdir = new_workdir(tmp_path_factory, "too-wide", {"studies": {
+        "fits": {"grid": {"model": "deep_mnist", "device": "gpu", "num_gpus": 2}},
+        "wide": {"grid": {"model": "deep_mnist", "device": "gpu", "num_gpus": [1, 4]}}}})
+    proc = subprocess.run(snakemake_cmd(workdir, "--profile", str(SLURM_PROFILE)),
+                          env=slurm.env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert ("dlbench config error: study 'wide': num_gpus: 4 GPUs on a node, but no node of "
+            "this Slurm cluster has more than 2 (sinfo); Slurm would refuse the job"
+            ) in proc.stderr.splitlines()
+    assert slurm.queue() == [] and not (workdir / "results").exists()
+
+
 def processes_mentioning(text):
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):

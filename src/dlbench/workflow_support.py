@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlbench import cpu, kinds, launch, multinode, run_to_run, study, systems
+from dlbench import cpu, kinds, launch, multinode, run_to_run, slurm_nodes, study, systems
 
 
 class WorkflowConfigError(ValueError):
@@ -227,6 +227,17 @@ def check_single_node(cells: Iterable[study.Cell]) -> None:
         if nodes > 1:
             raise WorkflowConfigError(f"study '{cell.study}': num_nodes: {nodes} nodes need a "
                                       f"cluster scheduler; {multinode.CLUSTER_HINT}")
+
+
+def check_cluster_nodes(cells: Iterable[study.Cell], nodes: Sequence[slurm_nodes.Node]) -> None:
+    """Refuse, in one line naming the study, a cell whose job no set of the cluster's nodes
+    can hold (``nodes``: what sinfo says, dlbench.slurm_nodes)."""
+    requests = slurm_nodes.distinct(
+        slurm_nodes.Request(cell.study, num_nodes(cell), launch.gpus_needed({"params": cell.params}))
+        for cell in cells)
+    why = slurm_nodes.refusal(requests, nodes)
+    if why:
+        raise WorkflowConfigError(why)
 
 
 def cluster_resources(cell: study.Cell) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from dlbench import frameworks as dlbench_frameworks
 from dlbench import gpus as dlbench_gpus
 from dlbench import kinds as dlbench_kinds
 from dlbench import launch as dlbench_launch
+from dlbench import slurm_nodes as dlbench_slurm_nodes
 from dlbench import study as dlbench_study
 from dlbench import systems as dlbench_systems
 from dlbench import workflow_support as support
@@ -237,6 +238,22 @@ def _refuse_multi_node_locally():
 
 
 _refuse_multi_node_locally()
+
+
+def _refuse_what_slurm_would():
+    """On a cluster run, a cell whose job no set of the Slurm cluster's nodes can hold (more
+    GPUs on a node than any has) is refused in one line before any job is submitted:
+    sbatch would refuse it, and Snakemake would end the run without its table. Only cells
+    without a result are checked; where sinfo cannot tell, nothing is (dlbench.slurm_nodes).
+    """
+    if not (workflow.is_main_process and cluster_run()):
+        return
+    nodes = dlbench_slurm_nodes.read_nodes()
+    if nodes:
+        try:
+            support.check_cluster_nodes(pending_cells().values(), nodes)
+        except support.WorkflowConfigError as exc:
+            _config_error(exc)
 
 
 def _cluster_resource(name):
@@ -463,6 +480,9 @@ STATUS_FILE = Path("results/status.txt")
 
 def pending_cells():
     return support.pending(CELLS, SYSTEM, REPEATS)
+
+
+_refuse_what_slurm_would()
 
 
 def say_emulated(pending):
