@@ -81,10 +81,18 @@ def read_valid(output: Path) -> dict:
     return res
 
 
+# A helper that has not finished after this prints every thread's stack and exits (so that
+# a hang, say in a worker pool, fails its test with where it hung instead of a timeout).
+HELPER_STACKS_AFTER_S = 150
+
+
 def run_helper(python: Path, code: str) -> str:
-    done = subprocess.run([str(python), "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, cwd=REPO, env=_env(), timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    watchdog = ("import faulthandler\n"
+                f"faulthandler.dump_traceback_later({HELPER_STACKS_AFTER_S}, exit=True)\n")
+    done = subprocess.run([str(python), "-c", watchdog + textwrap.dedent(code)],
+                          capture_output=True, text=True, cwd=REPO, env=_env(),
+                          timeout=HELPER_STACKS_AFTER_S + 60)
+    assert done.returncode == 0, done.stderr[-6000:]
     return done.stdout
 
 
