@@ -28,6 +28,7 @@ from dlbench.report import (
     ReportError,
     WriteError,
     model_charts,
+    op_charts,
     output,
     render,
     resource_charts,
@@ -133,6 +134,28 @@ def op_result(study: str) -> dict:
                 times_s=[t, t * 1.02, t * 0.99], items_per_iteration=1, throughput_unit="calls/s",
                 flops_per_iteration=factor * 2 * n**3, bytes_per_iteration=factor * 3 * n * n * 4))
     return R.finish(res, "ok")
+
+
+def test_operator_cells_differing_in_any_axis_are_told_apart(tmp_path):
+    """Two op cells of one config that differ in compile mode and the L2 flush: each
+    measurement's variant names both (with the axis: a bare "off" says nothing), so that
+    the time chart gives them their own rows and the rate charts their own lines; the
+    axes both share are left out."""
+    results = []
+    for i, (compile_mode, l2) in enumerate((("eager", "on"), ("default", "off"))):
+        res = op_result("ops")
+        res["cell"] = {**res["cell"], "compile": compile_mode, "cuda_l2_cache": l2}
+        res["cell_id"] = f"pytorch_simple_mm_gpu_fwbw_{i}"
+        results.append(res)
+    ops = op_charts.op_frame(load(write_parquet(tmp_path, results)))
+    assert set(ops["variant"]) == {"compile eager · cuda_l2_cache on",
+                                   "compile default · cuda_l2_cache off"}
+    assert len(ops) == 2 * 6 and ops.groupby(["input", "pass", "variant"]).size().max() == 1
+    figure = op_charts.time_figure(ops)
+    assert "[compile default · cuda_l2_cache off]" in json.dumps(figure.chart.to_dict(),
+                                                             ensure_ascii=False)
+    one = op_charts.op_frame(load(write_parquet(tmp_path / "one", results[:1])))
+    assert set(one["variant"]) == {""}
 
 
 def write_parquet(folder: Path, results: list[dict]) -> Path:

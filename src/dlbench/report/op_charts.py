@@ -7,11 +7,24 @@ from pathlib import PurePath
 import altair as alt
 import pandas as pd
 
-from dlbench.report.data import measured, ordered, varying
+from dlbench import axes
+from dlbench.report.data import joined, measured, ordered, varying
 from dlbench.report.style import PASS_COLOURS, Figure, colour_scale, styled
 
-# Operator-cell axes besides the op config that tell two measurements of an input apart.
-OP_VARIANT_AXES = ("framework", "device", "exec_mode")
+# Axes with their own place in these charts: the op config (panels) and backward (the
+# pass, as colour).
+OP_ROLES = ("op_config", "backward")
+# Axes whose values read alone in a label ("pytorch · gpu"); others read with their name
+# ("compile default", "cuda_l2_cache off").
+SELF_NAMING = ("system", "framework", "device", "exec_mode")
+
+
+def op_variant_axes() -> list[str]:
+    """What tells two measurements of one operator input apart: the system, then every
+    operator-cell axis of the axis table with a column in the table, but the charts' roles
+    (a new axis is told apart without an edit here)."""
+    return ["system", *(a.name for a in axes.of_kind("ops")
+                        if a.column and a.name not in OP_ROLES)]
 
 
 def _input_label(op_name: object, name: object) -> str:
@@ -38,13 +51,16 @@ def op_frame(frame: pd.DataFrame) -> pd.DataFrame:
         "bytes": rows["bytes_per_iteration"].astype(float),
         "tflops": rows["tflops"].astype(float),
         "gbps": rows["gbps"].astype(float),
-        "framework": rows["framework"].fillna("?"),
-        "device": rows["device"].fillna("?"),
-        "exec_mode": rows["exec_mode"].fillna("?"),
     })
-    variant_axes = varying(out, OP_VARIANT_AXES)
-    out["variant"] = out[variant_axes].astype(str).agg(" · ".join, axis=1) if variant_axes else ""
-    return out.reset_index(drop=True)
+    rows = rows.reset_index(drop=True)
+    out = out.reset_index(drop=True)
+    variant_axes = varying(rows, [a for a in op_variant_axes() if a in rows])
+    labels = pd.DataFrame({
+        axis: rows[axis].map(lambda v, axis=axis: "" if pd.isna(v) else
+                             (str(v) if axis in SELF_NAMING else f"{axis} {v}"))
+        for axis in variant_axes}, index=rows.index)
+    out["variant"] = joined(labels, skip_empty=True) if variant_axes else ""
+    return out
 
 
 def _time_unit(seconds: pd.Series) -> tuple[str, float]:
@@ -108,7 +124,8 @@ def _rate_figure(ops: pd.DataFrame, *, rate: str, work: str, name: str, title: s
         color=alt.Color("op:N", title="operator", scale=alt.Scale(scheme="tableau10")),
         shape=alt.Shape("pass:N", title="pass", sort=ordered(frame["pass"], ("forward", "backward"))),
         tooltip=[alt.Tooltip("op:N", title="operator"), alt.Tooltip("input:N"),
-                 alt.Tooltip("pass:N"), alt.Tooltip(f"{work}:Q", title=work_title, format=".3~s"),
+                 alt.Tooltip("pass:N"), alt.Tooltip("variant:N", title="cell"),
+                 alt.Tooltip(f"{work}:Q", title=work_title, format=".3~s"),
                  alt.Tooltip(f"{rate}:Q", title=rate_title, format=",.2f")],
     )
     lines = base.mark_line(strokeWidth=1.2, opacity=0.5).encode(
