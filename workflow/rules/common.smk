@@ -90,7 +90,7 @@ def literal(value):
     value without one costs nothing per job."""
     texts = value if isinstance(value, list) else [value]
     if any(isinstance(text, str) and "{" in text for text in texts):
-        return lambda wildcards: value
+        return job_function(lambda wildcards: value)
     return value
 
 
