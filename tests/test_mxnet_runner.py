@@ -433,6 +433,11 @@ _READ_BOTH = """
         assert x.shape[1:] == (3, 32, 24)
         rows += zip(batch.label[0].asnumpy()[:n].tolist(), x.mean(axis=(2, 3)).tolist())
     out["native"] = rows
+    # Its prefetch threads end with it: the Gluon readers below fork their workers, and a
+    # fork beside live native threads is what a cell never does (one reader per process).
+    del it, batch
+    import gc
+    gc.collect()
 
     def gluon_rows(reader, batches=None, devices=False):
         rows, shapes = [], set()
