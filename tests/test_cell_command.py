@@ -1,15 +1,18 @@
-"""The shell command of a cell's job and of a profile's, as Snakemake prints them.
+"""The shell command of a cell's job and of a profile's, and a cell run with it.
 
 An interpreter's path is a constant param of the framework's rules; Snakemake fills
 ``{name}`` in a param's strings from the wildcards, so a path with braces must reach the
-launcher unchanged (``literal`` in common.smk). One dry run checks the argument lists.
+launcher unchanged (``literal`` in common.smk). A dry run checks the argument lists; a
+real run of one tiny cell checks that it runs and stays done.
 """
 
+import json
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,3 +58,32 @@ def test_an_interpreter_path_with_braces_reaches_the_launcher_unchanged(tmp_path
                   if "Shell command:" in line and "dlbench.profiling capture" in line]
     argv = shlex.split(profile)
     assert argv[argv.index("--python") + 1] == AWKWARD_PYTHON
+
+
+@pytest.mark.slow
+def test_a_cell_runs_with_an_interpreter_under_a_braced_folder_and_stays_done(tmp_path):
+    """A real run of one tiny cell whose runner interpreter lives under "py {env}/": the
+    cell is ok, and a second run has nothing to do (the param given as a function records
+    the same value it compares next time)."""
+    folder = tmp_path / "py {env}"
+    folder.mkdir()
+    python = folder / "python"  # this environment's interpreter, by another path
+    python.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    python.chmod(0o755)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({
+        "frameworks": {"pytorch": {"python": str(python)}},
+        "studies": {"tiny": {"grid": {"model": "deep_mnist", "device": "cpu", "batch_size": 2,
+                                      "num_batches": 1, "num_warmup_batches": 0}}},
+    }))
+    # The target first: --configfile takes several values.
+    snakemake = [sys.executable, "-m", "snakemake", "results/benchmarks.parquet", "--cores",
+                 "1", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+                 "--configfile", str(tmp_path / "config.yaml")]
+    proc = subprocess.run(snakemake, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (result,) = (tmp_path / "results").glob("*/tiny/cells/*.json")
+    document = json.loads(result.read_text())
+    assert document["status"] == "ok", document.get("error")
+    again = subprocess.run([*snakemake, "-n"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, (
+        again.stdout[-3000:] + again.stderr[-3000:])
