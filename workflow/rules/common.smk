@@ -478,7 +478,10 @@ from dlbench import progress as dlbench_progress
 STATUS_FILE = Path("results/status.txt")
 
 
+@functools.cache
 def pending_cells():
+    """The cells without a result, looked up once (10,000 files): the cluster check and
+    the progress watcher both ask, and no job runs before the watcher starts."""
     return support.pending(CELLS, SYSTEM, REPEATS)
 
 
