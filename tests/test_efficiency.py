@@ -241,6 +241,22 @@ def test_roofline_uses_measured_ceilings_else_the_vendors_else_none(tmp_path):
     assert roofline_charts.roofline_figure(cpu_only) is not None  # points, no roof
 
 
+def test_roofline_names_paradnn_points_by_the_options_that_differ_and_the_batch(tmp_path):
+    """Four ParaDnn FC cells (two layer counts, two batch sizes) are four distinct inputs
+    in the roofline's table and tooltip, not four rows all called paradnn_fc."""
+    docs = []
+    for layers in (4, 8):
+        for batch in (64, 256):
+            doc = model_doc("float32", 0.1 * layers, model="paradnn_fc", batch=batch)
+            doc["cell"]["model_opts"] = {"layers": layers, "nodes": 256}
+            doc["cell_id"] += f"_l{layers}"
+            doc["measurements"][0]["bytes_per_iteration"] = 1e6 * batch
+            docs.append(doc)
+    pts, _ = roofline_charts.placed(table(tmp_path, docs))
+    assert sorted(pts["name"]) == ["layers=4 · batch 256", "layers=4 · batch 64",
+                                   "layers=8 · batch 256", "layers=8 · batch 64"]
+
+
 # -- scaling ------------------------------------------------------------------------------
 
 

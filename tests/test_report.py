@@ -32,6 +32,7 @@ from dlbench.report import (
     output,
     render,
     resource_charts,
+    roofline_charts,
     sections,
 )
 from dlbench.report.data import load
@@ -156,6 +157,28 @@ def test_operator_cells_differing_in_any_axis_are_told_apart(tmp_path):
                                                              ensure_ascii=False)
     one = op_charts.op_frame(load(write_parquet(tmp_path / "one", results[:1])))
     assert set(one["variant"]) == {""}
+
+
+def test_an_inputs_forward_timed_by_a_forward_only_and_a_backward_cell_is_told_apart(tmp_path):
+    """backward: [false, true], PARAM's usual pair: both cells time each input's forward
+    pass. The two forwards get their own rows ("backward off" / "backward on") in the time
+    chart and the roofline's table, instead of two unnamed points on one row."""
+    both = op_result("ops")
+    forward_only = op_result("ops")
+    forward_only["cell"] = {**forward_only["cell"], "backward": False}
+    forward_only["cell_id"] = "pytorch_simple_mm_gpu_fw"
+    forward_only["measurements"] = [m for m in forward_only["measurements"]
+                                    if m["pass"] == "forward"]
+    frame = load(write_parquet(tmp_path, [both, forward_only]))
+    ops = op_charts.op_frame(frame)
+    forwards = ops[(ops["input"] == "torch.mm|0|0") & (ops["pass"] == "forward")]
+    assert sorted(forwards["variant"]) == ["backward off", "backward on"]
+    assert set(ops.loc[ops["pass"] == "backward", "variant"]) == {"backward on"}
+    points, _ = roofline_charts.placed(frame)
+    forward_names = points.loc[points["pass"] == "forward", "name"]
+    assert forward_names.is_unique and len(forward_names) == 6
+    assert "torch.mm|0|0 [backward off]" in set(forward_names)
+    assert "torch.mm|0|0 [backward off]" in roofline_charts.roofline_table(frame)
 
 
 def write_parquet(folder: Path, results: list[dict]) -> Path:

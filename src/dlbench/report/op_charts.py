@@ -11,11 +11,12 @@ from dlbench import axes
 from dlbench.report.data import joined, measured, ordered, varying
 from dlbench.report.style import PASS_COLOURS, Figure, colour_scale, styled
 
-# Axes with their own place in these charts: the op config (panels) and backward (the
-# pass, as colour).
-OP_ROLES = ("op_config", "backward")
+# The axis with its own place in these charts: the op config (panels). Not backward: a
+# cell with backward on times the forward pass too, so an input's forward is measured by
+# both cells and only the variant tells the two apart.
+OP_ROLES = ("op_config",)
 # Axes whose values read alone in a label ("pytorch · gpu"); others read with their name
-# ("compile default", "cuda_l2_cache off").
+# ("compile default", "cuda_l2_cache off", "backward on").
 SELF_NAMING = ("system", "framework", "device", "exec_mode")
 
 
@@ -25,6 +26,25 @@ def op_variant_axes() -> list[str]:
     (a new axis is told apart without an edit here)."""
     return ["system", *(a.name for a in axes.of_kind("ops")
                         if a.column and a.name not in OP_ROLES)]
+
+
+def _variant_word(axis: str, value: object) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return ""
+    if isinstance(value, bool) or pd.api.types.is_bool(value):
+        value = "on" if value else "off"
+    return str(value) if axis in SELF_NAMING else f"{axis} {value}"
+
+
+def op_variants(rows: pd.DataFrame) -> pd.Series:
+    """Each operator row's variant: the values of op_variant_axes() that vary among
+    ``rows``, in words ("compile default · backward on"); empty where none varies."""
+    variant_axes = varying(rows, [a for a in op_variant_axes() if a in rows])
+    if not variant_axes:
+        return pd.Series("", index=rows.index, dtype=object)
+    labels = pd.DataFrame({axis: rows[axis].map(lambda v, axis=axis: _variant_word(axis, v))
+                           for axis in variant_axes}, index=rows.index)
+    return joined(labels, skip_empty=True)
 
 
 def _input_label(op_name: object, name: object) -> str:
@@ -54,12 +74,7 @@ def op_frame(frame: pd.DataFrame) -> pd.DataFrame:
     })
     rows = rows.reset_index(drop=True)
     out = out.reset_index(drop=True)
-    variant_axes = varying(rows, [a for a in op_variant_axes() if a in rows])
-    labels = pd.DataFrame({
-        axis: rows[axis].map(lambda v, axis=axis: "" if pd.isna(v) else
-                             (str(v) if axis in SELF_NAMING else f"{axis} {v}"))
-        for axis in variant_axes}, index=rows.index)
-    out["variant"] = joined(labels, skip_empty=True) if variant_axes else ""
+    out["variant"] = op_variants(rows)
     return out
 
 

@@ -15,7 +15,8 @@ import pandas as pd
 
 from dlbench import peaks
 from dlbench.efficiency import BANDWIDTH_BENCHMARKS, CALIBRATION_KIND
-from dlbench.report.data import PRECISION_ORDER
+from dlbench.report.data import PRECISION_ORDER, model_opts_label
+from dlbench.report.op_charts import op_variants
 from dlbench.report.style import Figure, styled
 
 # Model families placed on the roofline besides operators (those whose runner counts bytes).
@@ -39,13 +40,29 @@ def points(frame: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     family = ok["op_name"].where(ok["kind"] == "op", ok["model"]).fillna(ok["name"])
     return pd.DataFrame({
-        "panel": _panel(ok), "family": family.astype(str), "name": ok["name"].astype(str),
+        "panel": _panel(ok), "family": family.astype(str), "name": _names(ok, family),
         "pass": ok["pass"].fillna("?"),
         "precision": ok["efficiency_precision"].fillna("?"),
         "intensity": ok["flops_per_iteration"] / ok["bytes_per_iteration"],
         "tflops": ok["tflops"].astype(float),
         "pct_of_roof": np.nan,
     }).reset_index(drop=True)
+
+
+def _names(ok: pd.DataFrame, family: pd.Series) -> pd.Series:
+    """What tells a family's points apart: an operator input with its cell's variant
+    ("0|0|1 [backward on]", report.op_charts), a ParaDnn cell by the options that differ
+    within its family and its batch size ("layers=8, nodes=1024 · batch 64")."""
+    names = ok["name"].astype(str).copy()
+    ops = ok["kind"] == "op"
+    panel = _panel(ok)
+    for _, rows in ok[ops].groupby(panel[ops], sort=False):  # the system is the panel's
+        variant = op_variants(rows)
+        names[rows.index] = names[rows.index] + variant.map(lambda v: f" [{v}]" if v else "")
+    for _, rows in ok[~ops].groupby(family[~ops], sort=False):
+        batch = rows["batch_size"].map(lambda b: "" if pd.isna(b) else f" · batch {int(b)}")
+        names[rows.index] = model_opts_label(rows) + batch
+    return names
 
 
 def ceilings(frame: pd.DataFrame, panel_rows: pd.DataFrame) -> tuple[dict[str, float],
@@ -132,14 +149,18 @@ def _precision_rank(precision: str) -> int:
 
 
 def _panel_chart(group: pd.DataFrame, roof: pd.DataFrame, title: str) -> alt.Chart:
+    # padding: a point at the end of the data's range is drawn whole, not cut by the axis.
     x = alt.X("intensity:Q", title="arithmetic intensity (FLOP/byte)",
-              scale=alt.Scale(type="log", nice=False))
-    y = alt.Y("tflops:Q", title="TFLOP/s", scale=alt.Scale(type="log", nice=False))
+              scale=alt.Scale(type="log", nice=False, padding=12))
+    # tickCount: where the points span less than a decade, labels between the powers of ten
+    # (0.11, 0.12, ...) rather than the few log ticks that fall inside (Vega's choice).
+    y = alt.Y("tflops:Q", title="TFLOP/s", scale=alt.Scale(type="log", nice=False, padding=12),
+              axis=alt.Axis(tickCount=12))
     dots = alt.Chart(group).mark_point(filled=True, size=70).encode(
         x=x, y=y, color=alt.Color("family:N", title="operator / model",
                                   scale=alt.Scale(scheme="tableau10")),
         shape=alt.Shape("pass:N", title="pass"),
-        tooltip=[alt.Tooltip("family:N", title="operator / model"), alt.Tooltip("name:N"),
+        tooltip=[alt.Tooltip("family:N", title="operator / model"), alt.Tooltip("name:N", title="input"),
                  alt.Tooltip("pass:N"), alt.Tooltip("precision:N"),
                  alt.Tooltip("intensity:Q", title="FLOP/byte", format=".3~s"),
                  alt.Tooltip("tflops:Q", title="TFLOP/s", format=".3~g"),

@@ -85,6 +85,11 @@ def facet_columns(panels: int) -> int:
     return max(1, min(PANEL_COLUMNS, panels))
 
 
+# Legend labels and titles up to this many pixels before an ellipsis (Vega's default, 160,
+# cut "pytorch · 5 iterations · 1 warm-up" short).
+LEGEND_LIMIT = 300
+
+
 def styled(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
     return (
         chart.configure(font=FONT, background="white", padding=8)
@@ -97,7 +102,7 @@ def styled(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
                           titleFontSize=12, labelPadding=6)
         .configure_legend(labelFontSize=11, titleFontSize=12, titleFontWeight="normal",
                           titleColor=INK, labelColor=INK, orient="right", symbolSize=80,
-                          symbolOpacity=1)
+                          symbolOpacity=1, labelLimit=LEGEND_LIMIT, titleLimit=LEGEND_LIMIT)
         .configure_title(fontSize=14, color=INK, anchor="start")
         .configure_point(size=55, filled=True)
         .configure_line(strokeWidth=2.2)
