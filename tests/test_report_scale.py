@@ -104,6 +104,23 @@ def test_num_batches_gets_a_line_style_and_no_line_visits_a_batch_size_twice(ben
     assert legend["title"] == "measured iterations" and legend["sort"] == ["50 iterations", "100 iterations"]
 
 
+def test_a_line_style_standing_for_several_axes_has_its_legend_title_on_several_lines(
+        bench, tmp_path, monkeypatch):
+    """Three axes' names on one line ("framework · measured iterations · warm-up
+    iterations") widened the chart past the page; a long title goes one axis a line."""
+    assert encodings.series_title(["framework", "num_batches", "num_warmup_batches"]) == [
+        "framework ·", "measured iterations ·", "warm-up iterations"]
+    assert encodings.series_title(["framework", "num_gpus"]) == "framework · GPUs"
+    frame = study(bench, tmp_path, batch_size=[1, 2, 4], num_batches=[50, 100],
+                  num_gpus=[1, 2])
+    models = model_charts.model_frame(frame)
+    monkeypatch.setattr(encodings, "LEGEND_TITLE_CHARS", 10)  # so that two names are long
+    legend = model_charts.throughput_figure(models).chart.to_dict()["spec"]["layer"][0][
+        "encoding"]["strokeDash"]
+    assert isinstance(legend["title"], list) and len(legend["title"]) == 2
+    assert legend["title"][0].endswith(" ·")
+
+
 def test_the_zig_zag_check_finds_lines_joining_two_num_batches(bench, tmp_path):
     """The check above can fail: a chart given no place for num_batches joins them."""
     frame = study(bench, tmp_path, batch_size=[1, 2, 4], num_batches=[50, 100])

@@ -60,6 +60,21 @@ def title(axis: str) -> str:
     return TITLES.get(axis, axis.replace("_", " "))
 
 
+# A legend title longer than this many characters goes on several lines (one per axis):
+# on one line it would widen the chart past the page or end in an ellipsis.
+LEGEND_TITLE_CHARS = 32
+
+
+def series_title(series: Iterable[str]) -> str | list[str]:
+    """The legend title of a line style standing for ``series`` ("framework · GPUs"); a
+    long one as lines, each but the last ending in the separator."""
+    names = [title(a) for a in series]
+    text = " · ".join(names)
+    if len(text) <= LEGEND_TITLE_CHARS or len(names) < 2:
+        return text
+    return [f"{name} ·" for name in names[:-1]] + [names[-1]]
+
+
 def value_label(axis: str, value: object) -> str:
     """One value of ``axis`` in words: numbers with what they count, booleans with their
     axis ("cudnn benchmark off"), text as it is; empty for null."""

@@ -116,8 +116,8 @@ def latency_figure(frame: pd.DataFrame) -> Figure | None:
     tips = _tooltip(encoding)
     series = {"detail": "variant:N"}
     if encoding.series:
-        series["strokeDash"] = alt.StrokeDash("variant:N", title=" · ".join(
-            encodings.title(a) for a in encoding.series))
+        series["strokeDash"] = alt.StrokeDash("variant:N",
+                                              title=encodings.series_title(encoding.series))
 
     def panel_chart(y: str, title: str, whisker: tuple[str, str] | None) -> alt.FacetChart:
         base = alt.Chart().encode(x=x, color=_colour(), tooltip=tips, **series)

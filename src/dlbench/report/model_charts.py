@@ -229,7 +229,7 @@ def lines_by_batch(frame: pd.DataFrame, *, y: str, y_title: str, colour: alt.Col
         color=colour, detail=f"{series}:N", tooltip=tooltip,
     )
     if frame[series].nunique() > 1 and series == "variant":
-        title = " · ".join(encodings.title(a) for a in encoding.series) if encoding else ""
+        title = encodings.series_title(encoding.series) if encoding else ""
         base = base.encode(
             strokeDash=alt.StrokeDash("variant:N", title=title, sort=in_order(
                 frame, encoding.series, "variant") if encoding else "ascending", legend=alt.Legend(

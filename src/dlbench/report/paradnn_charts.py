@@ -46,8 +46,8 @@ def _panels(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], Encoding]:
 def _lines(base: alt.Chart, encoding: Encoding) -> alt.Chart:
     if not encoding.series:
         return base
-    return base.encode(strokeDash=alt.StrokeDash("variant:N", title=" · ".join(
-        encodings.title(a) for a in encoding.series)))
+    return base.encode(strokeDash=alt.StrokeDash(
+        "variant:N", title=encodings.series_title(encoding.series)))
 
 
 def _numbers(y: str, y_title: str, encoding: Encoding) -> NumbersTable:

@@ -102,8 +102,8 @@ def scaling_figure(frame: pd.DataFrame) -> Figure | None:
     dash = {}
     if encoding.series:
         data = data.assign(style=joined(data[encoding.series]))
-        dash = {"strokeDash": alt.StrokeDash("style:N", title=" · ".join(
-            encodings.title(a) for a in encoding.series))}
+        dash = {"strokeDash": alt.StrokeDash(
+            "style:N", title=encodings.series_title(encoding.series))}
     base = alt.Chart().encode(
         x=alt.X("num_gpus:Q", title="GPUs (on all nodes)", scale=alt.Scale(type="log", base=2),
                 axis=alt.Axis(values=[int(g) for g in gpus], format="d")),
