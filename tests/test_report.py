@@ -174,6 +174,9 @@ def test_an_inputs_forward_timed_by_a_forward_only_and_a_backward_cell_is_told_a
     forwards = ops[(ops["input"] == "torch.mm|0|0") & (ops["pass"] == "forward")]
     assert sorted(forwards["variant"]) == ["backward off", "backward on"]
     assert set(ops.loc[ops["pass"] == "backward", "variant"]) == {"backward on"}
+    spec = op_charts.time_figure(ops).chart.to_dict()
+    rows = next(layer["encoding"]["y"]["sort"] for layer in spec["layer"])
+    assert rows[:2] == ["torch.mm|0|0  [backward off]", "torch.mm|0|0  [backward on]"]
     points, _ = roofline_charts.placed(frame)
     forward_names = points.loc[points["pass"] == "forward", "name"]
     assert forward_names.is_unique and len(forward_names) == 6

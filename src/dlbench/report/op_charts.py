@@ -99,7 +99,11 @@ def time_figure(ops: pd.DataFrame) -> Figure | None:
     frame = ops.assign(median=ops["median_s"] * factor, p5=ops["p5_s"] * factor,
                        p95=ops["p95_s"] * factor)
     frame["row"] = frame["input"] + frame["variant"].map(lambda v: f"  [{v}]" if v else "")
-    inputs = list(pd.unique(frame["row"]))
+    # The variants of one input next to each other, inputs in the order the config has them.
+    first_seen = {name: i for i, name in enumerate(pd.unique(frame["input"]))}
+    rows = frame.drop_duplicates("row")
+    inputs = list(rows.assign(at=rows["input"].map(first_seen))
+                  .sort_values(["at", "variant"], kind="stable")["row"])
     passes = ordered(frame["pass"], ("forward", "backward"))
     base = alt.Chart().encode(
         y=alt.Y("row:N", title=None, sort=inputs, axis=alt.Axis(labelLimit=360),
