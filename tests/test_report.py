@@ -177,6 +177,8 @@ def test_an_inputs_forward_timed_by_a_forward_only_and_a_backward_cell_is_told_a
     spec = op_charts.time_figure(ops).chart.to_dict()
     rows = next(layer["encoding"]["y"]["sort"] for layer in spec["layer"])
     assert rows[:2] == ["torch.mm|0|0  [backward off]", "torch.mm|0|0  [backward on]"]
+    rate = op_charts.tflops_figure(ops).chart.to_dict()
+    assert rate["layer"][0]["encoding"]["strokeDash"]["field"] == "variant"
     points, _ = roofline_charts.placed(frame)
     forward_names = points.loc[points["pass"] == "forward", "name"]
     assert forward_names.is_unique and len(forward_names) == 6

@@ -149,6 +149,9 @@ def _rate_figure(ops: pd.DataFrame, *, rate: str, work: str, name: str, title: s
     )
     lines = base.mark_line(strokeWidth=1.2, opacity=0.5).encode(
         detail=alt.Detail(["op:N", "pass:N", "variant:N"]), order=f"{work}:Q")
+    if frame["variant"].nunique() > 1:  # which line is which cell's, in the legend too
+        lines = lines.encode(strokeDash=alt.StrokeDash("variant:N", title="cell", legend=alt.Legend(
+            symbolType="stroke", symbolStrokeWidth=1.6, symbolSize=300)))
     chart = alt.layer(lines, base.mark_point(filled=True, size=70)).properties(width=400, height=260)
     return Figure(name, title, caption, styled(chart))
 
