@@ -130,7 +130,8 @@ def slurm():
     why = missing_requirements()
     if why:
         pytest.skip(why)
-    cluster = SingleNodeSlurm(cpus=8, gpus=2)
+    # 16 CPUs: the profiles ask 16 threads for a CPU cell and 8 per GPU for a GPU cell.
+    cluster = SingleNodeSlurm(cpus=16, gpus=2)
     try:
         yield cluster.start()
     finally:
@@ -174,6 +175,10 @@ def test_slurm_profile_gives_the_same_cells_as_a_local_run(slurm, local_cells, t
     assert sum("rule_benchmark_" in r for r in records) == len(local_cells)
     (gpu_job,) = [r for r in records if "gpu1_synthetic" in r]
     assert re.search(r"gres[:/]gpu[:=]1", gpu_job) and "NumNodes=1 " in gpu_job
+    # A CPU cell's job asks the profile's set-threads, not the cores of the machine that
+    # submits it (2 here).
+    cpu_jobs = [r for r in records if "wildcards_tiny_" in r]
+    assert cpu_jobs and all("CPUs/Task=16 " in r for r in cpu_jobs), cpu_jobs
     (log,) = (workdir / "results" / systems.default_label() / "gpu" / "logs").glob("*.log")
     assert "GPUs from the scheduler: CUDA_VISIBLE_DEVICES=0" in log.read_text()
 
@@ -206,6 +211,41 @@ def test_a_cell_no_node_can_hold_is_refused_before_any_submission(slurm, tmp_pat
     assert ("dlbench config error: study 'wide': num_gpus: 4 GPUs on a node, but no node of "
             "this Slurm cluster has more than 2 (sinfo); Slurm would refuse the job"
             ) in proc.stderr.splitlines()
+    assert slurm.queue() == [] and not (workdir / "results").exists()
+
+
+@pytest.mark.slow
+def test_repeat_rounds_ask_slurm_what_the_first_round_asks_and_too_many_cpus_are_refused(
+        slurm, tmp_path_factory):
+    """A study with repeats: 2 has a rule per round (benchmark_pytorch, benchmark_pytorch_r1);
+    the profile's set-threads and set-resources name the first. Both rounds' jobs must ask
+    the same cores and time limit, or run-to-run spread would measure the allocation. Then
+    set-threads above the node's 16 CPUs: one line before any submission (the job would
+    otherwise wait in the queue for ever)."""
+    workdir = new_workdir(tmp_path_factory, "repeats", {"studies": {"twice": {
+        "repeats": 2, "grid": {"model": "deep_mnist", "device": "cpu", "batch_size": 2,
+                               "num_batches": 2, "num_warmup_batches": 1}}}})
+    proc = subprocess.run(
+        snakemake_cmd(workdir, "--profile", str(SLURM_PROFILE), *FAST,
+                      "--slurm-init-seconds-before-status-checks", "2"),
+        env=slurm.env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:] + slurm.logs()
+    jobs = [r for r in job_records(slurm) if "wildcards_twice_" in r]
+    assert len(jobs) == 2, jobs
+    for job in jobs:
+        assert "CPUs/Task=16 " in job and "TimeLimit=02:00:00 " in job, job
+
+    workdir = new_workdir(tmp_path_factory, "too-many-cpus", {"studies": {"fat": {
+        "grid": {"model": "deep_mnist", "device": "cpu", "batch_size": 3}}}})
+    proc = subprocess.run(
+        snakemake_cmd(workdir, "--profile", str(SLURM_PROFILE),
+                      "--set-threads", "benchmark_pytorch=32"),
+        env=slurm.env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert ("dlbench config error: study 'fat': benchmark_pytorch threads: 32 asks 32 CPUs "
+            "on a node, but no node of this Slurm cluster has more than 16 (sinfo); the job "
+            "would wait in the queue for ever (lower it, e.g. --set-threads or "
+            "--set-resources on the command line)") in proc.stderr.splitlines()
     assert slurm.queue() == [] and not (workdir / "results").exists()
 
 

@@ -76,3 +76,49 @@ def test_cells_of_a_study_are_checked_per_node():
         support.check_cluster_nodes(cells, NODES[:1] + NODES[2:])
     with pytest.raises(support.WorkflowConfigError, match="study 'scale': num_gpus: 4 GPUs"):
         support.check_cluster_nodes(cells, [Node("small", 2, 16)])
+
+
+def test_a_job_asking_more_cpus_on_a_node_than_any_node_has_is_refused():
+    """A CPU cell's job asks its threads (--cpus-per-task), a GPU cell's cpus_per_gpu x its
+    GPUs where the profile gives cpus_per_gpu: a node set short of those CPUs would leave
+    the job queued for ever. Nodes whose CPUs sinfo did not give are taken to fit."""
+    asked = Request("cpu", 1, 0, 256, "benchmark_pytorch threads: 256")
+    assert slurm_nodes.refusal([asked], NODES) == (
+        "study 'cpu': benchmark_pytorch threads: 256 asks 256 CPUs on a node, but no node of "
+        "this Slurm cluster has more than 128 (sinfo); the job would wait in the queue for "
+        "ever (lower it, e.g. --set-threads or --set-resources on the command line)")
+    per_gpu = Request("gpu", 1, 4, 96, "benchmark_pytorch cpus_per_gpu: 24 x 4 GPU(s)")
+    assert "no node with 4 GPUs of this Slurm cluster has more than 64" in (
+        slurm_nodes.refusal([per_gpu], NODES))
+    assert slurm_nodes.refusal([Request("cpu", 1, 0, 128, "x")], NODES) is None
+    assert slurm_nodes.refusal([asked], [Node("unknown", 0, 0)]) is None
+    # Two nodes with 4 GPUs and 64 CPUs: a two-node cell asking 96 CPUs on each has none.
+    assert "cpus_per_gpu: 24 x 4" in slurm_nodes.refusal(
+        [Request("two", 2, 4, 96, "benchmark_pytorch cpus_per_gpu: 24 x 4 GPU(s)")], NODES)
+
+
+def test_job_cpus_follow_the_profile_settings_of_the_rule():
+    """set-threads and set-resources as Snakemake holds them (Resource objects) become
+    plain values; a GPU cell asks cpus_per_gpu per GPU where given, else its threads."""
+    from snakemake.resources import Resource
+
+    settings = support.rule_settings(
+        {"benchmark_pytorch": Resource("_cores", 16)},
+        {"benchmark_pytorch": {"runtime": Resource("runtime", 120),
+                               "cpus_per_gpu": Resource("cpus_per_gpu", 8),
+                               "mem_mb": Resource("mem_mb", lambda wildcards: 1)}},
+        "benchmark_pytorch")
+    assert settings == support.RuleSettings(16, {"runtime": 120, "cpus_per_gpu": 8})
+    assert support.rule_settings({}, {}, "benchmark_mxnet") == support.RuleSettings()
+    gpu, cpu = study.expand_config({"studies": {
+        "s": {"grid": {"model": "resnet50", "device": ["gpu", "cpu"], "num_gpus": 2}}}})
+    assert support.job_cpus(gpu, "benchmark_pytorch", 16, settings) == (
+        16, "benchmark_pytorch cpus_per_gpu: 8 x 2 GPU(s)")
+    assert support.job_cpus(cpu, "benchmark_pytorch", 16, settings) == (
+        16, "benchmark_pytorch threads: 16")
+    assert support.job_cpus(gpu, "benchmark_pytorch", 12, support.RuleSettings()) == (
+        12, "benchmark_pytorch threads: 12")
+    with pytest.raises(support.WorkflowConfigError, match="cpus_per_gpu: 8 x 2 GPU"):
+        support.check_cluster_nodes(
+            [gpu, cpu], [Node("n", 4, 12)],
+            lambda cell: support.job_cpus(cell, "benchmark_pytorch", 12, settings))

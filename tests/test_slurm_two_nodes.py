@@ -62,7 +62,8 @@ def cluster():
     why = missing_two_node_requirements()
     if why:
         pytest.skip(why)
-    slurm = TwoNodeSlurm(cpus=8, gpus=2)  # the profile asks 8 cores per GPU
+    # The profiles ask 16 threads for a CPU cell and 8 cores per GPU.
+    slurm = TwoNodeSlurm(cpus=16, gpus=2)
     try:
         yield slurm.start()
     finally:

@@ -2,8 +2,10 @@
 
 A cell asking for more GPUs on a node than any node has, or for more nodes than have that
 many, is refused by ``sbatch``: Snakemake then fails the job at submission, and with it the
-run's table and report (they wait for every cell). Checked against ``sinfo`` first, it is
-one line naming the study and the field, before anything runs. Where ``sinfo`` is missing
+run's table and report (they wait for every cell). A job asking more CPUs on a node than any
+node has (the profile's set-threads or cpus_per_gpu) may be accepted and then wait in the
+queue for ever. Checked against ``sinfo`` first, either is one line naming the study and the
+field, before anything runs. Where ``sinfo`` is missing
 or says nothing (another scheduler, no controller reachable) nothing is checked: the
 check may only refuse what Slurm would refuse.
 
@@ -77,22 +79,36 @@ def _run(argv: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class Request:
-    """What one cell's job asks of the cluster: ``nodes`` nodes with ``gpus`` GPUs each."""
+    """What one cell's job asks of the cluster: ``nodes`` nodes with ``gpus`` GPUs and
+    ``cpus`` CPUs each (0: not known, not checked); ``cpus_from`` says which setting asks
+    for those CPUs."""
 
     study: str
     nodes: int
     gpus: int
+    cpus: int = 0
+    cpus_from: str = ""
 
 
 def refusal(requests: Iterable[Request], nodes: Sequence[Node]) -> str | None:
     """One line for the first request no set of the cluster's nodes can hold, else None."""
     for request in requests:
-        fitting = [node for node in nodes if node.gpus >= request.gpus]
-        if not fitting:
+        with_gpus = [node for node in nodes if node.gpus >= request.gpus]
+        if not with_gpus:
             most = max(node.gpus for node in nodes)
             return (f"study '{request.study}': num_gpus: {request.gpus} GPUs on a node, but "
                     f"no node of this Slurm cluster has more than {most} (sinfo); Slurm "
                     "would refuse the job")
+        # A node whose CPUs sinfo did not give (0) is taken to have enough.
+        fitting = [node for node in with_gpus
+                   if not request.cpus or not node.cpus or node.cpus >= request.cpus]
+        if not fitting:
+            most = max(node.cpus for node in with_gpus)
+            where = f"with {request.gpus} GPUs " if request.gpus else ""
+            return (f"study '{request.study}': {request.cpus_from} asks {request.cpus} CPUs on "
+                    f"a node, but no node {where}of this Slurm cluster has more than {most} "
+                    "(sinfo); the job would wait in the queue for ever (lower it, e.g. "
+                    "--set-threads or --set-resources on the command line)")
         if len(fitting) < request.nodes:
             return (f"study '{request.study}': num_nodes: {request.nodes} nodes with "
                     f"{request.gpus} GPUs each, but this Slurm cluster has {len(fitting)} "
@@ -102,7 +118,7 @@ def refusal(requests: Iterable[Request], nodes: Sequence[Node]) -> str | None:
 
 def distinct(requests: Iterable[Request]) -> list[Request]:
     """Each request once, the largest first (so that the line names the worst one)."""
-    unique: dict[tuple[int, int], Request] = {}
+    unique: dict[tuple[int, int, int], Request] = {}
     for request in requests:
-        unique.setdefault((request.nodes, request.gpus), request)
-    return sorted(unique.values(), key=lambda r: (-r.gpus, -r.nodes))
+        unique.setdefault((request.nodes, request.gpus, request.cpus), request)
+    return sorted(unique.values(), key=lambda r: (-r.gpus, -r.nodes, -r.cpus))

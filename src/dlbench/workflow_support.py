@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -229,15 +230,64 @@ def check_single_node(cells: Iterable[study.Cell]) -> None:
                                       f"cluster scheduler; {multinode.CLUSTER_HINT}")
 
 
-def check_cluster_nodes(cells: Iterable[study.Cell], nodes: Sequence[slurm_nodes.Node]) -> None:
+def plain_setting(value: Any) -> int | float | str | None:
+    """A value of set-threads or set-resources as a plain number or text (Snakemake holds
+    them as Resource objects); None for none, or for an expression evaluated per job."""
+    try:
+        value = getattr(value, "value", value)
+    except ValueError:  # Snakemake's Resource: "must be evaluated within ... a rule"
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    return value
+
+
+@dataclass(frozen=True)
+class RuleSettings:
+    """What set-threads and set-resources (a profile's, or the command line's) give a rule."""
+
+    threads: int | None = None
+    resources: Mapping[str, int | float | str] = field(default_factory=dict)
+
+
+def rule_settings(overwrite_threads: Mapping[str, Any], overwrite_resources: Mapping[str, Any],
+                  rule: str) -> RuleSettings:
+    threads = plain_setting(overwrite_threads.get(rule))
+    resources = {name: plain for name, value in (overwrite_resources.get(rule) or {}).items()
+                 if (plain := plain_setting(value)) is not None}
+    return RuleSettings(threads if isinstance(threads, int) else None, resources)
+
+
+def job_cpus(cell: study.Cell, rule: str, threads: int,
+             settings: RuleSettings) -> tuple[int, str]:
+    """The CPUs a cell's job asks on each node, and the setting that asks for them: for a
+    GPU cell, cpus_per_gpu x its GPUs on a node where set-resources gives cpus_per_gpu (the
+    Slurm executor's --cpus-per-gpu), else the job's threads (--cpus-per-task)."""
+    gpus = launch.gpus_needed({"params": cell.params})
+    per_gpu = settings.resources.get("cpus_per_gpu")
+    if gpus and isinstance(per_gpu, int) and per_gpu > 0:
+        return gpus * per_gpu, f"{rule} cpus_per_gpu: {per_gpu} x {gpus} GPU(s)"
+    return threads, f"{rule} threads: {threads}"
+
+
+def check_cluster_nodes(cells: Iterable[study.Cell], nodes: Sequence[slurm_nodes.Node],
+                        cpus_of: Callable[[study.Cell], tuple[int, str]] | None = None) -> None:
     """Refuse, in one line naming the study, a cell whose job no set of the cluster's nodes
-    can hold (``nodes``: what sinfo says, dlbench.slurm_nodes)."""
-    requests = slurm_nodes.distinct(
-        slurm_nodes.Request(cell.study, num_nodes(cell), launch.gpus_needed({"params": cell.params}))
-        for cell in cells)
-    why = slurm_nodes.refusal(requests, nodes)
+    can hold (``nodes``: what sinfo says, dlbench.slurm_nodes); ``cpus_of`` gives the CPUs
+    a cell's job asks on a node and why (job_cpus), unchecked without it."""
+    requests = []
+    for cell in cells:
+        cpus, cpus_from = cpus_of(cell) if cpus_of else (0, "")
+        requests.append(slurm_nodes.Request(
+            cell.study, num_nodes(cell), launch.gpus_needed({"params": cell.params}), cpus,
+            cpus_from))
+    why = slurm_nodes.refusal(slurm_nodes.distinct(requests), nodes)
     if why:
         raise WorkflowConfigError(why)
+
+
+# The resources cluster_resources may give a job (each a function of the job in the rules).
+MULTI_NODE_RESOURCES = ("nodes", "tasks", "mpi", "tasks_per_gpu", "gres")
 
 
 def cluster_resources(cell: study.Cell) -> dict[str, Any]:

@@ -211,6 +211,65 @@ def cell_threads():
 CELL_THREADS = cell_threads()
 
 
+def profile_settings(rule):
+    """What set-threads and set-resources (a profile's or the command line's) give ``rule``
+    (support.RuleSettings); nothing where this Snakemake does not say."""
+    settings = getattr(workflow, "resource_settings", None)
+    if settings is None:
+        return support.RuleSettings()
+    return support.rule_settings(
+        settings.overwrite_threads, settings.overwrite_resources, rule
+    )
+
+
+def first_round_rule(framework):
+    return f"benchmark_{framework}"
+
+
+def round_threads(framework, k):
+    """The threads of round k's rule. Snakemake applies set-threads by rule name, and each
+    repeat round has its own (benchmark_<fw>_r<k>), which takes what the profile gives the
+    first round's, so that every run of a cell asks for the same cores."""
+    if k:
+        threads = profile_settings(first_round_rule(framework)).threads
+        if threads:
+            return threads
+    return CELL_THREADS
+
+
+# Resources the benchmark rules set themselves (benchmark.smk, multi_node_resources).
+OWN_RESOURCES = {"benchmark_slot", "gpu", "timeout_s", *support.MULTI_NODE_RESOURCES}
+
+
+def round_resources(framework, k):
+    """set-resources of the first round's rule, for a repeat round's rule (see
+    round_threads): the same runtime, memory and cpus_per_gpu for every run of a cell.
+    Those the rules set themselves stay theirs; expressions are not carried."""
+    if not k:
+        return {}
+    resources = profile_settings(first_round_rule(framework)).resources
+    return {name: v for name, v in resources.items() if name not in OWN_RESOURCES}
+
+
+def job_threads(framework):
+    """The threads a benchmark job of ``framework`` is given: the rule's (set-threads or
+    CELL_THREADS), capped by --cores and --max-threads as Snakemake caps them."""
+    threads = profile_settings(first_round_rule(framework)).threads or CELL_THREADS
+    settings = getattr(workflow, "resource_settings", None)
+    caps = (getattr(settings, "cores", None), getattr(settings, "max_threads", None))
+    for cap in caps:
+        if cap:
+            threads = min(threads, cap)
+    return threads
+
+
+def job_cpus(cell):
+    """The CPUs a cell's cluster job asks on a node, and which setting asks for them."""
+    framework = cell.params["framework"]
+    name = first_round_rule(framework)
+    return support.job_cpus(cell, name, job_threads(framework), profile_settings(name))
+
+
 def monitor_option():
     return support.monitor_option(config)
 
@@ -242,16 +301,17 @@ _refuse_multi_node_locally()
 
 def _refuse_what_slurm_would():
     """On a cluster run, a cell whose job no set of the Slurm cluster's nodes can hold (more
-    GPUs on a node than any has) is refused in one line before any job is submitted:
-    sbatch would refuse it, and Snakemake would end the run without its table. Only cells
-    without a result are checked; where sinfo cannot tell, nothing is (dlbench.slurm_nodes).
+    GPUs or CPUs on a node than any has) is refused in one line before any job is
+    submitted: sbatch would refuse it, and Snakemake would end the run without its table,
+    or the job would wait in the queue for ever. Only cells without a result are checked;
+    where sinfo cannot tell, nothing is (dlbench.slurm_nodes).
     """
     if not (workflow.is_main_process and cluster_run()):
         return
     nodes = dlbench_slurm_nodes.read_nodes()
     if nodes:
         try:
-            support.check_cluster_nodes(pending_cells().values(), nodes)
+            support.check_cluster_nodes(pending_cells().values(), nodes, job_cpus)
         except support.WorkflowConfigError as exc:
             _config_error(exc)
 
@@ -270,8 +330,7 @@ def multi_node_resources():
     more per job in the usual study."""
     if not any(support.num_nodes(cell) > 1 for cell in CELLS):
         return {}
-    names = ("nodes", "tasks", "mpi", "tasks_per_gpu", "gres")
-    return {name: _cluster_resource(name) for name in names}
+    return {name: _cluster_resource(name) for name in support.MULTI_NODE_RESOURCES}
 
 
 # Datasets (prepared by workflow/rules/datasets.smk)
