@@ -87,3 +87,32 @@ def test_a_cell_runs_with_an_interpreter_under_a_braced_folder_and_stays_done(tm
     again = subprocess.run([*snakemake, "-n"], capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, (
         again.stdout[-3000:] + again.stderr[-3000:])
+
+
+def test_repeats_and_profiles_of_a_cell_ask_what_its_first_run_asks(tmp_path):
+    """set-threads and set-resources name the first run's rule (benchmark_pytorch, as in the
+    cluster profiles); a repeat round (benchmark_pytorch_r1) and a profiled run
+    (profile_pytorch) are rules of their own, and must ask the same threads and resources,
+    or their runs would differ in allocation from the one they repeat or explain. Not run:
+    what each job asks, from a dry run."""
+    cell = {"model": "deep_mnist", "device": "cpu", "batch_size": 2}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({
+        "studies": {"twice": {"repeats": 2, "grid": cell}},
+        "profiling": {"select": [{"match": {"study": "twice"}, "tools": ["torch"]}]},
+    }))
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "8", "--snakefile",
+         str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile",
+         str(tmp_path / "config.yaml"), "--set-threads", "benchmark_pytorch=3",
+         "--set-resources", "benchmark_pytorch:runtime=77", "benchmark_pytorch:mem_mb=1234"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = {}
+    for block in (proc.stdout + proc.stderr).split("\nrule ")[1:]:
+        name, _, body = block.partition(":")
+        jobs[name] = dict(line.strip().split(": ", 1) for line in body.splitlines()
+                          if line.strip().startswith(("threads: ", "resources: ")))
+    for name in ("benchmark_pytorch", "benchmark_pytorch_r1", "profile_pytorch"):
+        assert jobs[name]["threads"] == "3", (name, jobs[name])
+        assert "runtime=77" in jobs[name]["resources"], (name, jobs[name])
+        assert "mem_mb=1234" in jobs[name]["resources"], (name, jobs[name])

@@ -33,12 +33,12 @@ for fw, k in itertools.product(FRAMEWORKS_IN_USE, range(REPEAT_ROUNDS)):
             framework_conda_env(fw)
         container:
             framework_container(fw.name)
-        threads: round_threads(fw.name, k)
+        threads: cell_job_threads(fw.name)
         resources:
             # Nodes, tasks and per-node GPUs of multi-node cells (cluster runs only).
             **multi_node_resources(),
             # A repeat round's rule: what set-resources gives the first round's.
-            **round_resources(fw.name, k),
+            **cell_job_resources(fw.name),
             # Timed cells never share a machine with another timed cell (see the profile).
             benchmark_slot=1,
             gpu=gpus_of,

@@ -226,27 +226,23 @@ def first_round_rule(framework):
     return f"benchmark_{framework}"
 
 
-def round_threads(framework, k):
-    """The threads of round k's rule. Snakemake applies set-threads by rule name, and each
-    repeat round has its own (benchmark_<fw>_r<k>), which takes what the profile gives the
-    first round's, so that every run of a cell asks for the same cores."""
-    if k:
-        threads = profile_settings(first_round_rule(framework)).threads
-        if threads:
-            return threads
-    return CELL_THREADS
+def cell_job_threads(framework):
+    """The threads of every job that runs one of the framework's cells: what set-threads
+    gives the first run's rule (benchmark_<fw>), else CELL_THREADS. Snakemake applies
+    set-threads by rule name, and a study's repeat rounds (benchmark_<fw>_r<k>) and the
+    profiled runs (profile_<fw>) are rules of their own: they take the same, so that every
+    run of a cell asks for the same cores."""
+    return profile_settings(first_round_rule(framework)).threads or CELL_THREADS
 
 
-# Resources the benchmark rules set themselves (benchmark.smk, multi_node_resources).
+# Resources the benchmark and profile rules set themselves (multi_node_resources too).
 OWN_RESOURCES = {"benchmark_slot", "gpu", "timeout_s", *support.MULTI_NODE_RESOURCES}
 
 
-def round_resources(framework, k):
-    """set-resources of the first round's rule, for a repeat round's rule (see
-    round_threads): the same runtime, memory and cpus_per_gpu for every run of a cell.
+def cell_job_resources(framework):
+    """set-resources of the first run's rule, for the other rules that run the framework's
+    cells (see cell_job_threads): the same runtime, memory and cpus_per_gpu for each.
     Those the rules set themselves stay theirs; expressions are not carried."""
-    if not k:
-        return {}
     resources = profile_settings(first_round_rule(framework)).resources
     return {name: v for name, v in resources.items() if name not in OWN_RESOURCES}
 
@@ -254,7 +250,7 @@ def round_resources(framework, k):
 def job_threads(framework):
     """The threads a benchmark job of ``framework`` is given: the rule's (set-threads or
     CELL_THREADS), capped by --cores and --max-threads as Snakemake caps them."""
-    threads = profile_settings(first_round_rule(framework)).threads or CELL_THREADS
+    threads = cell_job_threads(framework)
     settings = getattr(workflow, "resource_settings", None)
     caps = (getattr(settings, "cores", None), getattr(settings, "max_threads", None))
     for cap in caps:

@@ -31,8 +31,10 @@ for fw in PROFILED_FRAMEWORKS:
             framework_conda_env(fw)
         container:
             framework_container(fw.name)
-        threads: CELL_THREADS
+        # The threads and set-resources of the cell's measurement job (cell_job_threads).
+        threads: cell_job_threads(fw.name)
         resources:
+            **cell_job_resources(fw.name),
             # A profile perturbs the machine as much as a measurement: never beside one.
             benchmark_slot=1,
             gpu=gpus_of,
