@@ -211,9 +211,11 @@ def cell_threads():
 CELL_THREADS = cell_threads()
 
 
+@functools.cache
 def profile_settings(rule):
     """What set-threads and set-resources (a profile's or the command line's) give ``rule``
-    (support.RuleSettings); nothing where this Snakemake does not say."""
+    (support.RuleSettings); nothing where this Snakemake does not say. Fixed for the run,
+    so read once per rule (the cluster check asks for every cell)."""
     settings = getattr(workflow, "resource_settings", None)
     if settings is None:
         return support.RuleSettings()
