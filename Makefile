@@ -58,6 +58,8 @@ bench: environments
 # wheels in .whl/ (made here by `make gpu-wheels`) and are installed into /tmp/site first.
 OUT ?= results/gpu-check
 GPU_PYTHON ?= python3
+GPU_BUDGET ?= 420
+GPU_ONLY ?=
 GPU_WHEELS = jsonschema==4.25.1 jsonschema-specifications==2025.9.1 referencing==0.36.2 \
 	rpds-py==0.27.1 altair==5.5.0 vl-convert-python==1.8.0
 
@@ -65,7 +67,8 @@ gpu-check:
 	if ls .whl/*.whl >/dev/null 2>&1; then \
 	  $(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
 	    --upgrade --target /tmp/site .whl/*.whl; fi; \
-	PYTHONPATH=src:/tmp/site PYTHONUNBUFFERED=1 $(GPU_PYTHON) benchmarks/gpu_acceptance.py --out $(OUT)
+	PYTHONPATH=src:/tmp/site PYTHONUNBUFFERED=1 $(GPU_PYTHON) benchmarks/gpu_acceptance.py --out $(OUT) --budget $(GPU_BUDGET) \
+	  $(if $(GPU_ONLY),--only $(GPU_ONLY))
 
 gpu-wheels:
 	python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \

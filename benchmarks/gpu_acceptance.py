@@ -8,8 +8,11 @@ install): ResNet-50 training and inference in every precision, timing honesty ag
 events and a bare loop, operator timing against ``torch.utils.benchmark``, the L2 flush,
 the resource monitor's NVML power and energy, DDP, compile modes, an ncu profile, language
 models (training tokens/s and MFU, inference TTFT and TPOT, a bare-loop comparison), and the
-report made from the results. Writes ``DIR/gpu_acceptance.json`` (every figure, every
-command) and ``DIR/summary.md`` (one line per check: figure and verdict). Exit code: 0 all
+report made from the results. The commands run in order of importance until ``--budget``
+seconds are spent; the checks left without figures are skipped, saying so. Writes
+``DIR/gpu_acceptance.json`` (every figure, every command), ``DIR/summary.md`` (one line per
+check: figure and verdict) and ``DIR/gpu_acceptance.tar.gz`` (all it wrote: results, logs,
+profiles, the report). Exit code: 0 all
 passed (or skipped for a stated reason), 1 a check failed, 2 no CUDA device (one line).
 ``--dry`` builds every command line and checks it against the runner's own parser, runs
 nothing, and exits 0: CI runs it, so the script cannot rot between GPU sessions.
@@ -18,12 +21,14 @@ nothing, and exits 0: CI runs it, so the script cannot rot between GPU sessions.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -43,6 +48,15 @@ BARE_RATIO = 0.99
 TIMER_RATIO = 0.98
 EVENTS_VS_DISCRETE = 0.10
 LLM_BARE_RATIO = 0.98
+# The time budget: the commands run in order until it is spent (a lent GPU comes with
+# minutes, not hours); the aggregate and the report come after it.
+BUDGET_S = 420
+MIN_SLOT = 20
+REPORT_TIMEOUT = 120
+NOT_RUN = "not run: "  # every reason a command did not run starts so
+BUDGET_SPENT = NOT_RUN + "the time budget (--budget) was spent"
+NOT_SELECTED = NOT_RUN + "not among --only"
+ARCHIVE_FILE_LIMIT = 4 << 20
 # Language models (dlbench.models.llm): GPT-2 XL fits any lent GPU in training; Llama-3-8B
 # with float32 master weights and Adam needs about 128 GB (an oom row on an H100 is the
 # right outcome, on an H200 it may fit); its inference in bfloat16 takes 16 GB.
@@ -95,22 +109,17 @@ def small_op_config(path: Path, elements: int) -> Path:
 
 
 def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
+    """Every command, in the order they run: what no other check covers first, so that a
+    time budget spent early leaves out the slow extras (language models, compile modes)."""
     plan = Plan(out, python)
     (out / "cells").mkdir(parents=True, exist_ok=True)
     for phase in ("training", "inference"):
         for precision in PRECISIONS:
             plan.runner(f"resnet50_{phase}_{precision}", "dlbench.pytorch",
                         *model_args("resnet50", phase, precision))
-    for mode in (*COMPILE_MODES, *(("inductor-max-autotune",) if autotune else ())):
-        plan.runner(f"resnet50_training_bfloat16_{mode}", "dlbench.pytorch",
-                    *model_args("resnet50", "training", "bfloat16", BATCH, f"--compile={mode}"))
-    # DDP: one process through torchrun (the data-parallel path), and two GPUs over NCCL.
-    plan.runner("resnet50_training_ddp1", "torch.distributed.run", "--standalone",
-                "--nnodes=1", "--nproc_per_node=1", "-m", "dlbench.pytorch",
-                *model_args("resnet50", "training", "bfloat16", 128, "--num_gpus=1"))
-    if gpus >= 2:
-        plan.runner("resnet50_training_ddp2", "dlbench.pytorch",
-                    *model_args("resnet50", "training", "bfloat16", 128, "--num_gpus=2"))
+    me = str(Path(__file__).resolve())
+    for part in ("honesty", "timer"):
+        plan.commands[part] = [python, me, "--part", part, "--out", str(out)]
     ops = out / "ops"
     ops.mkdir(exist_ok=True)
     matmul = matmul_config(ops / "matmul.json", MATMUL_N)
@@ -128,24 +137,13 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
                         ("pt2", ["--pt2-model"])):
         plan.runner(f"op_add_tiny_{mode}", "dlbench.ops", "-c", str(tiny), *common, "-b",
                     *flags, "-o", str(ops / f"add_tiny_{mode}"))
-    for model, (batch, tokens) in LLM_TRAIN.items():
-        opts = json.dumps({"sequence_length": tokens, "activation_checkpointing": True})
-        plan.runner(f"llm_train_{model}", "dlbench.pytorch", f"--model={model}",
-                    f"--batch_size={batch}", "--device=gpu", "--dtype=bfloat16",
-                    "--forward_only=false", "--num_batches=10", "--num_warmup_batches=3",
-                    f"--model_opts={opts}")
-    for batch in LLM_SERVE_BATCHES:
-        plan.runner(f"llm_serve_b{batch}", "dlbench.llm", "--model=llama3_8b",
-                    f"--batch_size={batch}", "--device=gpu", "--dtype=bfloat16",
-                    f"--prompt_length={LLM_PROMPT}", f"--output_length={LLM_OUTPUT}",
-                    "--num_batches=3", "--num_warmup_batches=1")
-    # Measured ceilings: the calibration cell (GEMM per precision, STREAM copy/triad).
-    plan.runner("calibration", "dlbench.calibrate", "--device", "gpu",
-                "--study=calibration", "--cell_id=pytorch_calibrate_gpu_00000000")
-    me = str(Path(__file__).resolve())
-    plan.commands["honesty"] = [python, me, "--part", "honesty", "--out", str(out)]
-    plan.commands["timer"] = [python, me, "--part", "timer", "--out", str(out)]
-    plan.commands["llm_bare"] = [python, me, "--part", "llm_bare", "--out", str(out)]
+    # DDP: one process through torchrun (the data-parallel path), and two GPUs over NCCL.
+    plan.runner("resnet50_training_ddp1", "torch.distributed.run", "--standalone",
+                "--nnodes=1", "--nproc_per_node=1", "-m", "dlbench.pytorch",
+                *model_args("resnet50", "training", "bfloat16", 128, "--num_gpus=1"))
+    if gpus >= 2:
+        plan.runner("resnet50_training_ddp2", "dlbench.pytorch",
+                    *model_args("resnet50", "training", "bfloat16", 128, "--num_gpus=2"))
     from dlbench import study
 
     (cell,) = study.expand_config({"studies": {"gpu-check": {"grid": {
@@ -156,6 +154,24 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
             python, "-m", "dlbench.profiling", "run", "--tool", tool, "--cell",
             cell.to_json(), "--out_dir", str(out / "profiles" / tool), "--python", python,
             "--settings", json.dumps(settings)]
+    # Measured ceilings: the calibration cell (GEMM per precision, STREAM copy/triad).
+    plan.runner("calibration", "dlbench.calibrate", "--device", "gpu",
+                "--study=calibration", "--cell_id=pytorch_calibrate_gpu_00000000")
+    for batch in LLM_SERVE_BATCHES:
+        plan.runner(f"llm_serve_b{batch}", "dlbench.llm", "--model=llama3_8b",
+                    f"--batch_size={batch}", "--device=gpu", "--dtype=bfloat16",
+                    f"--prompt_length={LLM_PROMPT}", f"--output_length={LLM_OUTPUT}",
+                    "--num_batches=3", "--num_warmup_batches=1")
+    for model, (batch, tokens) in LLM_TRAIN.items():
+        opts = json.dumps({"sequence_length": tokens, "activation_checkpointing": True})
+        plan.runner(f"llm_train_{model}", "dlbench.pytorch", f"--model={model}",
+                    f"--batch_size={batch}", "--device=gpu", "--dtype=bfloat16",
+                    "--forward_only=false", "--num_batches=10", "--num_warmup_batches=3",
+                    f"--model_opts={opts}")
+    plan.commands["llm_bare"] = [python, me, "--part", "llm_bare", "--out", str(out)]
+    for mode in (*COMPILE_MODES, *(("inductor-max-autotune",) if autotune else ())):
+        plan.runner(f"resnet50_training_bfloat16_{mode}", "dlbench.pytorch",
+                    *model_args("resnet50", "training", "bfloat16", BATCH, f"--compile={mode}"))
     # The cells' result files are appended when they exist.
     plan.commands["aggregate"] = [python, "-m", "dlbench.aggregate", "--parquet",
                                   str(out / "benchmarks.parquet")]
@@ -268,6 +284,8 @@ def model_checks(results: dict[str, dict | None]) -> list[Check]:
 
 
 def monitor_check(res: dict[str, Any] | None) -> Check:
+    if res and res.get("status") == "not_run":
+        return Check("monitor: NVML power and energy", "skip", res["error"])
     mon = ((res or {}).get("extra") or {}).get("monitor") or {}
     gpus = mon.get("gpus") or []
     power = gpus[0].get("power_mean_w") if gpus else None
@@ -300,16 +318,21 @@ def calibration_check(res: dict[str, Any] | None) -> Check:
                  f"{copy or 0:,.0f} GB/s of {bandwidth or '?'}", {"best": best, "device": device})
 
 
-def op_checks(results: dict[str, dict | None], out: Path) -> list[Check]:
+def op_checks(results: dict[str, dict | None], out: Path,
+              not_run: dict[str, str] | None = None) -> list[Check]:
+    not_run = not_run or {}
     checks = []
     matmul = median_ms(results.get("op_matmul"))
-    timer = read(out / "timer.json") or {}
+    timer = read(out / "timer.json") or ({"error": not_run["timer"]} if "timer" in not_run else {})
     if matmul:
         tflops = 2 * MATMUL_N ** 3 / (matmul / 1e3) / 1e12
         ratio = timer.get("median_ms", 0) / matmul if timer.get("median_ms") else None
         checks.append(Check("bf16 8192^3 matmul against torch.utils.benchmark.Timer",
                             verdict(None if ratio is None else ratio >= TIMER_RATIO),
-                            f"{tflops:,.0f} TFLOP/s, ratio {ratio or 0:.3f}", timer))
+                            f"{tflops:,.0f} TFLOP/s, ratio "
+                            + (f"{ratio:.3f}" if ratio else timer.get("error", "?"))
+                            + (f"; normal data {timer['normal_data']['tflops']:,.0f} TFLOP/s"
+                               if timer.get("normal_data") else ""), timer))
     else:
         checks.append(Check("bf16 8192^3 matmul", "fail",
                             (results.get("op_matmul") or {}).get("error") or "no result"))
@@ -328,11 +351,14 @@ def op_checks(results: dict[str, dict | None], out: Path) -> list[Check]:
         checks.append(Check(f"ops --{'cuda-graph' if mode == 'cudagraph' else 'pt2-model'}",
                             verdict((res or {}).get("status") == "ok" and acc is not False),
                             f"{median_ms(res)} ms vs eager "
-                            f"{median_ms(results.get('op_add_tiny_eager'))} ms", facts))
+                            f"{median_ms(results.get('op_add_tiny_eager'))} ms"
+                            if (res or {}).get("status") == "ok"
+                            else (res or {}).get("error") or "no result", facts))
     return checks
 
 
-def llm_checks(results: dict[str, dict | None], out: Path) -> list[Check]:
+def llm_checks(results: dict[str, dict | None], out: Path,
+               not_run: dict[str, str] | None = None) -> list[Check]:
     """Language models: training tokens/s and MFU (an oom row is an answer too), inference
     TTFT and TPOT, and the runner against a bare loop on GPT-2 XL."""
     checks = []
@@ -357,7 +383,8 @@ def llm_checks(results: dict[str, dict | None], out: Path) -> list[Check]:
     facts = read(out / "llm_bare.json")
     checks.append(Check("gpt2_xl training: runner against a bare loop",
                         verdict(facts["ratio"] >= LLM_BARE_RATIO) if facts else "fail",
-                        f"ratio {facts['ratio']:.4f}" if facts else "no figures", facts or {}))
+                        f"ratio {facts['ratio']:.4f}" if facts else
+                        (not_run or {}).get("llm_bare", "no figures"), facts or {}))
     return checks
 
 
@@ -370,10 +397,11 @@ def _mfu(res: dict[str, Any]) -> str:
     return f"{m['tflops'] / peak:.1%}" if peak and m.get("tflops") else "? (no peak)"
 
 
-def honesty_checks(out: Path) -> list[Check]:
+def honesty_checks(out: Path, not_run: dict[str, str] | None = None) -> list[Check]:
     facts = read(out / "honesty.json")
     if not facts:
-        return [Check("timing honesty", "fail", "the honesty part left no figures")]
+        return [Check("timing honesty", "fail", (not_run or {}).get(
+            "honesty", "the honesty part left no figures"))]
     return [
         Check("runner times agree with CUDA events", verdict(
             facts["events_disagreement"] <= EVENTS_AGREEMENT),
@@ -384,27 +412,50 @@ def honesty_checks(out: Path) -> list[Check]:
     ]
 
 
-def profile_checks(out: Path) -> list[Check]:
+def profile_checks(out: Path, not_run: dict[str, str] | None = None) -> list[Check]:
     checks = []
     for tool in ("ncu", "torch"):
-        record = read(out / "profiles" / tool / "profile.json") or {}
+        record = read(out / "profiles" / tool / "profile.json") or (
+            {"error": (not_run or {})[f"profile_{tool}"]} if f"profile_{tool}" in (not_run or {})
+            else {})
         checks.append(Check(f"profile {tool}", verdict(record.get("status") == "ok"),
                             record.get("error") or ", ".join(sorted(record.get("tables") or []))
                             or record.get("status", "no profile.json"), record))
     return checks
 
 
-def run_all(plan: Plan, gpus: int) -> list[Check]:
+def run_all(plan: Plan, gpus: int, budget: float,
+            only: tuple[str, ...] | None = None) -> list[Check]:
+    """Runs the plan's commands in order until ``budget`` seconds are spent: a command that
+    would start with less than MIN_SLOT left is not run, one still running at the end of the
+    budget is stopped, and checks that had only those to go on are skipped (saying so).
+    ``only``: name prefixes of the commands to run (a rerun of some checks)."""
     logs = plan.out / "logs"
     logs.mkdir(exist_ok=True)
-    timings = {}
+    deadline = time.perf_counter() + budget
+    timings: dict[str, dict[str, Any]] = {}
+    not_run: dict[str, str] = {}
     for name, cmd in plan.commands.items():
         if name in ("aggregate", "report"):
             continue
-        rc, took = run(cmd, logs / f"{name}.log")
+        left = deadline - time.perf_counter()
+        if only is not None and not name.startswith(only):
+            not_run[name] = NOT_SELECTED
+        elif left < MIN_SLOT:
+            not_run[name] = BUDGET_SPENT
+        if name in not_run:
+            timings[name] = {"rc": None, "seconds": 0, "not_run": not_run[name]}
+            print(f"{name}: {not_run[name]}", flush=True)
+            continue
+        rc, took = run(cmd, logs / f"{name}.log", timeout=min(600, left))
+        if rc == 124 and took >= left - 1:
+            not_run[name] = BUDGET_SPENT  # stopped by the budget, not by its own fault
         timings[name] = {"rc": rc, "seconds": round(took, 1)}
         print(f"{name}: rc {rc} in {took:.0f} s", flush=True)
     results = {name: read(plan.out / "cells" / f"{name}.json") for name in plan.commands}
+    for name, reason in not_run.items():
+        if results.get(name) is None:
+            results[name] = {"status": "not_run", "error": reason}
     checks = model_checks(results)
     checks.append(monitor_check(results.get("resnet50_training_bfloat16")))
     checks.append(calibration_check(results.get("calibration")))
@@ -416,13 +467,16 @@ def run_all(plan: Plan, gpus: int) -> list[Check]:
                                 if throughput(res) else (res or {}).get("error") or "no result"))
     if gpus < 2:
         checks.append(Check("DDP 2 GPUs over NCCL", "skip", f"{gpus} GPU on this machine"))
-    checks += op_checks(results, plan.out) + honesty_checks(plan.out) + profile_checks(plan.out)
-    checks += llm_checks(results, plan.out)
+    checks += op_checks(results, plan.out, not_run) + honesty_checks(plan.out, not_run)
+    checks += profile_checks(plan.out, not_run) + llm_checks(results, plan.out, not_run)
+    for check in checks:
+        if check.verdict == "fail" and check.figure.startswith(NOT_RUN):
+            check.verdict = "skip"
     cells = sorted(str(p) for p in (plan.out / "cells").glob("*.json"))
     agg = [*plan.commands["aggregate"], *cells]
-    rc, _ = run(agg, logs / "aggregate.log")
+    rc, _ = run(agg, logs / "aggregate.log", timeout=REPORT_TIMEOUT)
     if rc == 0 and shutil.which(plan.python) and _has("altair", plan.python):
-        rc, _ = run(plan.commands["report"], logs / "report.log")
+        rc, _ = run(plan.commands["report"], logs / "report.log", timeout=REPORT_TIMEOUT)
         checks.append(Check("report renders", verdict(
             rc == 0 and (plan.out / "report" / "index.html").is_file()), f"rc {rc}"))
     else:
@@ -455,10 +509,10 @@ def part_honesty(out: Path) -> None:
 
     def with_events(fetch: Callable, step: Callable, sync: Callable, warmup: int,
                     measured: int, **kw: Any) -> Any:
-        def timed_step(batch: Any) -> Any:
+        def timed_step(*batch: Any) -> Any:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             begin.record()
-            value = step(batch)
+            value = step(*batch)
             end.record()
             pairs.append((begin, end))
             return value
@@ -574,17 +628,25 @@ def part_llm_bare(out: Path) -> None:
 
 
 def part_timer(out: Path) -> None:
+    """torch.utils.benchmark.Timer on the matmul the ops runner times, with the same data
+    (uniform [0, 1), PARAM's torch.rand): a GPU's clock under its power limit depends on
+    the values multiplied, so normal data is timed too, as a separate figure."""
     import torch
     from torch.utils import benchmark
 
-    a = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=torch.bfloat16)
-    measurement = benchmark.Timer("torch.matmul(a, b)", globals={"a": a, "b": b,
-                                                                 "torch": torch}
-                                  ).blocked_autorange(min_run_time=2)
-    median = measurement.median * 1e3
-    (out / "timer.json").write_text(json.dumps({
-        "median_ms": median, "tflops": 2 * MATMUL_N ** 3 / (median / 1e3) / 1e12}))
+    figures = {}
+    for name, make in (("uniform", torch.rand), ("normal", torch.randn)):
+        a = make(MATMUL_N, MATMUL_N, device="cuda", dtype=torch.bfloat16)
+        b = make(MATMUL_N, MATMUL_N, device="cuda", dtype=torch.bfloat16)
+        measurement = benchmark.Timer("torch.matmul(a, b)", globals={
+            "a": a, "b": b, "torch": torch}).blocked_autorange(min_run_time=2)
+        median = measurement.median * 1e3
+        figures[name] = {"median_ms": median,
+                         "tflops": 2 * MATMUL_N ** 3 / (median / 1e3) / 1e12,
+                         "iqr_ms": measurement.iqr * 1e3}
+        del a, b
+    (out / "timer.json").write_text(json.dumps({**figures["uniform"], "data": "uniform",
+                                                "normal_data": figures["normal"]}))
 
 
 # -- the summary ------------------------------------------------------------------------------
@@ -597,6 +659,27 @@ def summary_markdown(checks: list[Check], device: str) -> str:
     lines += ["", f"{len(checks) - len(failed)} of {len(checks)} checks passed or skipped; "
                   f"{len(failed)} failed."]
     return "\n".join(lines) + "\n"
+
+
+def archive(out: Path, largest: int = ARCHIVE_FILE_LIMIT) -> Path:
+    """Everything the check wrote, in one file beside the summary (a lent machine sends back
+    a few files, not folders of them); files over ``largest`` bytes (traces) stay out and
+    are named in the archive's MANIFEST.txt."""
+    target = out / "gpu_acceptance.tar.gz"
+    left_out = []
+    with tarfile.open(target, "w:gz") as tar:
+        for path in sorted(out.rglob("*")):
+            if not path.is_file() or path == target:
+                continue
+            if path.stat().st_size > largest:
+                left_out.append(f"{path.relative_to(out)} ({path.stat().st_size} bytes)")
+                continue
+            tar.add(path, arcname=str(path.relative_to(out)))
+        manifest = "\n".join(["left out (over the size limit):", *left_out]).encode()
+        info = tarfile.TarInfo("MANIFEST.txt")
+        info.size = len(manifest)
+        tar.addfile(info, io.BytesIO(manifest))
+    return target
 
 
 def cuda_device() -> tuple[str | None, int]:
@@ -616,6 +699,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("results/gpu-check"))
     p.add_argument("--dry", action="store_true", help="build and check the plan; run nothing")
+    p.add_argument("--budget", type=float, default=BUDGET_S, metavar="SECONDS",
+                   help=f"run the checks in order until this is spent (default {BUDGET_S}); "
+                        "the rest are skipped, saying so")
+    p.add_argument("--only", type=lambda v: tuple(filter(None, v.split(","))), default=None,
+                   metavar="PREFIX,...", help="run only the commands whose names start so "
+                   "(e.g. honesty,llm_); the other checks are skipped, saying so")
     p.add_argument("--autotune", action="store_true",
                    help="also inductor-max-autotune (its autotuning takes minutes)")
     p.add_argument("--part", choices=("honesty", "timer", "llm_bare"), help=argparse.SUPPRESS)
@@ -649,12 +738,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     plan = build_plan(args.out, sys.executable, count, args.autotune)
     start = time.perf_counter()
-    checks = run_all(plan, count)
+    checks = run_all(plan, count, args.budget, args.only)
     report = {"device": device, "gpus": count, "seconds": round(time.perf_counter() - start),
-              "checks": [asdict(c) for c in checks], "commands": plan.commands}
+              "budget_s": args.budget, "checks": [asdict(c) for c in checks],
+              "commands": plan.commands}
     (args.out / "gpu_acceptance.json").write_text(json.dumps(report, indent=1, default=str))
     text = summary_markdown(checks, f"{count}x {device}")
     (args.out / "summary.md").write_text(text)
+    archive(args.out)
     print(text)
     return 1 if any(c.verdict == "fail" for c in checks) else 0
 

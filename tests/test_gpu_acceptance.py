@@ -127,3 +127,57 @@ def test_monitor_and_summary(gpu_acceptance):
     text = gpu_acceptance.summary_markdown(
         [gpu_acceptance.Check("a", "pass", "1"), gpu_acceptance.Check("b", "fail", "2")], "H100")
     assert "| b | 2 | fail |" in text and "1 failed." in text
+
+
+def test_a_spent_budget_skips_the_rest_saying_so_and_everything_is_archived(
+        gpu_acceptance, tmp_path, monkeypatch):
+    """The commands are stand-ins (a GPU is not exercised): the first sleeps past the
+    budget and is stopped, the others never start; their checks are skips naming the
+    budget, not failures, and the archive holds the logs."""
+    monkeypatch.setattr(gpu_acceptance, "MIN_SLOT", 0.5)
+    plan = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
+    quick = [sys.executable, "-c", "pass"]
+    for name in plan.commands:
+        plan.commands[name] = quick
+    plan.commands["resnet50_training_float32"] = [
+        sys.executable, "-c", "import time; print('started', flush=True); time.sleep(30)"]
+    checks = {c.name: c for c in gpu_acceptance.run_all(plan, gpus=1, budget=2)}
+    stopped = checks["resnet50_training_float32 runs"]
+    assert stopped.verdict == "skip" and stopped.figure == gpu_acceptance.BUDGET_SPENT
+    for name in ("resnet50_inference_bfloat16 runs", "timing honesty",
+                 "calibration: measured ceilings", "gpt2_xl bf16 training", "profile ncu",
+                 "monitor: NVML power and energy", "DDP ddp1"):
+        assert checks[name].verdict == "skip", name
+        assert checks[name].figure == gpu_acceptance.BUDGET_SPENT, name
+    assert [c.name for c in checks.values() if c.verdict == "fail"] == ["report renders"]
+    assert (tmp_path / "logs" / "resnet50_training_float32.log").read_text() == "started\n"
+    assert not (tmp_path / "logs" / "honesty.log").exists()
+
+    big = tmp_path / "profiles" / "torch" / "trace.json"
+    big.parent.mkdir(parents=True)
+    big.write_bytes(b"0" * 2000)
+    import tarfile
+
+    with tarfile.open(gpu_acceptance.archive(tmp_path, largest=1000)) as tar:
+        names = tar.getnames()
+        manifest = tar.extractfile("MANIFEST.txt").read().decode()
+    assert "logs/resnet50_training_float32.log" in names and "ops/matmul.json" in names
+    assert "profiles/torch/trace.json" not in names
+    assert "profiles/torch/trace.json (2000 bytes)" in manifest
+
+
+def test_only_runs_the_commands_named_and_skips_the_other_checks(gpu_acceptance, tmp_path):
+    """--only (a second call on a lent GPU): stand-in commands, no GPU exercised."""
+    plan = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
+    for name in plan.commands:
+        plan.commands[name] = [sys.executable, "-c", "pass"]
+    checks = {c.name: c for c in gpu_acceptance.run_all(plan, gpus=1, budget=600,
+                                                         only=("honesty", "llm_serve"))}
+    assert sorted(p.stem for p in (tmp_path / "logs").glob("*.log")) == [
+        "aggregate", "honesty", "llm_serve_b1", "llm_serve_b32", "report"]
+    assert checks["timing honesty"].figure == "the honesty part left no figures"
+    assert checks["timing honesty"].verdict == "fail"  # it ran and left nothing
+    for name in ("resnet50_training_float32 runs", "bf16 8192^3 matmul", "profile torch",
+                 "gpt2_xl training: runner against a bare loop"):
+        assert checks[name].verdict == "skip", name
+        assert checks[name].figure == gpu_acceptance.NOT_SELECTED, name
