@@ -53,6 +53,7 @@ LLM_BARE_RATIO = 0.98
 BUDGET_S = 420
 MIN_SLOT = 20
 REPORT_TIMEOUT = 120
+STUDY = "gpu-check"  # the study the results belong to (the report's name for them)
 NOT_RUN = "not run: "  # every reason a command did not run starts so
 BUDGET_SPENT = NOT_RUN + "the time budget (--budget) was spent"
 NOT_SELECTED = NOT_RUN + "not among --only"
@@ -81,9 +82,16 @@ class Plan:
     python: str
     commands: dict[str, list[str]] = field(default_factory=dict)
 
+    @property
+    def cells(self) -> Path:
+        """Where the runners' results go: <out>/<study>/cells/<name>.json, the layout the
+        aggregate checks each result's study and cell id against."""
+        return self.out / STUDY / "cells"
+
     def runner(self, name: str, module: str, *args: str) -> Path:
-        result = self.out / "cells" / f"{name}.json"
-        self.commands[name] = [self.python, "-m", module, *args, f"--output={result}"]
+        result = self.cells / f"{name}.json"
+        self.commands[name] = [self.python, "-m", module, *args, f"--study={STUDY}",
+                               f"--cell_id={name}", f"--output={result}"]
         return result
 
 
@@ -112,7 +120,7 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
     """Every command, in the order they run: what no other check covers first, so that a
     time budget spent early leaves out the slow extras (language models, compile modes)."""
     plan = Plan(out, python)
-    (out / "cells").mkdir(parents=True, exist_ok=True)
+    plan.cells.mkdir(parents=True, exist_ok=True)
     for phase in ("training", "inference"):
         for precision in PRECISIONS:
             plan.runner(f"resnet50_{phase}_{precision}", "dlbench.pytorch",
@@ -155,8 +163,7 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
             cell.to_json(), "--out_dir", str(out / "profiles" / tool), "--python", python,
             "--settings", json.dumps(settings)]
     # Measured ceilings: the calibration cell (GEMM per precision, STREAM copy/triad).
-    plan.runner("calibration", "dlbench.calibrate", "--device", "gpu",
-                "--study=calibration", "--cell_id=pytorch_calibrate_gpu_00000000")
+    plan.runner("calibration", "dlbench.calibrate", "--device", "gpu")
     for batch in LLM_SERVE_BATCHES:
         plan.runner(f"llm_serve_b{batch}", "dlbench.llm", "--model=llama3_8b",
                     f"--batch_size={batch}", "--device=gpu", "--dtype=bfloat16",
@@ -452,7 +459,7 @@ def run_all(plan: Plan, gpus: int, budget: float,
             not_run[name] = BUDGET_SPENT  # stopped by the budget, not by its own fault
         timings[name] = {"rc": rc, "seconds": round(took, 1)}
         print(f"{name}: rc {rc} in {took:.0f} s", flush=True)
-    results = {name: read(plan.out / "cells" / f"{name}.json") for name in plan.commands}
+    results = {name: read(plan.cells / f"{name}.json") for name in plan.commands}
     for name, reason in not_run.items():
         if results.get(name) is None:
             results[name] = {"status": "not_run", "error": reason}
@@ -472,9 +479,10 @@ def run_all(plan: Plan, gpus: int, budget: float,
     for check in checks:
         if check.verdict == "fail" and check.figure.startswith(NOT_RUN):
             check.verdict = "skip"
-    cells = sorted(str(p) for p in (plan.out / "cells").glob("*.json"))
+    cells = sorted(str(p) for p in plan.cells.glob("*.json"))
     agg = [*plan.commands["aggregate"], *cells]
     rc, _ = run(agg, logs / "aggregate.log", timeout=REPORT_TIMEOUT)
+    checks.append(aggregate_check(rc, len(cells), plan.cells, logs / "aggregate.log"))
     if rc == 0 and shutil.which(plan.python) and _has("altair", plan.python):
         rc, _ = run(plan.commands["report"], logs / "report.log", timeout=REPORT_TIMEOUT)
         checks.append(Check("report renders", verdict(
@@ -486,6 +494,20 @@ def run_all(plan: Plan, gpus: int, budget: float,
     for check in checks:
         check.detail.setdefault("timing", timings.get(check.name))
     return checks
+
+
+def aggregate_check(rc: int, files: int, cells: Path, log: Path) -> Check:
+    """The aggregate takes every result the runners wrote: one it sets aside as invalid
+    (into cells/invalid/) is a result the suite's own table would not show."""
+    invalid = sorted((cells / "invalid").glob("*.json")) if (cells / "invalid").is_dir() else []
+    reasons = [line for line in (log.read_text().splitlines() if log.is_file() else [])
+               if "invalid result file" in line]
+    figure = f"{files - len(invalid)} of {files} results in the table"
+    if rc != 0:
+        figure += f"; aggregate rc {rc}"
+    if reasons:
+        figure += f"; first set aside: {reasons[0]}"
+    return Check("results aggregate", verdict(rc == 0 and not invalid), figure)
 
 
 def _has(module: str, python: str) -> bool:

@@ -181,3 +181,33 @@ def test_only_runs_the_commands_named_and_skips_the_other_checks(gpu_acceptance,
                  "gpt2_xl training: runner against a bare loop"):
         assert checks[name].verdict == "skip", name
         assert checks[name].figure == gpu_acceptance.NOT_SELECTED, name
+
+
+def test_every_result_is_named_as_the_aggregate_expects(gpu_acceptance, tmp_path):
+    """A runner's --study/--cell_id against the identity the aggregate reads from the
+    result's path: a mismatch sets the result aside as invalid (a GPU run did this)."""
+    from dlbench import aggregate
+
+    plan = gpu_acceptance.build_plan(tmp_path / "anywhere", sys.executable, gpus=2,
+                                     autotune=True)
+    runners = {n: c for n, c in plan.commands.items() if any(
+        a.startswith("--output=") for a in c)}
+    assert len(runners) > 20
+    for name, cmd in runners.items():
+        flags = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--") and "=" in a)
+        assert aggregate.expected_identity(flags["output"]) == {
+            "study": flags["study"], "cell_id": flags["cell_id"]}, name
+        assert flags["cell_id"] == name
+
+
+def test_a_result_the_aggregate_sets_aside_fails_the_check(gpu_acceptance, tmp_path):
+    cells = tmp_path / "cells"
+    log = tmp_path / "aggregate.log"
+    log.write_text("dlbench.aggregate: invalid result file x.json: study is None but ...\n")
+    (cells / "invalid").mkdir(parents=True)
+    assert gpu_acceptance.aggregate_check(0, 3, cells, log).verdict == "pass"
+    (cells / "invalid" / "x.20261125T000000Z.json").write_text("{}")
+    check = gpu_acceptance.aggregate_check(0, 3, cells, log)
+    assert check.verdict == "fail"
+    assert check.figure.startswith("2 of 3 results in the table; first set aside: ")
+    assert gpu_acceptance.aggregate_check(1, 0, tmp_path / "none", log).verdict == "fail"

@@ -159,6 +159,35 @@ def test_operator_cells_differing_in_any_axis_are_told_apart(tmp_path):
     assert set(one["variant"]) == {""}
 
 
+def test_each_op_config_panel_names_only_what_varies_within_it(tmp_path):
+    """Two op configs, one measured with the L2 flush on and off, the other with two
+    compile modes (as the GPU acceptance's operator cells are): a time-chart row names the
+    axis that differs in its own panel, not every axis that differs anywhere (that label
+    was cut off before the one that mattered); the rate charts' cell legend keeps them all."""
+    results = []
+    for i, (config, compile_mode, l2) in enumerate((
+            ("/configs/add_small.json", "eager", "on"), ("/configs/add_small.json", "eager", "off"),
+            ("/configs/add_tiny.json", "eager", "on"), ("/configs/add_tiny.json", "inductor", "on"))):
+        res = op_result("ops")
+        res["cell"] = {**res["cell"], "op_config": config, "compile": compile_mode,
+                       "cuda_l2_cache": l2}
+        res["cell_id"] = f"pytorch_op_{i}"
+        results.append(res)
+    ops = op_charts.op_frame(load(write_parquet(tmp_path, results)))
+    assert set(ops["variant"]) == {"compile eager · cuda_l2_cache on",
+                                   "compile eager · cuda_l2_cache off",
+                                   "compile inductor · cuda_l2_cache on"}
+    panels = ops.groupby("config")["panel_variant"].agg(set).to_dict()
+    assert panels == {"add_small": {"cuda_l2_cache on", "cuda_l2_cache off"},
+                      "add_tiny": {"compile eager", "compile inductor"}}
+    spec = json.dumps(op_charts.time_figure(ops).chart.to_dict(), ensure_ascii=False)
+    assert "torch.mm|0|0  [cuda_l2_cache off]" in spec
+    assert "torch.mm|0|0  [compile inductor]" in spec
+    assert "[compile eager · cuda_l2_cache off]" not in spec
+    legend = op_charts.tflops_figure(ops).chart.to_dict()["layer"][0]["encoding"]["strokeDash"]
+    assert legend["legend"]["labelLimit"] == op_charts.CELL_LEGEND_LIMIT
+
+
 def test_an_inputs_forward_timed_by_a_forward_only_and_a_backward_cell_is_told_apart(tmp_path):
     """backward: [false, true], PARAM's usual pair: both cells time each input's forward
     pass. The two forwards get their own rows ("backward off" / "backward on") in the time

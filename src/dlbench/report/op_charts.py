@@ -18,6 +18,9 @@ OP_ROLES = ("op_config",)
 # Axes whose values read alone in a label ("pytorch · gpu"); others read with their name
 # ("compile default", "cuda_l2_cache off", "backward on").
 SELF_NAMING = ("system", "framework", "device", "exec_mode")
+# The rate charts' legend of cells: every axis that varies among them, so wider than the
+# report's usual legend (a chart is 400 px wide, the page has room beside it).
+CELL_LEGEND_LIMIT = 560
 
 
 def op_variant_axes() -> list[str]:
@@ -75,6 +78,11 @@ def op_frame(frame: pd.DataFrame) -> pd.DataFrame:
     rows = rows.reset_index(drop=True)
     out = out.reset_index(drop=True)
     out["variant"] = op_variants(rows)
+    # Within one op config (a panel of the time chart) only what varies there: the axes
+    # common to a panel made its row labels too long to show the one that differs.
+    out["panel_variant"] = pd.concat(
+        [op_variants(group) for _, group in rows.groupby(out["config"], sort=False)]
+    ).reindex(out.index)
     return out
 
 
@@ -98,12 +106,12 @@ def time_figure(ops: pd.DataFrame) -> Figure | None:
     unit, factor = _time_unit(ops["median_s"])
     frame = ops.assign(median=ops["median_s"] * factor, p5=ops["p5_s"] * factor,
                        p95=ops["p95_s"] * factor)
-    frame["row"] = frame["input"] + frame["variant"].map(lambda v: f"  [{v}]" if v else "")
+    frame["row"] = frame["input"] + frame["panel_variant"].map(lambda v: f"  [{v}]" if v else "")
     # The variants of one input next to each other, inputs in the order the config has them.
     first_seen = {name: i for i, name in enumerate(pd.unique(frame["input"]))}
     rows = frame.drop_duplicates("row")
     inputs = list(rows.assign(at=rows["input"].map(first_seen))
-                  .sort_values(["at", "variant"], kind="stable")["row"])
+                  .sort_values(["at", "panel_variant"], kind="stable")["row"])
     passes = ordered(frame["pass"], ("forward", "backward"))
     base = alt.Chart().encode(
         y=alt.Y("row:N", title=None, sort=inputs, axis=alt.Axis(labelLimit=360),
@@ -117,6 +125,7 @@ def time_figure(ops: pd.DataFrame) -> Figure | None:
                 scale=alt.Scale(type="log", nice=False, padding=14)),
         tooltip=[alt.Tooltip("op:N", title="operator"), alt.Tooltip("input:N"),
                  alt.Tooltip("pass:N"), alt.Tooltip("config:N", title="op config"),
+                 alt.Tooltip("variant:N", title="cell"),
                  alt.Tooltip("median:Q", title=f"median ({unit})", format=",.3f"),
                  alt.Tooltip("p5:Q", title=f"p5 ({unit})", format=",.3f"),
                  alt.Tooltip("p95:Q", title=f"p95 ({unit})", format=",.3f")],
@@ -137,7 +146,7 @@ def _rate_figure(ops: pd.DataFrame, *, rate: str, work: str, name: str, title: s
     if frame.empty:
         return None
     base = alt.Chart(frame).encode(
-        x=alt.X(f"{work}:Q", title=work_title, axis=alt.Axis(format="~s"),
+        x=alt.X(f"{work}:Q", title=work_title, axis=alt.Axis(format=".3~s"),
                 scale=alt.Scale(type="log", nice=False, padding=14)),
         y=alt.Y(f"{rate}:Q", title=rate_title),
         color=alt.Color("op:N", title="operator", scale=alt.Scale(scheme="tableau10")),
@@ -151,7 +160,8 @@ def _rate_figure(ops: pd.DataFrame, *, rate: str, work: str, name: str, title: s
         detail=alt.Detail(["op:N", "pass:N", "variant:N"]), order=f"{work}:Q")
     if frame["variant"].nunique() > 1:  # which line is which cell's, in the legend too
         lines = lines.encode(strokeDash=alt.StrokeDash("variant:N", title="cell", legend=alt.Legend(
-            symbolType="stroke", symbolStrokeWidth=1.6, symbolSize=300)))
+            symbolType="stroke", symbolStrokeWidth=1.6, symbolSize=300,
+            labelLimit=CELL_LEGEND_LIMIT)))
     chart = alt.layer(lines, base.mark_point(filled=True, size=70)).properties(width=400, height=260)
     return Figure(name, title, caption, styled(chart))
 
