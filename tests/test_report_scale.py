@@ -104,6 +104,24 @@ def test_num_batches_gets_a_line_style_and_no_line_visits_a_batch_size_twice(ben
     assert legend["title"] == "measured iterations" and legend["sort"] == ["50 iterations", "100 iterations"]
 
 
+def test_lines_of_one_point_give_their_point_shapes_a_legend(bench, tmp_path):
+    """At one batch size a line is a point and shows no dash: the line-style legend alone
+    told nothing apart (as a GPU study of one batch size on two systems showed), so the
+    shapes get a legend; where every line has two points or more they need none."""
+    for name in ("one", "lines"):
+        (tmp_path / name).mkdir()
+    lone = model_charts.model_frame(study(bench, tmp_path / "one", batch_size=[4],
+                                          num_batches=[50, 100]))
+    spec = model_charts.throughput_figure(lone).chart.to_dict()["spec"]["layer"][0]["encoding"]
+    assert spec["shape"]["legend"] == {"title": "measured iterations (points)"}
+    assert spec["shape"]["field"] == spec["strokeDash"]["field"] == "variant"
+    lines = model_charts.model_frame(study(bench, tmp_path / "lines", batch_size=[1, 2],
+                                           num_batches=[50, 100]))
+    spec = model_charts.throughput_figure(lines).chart.to_dict()["spec"]["layer"][0]["encoding"]
+    assert spec["shape"]["legend"] is None
+    assert model_charts._points_title(["framework ·", "GPUs"]) == ["framework ·", "GPUs (points)"]
+
+
 def test_a_line_style_standing_for_several_axes_has_its_legend_title_on_several_lines(
         bench, tmp_path, monkeypatch):
     """Three axes' names on one line ("framework · measured iterations · warm-up

@@ -214,6 +214,21 @@ def faceted(layered: alt.LayerChart, panels: list[str], encoding: Encoding | Non
     return chart
 
 
+def lone_points(frame: pd.DataFrame, colour: alt.Color, encoding: Encoding | None) -> bool:
+    """Whether some line of the chart (one panel, colour, line style and dropdown choice)
+    has a single batch size."""
+    field = colour.to_dict().get("field")
+    keys = [k for k in ("panel", field, "variant", *(encoding.filters if encoding else ()))
+            if k in frame]
+    return bool((frame.groupby(keys, dropna=False)["batch_size"].nunique() == 1).any())
+
+
+def _points_title(title: str | list[str]) -> str | list[str]:
+    if isinstance(title, list):  # a title on several lines
+        return [*title[:-1], f"{title[-1]} (points)"]
+    return f"{title} (points)" if title else "points"
+
+
 def lines_by_batch(frame: pd.DataFrame, *, y: str, y_title: str, colour: alt.Color,
                    tooltip: list[alt.Tooltip], panels: list[str],
                    series: str = "variant", encoding: Encoding | None = None,
@@ -230,11 +245,15 @@ def lines_by_batch(frame: pd.DataFrame, *, y: str, y_title: str, colour: alt.Col
     )
     if frame[series].nunique() > 1 and series == "variant":
         title = encodings.series_title(encoding.series) if encoding else ""
+        # A line of one point shows no dash: where there are such, the point shapes get
+        # a legend too (a study at one batch size told its systems apart by tooltip only).
+        shape_legend = alt.Legend(title=_points_title(title)) \
+            if lone_points(frame, colour, encoding) else None
         base = base.encode(
             strokeDash=alt.StrokeDash("variant:N", title=title, sort=in_order(
                 frame, encoding.series, "variant") if encoding else "ascending", legend=alt.Legend(
                 symbolType="stroke", symbolStrokeWidth=2.2, symbolSize=300)),
-            shape=alt.Shape("variant:N", legend=None, sort=in_order(
+            shape=alt.Shape("variant:N", legend=shape_legend, sort=in_order(
                 frame, encoding.series, "variant") if encoding else "ascending"))
     layers = [base.mark_line(), base.mark_point()]
     if y == "throughput" and frame.get("throughput_low", pd.Series(dtype=float)).notna().any():
