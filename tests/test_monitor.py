@@ -285,6 +285,8 @@ def test_attach_writes_the_series_beside_the_result(tmp_path):
     res = {"measurements": [{"items_per_iteration": 8, "iterations": 5}], "extra": {}}
     summary = monitor.attach(res, tmp_path / "cells" / "c1.json", mon)
     assert summary["items"] == 40 and summary["series_file"] == "c1.monitor.parquet"
+    assert summary["window"] == monitor.MEASURED_WINDOW
+    assert not (summary["energy_note"] or "").startswith("over ")
     table = pq.read_table(tmp_path / "cells" / "c1.monitor.parquet")
     assert table.num_rows == summary["sample_count"] >= 2
     assert {"t_s", "host_rss_bytes", "host_cpu_percent"} <= set(table.column_names)

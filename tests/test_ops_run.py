@@ -88,6 +88,11 @@ def test_jsonl_has_params_layout_and_the_result_validates(tmp_path):
     assert fwd["bytes_per_iteration"] == 3 * n * n * 4
     assert fwd["tflops"] == pytest.approx(2 * n**3 / fwd["time_s"]["median"] / 1e12)
     assert fwd["gbps"] > 0
+    # The monitor covered the whole run, not an input's calls, and says so with its figures.
+    mon = res["extra"]["monitor"]
+    assert mon["window"].startswith("the whole operator run")
+    assert mon["energy_note"].startswith(f"over {mon['window']}")
+    assert mon["samples_per_joule"] is None
 
 
 def test_module_entry_point_runs_as_a_subprocess(tmp_path):

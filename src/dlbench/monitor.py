@@ -270,6 +270,11 @@ def _text(value: Any) -> str:
 # The monitor
 
 
+# What a monitor's figures cover, unless its user says otherwise (a runner that starts it
+# through the harness's phase hooks).
+MEASURED_WINDOW = "the measured iterations"
+
+
 class ResourceMonitor:
     """Samples between ``start()`` and ``stop()`` (or inside ``with``) in a daemon thread.
 
@@ -280,8 +285,10 @@ class ResourceMonitor:
 
     def __init__(self, interval_ms: float = DEFAULT_INTERVAL_MS, *,
                  gpus: Sequence[int | str] = (), pid: int | None = None,
-                 powercap_root: Path = POWERCAP_ROOT, nvml: Any = None) -> None:
+                 powercap_root: Path = POWERCAP_ROOT, nvml: Any = None,
+                 window: str = MEASURED_WINDOW) -> None:
         self.interval_s = max(0.0, float(interval_ms)) / 1000.0
+        self.window = window
         self.enabled = self.interval_s > 0
         self.notes: list[str] = []
         self.processes: ProcessTree | None = None
@@ -434,6 +441,10 @@ class ResourceMonitor:
                         if g["memory_used_peak_bytes"] is not None]
         out["peak_device_memory_bytes"] = max(device_peaks) if device_peaks else None
         out.update(self._energy_summary(out, duration, items))
+        out["window"] = self.window
+        if self.window != MEASURED_WINDOW:  # said with every figure, in the table too
+            out["energy_note"] = "; ".join(filter(None, [f"over {self.window}",
+                                                         out["energy_note"]]))
         out["notes"] = list(self.notes)
         return out
 
