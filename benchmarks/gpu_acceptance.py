@@ -25,6 +25,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -219,10 +220,15 @@ def run(cmd: list[str], log: Path, timeout: float = 600) -> tuple[int, float]:
         [str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])])}
     start = time.perf_counter()
     with log.open("w") as f:
+        # Its own process group: a command stopped at its timeout takes its children
+        # (torchrun's workers, ncu's target) with it, and no GPU stays held.
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+                                start_new_session=True)
         try:
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
-                                timeout=timeout, cwd=REPO).returncode
+            rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             rc = 124
     return rc, time.perf_counter() - start
 
@@ -460,9 +466,8 @@ def run_all(plan: Plan, gpus: int, budget: float,
         timings[name] = {"rc": rc, "seconds": round(took, 1)}
         print(f"{name}: rc {rc} in {took:.0f} s", flush=True)
     results = {name: read(plan.cells / f"{name}.json") for name in plan.commands}
-    for name, reason in not_run.items():
-        if results.get(name) is None:
-            results[name] = {"status": "not_run", "error": reason}
+    for name, reason in not_run.items():  # a file left by an earlier call is not this one's
+        results[name] = {"status": "not_run", "error": reason}
     checks = model_checks(results)
     checks.append(monitor_check(results.get("resnet50_training_bfloat16")))
     checks.append(calibration_check(results.get("calibration")))
@@ -479,7 +484,8 @@ def run_all(plan: Plan, gpus: int, budget: float,
     for check in checks:
         if check.verdict == "fail" and check.figure.startswith(NOT_RUN):
             check.verdict = "skip"
-    cells = sorted(str(p) for p in plan.cells.glob("*.json"))
+    cells = sorted(str(plan.cells / f"{name}.json") for name in timings
+                   if name not in not_run and (plan.cells / f"{name}.json").is_file())
     agg = [*plan.commands["aggregate"], *cells]
     rc, _ = run(agg, logs / "aggregate.log", timeout=REPORT_TIMEOUT)
     checks.append(aggregate_check(rc, len(cells), plan.cells, logs / "aggregate.log"))

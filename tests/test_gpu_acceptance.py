@@ -10,6 +10,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -139,9 +140,18 @@ def test_a_spent_budget_skips_the_rest_saying_so_and_everything_is_archived(
     quick = [sys.executable, "-c", "pass"]
     for name in plan.commands:
         plan.commands[name] = quick
-    plan.commands["resnet50_training_float32"] = [
-        sys.executable, "-c", "import time; print('started', flush=True); time.sleep(30)"]
-    checks = {c.name: c for c in gpu_acceptance.run_all(plan, gpus=1, budget=2)}
+    pid_file = tmp_path / "child.pid"
+    plan.commands["resnet50_training_float32"] = [sys.executable, "-c", (
+        "import subprocess, sys, time; print('started', flush=True); "
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid)); time.sleep(30)")]
+    checks = {c.name: c for c in gpu_acceptance.run_all(plan, gpus=1, budget=5)}
+    child = int(pid_file.read_text())  # the command's own child went with it (torchrun's)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and "zombie" not in _state(child) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{child}").exists() or "zombie" in _state(child)
     stopped = checks["resnet50_training_float32 runs"]
     assert stopped.verdict == "skip" and stopped.figure == gpu_acceptance.BUDGET_SPENT
     for name in ("resnet50_inference_bfloat16 runs", "timing honesty",
@@ -166,9 +176,18 @@ def test_a_spent_budget_skips_the_rest_saying_so_and_everything_is_archived(
     assert "profiles/torch/trace.json (2000 bytes)" in manifest
 
 
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].splitlines()[0]
+    except (OSError, IndexError):
+        return "zombie"  # gone meanwhile
+
+
 def test_only_runs_the_commands_named_and_skips_the_other_checks(gpu_acceptance, tmp_path):
-    """--only (a second call on a lent GPU): stand-in commands, no GPU exercised."""
+    """--only (a second call on a lent GPU): stand-in commands, no GPU exercised. A result
+    an earlier call left in the folder is not taken for this call's."""
     plan = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
+    (plan.cells / "resnet50_training_float32.json").write_text(json.dumps(result(900.0)))
     for name in plan.commands:
         plan.commands[name] = [sys.executable, "-c", "pass"]
     checks = {c.name: c for c in gpu_acceptance.run_all(plan, gpus=1, budget=600,
