@@ -31,9 +31,10 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,6 +59,7 @@ STUDY = "gpu-check"  # the study the results belong to (the report's name for th
 NOT_RUN = "not run: "  # every reason a command did not run starts so
 BUDGET_SPENT = NOT_RUN + "the time budget (--budget) was spent"
 NOT_SELECTED = NOT_RUN + "not among --only"
+NOTHING_SKIPPED: Mapping[str, str] = MappingProxyType({})
 ARCHIVE_FILE_LIMIT = 4 << 20
 # Language models (dlbench.models.llm): GPT-2 XL fits any lent GPU in training; Llama-3-8B
 # with float32 master weights and Adam needs about 128 GB (an oom row on an H100 is the
@@ -331,12 +333,17 @@ def calibration_check(res: dict[str, Any] | None) -> Check:
                  f"{copy or 0:,.0f} GB/s of {bandwidth or '?'}", {"best": best, "device": device})
 
 
+def facts_of(path: Path, name: str, not_run: Mapping[str, str]) -> dict[str, Any] | None:
+    """What the command ``name`` wrote at ``path``, or {"error": why} where it did not run
+    in this call (a file an earlier call left is not this one's)."""
+    return {"error": not_run[name]} if name in not_run else read(path)
+
+
 def op_checks(results: dict[str, dict | None], out: Path,
-              not_run: dict[str, str] | None = None) -> list[Check]:
-    not_run = not_run or {}
+              not_run: Mapping[str, str] = NOTHING_SKIPPED) -> list[Check]:
     checks = []
     matmul = median_ms(results.get("op_matmul"))
-    timer = read(out / "timer.json") or ({"error": not_run["timer"]} if "timer" in not_run else {})
+    timer = facts_of(out / "timer.json", "timer", not_run) or {}
     if matmul:
         tflops = 2 * MATMUL_N ** 3 / (matmul / 1e3) / 1e12
         ratio = timer.get("median_ms", 0) / matmul if timer.get("median_ms") else None
@@ -371,7 +378,7 @@ def op_checks(results: dict[str, dict | None], out: Path,
 
 
 def llm_checks(results: dict[str, dict | None], out: Path,
-               not_run: dict[str, str] | None = None) -> list[Check]:
+               not_run: Mapping[str, str] = NOTHING_SKIPPED) -> list[Check]:
     """Language models: training tokens/s and MFU (an oom row is an answer too), inference
     TTFT and TPOT, and the runner against a bare loop on GPT-2 XL."""
     checks = []
@@ -393,11 +400,12 @@ def llm_checks(results: dict[str, dict | None], out: Path,
                             f"{1e3 * extra.get('tpot_s', 0):.2f} ms, "
                             f"{extra.get('output_tokens_per_s', 0):,.0f} output tokens/s"
                             if ok else res.get("error") or "no result", extra))
-    facts = read(out / "llm_bare.json")
+    facts = facts_of(out / "llm_bare.json", "llm_bare", not_run) or {}
+    ratio = facts.get("ratio")
     checks.append(Check("gpt2_xl training: runner against a bare loop",
-                        verdict(facts["ratio"] >= LLM_BARE_RATIO) if facts else "fail",
-                        f"ratio {facts['ratio']:.4f}" if facts else
-                        (not_run or {}).get("llm_bare", "no figures"), facts or {}))
+                        verdict(ratio >= LLM_BARE_RATIO) if ratio else "fail",
+                        f"ratio {ratio:.4f}" if ratio else facts.get("error", "no figures"),
+                        facts))
     return checks
 
 
@@ -410,11 +418,11 @@ def _mfu(res: dict[str, Any]) -> str:
     return f"{m['tflops'] / peak:.1%}" if peak and m.get("tflops") else "? (no peak)"
 
 
-def honesty_checks(out: Path, not_run: dict[str, str] | None = None) -> list[Check]:
-    facts = read(out / "honesty.json")
-    if not facts:
-        return [Check("timing honesty", "fail", (not_run or {}).get(
-            "honesty", "the honesty part left no figures"))]
+def honesty_checks(out: Path, not_run: Mapping[str, str] = NOTHING_SKIPPED) -> list[Check]:
+    facts = facts_of(out / "honesty.json", "honesty", not_run) or {}
+    if "events_disagreement" not in facts:
+        return [Check("timing honesty", "fail",
+                      facts.get("error", "the honesty part left no figures"))]
     return [
         Check("runner times agree with CUDA events", verdict(
             facts["events_disagreement"] <= EVENTS_AGREEMENT),
@@ -425,12 +433,11 @@ def honesty_checks(out: Path, not_run: dict[str, str] | None = None) -> list[Che
     ]
 
 
-def profile_checks(out: Path, not_run: dict[str, str] | None = None) -> list[Check]:
+def profile_checks(out: Path, not_run: Mapping[str, str] = NOTHING_SKIPPED) -> list[Check]:
     checks = []
     for tool in ("ncu", "torch"):
-        record = read(out / "profiles" / tool / "profile.json") or (
-            {"error": (not_run or {})[f"profile_{tool}"]} if f"profile_{tool}" in (not_run or {})
-            else {})
+        record = facts_of(out / "profiles" / tool / "profile.json", f"profile_{tool}",
+                          not_run) or {}
         checks.append(Check(f"profile {tool}", verdict(record.get("status") == "ok"),
                             record.get("error") or ", ".join(sorted(record.get("tables") or []))
                             or record.get("status", "no profile.json"), record))

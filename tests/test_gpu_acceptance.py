@@ -188,6 +188,7 @@ def test_only_runs_the_commands_named_and_skips_the_other_checks(gpu_acceptance,
     an earlier call left in the folder is not taken for this call's."""
     plan = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
     (plan.cells / "resnet50_training_float32.json").write_text(json.dumps(result(900.0)))
+    (tmp_path / "llm_bare.json").write_text(json.dumps({"ratio": 1.0}))  # a part's, too
     for name in plan.commands:
         plan.commands[name] = [sys.executable, "-c", "pass"]
     checks = {c.name: c for c in gpu_acceptance.run_all(plan, gpus=1, budget=600,
