@@ -32,10 +32,12 @@ def test_num_nodes_multiplies_the_gpus_of_the_job_and_asks_for_one_task_per_node
     one, two = cells({"model": "resnet50", "num_gpus": 4, "num_nodes": [1, 2]})
     assert workflow_support.gpus_of(one) == 4 and workflow_support.cluster_resources(one) == {}
     assert workflow_support.gpus_of(two) == 8
+    # What a submit command asking per node (cluster-generic's --gpus-per-node) gets.
+    assert workflow_support.gpus_per_node(one) == workflow_support.gpus_per_node(two) == 4
     assert workflow_support.cluster_resources(two) == {
         "nodes": 2, "tasks": 2, "mpi": "srun", "tasks_per_gpu": 0, "gres": "gpu:4"}
     (cpu,) = cells({"model": "deep_mnist", "device": "cpu", "num_nodes": 3})
-    assert workflow_support.gpus_of(cpu) == 0
+    assert workflow_support.gpus_of(cpu) == workflow_support.gpus_per_node(cpu) == 0
     assert "gres" not in workflow_support.cluster_resources(cpu)
 
 

@@ -249,6 +249,46 @@ def test_repeat_rounds_ask_slurm_what_the_first_round_asks_and_too_many_cpus_are
     assert slurm.queue() == [] and not (workdir / "results").exists()
 
 
+@pytest.mark.slow
+def test_memory_a_partition_or_a_time_slurm_would_refuse_is_refused_before_any_submission(
+        slurm, tmp_path_factory):
+    """The node has 64000 MB and one partition, 'debug'. sbatch refuses --mem=70000
+    ("Memory specification can not be satisfied") and -p gpu ("invalid partition
+    specified"), and Snakemake would end the run there; with the partition limited to an
+    hour, the profile's 120-minute job would be queued for ever (PartitionTimeLimit). Each
+    is one line naming the setting, and nothing is submitted."""
+    workdir = new_workdir(tmp_path_factory, "too-much-memory", {"studies": {"big": {
+        "grid": {"model": "deep_mnist", "device": "cpu", "batch_size": 5}}}})
+    refusals = {
+        ("--default-resources", "mem_mb=70000", "runtime=60"):
+            "dlbench config error: study 'big': default-resources mem_mb: 70000 asks 70000 MB "
+            "of memory on a node, but no node of this Slurm cluster has more than 64000 MB "
+            "(sinfo); Slurm would refuse the job (lower it, e.g. --set-resources or "
+            "--default-resources on the command line)",
+        ("--set-resources", "benchmark_pytorch:slurm_partition=gpu"):
+            "dlbench config error: study 'big': benchmark_pytorch slurm_partition asks for "
+            "partition 'gpu', but this Slurm cluster has no such partition (sinfo lists "
+            "debug); Slurm would refuse the job",
+    }
+    limit = ("scontrol", "update", "PartitionName=debug")
+    subprocess.run([*limit, "MaxTime=60"], env=slurm.env, check=True, timeout=30)
+    try:
+        refusals[()] = (
+            "dlbench config error: study 'big': benchmark_pytorch runtime asks 120 minutes, "
+            "but no partition of this Slurm cluster allows more than 60 (sinfo); the job "
+            "would wait in the queue for ever (lower it, e.g. --set-resources or "
+            "--default-resources on the command line)")
+        for args, line in refusals.items():
+            proc = subprocess.run(
+                snakemake_cmd(workdir, "--profile", str(SLURM_PROFILE), *args),
+                env=slurm.env, capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 1, proc.stderr[-3000:]
+            assert line in proc.stderr.splitlines(), proc.stderr[-3000:]
+            assert slurm.queue() == [] and not (workdir / "results").exists()
+    finally:
+        subprocess.run([*limit, "MaxTime=INFINITE"], env=slurm.env, check=True, timeout=30)
+
+
 def processes_mentioning(text):
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):

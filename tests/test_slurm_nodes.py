@@ -28,9 +28,20 @@ def test_gpu_count_of_sinfo_gres(gres, gpus):
     assert slurm_nodes.gpu_count(gres) == gpus
 
 
-def test_nodes_in_several_partitions_count_once():
-    out = "n1|gpu:4|64\nn1|gpu:4|64\nn2|(null)|32\n\nbroken line\n"
-    assert slurm_nodes.parse(out) == [Node("n1", 4, 64), Node("n2", 0, 32)]
+def test_nodes_in_several_partitions_count_once_with_all_their_partitions():
+    out = ("n1|gpu:4|64|512000|gpu|2-00:00:00\nn1|gpu:4|64|512000|all*|infinite\n"
+           "n2|(null)|32|N/A|cpu|30:00\n\nbroken line\n")
+    assert slurm_nodes.parse(out) == [
+        Node("n1", 4, 64, 512000, {"gpu": 2880, "all": None}),
+        Node("n2", 0, 32, 0, {"cpu": 30})]
+
+
+@pytest.mark.parametrize(("text", "minutes"), [
+    ("infinite", None), ("UNLIMITED", None), ("n/a", None), ("", None), ("30:00", 30),
+    ("4:00:00", 240), ("2-00:00:00", 2880), ("1-12:30:00", 2190), ("90", 90),
+    ("2-4", 3120), ("2-4:30", 3150), ("1:2:3:4", None), ("x-1:00", None)])
+def test_time_limits_as_sinfo_prints_them(text, minutes):
+    assert slurm_nodes.time_limit_minutes(text) == minutes
 
 
 def test_no_answer_from_sinfo_checks_nothing():
@@ -40,8 +51,9 @@ def test_no_answer_from_sinfo_checks_nothing():
     assert slurm_nodes.read_nodes(failing) is None
     assert slurm_nodes.read_nodes(lambda argv: "") is None
     asked = []
-    assert slurm_nodes.read_nodes(lambda argv: asked.append(argv) or "a|gpu:2|8\n") == [
-        Node("a", 2, 8)]
+    assert slurm_nodes.read_nodes(
+        lambda argv: asked.append(argv) or "a|gpu:2|8|16000|debug*|infinite\n") == [
+            Node("a", 2, 8, 16000, {"debug": None})]
     assert asked == [slurm_nodes.SINFO]
 
 
@@ -121,4 +133,125 @@ def test_job_cpus_follow_the_profile_settings_of_the_rule():
     with pytest.raises(support.WorkflowConfigError, match="cpus_per_gpu: 8 x 2 GPU"):
         support.check_cluster_nodes(
             [gpu, cpu], [Node("n", 4, 12)],
-            lambda cell: support.job_cpus(cell, "benchmark_pytorch", 12, settings))
+            lambda cell: support.job_request(cell, "benchmark_pytorch", 12, settings))
+
+
+PARTITIONED = [Node("g1", 4, 64, 512000, {"gpu": 2880}),
+               Node("g2", 4, 64, 256000, {"gpu": 2880}),
+               Node("c1", 0, 128, 1024000, {"cpu": 60, "all": None}),
+               Node("c2", 0, 128, 0, {"cpu": 60})]
+
+
+def test_a_job_asking_more_memory_on_a_node_than_any_node_has_is_refused():
+    """sbatch refuses --mem above every node's memory ("Memory specification can not be
+    satisfied"); the line names the setting. Nodes whose memory sinfo did not give fit."""
+    fits = Request("s", 2, 4, 16, "t", 256000, "benchmark_pytorch mem_mb: 256000")
+    assert slurm_nodes.refusal([fits], PARTITIONED) is None
+    # Only one node with 4 GPUs has 300 GB: a two-node cell has not two of them.
+    wide = Request("wide", 2, 4, 16, "t", 300000, "default-resources mem_mb: 300000")
+    assert slurm_nodes.refusal([wide], PARTITIONED) == (
+        "study 'wide': num_nodes: 2 nodes with 4 GPUs each, but this Slurm cluster has 1 "
+        "such nodes (sinfo); Slurm would refuse the job")
+    fat = Request("fat", 1, 4, 16, "t", 600000, "benchmark_pytorch mem_mb: 600000")
+    assert slurm_nodes.refusal([fat], PARTITIONED) == (
+        "study 'fat': benchmark_pytorch mem_mb: 600000 asks 600000 MB of memory on a node, "
+        "but no node with 4 GPUs of this Slurm cluster has more than 512000 MB (sinfo); "
+        "Slurm would refuse the job (lower it, e.g. --set-resources or --default-resources "
+        "on the command line)")
+    # c2's memory is unknown: a CPU job of any size may go there.
+    assert slurm_nodes.refusal([Request("cpu", 1, 0, 8, "t", 10**7, "m")], PARTITIONED) is None
+
+
+def test_a_partition_the_cluster_lacks_is_refused_and_a_named_one_limits_the_nodes():
+    """sbatch refuses an unknown partition ("invalid partition specified"); a job in a named
+    partition can only have that partition's nodes. A cluster whose sinfo names no
+    partition checks none."""
+    assert slurm_nodes.refusal(
+        [Request("s", 1, 1, partitions=("gpu", "big"), partition_from="benchmark_pytorch "
+                 "slurm_partition")], PARTITIONED) == (
+        "study 's': benchmark_pytorch slurm_partition asks for partition 'big', but this "
+        "Slurm cluster has no such partition (sinfo lists all, cpu, gpu); Slurm would refuse "
+        "the job")
+    assert slurm_nodes.refusal([Request("s", 1, 2, partitions=("cpu",))], PARTITIONED) == (
+        "study 's': num_gpus: 2 GPUs on a node, but no node of partition 'cpu' has more "
+        "than 0 (sinfo); Slurm would refuse the job")
+    assert slurm_nodes.refusal(
+        [Request("s", 2, 0, 8, "t", 600000, "m", ("all",))], PARTITIONED) == (
+        "study 's': num_nodes: 2 nodes with 0 GPUs each, but partition 'all' has 1 such "
+        "nodes (sinfo); Slurm would refuse the job")
+    assert slurm_nodes.refusal([Request("s", 2, 0, partitions=("cpu", "gpu"))],
+                               PARTITIONED) is None
+    assert slurm_nodes.refusal([Request("s", 1, 0, partitions=("x",))], NODES) is None
+
+
+def test_a_job_asking_more_time_than_its_partitions_allow_is_refused():
+    """A job whose --time is above every partition's limit it may run in is queued for
+    ever (reason PartitionTimeLimit): refused, naming the setting. A partition without a
+    limit takes any job; a cluster whose sinfo names no partition checks none."""
+    def asking(minutes, *partitions, gpus=0):
+        return Request("s", 1, gpus, partitions=partitions, partition_from="p",
+                       minutes=minutes, minutes_from="benchmark_pytorch runtime")
+
+    assert slurm_nodes.refusal([asking(10**6)], PARTITIONED) is None  # 'all' has no limit
+    assert slurm_nodes.refusal([asking(120, "cpu")], PARTITIONED) == (
+        "study 's': benchmark_pytorch runtime asks 120 minutes, but partition 'cpu' allows "
+        "at most 60 (sinfo); the job would wait in the queue for ever (lower it, e.g. "
+        "--set-resources or --default-resources on the command line)")
+    # A GPU job can only go to 'gpu' nodes, whose partition allows two days.
+    assert slurm_nodes.refusal([asking(2880, gpus=1)], PARTITIONED) is None
+    assert slurm_nodes.refusal([asking(2881, gpus=1)], PARTITIONED) == (
+        "study 's': benchmark_pytorch runtime asks 2881 minutes, but no partition with nodes "
+        "of 1 GPUs of this Slurm cluster allows more than 2880 (sinfo); the job would wait "
+        "in the queue for ever (lower it, e.g. --set-resources or --default-resources on the "
+        "command line)")
+    limited = [Node("a", 0, 8, 0, {"short": 30}), Node("b", 0, 8, 0, {"long": 240})]
+    assert "no partition of this Slurm cluster allows more than 240 (sinfo)" in (
+        slurm_nodes.refusal([asking(241)], limited))
+    assert slurm_nodes.refusal([asking(241)], NODES) is None
+
+
+def test_the_memory_and_partition_of_a_job_come_from_the_rule_else_the_defaults():
+    """As Snakemake gives them to a job: set-resources of the rule win over
+    default-resources; the Slurm executor asks --mem-per-cpu before --mem. A partition is
+    read as written (Snakemake holds text as an expression), never evaluated."""
+    from snakemake.resources import Resource
+
+    def text(name, raw):
+        return Resource.from_cli_expression(name, raw)
+
+    defaults = {"mem_mb": Resource("mem_mb", 16000), "runtime": Resource("runtime", 60),
+                "tmpdir": text("tmpdir", "system_tmpdir"),
+                "slurm_partition": text("slurm_partition", "batch")}
+    (cpu,) = study.expand_config({"studies": {"s": {"grid": {"model": "resnet50",
+                                                             "device": "cpu"}}}})
+    plain = support.rule_settings({}, {}, "benchmark_pytorch", defaults)
+    assert plain.defaults == {"mem_mb": 16000, "runtime": 60}
+    assert support.job_request(cpu, "benchmark_pytorch", 16, plain) == Request(
+        "s", 1, 0, 16, "benchmark_pytorch threads: 16", 16000,
+        "default-resources mem_mb: 16000", ("batch",), "default-resources slurm_partition",
+        60, "default-resources runtime")
+
+    own = support.rule_settings({}, {"benchmark_pytorch": {
+        "mem_mb": Resource("mem_mb", 64000),
+        "slurm_partition": text("slurm_partition", "'gpu,gpu-long'")}},
+        "benchmark_pytorch", defaults)
+    request = support.job_request(cpu, "benchmark_pytorch", 16, own)
+    assert (request.mem_mb, request.mem_from) == (64000, "benchmark_pytorch mem_mb: 64000")
+    assert request.partitions == ("gpu", "gpu-long")
+    assert request.partition_from == "benchmark_pytorch slurm_partition"
+    assert (request.minutes, request.minutes_from) == (60, "default-resources runtime")
+
+    per_cpu = support.rule_settings({}, {"benchmark_pytorch": {
+        "mem_mb_per_cpu": Resource("mem_mb_per_cpu", 4000)}}, "benchmark_pytorch", defaults)
+    assert support.job_memory("benchmark_pytorch", 16, per_cpu) == (
+        64000, "benchmark_pytorch mem_mb_per_cpu: 4000 x 16 CPUs")
+    assert support.job_memory("benchmark_pytorch", 16, support.RuleSettings()) == (0, "")
+    (gpu,) = study.expand_config({"studies": {"g": {"grid": {"model": "resnet50",
+                                                             "num_gpus": 2}}}})
+    site = support.rule_settings({}, {}, "benchmark_pytorch",
+                                 {"cpus_per_gpu": Resource("cpus_per_gpu", 12)})
+    assert support.job_cpus(gpu, "benchmark_pytorch", 16, site) == (
+        24, "default-resources cpus_per_gpu: 12 x 2 GPU(s)")
+    # An expression is not evaluated here: nothing is checked.
+    assert support.partition_setting(text("slurm_partition", "'gpu' if attempt else 'x'")) == ()
+    assert support.partition_setting(None) == () and support.partition_setting("a") == ("a",)

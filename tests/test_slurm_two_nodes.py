@@ -129,10 +129,13 @@ def test_a_two_node_mxnet_dist_sync_cell_has_a_worker_on_each_node(cluster, two_
 
 @pytest.mark.slow
 def test_the_cluster_generic_profile_runs_a_two_node_cell_too(cluster, tmp_path_factory):
-    """The generic executor's submit command asks for the cell's nodes with one task each;
-    the job's command starts the nodes' tasks with srun as under the Slurm executor."""
+    """The generic executor's submit command asks for the cell's nodes with one task and
+    num_gpus GPUs each (--gpus-per-node: a total could land unevenly); the job's command
+    starts the nodes' tasks with srun as under the Slurm executor. The GPU cell's GPUs are
+    fakes: its run fails (a failed row), what Slurm allocated is what is checked."""
     workdir = tmp_path_factory.mktemp("generic")
-    config = {"studies": {"ddp": {"grid": {**CELL, "num_batches": 3}}}}
+    config = {"studies": {"ddp": {"grid": {**CELL, "num_batches": 3}},
+                          "gpu": {"grid": {**CELL, "device": "gpu", "num_batches": 3}}}}
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     proc = snakemake(workdir, cluster, profile=GENERIC_PROFILE)
     assert proc.returncode == 0, proc.stderr[-4000:] + cluster.logs()
@@ -140,6 +143,12 @@ def test_the_cluster_generic_profile_runs_a_two_node_cell_too(cluster, tmp_path_
     assert row["status"] == "ok", row["error"]
     extra = result_of(workdir, "ddp")["measurements"][0]["extra"]
     assert sorted(extra["hosts"]) == ["node1", "node2"] and extra["world_size"] == 2
+    jobs = subprocess.run(["scontrol", "-o", "show", "job"], env=cluster.env,
+                          capture_output=True, text=True, timeout=30).stdout.splitlines()
+    (job,) = [j for j in jobs if f"WorkDir={workdir} " in j and "TresPerNode=gres:gpu:1" in j]
+    assert "NumNodes=2 " in job and "NodeList=node[1-2]" in job, job
+    row = rows(workdir)["gpu"]
+    assert row["status"] == "failed" and "CUDA is not available" in row["error"], row["error"]
 
 
 @pytest.mark.slow

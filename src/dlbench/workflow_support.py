@@ -6,6 +6,7 @@ running workflow; what touches Snakemake itself stays there, one function each.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -215,9 +216,14 @@ def num_nodes(cell: study.Cell) -> int:
     return cell.params.get("num_nodes") or 1
 
 
+def gpus_per_node(cell: study.Cell) -> int:
+    """The GPUs a cell's job holds on each of its nodes (num_gpus; 0 for a CPU cell)."""
+    return launch.gpus_needed({"params": cell.params})
+
+
 def gpus_of(cell: study.Cell) -> int:
-    """The GPUs a cell's job holds: num_gpus on each of its nodes."""
-    return launch.gpus_needed({"params": cell.params}) * num_nodes(cell)
+    """The GPUs a cell's job holds in all: num_gpus on each of its nodes."""
+    return gpus_per_node(cell) * num_nodes(cell)
 
 
 def check_single_node(cells: Iterable[study.Cell]) -> None:
@@ -242,45 +248,113 @@ def plain_setting(value: Any) -> int | float | str | None:
     return value
 
 
+# A partition setting as written: a name, a list of names, either in quotes or not.
+_PARTITIONS = re.compile(r"""^(['"]?)([\w.-]+(?:,[\w.-]+)*)\1$""")
+
+
+def partition_setting(value: Any) -> tuple[str, ...]:
+    """The partitions a slurm_partition setting names (the Slurm executor's -p, a comma
+    list allowed); none where unset or an expression. Snakemake holds text resources as
+    expressions to evaluate per job (a bare name falls back to itself): what is written is
+    read here, never evaluated."""
+    text = getattr(value, "raw", None)
+    if not isinstance(text, str):
+        text = plain_setting(value)
+    match = _PARTITIONS.match(text.strip()) if isinstance(text, str) else None
+    return tuple(match.group(2).split(",")) if match else ()
+
+
 @dataclass(frozen=True)
 class RuleSettings:
-    """What set-threads and set-resources (a profile's, or the command line's) give a rule."""
+    """What set-threads and set-resources (a profile's, or the command line's) give a rule,
+    and the run's default-resources (``defaults``, plain values); ``partitions``: the
+    rule's slurm_partition, else the default one (``partitions_from`` says which)."""
 
     threads: int | None = None
     resources: Mapping[str, int | float | str] = field(default_factory=dict)
+    defaults: Mapping[str, int | float | str] = field(default_factory=dict)
+    partitions: tuple[str, ...] = ()
+    partitions_from: str = ""
+
+    def setting(self, name: str) -> tuple[int | float | str | None, str]:
+        """A resource as the rule's job gets it (set-resources, else default-resources),
+        and where it comes from."""
+        if name in self.resources:
+            return self.resources[name], "rule"
+        return self.defaults.get(name), "default-resources"
+
+
+def _plain_resources(resources: Any) -> dict[str, int | float | str]:
+    return {name: plain for name, value in (resources or {}).items()
+            if (plain := plain_setting(value)) is not None}
 
 
 def rule_settings(overwrite_threads: Mapping[str, Any], overwrite_resources: Mapping[str, Any],
-                  rule: str) -> RuleSettings:
+                  rule: str, default_resources: Mapping[str, Any] | None = None
+                  ) -> RuleSettings:
     threads = plain_setting(overwrite_threads.get(rule))
-    resources = {name: plain for name, value in (overwrite_resources.get(rule) or {}).items()
-                 if (plain := plain_setting(value)) is not None}
-    return RuleSettings(threads if isinstance(threads, int) else None, resources)
+    own = overwrite_resources.get(rule) or {}
+    partitions, partitions_from = partition_setting(own.get("slurm_partition")), rule
+    if not partitions:
+        partitions = partition_setting((default_resources or {}).get("slurm_partition"))
+        partitions_from = "default-resources"
+    return RuleSettings(threads if isinstance(threads, int) else None, _plain_resources(own),
+                        _plain_resources(default_resources), partitions,
+                        f"{partitions_from} slurm_partition" if partitions else "")
 
 
 def job_cpus(cell: study.Cell, rule: str, threads: int,
              settings: RuleSettings) -> tuple[int, str]:
     """The CPUs a cell's job asks on each node, and the setting that asks for them: for a
-    GPU cell, cpus_per_gpu x its GPUs on a node where set-resources gives cpus_per_gpu (the
-    Slurm executor's --cpus-per-gpu), else the job's threads (--cpus-per-task)."""
-    gpus = launch.gpus_needed({"params": cell.params})
-    per_gpu = settings.resources.get("cpus_per_gpu")
+    GPU cell, cpus_per_gpu x its GPUs on a node where set-resources or default-resources
+    give cpus_per_gpu (the Slurm executor's --cpus-per-gpu), else the job's threads
+    (--cpus-per-task)."""
+    gpus = gpus_per_node(cell)
+    per_gpu, source = settings.setting("cpus_per_gpu")
     if gpus and isinstance(per_gpu, int) and per_gpu > 0:
-        return gpus * per_gpu, f"{rule} cpus_per_gpu: {per_gpu} x {gpus} GPU(s)"
+        where = rule if source == "rule" else source
+        return gpus * per_gpu, f"{where} cpus_per_gpu: {per_gpu} x {gpus} GPU(s)"
     return threads, f"{rule} threads: {threads}"
 
 
+def job_memory(rule: str, cpus: int, settings: RuleSettings) -> tuple[int, str]:
+    """The memory (MB) a cell's job asks on each node, and the setting that asks for it:
+    mem_mb_per_cpu x its CPUs where given (the Slurm executor's --mem-per-cpu, which it
+    prefers), else mem_mb (--mem); (0, '') where neither is a number."""
+    per_cpu, source = settings.setting("mem_mb_per_cpu")
+    if isinstance(per_cpu, int | float) and per_cpu > 0 and cpus:
+        where = rule if source == "rule" else source
+        return int(per_cpu * cpus), f"{where} mem_mb_per_cpu: {per_cpu:g} x {cpus} CPUs"
+    mem, source = settings.setting("mem_mb")
+    if isinstance(mem, int | float) and mem > 0:
+        where = rule if source == "rule" else source
+        return int(mem), f"{where} mem_mb: {mem:g}"
+    return 0, ""
+
+
+def job_request(cell: study.Cell, rule: str, threads: int,
+                settings: RuleSettings) -> slurm_nodes.Request:
+    """What a cell's cluster job asks of each of its nodes, run by ``rule`` with
+    ``threads`` and the profile's ``settings``."""
+    cpus, cpus_from = job_cpus(cell, rule, threads, settings)
+    mem_mb, mem_from = job_memory(rule, cpus, settings)
+    minutes, source = settings.setting("runtime")  # minutes, as Snakemake holds it
+    minutes = int(minutes) if isinstance(minutes, int | float) and minutes > 0 else 0
+    minutes_from = f"{rule if source == 'rule' else source} runtime" if minutes else ""
+    return slurm_nodes.Request(
+        cell.study, num_nodes(cell), gpus_per_node(cell), cpus, cpus_from, mem_mb, mem_from,
+        settings.partitions, settings.partitions_from, minutes, minutes_from)
+
+
 def check_cluster_nodes(cells: Iterable[study.Cell], nodes: Sequence[slurm_nodes.Node],
-                        cpus_of: Callable[[study.Cell], tuple[int, str]] | None = None) -> None:
+                        request_of: Callable[[study.Cell], slurm_nodes.Request] | None = None
+                        ) -> None:
     """Refuse, in one line naming the study, a cell whose job no set of the cluster's nodes
-    can hold (``nodes``: what sinfo says, dlbench.slurm_nodes); ``cpus_of`` gives the CPUs
-    a cell's job asks on a node and why (job_cpus), unchecked without it."""
-    requests = []
-    for cell in cells:
-        cpus, cpus_from = cpus_of(cell) if cpus_of else (0, "")
-        requests.append(slurm_nodes.Request(
-            cell.study, num_nodes(cell), launch.gpus_needed({"params": cell.params}), cpus,
-            cpus_from))
+    can hold (``nodes``: what sinfo says, dlbench.slurm_nodes); ``request_of`` gives what a
+    cell's job asks (job_request), else only its nodes and GPUs are checked."""
+    requests = [request_of(cell) if request_of else
+                slurm_nodes.Request(cell.study, num_nodes(cell), gpus_per_node(cell))
+                for cell in cells]
     why = slurm_nodes.refusal(slurm_nodes.distinct(requests), nodes)
     if why:
         raise WorkflowConfigError(why)

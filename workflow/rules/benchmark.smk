@@ -37,6 +37,7 @@ for fw, k in itertools.product(FRAMEWORKS_IN_USE, range(REPEAT_ROUNDS)):
         resources:
             # Nodes, tasks and per-node GPUs of multi-node cells (cluster runs only).
             **multi_node_resources(),
+            **per_node_gpu_resource(),
             # A repeat round's rule: what set-resources gives the first round's.
             **cell_job_resources(fw.name),
             # Timed cells never share a machine with another timed cell (see the profile).

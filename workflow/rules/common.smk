@@ -213,15 +213,16 @@ CELL_THREADS = cell_threads()
 
 @functools.cache
 def profile_settings(rule):
-    """What set-threads and set-resources (a profile's or the command line's) give ``rule``
-    (support.RuleSettings); nothing where this Snakemake does not say. Fixed for the run,
-    so read once per rule (the cluster check asks for every cell)."""
+    """What set-threads and set-resources (a profile's or the command line's) give ``rule``,
+    with the run's default-resources (support.RuleSettings); nothing where this Snakemake
+    does not say. Fixed for the run, so read once per rule (the cluster check asks for
+    every cell)."""
     settings = getattr(workflow, "resource_settings", None)
     if settings is None:
         return support.RuleSettings()
-    return support.rule_settings(
-        settings.overwrite_threads, settings.overwrite_resources, rule
-    )
+    threads, resources = settings.overwrite_threads, settings.overwrite_resources
+    defaults = getattr(settings, "default_resources", None)
+    return support.rule_settings(threads, resources, rule, defaults)
 
 
 def first_round_rule(framework):
@@ -261,11 +262,14 @@ def job_threads(framework):
     return threads
 
 
-def job_cpus(cell):
-    """The CPUs a cell's cluster job asks on a node, and which setting asks for them."""
+def job_request(cell):
+    """What a cell's cluster job asks of each node (CPUs, memory, partition) and which
+    setting asks for each (support.job_request)."""
     framework = cell.params["framework"]
     name = first_round_rule(framework)
-    return support.job_cpus(cell, name, job_threads(framework), profile_settings(name))
+    return support.job_request(
+        cell, name, job_threads(framework), profile_settings(name)
+    )
 
 
 def monitor_option():
@@ -275,6 +279,18 @@ def monitor_option():
 @job_function
 def gpus_of(wildcards):
     return support.gpus_of(cell_of(wildcards))
+
+
+@job_function
+def gpus_per_node_of(wildcards):
+    return support.gpus_per_node(cell_of(wildcards))
+
+
+def per_node_gpu_resource():
+    """gpus_per_node: the cell's GPUs on each of its nodes, for a submit command that asks
+    per node (profiles/cluster-generic: --gpus-per-node). On cluster runs only: a local run
+    does not use it, and each function of the job costs Snakemake time per job."""
+    return {"gpus_per_node": gpus_per_node_of} if cluster_run() else {}
 
 
 def cluster_run():
@@ -299,17 +315,17 @@ _refuse_multi_node_locally()
 
 def _refuse_what_slurm_would():
     """On a cluster run, a cell whose job no set of the Slurm cluster's nodes can hold (more
-    GPUs or CPUs on a node than any has) is refused in one line before any job is
-    submitted: sbatch would refuse it, and Snakemake would end the run without its table,
-    or the job would wait in the queue for ever. Only cells without a result are checked;
-    where sinfo cannot tell, nothing is (dlbench.slurm_nodes).
+    GPUs, CPUs or memory on a node than any has, a partition it does not have, more time
+    than its partitions allow) is refused in one line before any job is submitted: sbatch would refuse it, and Snakemake would end
+    the run without its table, or the job would wait in the queue for ever. Only cells
+    without a result are checked; where sinfo cannot tell, nothing is (dlbench.slurm_nodes).
     """
     if not (workflow.is_main_process and cluster_run()):
         return
     nodes = dlbench_slurm_nodes.read_nodes()
     if nodes:
         try:
-            support.check_cluster_nodes(pending_cells().values(), nodes, job_cpus)
+            support.check_cluster_nodes(pending_cells().values(), nodes, job_request)
         except support.WorkflowConfigError as exc:
             _config_error(exc)
 
