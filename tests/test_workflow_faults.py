@@ -14,11 +14,12 @@ import threading
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from dlbench import result as R
-from dlbench import systems
+from dlbench import study, systems
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile")]
@@ -100,9 +101,11 @@ def result_of(workdir: Path, batch: int) -> dict | None:
 
 
 def test_killed_launcher_leaves_no_runner_and_no_result_and_the_rerun_remeasures(workdir):
-    """kill -9 of the launcher of a running cell: its runner dies at once, no two runners
-    ever run at the same time, the killed cell has no result (no stale 'ok'), and the next
-    run measures it."""
+    """kill -9 of the launcher of a running cell (as a scheduler's time limit or a failed
+    node ends a job): its runner dies at once, no two runners ever run at the same time,
+    the killed cell has no result (no stale 'ok'), the table and report of the results
+    there are are written all the same, the report saying which cell is missing, and the
+    next run measures it and writes both as usual."""
     (workdir / "hold").touch()
     (workdir / "fail").touch()
     proc = snakemake(workdir)
@@ -143,6 +146,14 @@ def test_killed_launcher_leaves_no_runner_and_no_result_and_the_rerun_remeasures
     assert result_of(workdir, 2) is None
     assert not list((workdir / "results" / systems.default_label() / "faults" / "cells").glob(".*.running"))
     assert result_of(workdir, 3)["status"] == "failed"
+    # Snakemake would not aggregate (the table waits for every cell): the workflow did.
+    rows = pq.read_table(workdir / "results" / "benchmarks.parquet").to_pylist()
+    assert [(r["batch_size"], r["status"]) for r in rows] == [(3, "failed")]
+    assert "dlbench: 1 of 2 cell results are missing (their jobs failed: see above); " in output
+    page = (workdir / "results" / "report" / "index.html").read_text()
+    (missing_cell,) = [c.id for c in study.expand_config(yaml.safe_load(
+        (workdir / "config.yaml").read_text())) if c.params["batch_size"] == 2]
+    assert "Incomplete run" in page and f"Missing: faults/{missing_cell}." in page
 
     (workdir / "hold").unlink()
     proc = snakemake(workdir)
@@ -150,6 +161,9 @@ def test_killed_launcher_leaves_no_runner_and_no_result_and_the_rerun_remeasures
     assert proc.returncode == 0, output[-3000:]
     res = result_of(workdir, 2)
     assert res["status"] == "ok" and res["started_at"] > killed_at
+    rows = pq.read_table(workdir / "results" / "benchmarks.parquet").to_pylist()
+    assert sorted(r["batch_size"] for r in rows) == [2, 3]
+    assert "Incomplete run" not in (workdir / "results" / "report" / "index.html").read_text()
     # A recorded failure stays recorded until asked for again.
     assert result_of(workdir, 3)["status"] == "failed"
 

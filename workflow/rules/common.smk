@@ -18,6 +18,7 @@ from dlbench import atomic as dlbench_atomic
 from dlbench import cpu as dlbench_cpu
 from dlbench import frameworks as dlbench_frameworks
 from dlbench import gpus as dlbench_gpus
+from dlbench import incomplete_run as dlbench_incomplete_run
 from dlbench import kinds as dlbench_kinds
 from dlbench import launch as dlbench_launch
 from dlbench import slurm_nodes as dlbench_slurm_nodes
@@ -602,6 +603,28 @@ onsuccess:
         watcher.stop()
 
 
+def write_what_there_is():
+    """At the end of a failed run with cells lacking a result (a job refused or stopped by
+    the scheduler, an interrupt), the table and the report of the results there are, which
+    Snakemake would not make: they wait for every cell (dlbench.incomplete_run). Only after
+    a run that started jobs (onstart), in the main process."""
+    if not (PROGRESS and workflow.is_main_process):
+        return
+    lines = dlbench_incomplete_run.write(
+        CELL_RESULT_FILES,
+        other_systems_result_files(),
+        "results/benchmarks.parquet",
+        "results/benchmarks.csv",
+        "results/report",
+        profiles_dir=profiling_config.PROFILES_DIR,
+        baseline_system=config.get("baseline_system"),
+        unstable_cv=UNSTABLE_CV,
+    )
+    for line in lines:
+        print(line, file=sys.stderr)
+
+
 onerror:
     for watcher in PROGRESS:
         watcher.stop()
+    write_what_there_is()

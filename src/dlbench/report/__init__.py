@@ -134,12 +134,19 @@ def empty_section(parquet_path: str | Path) -> Section:
     return Section("empty", "No results", "", [f'<p class="note">{escape(text)}</p>'])
 
 
+def incomplete_section(text: str) -> Section:
+    """What the page says first when the run that wrote it had cells without a result
+    (dlbench.incomplete_run)."""
+    return Section("incomplete", "Incomplete run", "", [f'<p class="note">{escape(text)}</p>'])
+
+
 def render(parquet_path: str | Path, outdir: str | Path,
            profiles_dir: str | Path | None = None,
-           baseline_system: str | None = None) -> list[Path]:
+           baseline_system: str | None = None, incomplete: str | None = None) -> list[Path]:
     """Write the report of ``parquet_path`` into ``outdir``; return the files written.
     ``profiles_dir``: the profiles' root (``<tool>/<study>/<cell>`` folders), if any;
-    ``baseline_system``: the system the others are compared with."""
+    ``baseline_system``: the system the others are compared with; ``incomplete``: what to
+    say first of cells the run did not measure, if any."""
     frame = load(parquet_path)
     outdir = Path(outdir)
     if frame.empty:
@@ -147,6 +154,8 @@ def render(parquet_path: str | Path, outdir: str | Path,
     else:
         cell_profiles = summary.collect(profiles_dir) if profiles_dir is not None else []
         parts = sections(frame, cell_profiles, outdir, baseline_system)
+    if incomplete:
+        parts.insert(0, incomplete_section(incomplete))
     figures = [b for s in parts for b in s.blocks if isinstance(b, Figure)]
     specs, packed, uses, numbers = page_data(parts, figures)
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -1,0 +1,74 @@
+"""The table and report of a run that ended with cells lacking a result.
+
+A cell's job can end before dlbench's launcher records anything: the scheduler refused it
+(sbatch: an account, a QOS, a limit no pre-check knows), stopped it (its time limit, a
+failed node), or the run was interrupted. Snakemake then never runs the aggregate and
+report jobs, which wait for every cell, and the run's table and report would miss every
+cell it did measure, on each run for as long as that one job fails. So, at the end of a
+run that failed with cells missing (the workflow's onerror), the table and report are
+written from the results there are, the report says which cells are missing, and one line
+says the same; the next run measures those cells and writes both again as usual.
+
+Framework-free: the workflow's main process calls it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from dlbench import aggregate, run_to_run
+
+# Cells named in the report's note; the rest are counted.
+NAMED = 20
+
+
+def missing(planned: Sequence[str | Path]) -> list[str]:
+    """The planned result files that do not exist."""
+    return [str(path) for path in planned if not Path(path).exists()]
+
+
+def cell_name(path: str) -> str:
+    """``results/<system>/<study>/cells/<cell>.json`` -> ``<study>/<cell>``."""
+    parts = Path(path).with_suffix("").parts
+    return "/".join(parts[-3::2]) if len(parts) >= 3 else str(path)
+
+
+def note(absent: Sequence[str], planned: int) -> str:
+    """What the report says of the cells without a result."""
+    names = ", ".join(cell_name(path) for path in absent[:NAMED])
+    more = f" and {len(absent) - NAMED} more" if len(absent) > NAMED else ""
+    return (f"This report was written at the end of a run in which {len(absent)} of "
+            f"{planned} cell results were not made: their jobs ended before dlbench could "
+            "record them (refused or stopped by the scheduler, or the run was interrupted; "
+            "Snakemake's log says which). The table holds the results there are; the next "
+            f"run measures the missing cells and writes both again. Missing: {names}{more}.")
+
+
+def write(planned: Sequence[str], others: Sequence[str], parquet: str, csv: str,
+          report_dir: str, *, profiles_dir: str | None = None,
+          baseline_system: str | None = None,
+          unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV) -> list[str]:
+    """Write the table and the report of the results there are where some of ``planned``
+    (this run's result files) are missing; ``others``: other systems' results. Returns
+    the lines to print (none when no planned result is missing: the run failed elsewhere,
+    and the failed job's own log says why). With no result at all, nothing is written."""
+    absent = missing(planned)
+    if not absent:
+        return []
+    present = [path for path in [*planned, *others] if Path(path).exists()]
+    if not present:
+        return [f"dlbench: none of the {len(planned)} cell results were made (their jobs "
+                "failed: see above); no table was written"]
+    try:
+        table = aggregate.write(present, parquet, csv, unstable_cv=unstable_cv)
+        from dlbench import report  # altair: only where a report is written
+
+        report.render(parquet, report_dir, profiles_dir=profiles_dir,
+                      baseline_system=baseline_system, incomplete=note(absent, len(planned)))
+    except Exception as exc:  # noqa: BLE001 (the run has failed already: say why, go on)
+        return [f"dlbench: {len(absent)} of {len(planned)} cell results are missing, and the "
+                f"table of the others could not be written: {type(exc).__name__}: {exc}"]
+    return [f"dlbench: {len(absent)} of {len(planned)} cell results are missing (their jobs "
+            f"failed: see above); {parquet} ({table.num_rows} rows) and {report_dir} hold "
+            "the results there are; the next run measures the missing cells"]

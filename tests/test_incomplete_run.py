@@ -1,0 +1,83 @@
+"""The table and report of a run that ended with cells lacking a result
+(dlbench.incomplete_run). Through a real Snakemake run whose launcher is killed:
+tests/test_workflow_faults.py."""
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from dlbench import incomplete_run, systems
+from dlbench import result as R
+
+
+def result_file(root: Path, cell_id: str) -> str:
+    res = R.new_result(kind="model", cell={"framework": "pytorch", "model": "resnet18"},
+                       study="s", cell_id=cell_id)
+    res["measurements"] = [R.measurement(name="resnet18", pass_="training",
+                                         times_s=[0.1, 0.11, 0.1], items_per_iteration=8,
+                                         throughput_unit="samples/s")]
+    R.finish(res, "ok", None)
+    path = systems.result_path("local", "s", cell_id, root)
+    R.write(res, path)
+    return str(path)
+
+
+def planned_paths(root: Path, *cell_ids: str) -> list[str]:
+    return [str(systems.result_path("local", "s", cell_id, root)) for cell_id in cell_ids]
+
+
+def test_nothing_is_written_when_every_planned_result_exists(tmp_path):
+    """The run failed elsewhere (the aggregate's or the report's own job): their logs say
+    why, and the table is not written twice."""
+    planned = [result_file(tmp_path, "pytorch_a_00000001")]
+    parquet = tmp_path / "t.parquet"
+    assert incomplete_run.write(planned, [], str(parquet), str(tmp_path / "t.csv"),
+                                str(tmp_path / "report")) == []
+    assert not parquet.exists()
+
+
+def test_the_results_there_are_make_the_table_and_the_report_names_the_missing(tmp_path):
+    done = result_file(tmp_path, "pytorch_a_00000001")
+    planned = [done, *planned_paths(tmp_path, "pytorch_b_00000002", "pytorch_c_00000003")]
+    parquet, report = tmp_path / "t.parquet", tmp_path / "report"
+    lines = incomplete_run.write(planned, [], str(parquet), str(tmp_path / "t.csv"),
+                                 str(report))
+    assert lines == [f"dlbench: 2 of 3 cell results are missing (their jobs failed: see "
+                     f"above); {parquet} (1 rows) and {report} hold the results there are; "
+                     "the next run measures the missing cells"]
+    assert [r["cell_id"] for r in pq.read_table(parquet).to_pylist()] == ["pytorch_a_00000001"]
+    page = (report / "index.html").read_text()
+    assert "Incomplete run" in page
+    assert "2 of 3 cell results were not made" in page
+    assert "Missing: s/pytorch_b_00000002, s/pytorch_c_00000003." in page
+
+
+def test_no_result_at_all_writes_no_table(tmp_path):
+    parquet = tmp_path / "t.parquet"
+    assert incomplete_run.write(planned_paths(tmp_path, "pytorch_a_00000001"), [],
+                                str(parquet), str(tmp_path / "t.csv"),
+                                str(tmp_path / "report")) == [
+        "dlbench: none of the 1 cell results were made (their jobs failed: see above); no "
+        "table was written"]
+    assert not parquet.exists()
+
+
+def test_the_note_names_twenty_cells_and_counts_the_rest(tmp_path):
+    absent = planned_paths(tmp_path, *(f"pytorch_m_{i:08x}" for i in range(25)))
+    text = incomplete_run.note(absent, 30)
+    assert text.startswith("This report was written at the end of a run in which 25 of 30 ")
+    assert "pytorch_m_00000014" not in text  # the 21st
+    assert text.endswith("s/pytorch_m_00000013 and 5 more.")
+
+
+def test_a_table_that_cannot_be_written_is_one_line(tmp_path):
+    """The run has failed already: what went wrong here is said, not raised."""
+    planned = [result_file(tmp_path, "pytorch_a_00000001"),
+               *planned_paths(tmp_path, "pytorch_b_00000002")]
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    (line,) = incomplete_run.write(planned, [], str(blocked / "t.parquet"),
+                                   str(blocked / "t.csv"), str(tmp_path / "report"))
+    assert line.startswith("dlbench: 1 of 2 cell results are missing, and the table of the "
+                           "others could not be written: ")
+    assert "t.parquet" in line
