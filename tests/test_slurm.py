@@ -289,6 +289,31 @@ def test_memory_a_partition_or_a_time_slurm_would_refuse_is_refused_before_any_s
         subprocess.run([*limit, "MaxTime=INFINITE"], env=slurm.env, check=True, timeout=30)
 
 
+@pytest.mark.slow
+def test_a_cell_outliving_its_jobs_runtime_is_a_failed_row_not_a_lost_job(slurm,
+                                                                          tmp_path_factory):
+    """Jobs of one minute (runtime: 1): Slurm would end the job at its time limit, and the
+    cell with it, without a result, on every run. The launcher stops the cell a minute
+    earlier (here after 1 s): a failed row naming its limit, and a line before the run."""
+    workdir = new_workdir(tmp_path_factory, "short-jobs", {"studies": {"endless": {
+        "grid": {"model": "deep_mnist", "device": "cpu", "batch_size": 6,
+                 "num_batches": 10**6, "num_warmup_batches": 1}}}})
+    proc = subprocess.run(
+        snakemake_cmd(workdir, "--profile", str(SLURM_PROFILE), "--set-resources",
+                      "benchmark_pytorch:runtime=1",
+                      "--slurm-init-seconds-before-status-checks", "2"),
+        env=slurm.env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:] + slurm.logs()
+    assert ("dlbench config warning: study 'endless': timeout_s 3600 s is longer than its "
+            "cluster jobs may run (benchmark_pytorch runtime: 1 minutes): its cells are "
+            "stopped after 1 s (raise the runtime to give them longer, e.g. --set-resources "
+            "benchmark_pytorch:runtime=MINUTES)") in proc.stderr.splitlines()
+    ((study_name, _, status),) = cells_and_statuses(workdir)
+    assert (study_name, status) == ("endless", "failed")
+    row = pq.read_table(workdir / "results" / "benchmarks.parquet").to_pylist()[0]
+    assert row["error"].startswith("timed out after 1 s (timeout_s)"), row["error"]
+
+
 def processes_mentioning(text):
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):

@@ -78,3 +78,19 @@ def test_container_binds_cover_inputs_outside_the_working_directory(tmp_path):
     config["studies"]["o"]["grid"]["op_config"] = str(bad / "c.json")
     with pytest.raises(support.WorkflowConfigError, match="cannot be bound"):
         support.container_binds(config, cells(config), work, None)
+
+
+def test_a_cluster_jobs_runtime_bounds_its_cells_time_limit():
+    """A cell the scheduler stops at its job's time limit leaves no result; the launcher
+    stops it a minute before (a failed row). Only studies whose timeout_s is longer are
+    lowered, each named in a line; without a runtime nothing changes."""
+    timeouts = {"short": 600.0, "long": 14400.0}
+    assert support.job_timeouts(timeouts, None, "benchmark_pytorch") == (timeouts, {})
+    limits, lowered = support.job_timeouts(timeouts, 120, "benchmark_pytorch")
+    assert limits == {"short": 600.0, "long": 7140}
+    assert lowered == {"long": (
+        "study 'long': timeout_s 14400 s is longer than its cluster jobs may run "
+        "(benchmark_pytorch runtime: 120 minutes): its cells are stopped after 7140 s (raise "
+        "the runtime to give them longer, e.g. --set-resources "
+        "benchmark_pytorch:runtime=MINUTES)")}
+    assert support.job_timeouts(timeouts, 1, "r")[0] == {"short": 1, "long": 1}

@@ -87,6 +87,29 @@ def timeouts(config: Mapping[str, Any]) -> dict[str, float]:
             for name, spec in (config.get("studies") or {}).items()}
 
 
+# Seconds a cluster job keeps after its launcher's time limit: to stop the cell's runner and
+# record its failed row before the scheduler's own time limit ends the job.
+JOB_END_MARGIN_S = 60
+
+
+def job_timeouts(timeouts: Mapping[str, float], runtime_min: float | None,
+                 rule: str) -> tuple[dict[str, float], dict[str, str]]:
+    """Each study's launcher time limit in jobs that run at most ``runtime_min`` minutes
+    (``rule``'s runtime on a cluster; None: no limit): its timeout_s, or the job's time
+    less JOB_END_MARGIN_S where that is shorter. A cell the scheduler stops at its time
+    limit leaves no result (it would run again on every run); one its launcher stops is a
+    failed row. Also a line for each study whose limit was lowered."""
+    if not runtime_min or runtime_min <= 0:
+        return dict(timeouts), {}
+    cap = max(runtime_min * 60 - JOB_END_MARGIN_S, 1)
+    lowered = {name: (f"study '{name}': timeout_s {value:g} s is longer than its cluster "
+                      f"jobs may run ({rule} runtime: {runtime_min:g} minutes): its cells "
+                      f"are stopped after {cap:g} s (raise the runtime to give them longer, "
+                      f"e.g. --set-resources {rule}:runtime=MINUTES)")
+               for name, value in timeouts.items() if value > cap}
+    return {name: min(value, cap) for name, value in timeouts.items()}, lowered
+
+
 RETRY_STATUSES = ("failed", "oom", "skipped")
 
 

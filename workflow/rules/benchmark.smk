@@ -44,7 +44,7 @@ for fw, k in itertools.product(FRAMEWORKS_IN_USE, range(REPEAT_ROUNDS)):
             benchmark_slot=1,
             gpu=gpus_of,
             # The study's timeout_s: the launcher stops the cell after it.
-            timeout_s=cell_timeout(),
+            timeout_s=cell_timeout(fw.name),
         # Their values are what Snakemake records per result and compares (rerun-triggers:
         # params): a new parameter or a changed value reruns every finished cell.
         params:

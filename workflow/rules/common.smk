@@ -181,15 +181,48 @@ _retry_recorded_outcomes()
 
 
 @job_function
-def timeout_of(wildcards):
-    return math.ceil(TIMEOUTS[wildcards.study])
+@functools.cache
+def job_timeouts(framework):
+    """Each study's launcher time limit (seconds) in the framework's cell jobs, and a line
+    for each study whose limit the job's runtime lowered (support.job_timeouts): on a
+    cluster, a cell outliving its job's time would be stopped by the scheduler, without
+    a result; the launcher stops it first, and it becomes a failed row."""
+    # A cluster job's command is formatted again in the job, by Snakemake processes that
+    # see no cluster (not the main process) but the same settings.
+    if not (cluster_run() or not workflow.is_main_process):
+        return TIMEOUTS, {}
+    name = first_round_rule(framework)
+    runtime, _ = profile_settings(name).setting("runtime")
+    minutes = runtime if isinstance(runtime, (int, float)) else None
+    return support.job_timeouts(TIMEOUTS, minutes, name)
 
 
-def cell_timeout():
+def cell_timeout(framework):
     """The launcher's time limit (seconds): a constant when every study has the same one,
     so that Snakemake evaluates no function per job for it."""
-    values = set(TIMEOUTS.values())
-    return math.ceil(values.pop()) if len(values) == 1 else timeout_of
+    timeouts, _ = job_timeouts(framework)
+    values = set(timeouts.values())
+    if len(values) == 1:
+        return math.ceil(values.pop())
+
+    @job_function
+    def timeout_of(wildcards):
+        return math.ceil(timeouts[wildcards.study])
+
+    return timeout_of
+
+
+def _say_lowered_timeouts():
+    """One line per study whose cells' time limit its cluster jobs' runtime lowers (in the
+    main process only: a cluster job parses this file again)."""
+    if not (workflow.is_main_process and cluster_run()):
+        return
+    pairs = {(cell.study, cell.params["framework"]) for cell in CELLS}
+    for framework in sorted({fw for _, fw in pairs}):
+        _, lowered = job_timeouts(framework)
+        for name, line in sorted(lowered.items()):
+            if (name, framework) in pairs:
+                print(f"dlbench config warning: {line}", file=sys.stderr)
 
 
 def framework_python(framework):
@@ -560,6 +593,7 @@ def pending_cells():
 
 
 _refuse_what_slurm_would()
+_say_lowered_timeouts()
 
 
 def say_emulated(pending):

@@ -35,10 +35,10 @@ for fw in PROFILED_FRAMEWORKS:
         threads: cell_job_threads(fw.name)
         resources:
             **cell_job_resources(fw.name),
+            **per_node_gpu_resource(),
             # A profile perturbs the machine as much as a measurement: never beside one.
             benchmark_slot=1,
             gpu=gpus_of,
-            **per_node_gpu_resource(),
         params:
             launcher=literal(launcher_command(fw.name)),
             python=literal(runner_python(fw.name)),
