@@ -30,21 +30,23 @@ def test_nothing_is_written_when_every_planned_result_exists(tmp_path):
     """The run failed elsewhere (the aggregate's or the report's own job): their logs say
     why, and the table is not written twice."""
     planned = [result_file(tmp_path, "pytorch_a_00000001")]
-    parquet = tmp_path / "t.parquet"
-    assert incomplete_run.write(planned, [], str(parquet), str(tmp_path / "t.csv"),
-                                str(tmp_path / "report")) == []
-    assert not parquet.exists()
+    parquet, said = tmp_path / "t.parquet", []
+    incomplete_run.write(planned, [], str(parquet), str(tmp_path / "t.csv"),
+                         str(tmp_path / "report"), say=said.append)
+    assert said == [] and not parquet.exists()
 
 
 def test_the_results_there_are_make_the_table_and_the_report_names_the_missing(tmp_path):
     done = result_file(tmp_path, "pytorch_a_00000001")
     planned = [done, *planned_paths(tmp_path, "pytorch_b_00000002", "pytorch_c_00000003")]
-    parquet, report = tmp_path / "t.parquet", tmp_path / "report"
-    lines = incomplete_run.write(planned, [], str(parquet), str(tmp_path / "t.csv"),
-                                 str(report))
-    assert lines == [f"dlbench: 2 of 3 cell results are missing (their jobs failed: see "
-                     f"above); {parquet} (1 rows) and {report} hold the results there are; "
-                     "the next run measures the missing cells"]
+    parquet, report, said = tmp_path / "t.parquet", tmp_path / "report", []
+    incomplete_run.write(planned, [], str(parquet), str(tmp_path / "t.csv"), str(report),
+                         say=said.append)
+    assert said == [
+        "dlbench: 2 of 3 cell results are missing (their jobs failed: see above); writing "
+        "the table and report of the 1 results there are (Ctrl-C to skip)",
+        f"dlbench: {parquet} (1 rows) and {report} hold the results there are; the next run "
+        "measures the missing cells"]
     assert [r["cell_id"] for r in pq.read_table(parquet).to_pylist()] == ["pytorch_a_00000001"]
     page = (report / "index.html").read_text()
     assert "Incomplete run" in page
@@ -53,12 +55,11 @@ def test_the_results_there_are_make_the_table_and_the_report_names_the_missing(t
 
 
 def test_no_result_at_all_writes_no_table(tmp_path):
-    parquet = tmp_path / "t.parquet"
-    assert incomplete_run.write(planned_paths(tmp_path, "pytorch_a_00000001"), [],
-                                str(parquet), str(tmp_path / "t.csv"),
-                                str(tmp_path / "report")) == [
-        "dlbench: none of the 1 cell results were made (their jobs failed: see above); no "
-        "table was written"]
+    parquet, said = tmp_path / "t.parquet", []
+    incomplete_run.write(planned_paths(tmp_path, "pytorch_a_00000001"), [], str(parquet),
+                         str(tmp_path / "t.csv"), str(tmp_path / "report"), say=said.append)
+    assert said == ["dlbench: 1 of 1 cell results are missing (their jobs failed: see "
+                    "above); no result, no table written"]
     assert not parquet.exists()
 
 
@@ -74,10 +75,28 @@ def test_a_table_that_cannot_be_written_is_one_line(tmp_path):
     """The run has failed already: what went wrong here is said, not raised."""
     planned = [result_file(tmp_path, "pytorch_a_00000001"),
                *planned_paths(tmp_path, "pytorch_b_00000002")]
-    blocked = tmp_path / "file"
+    blocked, said = tmp_path / "file", []
     blocked.write_text("")
-    (line,) = incomplete_run.write(planned, [], str(blocked / "t.parquet"),
-                                   str(blocked / "t.csv"), str(tmp_path / "report"))
-    assert line.startswith("dlbench: 1 of 2 cell results are missing, and the table of the "
-                           "others could not be written: ")
-    assert "t.parquet" in line
+    incomplete_run.write(planned, [], str(blocked / "t.parquet"), str(blocked / "t.csv"),
+                         str(tmp_path / "report"), say=said.append)
+    assert said[-1].startswith("dlbench: the table and report of the results there are "
+                               "could not be written (written: nothing): ")
+    assert "t.parquet" in said[-1]
+
+
+def test_a_second_interrupt_stops_it_and_says_what_was_written(tmp_path, monkeypatch):
+    """Ctrl-C during the report (after the table): the table is new and whole, the report
+    as it was, and the line says so."""
+    from dlbench import report
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "render", interrupted)
+    planned = [result_file(tmp_path, "pytorch_a_00000001"),
+               *planned_paths(tmp_path, "pytorch_b_00000002")]
+    parquet, said = tmp_path / "t.parquet", []
+    incomplete_run.write(planned, [], str(parquet), str(tmp_path / "t.csv"),
+                         str(tmp_path / "report"), say=said.append)
+    assert said[-1] == f"dlbench: interrupted; written: {parquet} (1 rows)"
+    assert pq.read_table(parquet).num_rows == 1

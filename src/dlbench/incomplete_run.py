@@ -14,7 +14,8 @@ Framework-free: the workflow's main process calls it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from dlbench import aggregate, run_to_run
@@ -45,30 +46,46 @@ def note(absent: Sequence[str], planned: int) -> str:
             f"run measures the missing cells and writes both again. Missing: {names}{more}.")
 
 
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def write(planned: Sequence[str], others: Sequence[str], parquet: str, csv: str,
           report_dir: str, *, profiles_dir: str | None = None,
           baseline_system: str | None = None,
-          unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV) -> list[str]:
+          unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV,
+          say: Callable[[str], None] = _to_stderr) -> None:
     """Write the table and the report of the results there are where some of ``planned``
-    (this run's result files) are missing; ``others``: other systems' results. Returns
-    the lines to print (none when no planned result is missing: the run failed elsewhere,
-    and the failed job's own log says why). With no result at all, nothing is written."""
+    (this run's result files) are missing; ``others``: other systems' results. ``say``
+    gets a line before the work and one after it. Nothing is done (or said) when no
+    planned result is missing: the run failed elsewhere, and the failed job's own log says
+    why. With no result at all, nothing is written. It follows an interrupt as often as
+    not: a second Ctrl-C stops it, leaving each file whole (old or new)."""
     absent = missing(planned)
     if not absent:
-        return []
+        return
+    lacking = f"dlbench: {len(absent)} of {len(planned)} cell results are missing"
     present = [path for path in [*planned, *others] if Path(path).exists()]
     if not present:
-        return [f"dlbench: none of the {len(planned)} cell results were made (their jobs "
-                "failed: see above); no table was written"]
+        say(f"{lacking} (their jobs failed: see above); no result, no table written")
+        return
+    say(f"{lacking} (their jobs failed: see above); writing the table and report of the "
+        f"{len(present)} results there are (Ctrl-C to skip)")
+    written: list[str] = []
     try:
         table = aggregate.write(present, parquet, csv, unstable_cv=unstable_cv)
+        written.append(f"{parquet} ({table.num_rows} rows)")
         from dlbench import report  # altair: only where a report is written
 
         report.render(parquet, report_dir, profiles_dir=profiles_dir,
                       baseline_system=baseline_system, incomplete=note(absent, len(planned)))
+        written.append(report_dir)
+    except KeyboardInterrupt:
+        say(f"dlbench: interrupted; written: {', '.join(written) or 'nothing'}")
+        return
     except Exception as exc:  # noqa: BLE001 (the run has failed already: say why, go on)
-        return [f"dlbench: {len(absent)} of {len(planned)} cell results are missing, and the "
-                f"table of the others could not be written: {type(exc).__name__}: {exc}"]
-    return [f"dlbench: {len(absent)} of {len(planned)} cell results are missing (their jobs "
-            f"failed: see above); {parquet} ({table.num_rows} rows) and {report_dir} hold "
-            "the results there are; the next run measures the missing cells"]
+        say(f"dlbench: the table and report of the results there are could not be written "
+            f"(written: {', '.join(written) or 'nothing'}): {type(exc).__name__}: {exc}")
+        return
+    say(f"dlbench: {' and '.join(written)} hold the results there are; the next run "
+        "measures the missing cells")

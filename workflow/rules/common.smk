@@ -180,7 +180,6 @@ def _retry_recorded_outcomes():
 _retry_recorded_outcomes()
 
 
-@job_function
 @functools.cache
 def job_timeouts(framework):
     """Each study's launcher time limit (seconds) in the framework's cell jobs, and a line
@@ -350,9 +349,10 @@ _refuse_multi_node_locally()
 def _refuse_what_slurm_would():
     """On a cluster run, a cell whose job no set of the Slurm cluster's nodes can hold (more
     GPUs, CPUs or memory on a node than any has, a partition it does not have, more time
-    than its partitions allow) is refused in one line before any job is submitted: sbatch would refuse it, and Snakemake would end
-    the run without its table, or the job would wait in the queue for ever. Only cells
-    without a result are checked; where sinfo cannot tell, nothing is (dlbench.slurm_nodes).
+    than its partitions allow) is refused in one line before any job is submitted: sbatch
+    would refuse it, and Snakemake would end the run without its table, or the job would
+    wait in the queue for ever. Only cells without a result are checked; where sinfo
+    cannot tell, nothing is (dlbench.slurm_nodes).
     """
     if not (workflow.is_main_process and cluster_run()):
         return
@@ -644,7 +644,7 @@ def write_what_there_is():
     a run that started jobs (onstart), in the main process."""
     if not (PROGRESS and workflow.is_main_process):
         return
-    lines = dlbench_incomplete_run.write(
+    dlbench_incomplete_run.write(
         CELL_RESULT_FILES,
         other_systems_result_files(),
         "results/benchmarks.parquet",
@@ -654,8 +654,6 @@ def write_what_there_is():
         baseline_system=config.get("baseline_system"),
         unstable_cv=UNSTABLE_CV,
     )
-    for line in lines:
-        print(line, file=sys.stderr)
 
 
 onerror:
