@@ -313,7 +313,8 @@ def monitor_check(res: dict[str, Any] | None) -> Check:
 
 def calibration_check(res: dict[str, Any] | None) -> Check:
     """The calibration's bf16 GEMM and copy bandwidth against the vendor's peak table: a
-    measured ceiling above the datasheet, or below a third of it, is not believable."""
+    measured ceiling above the datasheet, or below a third of it, is not believable. Where
+    the GPU has FP8 tensor cores, the fp8 GEMM must also stay under its peak and beat bf16."""
     from dlbench import peaks
 
     if not res or res.get("status") != "ok":
@@ -328,9 +329,19 @@ def calibration_check(res: dict[str, Any] | None) -> Check:
     gemm, copy = best.get("gemm_bfloat16"), best.get("copy_float32")
     ok = bool(gemm and copy) and (peak is None or peak / 3 <= gemm <= peak * 1.02) and \
         (bandwidth is None or bandwidth / 3 <= copy <= bandwidth * 1.02)
+    fp8, fp8_peak = best.get("gemm_float8"), peaks.peak_tflops(device, "float8")
+    if fp8:
+        ok = ok and fp8 > (gemm or 0) and (fp8_peak is None or fp8 <= fp8_peak * 1.02)
+    if fp8:
+        fp8_words = f"; fp8 GEMM {fp8:,.0f} of {fp8_peak or '?'}"
+    elif "float8" in (res["extra"].get("unsupported_precisions_not_measured") or []):
+        fp8_words = "; no fp8 tensor cores"
+    else:
+        fp8_words = ""
     return Check("calibration: measured ceilings", verdict(ok),
                  f"bf16 GEMM {gemm or 0:,.0f} TFLOP/s of {peak or '?'} peak; copy "
-                 f"{copy or 0:,.0f} GB/s of {bandwidth or '?'}", {"best": best, "device": device})
+                 f"{copy or 0:,.0f} GB/s of {bandwidth or '?'}{fp8_words}",
+                 {"best": best, "device": device})
 
 
 def facts_of(path: Path, name: str, not_run: Mapping[str, str]) -> dict[str, Any] | None:

@@ -164,6 +164,36 @@ def test_calibration_runner_measures_gemm_and_stream_on_this_cpu(tmp_path):
         [p for p in ("bfloat16", "float16") if p in emulated]
 
 
+def test_the_float8_gemm_kernel_computes_the_product_its_work_counts_on_this_cpu():
+    """The FP8 ceiling's kernel (torch._scaled_mm, e4m3 operands, bfloat16 output) runs on
+    the CPU too: its result is the product of its operands, its FLOPs and bytes are those
+    of an n x n GEMM of one-byte operands. Its speed on FP8 tensor cores, and the sweep
+    that measures it (GPUs of capability 8.9 or newer), are exercised only where a GPU is
+    lent; no CPU is sent to it."""
+    import torch
+
+    from dlbench.calibrate import kernels
+
+    n, device = 32, torch.device("cpu")
+    assert not kernels.float8_supported(device)
+    assert "float8" not in kernels.GEMM_PRECISIONS["cpu"]
+    kernel = kernels.gemm(n, "float8", device)
+    assert (kernel.name, kernel.flops, kernel.bytes) == (
+        "gemm_float8_32", 2.0 * n**3, 2.0 * n * n + 2.0 * n * n)
+    kernel.run()
+    # The operands and the output, from the closure's cells (what run multiplies).
+    cells = dict(zip(kernel.run.__code__.co_freevars,
+                     (c.cell_contents for c in kernel.run.__closure__), strict=True))
+    a, b, out = cells["a"], cells["b"], cells["out"]
+    assert a.dtype == b.dtype == torch.float8_e4m3fn and out.dtype == torch.bfloat16
+    expected = a.float() @ b.float()
+    assert torch.allclose(out.float(), expected, rtol=1e-2, atol=1e-2)
+    # Uniform [0, 1) rounded to e4m3: within [0, 1], and not one value repeated.
+    assert float(a.float().min()) >= 0.0 and float(a.float().max()) <= 1.0
+    assert len(torch.unique(a.float())) > 10
+    assert kernel.facts["data"] == "uniform [0, 1)"
+
+
 # -- efficiency columns -------------------------------------------------------------------
 
 

@@ -130,6 +130,34 @@ def test_monitor_and_summary(gpu_acceptance):
     assert "| b | 2 | fail |" in text and "1 failed." in text
 
 
+def test_calibration_verdict_follows_the_ceilings_against_the_vendors_peaks(gpu_acceptance):
+    """An H100's figures as it gave them (bf16 761 of 989.4 TFLOP/s, copy 2,965 of
+    3,350 GB/s) pass; an fp8 ceiling slower than bf16, or above its peak, fails; a GPU
+    without fp8 says so and is judged on the rest."""
+    def result(**tflops):
+        measurements = [{"name": f"gemm_{p}_8192", "tflops": v} for p, v in tflops.items()]
+        measurements.append({"name": "copy_float32_268435456", "gbps": 2965.0})
+        return {"status": "ok", "measurements": measurements, "extra": {},
+                "environment": {"gpu_models": ["NVIDIA H100 80GB HBM3"]}}
+
+    check = gpu_acceptance.calibration_check(result(bfloat16=761.0))
+    assert check.verdict == "pass", check.figure
+    assert check.figure.startswith("bf16 GEMM 761 TFLOP/s of 989.4 peak; copy 2,965 GB/s")
+    check = gpu_acceptance.calibration_check(result(bfloat16=761.0, float8=1310.0))
+    assert check.verdict == "pass" and check.figure.endswith("; fp8 GEMM 1,310 of 1978.9")
+    assert gpu_acceptance.calibration_check(result(bfloat16=761.0, float8=700.0)).verdict == \
+        "fail"
+    assert gpu_acceptance.calibration_check(result(bfloat16=761.0, float8=2100.0)).verdict == \
+        "fail"
+    assert gpu_acceptance.calibration_check(result(bfloat16=1100.0)).verdict == "fail"
+    no_fp8 = result(bfloat16=250.0)
+    no_fp8["extra"]["unsupported_precisions_not_measured"] = ["float8"]
+    no_fp8["environment"]["gpu_models"] = ["NVIDIA A100-SXM4-80GB"]
+    no_fp8["measurements"][-1]["gbps"] = 1700.0  # of its 2,039
+    check = gpu_acceptance.calibration_check(no_fp8)
+    assert check.verdict == "pass" and check.figure.endswith("; no fp8 tensor cores"), check
+
+
 def test_a_spent_budget_skips_the_rest_saying_so_and_everything_is_archived(
         gpu_acceptance, tmp_path, monkeypatch):
     """The commands are stand-ins (a GPU is not exercised): the first sleeps past the

@@ -21,8 +21,11 @@ import torch
 # dlbench precision -> the dtype of the operands; tf32 is float32 with TF32 matmuls.
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "tf32": torch.float32,
           "float16": torch.float16, "bfloat16": torch.bfloat16}
-GEMM_PRECISIONS = {"gpu": ("float64", "float32", "tf32", "float16", "bfloat16"),
+GEMM_PRECISIONS = {"gpu": ("float64", "float32", "tf32", "float16", "bfloat16", "float8"),
                    "cpu": ("float64", "float32", "bfloat16", "float16")}
+# FP8 matmuls (torch._scaled_mm) need tensor cores of compute capability 8.9 (Ada, Hopper)
+# or newer; the vendors' fp8 peaks are for e4m3 with higher-precision accumulation.
+FLOAT8_CAPABILITY = (8, 9)
 # Sizes of the sweep: large enough to reach the plateau of each device, small enough for a
 # calibration to take seconds (a 2-core CPU does about 0.1 TFLOP/s in float32).
 GEMM_SIZES = {"gpu": (2048, 4096, 8192, 16384), "cpu": (256, 512, 1024)}
@@ -46,7 +49,35 @@ class Kernel:
         return f"{self.benchmark}_{self.precision}_{self.size}"
 
 
+def float8_supported(device: torch.device) -> bool:
+    """Whether ``device`` multiplies FP8 matrices (a CUDA GPU of capability 8.9 or newer)."""
+    return (device.type == "cuda" and hasattr(torch, "float8_e4m3fn")
+            and torch.cuda.get_device_capability(device) >= FLOAT8_CAPABILITY)
+
+
+def gemm_float8(n: int, device: torch.device) -> Kernel:
+    """C = A @ B in FP8 (e4m3) with bfloat16 output and per-tensor scales of 1, as FP8
+    training and inference run it (torch._scaled_mm, which takes B column-major): 2 n^3
+    FLOPs, two n x n operands of one byte and a bfloat16 result. The values are the other
+    GEMMs' uniform [0, 1) data, rounded to e4m3."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    a = torch.rand(n, n, device=device, generator=gen).to(torch.float8_e4m3fn)
+    b = torch.rand(n, n, device=device, generator=gen).to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device=device)
+    out = torch.empty(n, n, dtype=torch.bfloat16, device=device)
+
+    def run() -> None:
+        torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, out=out)
+
+    return Kernel("gemm", "float8", n, run, flops=2.0 * n**3,
+                  bytes=2.0 * n * n * a.element_size() + n * n * out.element_size(),
+                  facts={"data": "uniform [0, 1)",
+                         "float8": "e4m3fn operands, per-tensor scales, bfloat16 output"})
+
+
 def gemm(n: int, precision: str, device: torch.device) -> Kernel:
+    if precision == "float8":
+        return gemm_float8(n, device)
     dtype = DTYPES[precision]
     gen = torch.Generator(device=device).manual_seed(0)
     a = torch.rand(n, n, dtype=dtype, device=device, generator=gen)

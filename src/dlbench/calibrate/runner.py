@@ -97,7 +97,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     device = torch.device("cuda" if args.device == "gpu" else "cpu")
     res["environment"] = torch_environment.collect(device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    from dlbench.calibrate.kernels import GEMM_PRECISIONS
+    from dlbench.calibrate.kernels import GEMM_PRECISIONS, float8_supported
 
     # A precision this CPU emulates runs tens of times slower than its native ones: a
     # sweep of it would take minutes, and one small size is no ceiling. Said, not measured.
@@ -105,6 +105,9 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     emulated = [p for p in GEMM_PRECISIONS[args.device] if p not in precisions]
     if emulated:
         res["extra"]["emulated_precisions_not_measured"] = emulated
+    if "float8" in precisions and not float8_supported(device):
+        precisions.remove("float8")  # no FP8 tensor cores: no FP8 ceiling to measure
+        res["extra"]["unsupported_precisions_not_measured"] = ["float8"]
     skipped = []
     for build in kernels(args, device, precisions):
         kernel = None

@@ -13,7 +13,7 @@ from dlbench.aggregate import TableError, read_table, with_every_column
 # The columns every section relies on; the others are used where present.
 REQUIRED_COLUMNS = ("study", "cell_id", "kind", "status", "error", "source")
 # Preferred orders, so that every chart lists precisions and phases the same way.
-PRECISION_ORDER = ("float64", "float32", "tf32", "bfloat16", "float16")
+PRECISION_ORDER = ("float64", "float32", "tf32", "bfloat16", "float16", "float8")
 PHASE_ORDER = ("training", "inference")
 STATUS_ORDER = ("ok", "oom", "failed", "skipped")
 
