@@ -6,10 +6,10 @@ the cluster does not have, is refused by ``sbatch``: Snakemake then fails the jo
 submission, and with it the run's table and report (they wait for every cell). A job asking
 more CPUs on a node than any node has (the profile's set-threads or cpus_per_gpu), or more
 time than any partition allows (runtime), may be accepted and then wait in the queue for
-ever. Checked against ``sinfo`` first, each is one
-line naming the study and the field, before anything runs. Where ``sinfo`` is missing
-or says nothing (another scheduler, no controller reachable) nothing is checked: the
-check may only refuse what Slurm would refuse.
+ever. Checked against ``sinfo`` first, each is one line naming the study and the field,
+before anything runs. Where ``sinfo`` is missing or says nothing (another scheduler, no
+controller reachable) nothing is checked: the check may only refuse what Slurm would
+refuse.
 
 Framework-free: the workflow's main process calls it.
 """

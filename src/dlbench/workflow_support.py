@@ -291,19 +291,19 @@ def partition_setting(value: Any) -> tuple[str, ...]:
 class RuleSettings:
     """What set-threads and set-resources (a profile's, or the command line's) give a rule,
     and the run's default-resources (``defaults``, plain values); ``partitions``: the
-    rule's slurm_partition, else the default one (``partitions_from`` says which)."""
+    rule's slurm_partition, else the default one (``partition_from`` says which)."""
 
     threads: int | None = None
     resources: Mapping[str, int | float | str] = field(default_factory=dict)
     defaults: Mapping[str, int | float | str] = field(default_factory=dict)
     partitions: tuple[str, ...] = ()
-    partitions_from: str = ""
+    partition_from: str = ""
 
-    def setting(self, name: str) -> tuple[int | float | str | None, str]:
-        """A resource as the rule's job gets it (set-resources, else default-resources),
-        and where it comes from."""
+    def setting(self, name: str, rule: str) -> tuple[int | float | str | None, str]:
+        """A resource as ``rule``'s job gets it (set-resources, else default-resources),
+        and where it comes from (the rule's name, or "default-resources")."""
         if name in self.resources:
-            return self.resources[name], "rule"
+            return self.resources[name], rule
         return self.defaults.get(name), "default-resources"
 
 
@@ -317,13 +317,13 @@ def rule_settings(overwrite_threads: Mapping[str, Any], overwrite_resources: Map
                   ) -> RuleSettings:
     threads = plain_setting(overwrite_threads.get(rule))
     own = overwrite_resources.get(rule) or {}
-    partitions, partitions_from = partition_setting(own.get("slurm_partition")), rule
+    partitions, partition_from = partition_setting(own.get("slurm_partition")), rule
     if not partitions:
         partitions = partition_setting((default_resources or {}).get("slurm_partition"))
-        partitions_from = "default-resources"
+        partition_from = "default-resources"
     return RuleSettings(threads if isinstance(threads, int) else None, _plain_resources(own),
                         _plain_resources(default_resources), partitions,
-                        f"{partitions_from} slurm_partition" if partitions else "")
+                        f"{partition_from} slurm_partition" if partitions else "")
 
 
 def job_cpus(cell: study.Cell, rule: str, threads: int,
@@ -333,9 +333,8 @@ def job_cpus(cell: study.Cell, rule: str, threads: int,
     give cpus_per_gpu (the Slurm executor's --cpus-per-gpu), else the job's threads
     (--cpus-per-task)."""
     gpus = gpus_per_node(cell)
-    per_gpu, source = settings.setting("cpus_per_gpu")
+    per_gpu, where = settings.setting("cpus_per_gpu", rule)
     if gpus and isinstance(per_gpu, int) and per_gpu > 0:
-        where = rule if source == "rule" else source
         return gpus * per_gpu, f"{where} cpus_per_gpu: {per_gpu} x {gpus} GPU(s)"
     return threads, f"{rule} threads: {threads}"
 
@@ -344,13 +343,11 @@ def job_memory(rule: str, cpus: int, settings: RuleSettings) -> tuple[int, str]:
     """The memory (MB) a cell's job asks on each node, and the setting that asks for it:
     mem_mb_per_cpu x its CPUs where given (the Slurm executor's --mem-per-cpu, which it
     prefers), else mem_mb (--mem); (0, '') where neither is a number."""
-    per_cpu, source = settings.setting("mem_mb_per_cpu")
+    per_cpu, where = settings.setting("mem_mb_per_cpu", rule)
     if isinstance(per_cpu, int | float) and per_cpu > 0 and cpus:
-        where = rule if source == "rule" else source
         return int(per_cpu * cpus), f"{where} mem_mb_per_cpu: {per_cpu:g} x {cpus} CPUs"
-    mem, source = settings.setting("mem_mb")
+    mem, where = settings.setting("mem_mb", rule)
     if isinstance(mem, int | float) and mem > 0:
-        where = rule if source == "rule" else source
         return int(mem), f"{where} mem_mb: {mem:g}"
     return 0, ""
 
@@ -361,12 +358,12 @@ def job_request(cell: study.Cell, rule: str, threads: int,
     ``threads`` and the profile's ``settings``."""
     cpus, cpus_from = job_cpus(cell, rule, threads, settings)
     mem_mb, mem_from = job_memory(rule, cpus, settings)
-    minutes, source = settings.setting("runtime")  # minutes, as Snakemake holds it
+    minutes, where = settings.setting("runtime", rule)  # minutes, as Snakemake holds it
     minutes = int(minutes) if isinstance(minutes, int | float) and minutes > 0 else 0
-    minutes_from = f"{rule if source == 'rule' else source} runtime" if minutes else ""
+    minutes_from = f"{where} runtime" if minutes else ""
     return slurm_nodes.Request(
         cell.study, num_nodes(cell), gpus_per_node(cell), cpus, cpus_from, mem_mb, mem_from,
-        settings.partitions, settings.partitions_from, minutes, minutes_from)
+        settings.partitions, settings.partition_from, minutes, minutes_from)
 
 
 def check_cluster_nodes(cells: Iterable[study.Cell], nodes: Sequence[slurm_nodes.Node],

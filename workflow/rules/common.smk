@@ -191,7 +191,7 @@ def job_timeouts(framework):
     if not (cluster_run() or not workflow.is_main_process):
         return TIMEOUTS, {}
     name = first_round_rule(framework)
-    runtime, _ = profile_settings(name).setting("runtime")
+    runtime, _ = profile_settings(name).setting("runtime", name)
     minutes = runtime if isinstance(runtime, (int, float)) else None
     return support.job_timeouts(TIMEOUTS, minutes, name)
 
