@@ -52,6 +52,9 @@ def test_the_results_there_are_make_the_table_and_the_report_names_the_missing(t
     assert "Incomplete run" in page
     assert "2 of 3 cell results were not made" in page
     assert "Missing: s/pytorch_b_00000002, s/pytorch_c_00000003." in page
+    # The header counts them: 3 cells, 1 ok, 2 missing.
+    assert ('<div class="card"><div class="num">3</div><div class="lbl">cells</div>' in page
+            and '<div class="num">2</div><div class="lbl">missing</div>' in page)
 
 
 def test_no_result_at_all_writes_no_table(tmp_path):

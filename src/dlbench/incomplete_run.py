@@ -78,7 +78,8 @@ def write(planned: Sequence[str], others: Sequence[str], parquet: str, csv: str,
         from dlbench import report  # altair: only where a report is written
 
         report.render(parquet, report_dir, profiles_dir=profiles_dir,
-                      baseline_system=baseline_system, incomplete=note(absent, len(planned)))
+                      baseline_system=baseline_system,
+                      incomplete=report.Incomplete(len(absent), note(absent, len(planned))))
         written.append(report_dir)
     except KeyboardInterrupt:
         say(f"dlbench: interrupted; written: {', '.join(written) or 'nothing'}")

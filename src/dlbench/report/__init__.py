@@ -10,6 +10,7 @@ The new report replaces the previous one whole or not at all (``report.output``)
 from __future__ import annotations
 
 import datetime as _dt
+from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
@@ -134,19 +135,28 @@ def empty_section(parquet_path: str | Path) -> Section:
     return Section("empty", "No results", "", [f'<p class="note">{escape(text)}</p>'])
 
 
-def incomplete_section(text: str) -> Section:
-    """What the page says first when the run that wrote it had cells without a result
-    (dlbench.incomplete_run)."""
-    return Section("incomplete", "Incomplete run", "", [f'<p class="note">{escape(text)}</p>'])
+@dataclass(frozen=True)
+class Incomplete:
+    """Cells the run writing the report got no result for (dlbench.incomplete_run): how
+    many, and what the page says of them first."""
+
+    missing: int
+    note: str
+
+
+def incomplete_section(incomplete: Incomplete) -> Section:
+    return Section("incomplete", "Incomplete run", "",
+                   [f'<p class="note">{escape(incomplete.note)}</p>'])
 
 
 def render(parquet_path: str | Path, outdir: str | Path,
            profiles_dir: str | Path | None = None,
-           baseline_system: str | None = None, incomplete: str | None = None) -> list[Path]:
+           baseline_system: str | None = None,
+           incomplete: Incomplete | None = None) -> list[Path]:
     """Write the report of ``parquet_path`` into ``outdir``; return the files written.
     ``profiles_dir``: the profiles' root (``<tool>/<study>/<cell>`` folders), if any;
-    ``baseline_system``: the system the others are compared with; ``incomplete``: what to
-    say first of cells the run did not measure, if any."""
+    ``baseline_system``: the system the others are compared with; ``incomplete``: the
+    cells the run did not measure, if any (counted in the header, named first)."""
     frame = load(parquet_path)
     outdir = Path(outdir)
     if frame.empty:
@@ -163,7 +173,8 @@ def render(parquet_path: str | Path, outdir: str | Path,
         title=TITLE, studies=[str(s) for s in ordered(frame["study"])],
         meta=f"Generated {generated} from {Path(parquet_path).name} "
              f"({len(frame)} rows).",
-        cards=tables.status_cards(frame), sections=parts, specs=specs,
+        cards=tables.status_cards(frame, incomplete.missing if incomplete else 0),
+        sections=parts, specs=specs,
         bundle=javascript_bundle() if specs else "", data=packed, uses=uses, tables=numbers)
     # The images are drawn from the same rounded rows as the page's charts, those its
     # dropdowns show first (the rest would be filtered out by the chart anyway); each

@@ -31,6 +31,7 @@ header .meta { margin:0 0 18px; color:#dbe6f3; font-size:13px; }
 .card .lbl { font-size:12px; color:var(--muted); text-transform:uppercase; letter-spacing:.6px; }
 .card.status-ok { border-top-color:#3b9c57; } .card.status-oom { border-top-color:#e39b1b; }
 .card.status-failed { border-top-color:#d64545; } .card.status-skipped { border-top-color:#9aa5b1; }
+.card.status-missing { border-top-color:#7b5ea7; }
 nav { background:#fff; border-bottom:1px solid var(--line); position:sticky; top:0; z-index:5; }
 nav a { display:inline-block; padding:10px 12px; color:var(--accent); text-decoration:none;
   font-size:14px; }

@@ -44,8 +44,12 @@ def status_counts(frame: pd.DataFrame) -> dict[str, int]:
     return {s: int(counts[s]) for s in ordered(list(counts.index), STATUS_ORDER)}
 
 
-def status_cards(frame: pd.DataFrame) -> str:
+def status_cards(frame: pd.DataFrame, missing: int = 0) -> str:
+    """The header's counts: cells in the table by status, and ``missing``: cells the run
+    that wrote the report planned but got no result for (dlbench.incomplete_run)."""
     counts = status_counts(frame)
+    if missing:
+        counts["missing"] = missing
     total = sum(counts.values())
     cards = [f'<div class="card"><div class="num">{total}</div><div class="lbl">cells</div></div>']
     cards += [f'<div class="card status-{escape(s)}"><div class="num">{n}</div>'
