@@ -31,8 +31,8 @@ def missing(planned: Sequence[str | Path]) -> list[str]:
 
 def cell_name(path: str) -> str:
     """``results/<system>/<study>/cells/<cell>.json`` -> ``<study>/<cell>``."""
-    parts = Path(path).with_suffix("").parts
-    return "/".join(parts[-3::2]) if len(parts) >= 3 else str(path)
+    result = Path(path)
+    return f"{result.parents[1].name}/{result.stem}"
 
 
 def note(absent: Sequence[str], planned: int) -> str:
@@ -56,7 +56,8 @@ def write(planned: Sequence[str], others: Sequence[str], parquet: str, csv: str,
           unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV,
           say: Callable[[str], None] = _to_stderr) -> None:
     """Write the table and the report of the results there are where some of ``planned``
-    (this run's result files) are missing; ``others``: other systems' results. ``say``
+    (this run's result files) are missing; ``others``: other systems' result files found
+    under results/ (dlbench.systems.result_files). ``say``
     gets a line before the work and one after it. Nothing is done (or said) when no
     planned result is missing: the run failed elsewhere, and the failed job's own log says
     why. With no result at all, nothing is written. It follows an interrupt as often as
@@ -65,7 +66,8 @@ def write(planned: Sequence[str], others: Sequence[str], parquet: str, csv: str,
     if not absent:
         return
     lacking = f"dlbench: {len(absent)} of {len(planned)} cell results are missing"
-    present = [path for path in [*planned, *others] if Path(path).exists()]
+    gone = set(absent)  # each planned file is looked at once; others were just found
+    present = [*(str(path) for path in planned if str(path) not in gone), *others]
     if not present:
         say(f"{lacking} (their jobs failed: see above); no result, no table written")
         return
