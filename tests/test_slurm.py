@@ -290,6 +290,45 @@ def test_memory_a_partition_or_a_time_slurm_would_refuse_is_refused_before_any_s
 
 
 @pytest.mark.slow
+def test_cpus_or_memory_beyond_the_partitions_limits_are_refused_before_any_submission(
+        slurm, tmp_path_factory):
+    """With the partition's MaxCPUsPerNode at 8 and MaxMemPerNode at 8000, sbatch accepts
+    the profile's job (16 CPUs, 16000 MB) and Slurm holds it for ever (measured: reasons
+    PartitionConfig and MaxMemPerLimit), which sinfo does not tell: read from scontrol
+    show partition, each limit is one line, and nothing is submitted."""
+    workdir = new_workdir(tmp_path_factory, "partition-limits", {"studies": {"held": {
+        "grid": {"model": "deep_mnist", "device": "cpu", "batch_size": 6}}}})
+    limit = ("scontrol", "update", "PartitionName=debug")
+    refusals = {
+        "MaxCPUsPerNode=8": (
+            "dlbench config error: study 'held': benchmark_pytorch threads: 16 asks 16 CPUs "
+            "on a node, but partition 'debug' allows at most 8 (MaxCPUsPerNode, scontrol show "
+            "partition); the job would wait in the queue for ever (lower it, e.g. "
+            "--set-threads or --set-resources on the command line)"),
+        "MaxMemPerNode=8000": (
+            "dlbench config error: study 'held': default-resources mem_mb: 16000 asks 16000 "
+            "MB of memory on a node, but partition 'debug' allows at most 8000 "
+            "(MaxMemPerNode, scontrol show partition); the job would wait in the queue for "
+            "ever (lower it, e.g. --set-resources or --default-resources on the command "
+            "line)"),
+    }
+    try:
+        for setting, line in refusals.items():
+            subprocess.run([*limit, setting], env=slurm.env, check=True, timeout=30)
+            proc = subprocess.run(snakemake_cmd(workdir, "--profile", str(SLURM_PROFILE)),
+                                  env=slurm.env, capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 1, proc.stderr[-3000:]
+            assert line in proc.stderr.splitlines(), proc.stderr[-3000:]
+            assert slurm.queue() == [] and not (workdir / "results").exists()
+            subprocess.run([*limit, "MaxCPUsPerNode=UNLIMITED"], env=slurm.env, check=True,
+                           timeout=30)
+    finally:
+        # MaxMemPerNode takes no UNLIMITED (scontrol refuses it): the node's memory.
+        for setting in ("MaxCPUsPerNode=UNLIMITED", "MaxMemPerNode=64000"):
+            subprocess.run([*limit, setting], env=slurm.env, check=True, timeout=30)
+
+
+@pytest.mark.slow
 def test_a_cell_outliving_its_jobs_runtime_is_a_failed_row_not_a_lost_job(slurm,
                                                                           tmp_path_factory):
     """Jobs of one minute (runtime: 1): Slurm would end the job at its time limit, and the

@@ -9,7 +9,7 @@ import pytest
 
 from dlbench import slurm_nodes, study
 from dlbench import workflow_support as support
-from dlbench.slurm_nodes import Node, Request
+from dlbench.slurm_nodes import Limits, Node, Request
 
 
 @pytest.mark.parametrize(("gres", "gpus"), [
@@ -255,3 +255,76 @@ def test_the_memory_and_partition_of_a_job_come_from_the_rule_else_the_defaults(
     # An expression is not evaluated here: nothing is checked.
     assert support.partition_setting(text("slurm_partition", "'gpu' if attempt else 'x'")) == ()
     assert support.partition_setting(None) == () and support.partition_setting("a") == ("a",)
+
+
+SCONTROL = (
+    "PartitionName=gpu AllowGroups=ALL Default=NO MaxNodes=2 MaxTime=2-00:00:00 MinNodes=0 "
+    "MaxCPUsPerNode=UNLIMITED Nodes=g[1-2] State=UP TotalCPUs=128 DefMemPerNode=UNLIMITED "
+    "MaxMemPerNode=256000 TRES=cpu=128,mem=750G,node=2\n"
+    "PartitionName=cpu Default=YES MaxNodes=UNLIMITED MinNodes=1 MaxCPUsPerNode=32 "
+    "Nodes=c[1-2] MaxMemPerCPU=4000 TRES=cpu=256\n"
+    "PartitionName=all MaxNodes=UNLIMITED MinNodes=2 MaxCPUsPerNode=UNLIMITED "
+    "MaxMemPerNode=1T\n\nno partition here\n")
+LIMITS = {"gpu": Limits(max_nodes=2, max_mem_per_node_mb=256000),
+          "cpu": Limits(min_nodes=1, max_cpus_per_node=32),
+          "all": Limits(min_nodes=2, max_mem_per_node_mb=1024 ** 2)}
+
+
+def test_partition_limits_as_scontrol_prints_them():
+    """One line a partition; UNLIMITED is no limit; MaxMemPerCPU is not read (Slurm raises
+    such a job's CPUs instead of holding it)."""
+    assert slurm_nodes.parse_partitions(SCONTROL) == LIMITS
+    asked = []
+    assert slurm_nodes.read_partition_limits(
+        lambda argv: asked.append(argv) or SCONTROL) == LIMITS
+    assert asked == [slurm_nodes.SCONTROL_PARTITIONS]
+
+    def failing(argv):
+        raise subprocess.CalledProcessError(1, argv, "", "scontrol: error: no controller")
+
+    assert slurm_nodes.read_partition_limits(failing) == {}
+
+
+def test_a_job_beyond_every_partition_limit_is_refused_naming_the_setting_and_the_limit():
+    """Measured on a real Slurm: a job above a partition's MaxNodes, MaxCPUsPerNode or
+    MaxMemPerNode, or below its MinNodes, is accepted and pends for ever
+    (PartitionNodeLimit, PartitionConfig, MaxMemPerLimit). Refused where no partition
+    that could run it takes it; one that does, or one scontrol did not describe, is
+    enough."""
+    def check(request, limits=LIMITS):
+        return slurm_nodes.refusal([request], PARTITIONED, limits)
+
+    wait = "; the job would wait in the queue for ever"
+    assert check(Request("s", 2, 4, partitions=("gpu",))) is None
+    assert check(Request("s", 1, 4, 16, "t", 300000, "benchmark_pytorch mem_mb: 300000",
+                         ("gpu",))) == (
+        "study 's': benchmark_pytorch mem_mb: 300000 asks 300000 MB of memory on a node, but "
+        "partition 'gpu' allows at most 256000 (MaxMemPerNode, scontrol show partition)"
+        f"{wait} (lower it, e.g. --set-resources or --default-resources on the command "
+        "line)")
+    # 100 CPUs, on c1 or c2 only: 'cpu' allows 32 on a node, 'all' takes only jobs of two
+    # nodes or more.
+    fat = Request("s", 1, 0, 100, "benchmark_pytorch threads: 100")
+    assert check(fat) == (
+        "study 's': num_nodes: 1 asks 1 nodes, but partition 'all' takes at least 2 "
+        "(MinNodes, scontrol show partition), nor does any other partition take it ('cpu' "
+        f"MaxCPUsPerNode 32){wait}")
+    assert check(Request("s", 1, 0, 100, "benchmark_pytorch threads: 100",
+                         partitions=("cpu",), partition_from="p")) == (
+        "study 's': benchmark_pytorch threads: 100 asks 100 CPUs on a node, but partition "
+        "'cpu' allows at most 32 (MaxCPUsPerNode, scontrol show partition)"
+        f"{wait} (lower it, e.g. --set-threads or --set-resources on the command line)")
+    assert check(Request("s", 2, 0, 100, "t")) is None  # 'all' takes two nodes
+    # Two hours: not in 'cpu' (an hour at most), and 'all' wants two nodes.
+    assert check(Request("s", 1, 0, 100, "t", minutes=120, minutes_from="r")) == (
+        "study 's': num_nodes: 1 asks 1 nodes, but partition 'all' takes at least 2 "
+        f"(MinNodes, scontrol show partition){wait}")
+    assert check(fat, {**LIMITS, "all": Limits()}) is None
+    assert check(fat, {"cpu": LIMITS["cpu"]}) is None  # 'all' not described: not checked
+    assert check(fat, {}) is None
+    assert check(Request("s", 3, 4, partitions=("gpu",))) is not None  # the nodes first
+    with pytest.raises(support.WorkflowConfigError, match="'gpu' allows at most 2 .MaxNodes"):
+        support.check_cluster_nodes(
+            study.expand_config({"studies": {"s": {"grid": {
+                "model": "resnet50", "num_gpus": 4, "num_nodes": 3}}}}),
+            PARTITIONED * 2, limits={"gpu": LIMITS["gpu"]})

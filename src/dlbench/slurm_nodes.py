@@ -6,10 +6,13 @@ the cluster does not have, is refused by ``sbatch``: Snakemake then fails the jo
 submission, and with it the run's table and report (they wait for every cell). A job asking
 more CPUs on a node than any node has (the profile's set-threads or cpus_per_gpu), or more
 time than any partition allows (runtime), may be accepted and then wait in the queue for
-ever. Checked against ``sinfo`` first, each is one line naming the study and the field,
-before anything runs. Where ``sinfo`` is missing or says nothing (another scheduler, no
-controller reachable) nothing is checked: the check may only refuse what Slurm would
-refuse.
+ever. So does a job beyond a limit of its partition that sinfo does not print (``scontrol
+show partition``: MaxNodes, MinNodes, MaxCPUsPerNode, MaxMemPerNode; measured: pending with
+reason PartitionNodeLimit, PartitionConfig or MaxMemPerLimit). Checked against ``sinfo``
+and ``scontrol`` first, each is one line naming the study and the field, before anything
+runs. Where either is missing or says nothing (another scheduler, no controller reachable)
+nothing of its is checked: the check may only refuse what Slurm would refuse.
+(MaxMemPerCPU is not a refusal: Slurm raises such a job's CPUs per task instead.)
 
 Framework-free: the workflow's main process calls it.
 """
@@ -27,6 +30,10 @@ from dataclasses import dataclass, field
 SINFO = ["sinfo", "--noheader", "--Node", "--format=%N|%G|%c|%m|%P|%l"]
 # A GRES item's socket binding, "(S:0-1)" or "(S:0,1)": not a count.
 _BINDING = re.compile(r"\([^)]*\)")
+
+
+# One line per partition, its settings as Key=Value words.
+SCONTROL_PARTITIONS = ["scontrol", "show", "partition", "--oneliner"]
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,54 @@ def read_nodes(run: Callable[[Sequence[str]], str] | None = None) -> list[Node] 
     return nodes or None
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What a partition allows one job beyond its nodes and time (``scontrol show
+    partition``); 0 where it sets no limit."""
+
+    max_nodes: int = 0
+    min_nodes: int = 0
+    max_cpus_per_node: int = 0
+    max_mem_per_node_mb: int = 0
+
+
+# Limits' fields by their scontrol keys.
+_LIMIT_KEYS = {"MaxNodes": "max_nodes", "MinNodes": "min_nodes",
+               "MaxCPUsPerNode": "max_cpus_per_node", "MaxMemPerNode": "max_mem_per_node_mb"}
+# Memory as scontrol may print it: megabytes, or with a unit.
+_MEGABYTES = {"": 1, "M": 1, "G": 1024, "T": 1024 ** 2}
+
+
+def _limit(key: str, text: str) -> int:
+    if key == "MaxMemPerNode" and text[-1:].upper() in _MEGABYTES and text[:-1].isdigit():
+        return int(text[:-1]) * _MEGABYTES[text[-1].upper()]
+    return _number(text)  # UNLIMITED, N/A: no limit
+
+
+def parse_partitions(scontrol_output: str) -> dict[str, Limits]:
+    """Each partition's Limits from ``SCONTROL_PARTITIONS``'s output."""
+    partitions = {}
+    for line in scontrol_output.splitlines():
+        words = dict(word.partition("=")[::2] for word in line.split() if "=" in word)
+        if words.get("PartitionName"):
+            partitions[words["PartitionName"]] = Limits(**{
+                field: _limit(key, words.get(key, "")) for key, field in _LIMIT_KEYS.items()})
+    return partitions
+
+
+def read_partition_limits(run: Callable[[Sequence[str]], str] | None = None
+                          ) -> dict[str, Limits]:
+    """Each partition's Limits; none where scontrol cannot tell."""
+    if run is None:
+        if shutil.which(SCONTROL_PARTITIONS[0]) is None:
+            return {}
+        run = _run
+    try:
+        return parse_partitions(run(SCONTROL_PARTITIONS))
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {}
+
+
 def _run(argv: Sequence[str]) -> str:
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=30,
                           check=True).stdout
@@ -144,16 +199,76 @@ _PER_NODE = (
 )
 
 
-def refusal(requests: Iterable[Request], nodes: Sequence[Node]) -> str | None:
-    """One line for the first request no set of the cluster's nodes can hold, else None."""
+# A partition's limits on a job, checked in turn: the Request's field, the field naming its
+# setting (None: num_nodes), the Limits' field, its scontrol key, the unit, whether it is
+# the least the partition takes, the command-line options that change it.
+_PARTITION_LIMITS = (
+    ("nodes", None, "max_nodes", "MaxNodes", "nodes", False, ""),
+    ("nodes", None, "min_nodes", "MinNodes", "nodes", True, ""),
+    ("cpus", "cpus_from", "max_cpus_per_node", "MaxCPUsPerNode", "CPUs on a node", False,
+     " (lower it, e.g. --set-threads or --set-resources on the command line)"),
+    ("mem_mb", "mem_from", "max_mem_per_node_mb", "MaxMemPerNode", "MB of memory on a node",
+     False, " (lower it, e.g. --set-resources or --default-resources on the command line)"),
+)
+
+
+def refusal(requests: Iterable[Request], nodes: Sequence[Node],
+            limits: Mapping[str, Limits] | None = None) -> str | None:
+    """One line for the first request no set of the cluster's nodes can hold, or no
+    partition's ``limits`` allow (read_partition_limits), else None."""
     for request in requests:
-        why = _refusal(request, nodes)
+        why = _refusal(request, nodes, limits or {})
         if why:
             return f"study '{request.study}': {why}"
     return None
 
 
-def _refusal(request: Request, nodes: Sequence[Node]) -> str | None:
+@dataclass(frozen=True)
+class _Beyond:
+    """A limit of a partition that a request is beyond: the row of _PARTITION_LIMITS, what
+    the request asks and what the partition allows."""
+
+    row: tuple
+    asked: int
+    limit: int
+
+    def short(self, partition: str) -> str:
+        return f"'{partition}' {self.row[3]} {self.limit}"
+
+
+def _beyond(request: Request, limits: Limits | None) -> _Beyond | None:
+    """The first of _PARTITION_LIMITS that ``request`` is beyond; None where the partition
+    allows the job, or scontrol did not describe it."""
+    for row in _PARTITION_LIMITS if limits else ():
+        asked, limit = getattr(request, row[0]), getattr(limits, row[2])
+        if asked and limit and (asked < limit if row[5] else asked > limit):
+            return _Beyond(row, asked, limit)
+    return None
+
+
+def _limit_refusal(request: Request, fitting: Sequence[Node],
+                   limits: Mapping[str, Limits]) -> str | None:
+    """Why no partition that could run the job takes it, else None: those of the nodes that
+    fit it whose time limit allows it, among those the job names."""
+    names = sorted({name for node in fitting for name, minutes in node.partitions.items()
+                    if (not request.minutes or minutes is None or minutes >= request.minutes)
+                    and (not request.partitions or name in request.partitions)})
+    beyond = [_beyond(request, limits.get(name)) for name in names]
+    if not names or not all(beyond):
+        return None
+    first = beyond[0]
+    _, asked_from, _, key, unit, least, lower = first.row
+    others = ", ".join(b.short(name) for name, b in zip(names[1:], beyond[1:], strict=True))
+    return (f"{getattr(request, asked_from) if asked_from else f'num_nodes: {first.asked}'} "
+            f"asks {first.asked} {unit}, but partition '{names[0]}' "
+            f"{'takes at least' if least else 'allows at most'} {first.limit} ({key}, "
+            "scontrol show partition)"
+            + (f", nor does any other partition take it ({others})" if others else "")
+            + f"; the job would wait in the queue for ever{lower}")
+
+
+def _refusal(request: Request, nodes: Sequence[Node],
+             limits: Mapping[str, Limits]) -> str | None:
     pool, where = nodes, "this Slurm cluster"
     known = sorted({name for node in nodes for name in node.partitions})
     if request.partitions and known:  # sinfo names the partitions: only theirs can run it
@@ -182,23 +297,23 @@ def _refusal(request: Request, nodes: Sequence[Node]) -> str | None:
                     f"e.g. {settings} on the command line)")
         fitting = fits
     if request.minutes and known:  # in a partition whose time limit allows the job's
-        limits = {name: limit for node in fitting for name, limit in node.partitions.items()
+        times = {name: limit for node in fitting for name, limit in node.partitions.items()
                   if not request.partitions or name in request.partitions}
-        longest = {name for name, limit in limits.items()
+        longest = {name for name, limit in times.items()
                    if limit is None or limit >= request.minutes}
-        if limits and not longest:
+        if times and not longest:
             allows = (f"{where} allows at most" if request.partitions else
                       f"no partition {holding.replace('with', 'with nodes of')}of {where} "
                       "allows more than")
             return (f"{request.minutes_from} asks {request.minutes} minutes, but {allows} "
-                    f"{max(limits.values())} (sinfo); the job would wait in the queue for "
+                    f"{max(times.values())} (sinfo); the job would wait in the queue for "
                     "ever (lower it, e.g. --set-resources or --default-resources on the "
                     "command line)")
         fitting = [node for node in fitting if longest & set(node.partitions)]
     if len(fitting) < request.nodes:
         return (f"num_nodes: {request.nodes} nodes with {request.gpus} GPUs each, but "
                 f"{where} has {len(fitting)} such nodes (sinfo); Slurm would refuse the job")
-    return None
+    return _limit_refusal(request, fitting, limits)
 
 
 def distinct(requests: Iterable[Request]) -> list[Request]:

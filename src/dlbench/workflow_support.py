@@ -367,15 +367,16 @@ def job_request(cell: study.Cell, rule: str, threads: int,
 
 
 def check_cluster_nodes(cells: Iterable[study.Cell], nodes: Sequence[slurm_nodes.Node],
-                        request_of: Callable[[study.Cell], slurm_nodes.Request] | None = None
-                        ) -> None:
+                        request_of: Callable[[study.Cell], slurm_nodes.Request] | None = None,
+                        limits: Mapping[str, slurm_nodes.Limits] | None = None) -> None:
     """Refuse, in one line naming the study, a cell whose job no set of the cluster's nodes
-    can hold (``nodes``: what sinfo says, dlbench.slurm_nodes); ``request_of`` gives what a
-    cell's job asks (job_request), else only its nodes and GPUs are checked."""
+    can hold, or no partition's ``limits`` allow (``nodes``: what sinfo says; ``limits``:
+    what scontrol says, dlbench.slurm_nodes); ``request_of`` gives what a cell's job asks
+    (job_request), else only its nodes and GPUs are checked."""
     requests = [request_of(cell) if request_of else
                 slurm_nodes.Request(cell.study, num_nodes(cell), gpus_per_node(cell))
                 for cell in cells]
-    why = slurm_nodes.refusal(slurm_nodes.distinct(requests), nodes)
+    why = slurm_nodes.refusal(slurm_nodes.distinct(requests), nodes, limits)
     if why:
         raise WorkflowConfigError(why)
 

@@ -348,18 +348,21 @@ _refuse_multi_node_locally()
 
 def _refuse_what_slurm_would():
     """On a cluster run, a cell whose job no set of the Slurm cluster's nodes can hold (more
-    GPUs, CPUs or memory on a node than any has, a partition it does not have, more time
-    than its partitions allow) is refused in one line before any job is submitted: sbatch
-    would refuse it, and Snakemake would end the run without its table, or the job would
-    wait in the queue for ever. Only cells without a result are checked; where sinfo
-    cannot tell, nothing is (dlbench.slurm_nodes).
+    GPUs, CPUs or memory on a node than any has, a partition it does not have, more time,
+    nodes, CPUs or memory than its partitions allow) is refused in one line before any job
+    is submitted: sbatch would refuse it, and Snakemake would end the run without its
+    table, or the job would wait in the queue for ever. Only cells without a result are
+    checked; where sinfo cannot tell, nothing is (dlbench.slurm_nodes).
     """
     if not (workflow.is_main_process and cluster_run()):
         return
     nodes = dlbench_slurm_nodes.read_nodes()
     if nodes:
+        limits = dlbench_slurm_nodes.read_partition_limits()
         try:
-            support.check_cluster_nodes(pending_cells().values(), nodes, job_request)
+            support.check_cluster_nodes(
+                pending_cells().values(), nodes, job_request, limits
+            )
         except support.WorkflowConfigError as exc:
             _config_error(exc)
 
