@@ -66,6 +66,7 @@ ARCHIVE_FILE_LIMIT = 4 << 20
 # right outcome, on an H200 it may fit); its inference in bfloat16 takes 16 GB.
 LLM_TRAIN = {"gpt2_xl": (4, 1024), "llama3_8b": (1, 2048)}  # model -> (batch, sequence)
 LLM_SERVE_BATCHES = (1, 32)
+COMMS_END = 256 << 20  # bytes: the largest all_reduce of the NCCL check
 LLM_PROMPT, LLM_OUTPUT = 512, 64
 
 
@@ -155,6 +156,11 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
     if gpus >= 2:
         plan.runner("resnet50_training_ddp2", "dlbench.pytorch",
                     *model_args("resnet50", "training", "bfloat16", 128, "--num_gpus=2"))
+    # Collectives over NCCL (dlbench.comms): a group of one, and two GPUs where there are.
+    for ranks in (1, 2) if gpus >= 2 else (1,):
+        plan.runner(f"comms_nccl{ranks}", "dlbench.comms", "--device=gpu",
+                    f"--num_gpus={ranks}", "--collective=all_reduce", "--b=8",
+                    f"--e={COMMS_END}", "--f=4", "--w=5", "--n=20")
     from dlbench import study
 
     (cell,) = study.expand_config({"studies": {"gpu-check": {"grid": {
@@ -193,6 +199,7 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
 def check_plan_parses(plan: Plan) -> list[str]:
     """Each runner command against the runner's own parser (what --dry proves)."""
     from dlbench.calibrate.runner import parser as calibrate_parser
+    from dlbench.comms.runner import parser as comms_parser
     from dlbench.llm.runner import parser as llm_parser
     from dlbench.ops.cli import build_parser as ops_parser
     from dlbench.pytorch import runner
@@ -204,7 +211,8 @@ def check_plan_parses(plan: Plan) -> list[str]:
             module = cmd[cmd.index("-m", cmd.index("-m") + 1) + 1]
         args = cmd[cmd.index(module) + 1:] if module else []
         parser = {"dlbench.pytorch": runner.parser, "dlbench.ops": ops_parser,
-                  "dlbench.calibrate": calibrate_parser, "dlbench.llm": llm_parser}.get(module)
+                  "dlbench.calibrate": calibrate_parser, "dlbench.llm": llm_parser,
+                  "dlbench.comms": comms_parser}.get(module)
         if parser is None:
             continue
         try:
@@ -296,6 +304,26 @@ def model_checks(results: dict[str, dict | None]) -> list[Check]:
                             f"eager, compile {comp.get('compile_time_s', 0):.0f} s"
                             if tput else res.get("error") or "no result", {"compile": comp}))
     return checks
+
+
+def comms_check(name: str, res: dict[str, Any] | None) -> Check:
+    """A collective cell over NCCL: every size measured; its figure the largest size's
+    bus bandwidth (0 for a group of one) and median time."""
+    title = f"all_reduce over NCCL, {name.removeprefix('comms_nccl')} GPU(s)"
+    if res and res.get("status") == "not_run":
+        return Check(title, "skip", res["error"])
+    sizes = (res or {}).get("measurements") or []
+    ok = bool(res) and res.get("status") == "ok" \
+        and (res.get("extra") or {}).get("backend") == "nccl" and bool(sizes) \
+        and sizes[-1]["bytes_per_iteration"] == COMMS_END
+    if not sizes:
+        return Check(title, verdict(False if res else None),
+                     (res or {}).get("error") or "no result")
+    last = sizes[-1]
+    return Check(title, verdict(ok),
+                 f"{len(sizes)} sizes; {last['bytes_per_iteration'] / 2**20:g} MiB in "
+                 f"{last['time_s']['median'] * 1e6:,.0f} µs, bus {last['extra']['bus_gbps']:,.1f}"
+                 " GB/s", {"bus_gbps": [m["extra"]["bus_gbps"] for m in sizes]})
 
 
 def monitor_check(res: dict[str, Any] | None) -> Check:
@@ -497,6 +525,8 @@ def run_all(plan: Plan, gpus: int, budget: float,
                                 if throughput(res) else (res or {}).get("error") or "no result"))
     if gpus < 2:
         checks.append(Check("DDP 2 GPUs over NCCL", "skip", f"{gpus} GPU on this machine"))
+    checks += [comms_check(name, results.get(name)) for name in plan.commands
+               if name.startswith("comms_")]
     checks += op_checks(results, plan.out, not_run) + honesty_checks(plan.out, not_run)
     checks += profile_checks(plan.out, not_run) + llm_checks(results, plan.out, not_run)
     for check in checks:

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
 
 
-@pytest.mark.parametrize("kind", ["model", "ops", "calibrate", "llm_inference"])
+@pytest.mark.parametrize("kind", ["model", "ops", "calibrate", "llm_inference", "comms"])
 def test_config_schema_states_the_axes_of_the_table(kind):
     assert SCHEMA["$defs"][f"grid_{kind}"]["properties"] == \
         axes.schema_fragment(kind)["properties"]

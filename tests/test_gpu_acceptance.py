@@ -40,7 +40,7 @@ def test_dry_mode_builds_every_command_and_the_runners_accept_them(tmp_path):
                  "op_add_tiny_cudagraph", "op_add_tiny_pt2", "honesty", "timer",
                  "profile_ncu", "profile_torch", "aggregate", "report",
                  "llm_train_gpt2_xl", "llm_train_llama3_8b", "llm_serve_b1", "llm_serve_b32",
-                 "llm_bare"):
+                 "llm_bare", "comms_nccl1", "comms_nccl2"):
         assert name in plan
     assert plan["llm_serve_b32"][2] == "dlbench.llm" and "--batch_size=32" in plan["llm_serve_b32"]
     assert "--cuda-l2-cache" in plan["op_add_l2_off"] and "--cuda-graph" in \
@@ -116,6 +116,34 @@ def test_language_model_verdicts_follow_the_results(gpu_acceptance, tmp_path):
     (tmp_path / "llm_bare.json").write_text(json.dumps({"ratio": 0.991}))
     checks = {c.name: c for c in gpu_acceptance.llm_checks(results, tmp_path)}
     assert checks["gpt2_xl training: runner against a bare loop"].verdict == "pass"
+
+
+def test_collective_verdict_needs_nccl_and_every_size(gpu_acceptance, tmp_path):
+    """The NCCL all_reduce check: each size up to COMMS_END measured over NCCL; a gloo
+    result, a sweep cut short or a failed cell fails it. Its commands parse (PARAM's short
+    flags), a wrong one is reported."""
+    end = gpu_acceptance.COMMS_END
+
+    def size(n):
+        return {"bytes_per_iteration": n, "time_s": {"median": 1e-3},
+                "extra": {"bus_gbps": n / 1e-3 / 1e9}}
+
+    res = {"status": "ok", "extra": {"backend": "nccl"},
+           "measurements": [size(8), size(end)]}
+    check = gpu_acceptance.comms_check("comms_nccl2", res)
+    assert check.verdict == "pass" and check.name == "all_reduce over NCCL, 2 GPU(s)"
+    assert "256 MiB in 1,000 µs, bus 268.4 GB/s" in check.figure
+    assert gpu_acceptance.comms_check("comms_nccl2", {**res, "extra": {"backend": "gloo"}}
+                                      ).verdict == "fail"
+    assert gpu_acceptance.comms_check("comms_nccl2", {**res, "measurements": [size(8)]}
+                                      ).verdict == "fail"
+    failed = gpu_acceptance.comms_check("comms_nccl1", {"status": "failed", "error": "x"})
+    assert (failed.verdict, failed.figure) == ("fail", "x")
+    assert gpu_acceptance.comms_check("comms_nccl1", None).verdict == "skip"
+    plan = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=2, autotune=False)
+    plan.commands["comms_nccl2"].append("--collective=gather")
+    assert gpu_acceptance.check_plan_parses(plan) == [
+        "comms_nccl2: " + " ".join(plan.commands["comms_nccl2"][3:])]
 
 
 def test_monitor_and_summary(gpu_acceptance):

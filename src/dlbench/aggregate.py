@@ -103,6 +103,7 @@ def build_schema() -> pa.Schema:
             ("parameters", pa.int64()), ("phi", pa.int64()), ("phi_tflops", pa.float64()),
             ("flops_per_iteration", pa.float64()), ("tflops", pa.float64()),
             ("bytes_per_iteration", pa.float64()), ("gbps", pa.float64()),
+            ("bus_gbps", pa.float64()),  # collectives: nccl-tests' bus bandwidth
             # How close to the hardware (dlbench.efficiency): vendor peaks and measured ceilings.
             ("efficiency_precision", pa.string()),
             *[(name, pa.float64()) for name in efficiency.COLUMNS[1:]],
@@ -210,6 +211,7 @@ def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
             "phi_tflops": extra.get("phi_tflops"),
             "flops_per_iteration": m.get("flops_per_iteration"), "tflops": m.get("tflops"),
             "bytes_per_iteration": m.get("bytes_per_iteration"), "gbps": m.get("gbps"),
+            "bus_gbps": extra.get("bus_gbps"),
             "data_wait_s": m.get("data_wait_s"), "compute_s": m.get("compute_s"),
             **execution_values(extra),
             **monitor_values(extra),

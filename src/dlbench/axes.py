@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlbench.comms.sizes import COLLECTIVES
+from dlbench.comms.sizes import DATA_TYPES as COMMS_DATA_TYPES
+
 REQUIRED = object()  # default of an axis every study must set (model, op_config)
 
 
@@ -136,6 +139,7 @@ def _frameworks(params: Mapping[str, Any]) -> Iterable[str]:
 _DEVICES = ("cpu", "gpu")
 _LLM = "llm_inference"  # the cell kind of language-model inference (dlbench.kinds)
 _LLM_RUNNER = "llm"  # its runner's name in the flag maps
+_COMMS = "comms"  # the cell kind of collective communication, and its runner's name
 _KV_STORES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_async")
 _DATA_BACKENDS = ("caffe_lmdb", "image_folder")
 _EXEC_MODES = ("discrete", "continuous", "continuous_events")
@@ -166,7 +170,7 @@ def _real_data(params: Mapping[str, Any]) -> bool:
 
 TABLE: tuple[Axis, ...] = (
     # Both kinds. The model kind's order below is also the Parquet's column order.
-    Axis("framework", str, "pytorch", kinds=("model", "ops", "calibrate", _LLM),
+    Axis("framework", str, "pytorch", kinds=("model", "ops", "calibrate", _LLM, _COMMS),
          choices=_frameworks,
          help="the framework that runs the cell"),
     Axis("model", str, REQUIRED, kinds=("model", _LLM), choices=None, flags=_dlbs("--model"),
@@ -180,14 +184,15 @@ TABLE: tuple[Axis, ...] = (
                   "bf16": "bfloat16", "f64": "float64"}),
     Axis("batch_size", int, 32, kinds=("model", _LLM), minimum=1, flags=_dlbs("--batch_size"),
          help="per-device batch size"),
-    Axis("num_gpus", int, 1, minimum=1, flags=_dlbs("--num_gpus"),
-         help="devices per node"),
+    Axis("num_gpus", int, 1, kinds=("model", _COMMS), minimum=1, flags=_dlbs("--num_gpus"),
+         help="devices per node (collectives: processes, one per device)"),
     # Added in release 3: at its default it is in neither the cell id's hash nor the job's
     # parameters (job_params), so that results made before it existed stay done.
     Axis("num_nodes", int, 1, minimum=1, frameworks=("pytorch", "mxnet"), refuse_unused=True,
          since=3, flags=_dlbs("--num_nodes", runners=("pytorch", "mxnet")),
          help="nodes of a data-parallel cell (a cluster job), num_gpus on each"),
-    Axis("device", str, "gpu", kinds=("model", "ops", "calibrate", _LLM), choices=_DEVICES,
+    Axis("device", str, "gpu", kinds=("model", "ops", "calibrate", _LLM, _COMMS),
+         choices=_DEVICES,
          flags={**_dlbs("--device"),
                 "ops": Flag("-d", "pair", values={"gpu": "cuda", "cpu": "cpu"})}),
     # The runner reads a prepared copy of the dataset (--data_dir) that the workflow
@@ -238,12 +243,26 @@ TABLE: tuple[Axis, ...] = (
     Axis("backward", bool, False, kinds=("ops",), flags={"ops": Flag("-b", "switch")}),
     Axis("exec_mode", str, "discrete", kinds=("ops",), choices=_EXEC_MODES,
          flags={"ops": Flag("--exec-mode", "pair")}),
-    Axis("warmup", int, 5, kinds=("ops",), minimum=0, column=False,
-         flags={"ops": Flag("-w", "pair", dest="warmup")}),
-    Axis("iterations", int, 20, kinds=("ops",), minimum=1, column=False,
-         flags={"ops": Flag("-i", "pair", dest="iteration")}),
+    Axis("warmup", int, 5, kinds=("ops", _COMMS), minimum=0, column=False,
+         flags={"ops": Flag("-w", "pair", dest="warmup"), _COMMS: Flag("--w")},
+         help="iterations before the measured ones"),
+    Axis("iterations", int, 20, kinds=("ops", _COMMS), minimum=1, column=False,
+         flags={"ops": Flag("-i", "pair", dest="iteration"), _COMMS: Flag("--n")},
+         help="measured iterations"),
     Axis("cuda_l2_cache", str, "on", kinds=("ops",), choices=("on", "off"),
          flags={"ops": Flag("--cuda-l2-cache", "pair")}),
+    # Collective communication (dlbench.comms; PARAM's comms.py flags): one collective over
+    # message sizes begin_size, x step_factor, ... up to end_size bytes.
+    Axis("collective", str, "all_reduce", kinds=(_COMMS,), choices=COLLECTIVES,
+         flags={_COMMS: Flag("--collective")}),
+    Axis("data_type", str, "float32", kinds=(_COMMS,), choices=tuple(COMMS_DATA_TYPES),
+         flags={_COMMS: Flag("--data-type")}, help="the element type of the buffers"),
+    Axis("begin_size", int, 8, kinds=(_COMMS,), minimum=1, flags={_COMMS: Flag("--b")},
+         help="the first message size, bytes"),
+    Axis("end_size", int, 256 * 2**20, kinds=(_COMMS,), minimum=1,
+         flags={_COMMS: Flag("--e")}, help="the last message size, bytes"),
+    Axis("step_factor", int, 2, kinds=(_COMMS,), minimum=2, flags={_COMMS: Flag("--f")},
+         help="each message size is this many times the last"),
     # Language-model inference (dlbench.llm): a batch of prompts, then its output tokens.
     Axis("prompt_length", int, 128, kinds=(_LLM,), minimum=1,
          flags={_LLM_RUNNER: Flag("--prompt_length")}, help="tokens of each prompt"),
@@ -374,12 +393,14 @@ def argv(runner: str, params: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def add_flags(parser: argparse.ArgumentParser, runner: str, framework: str) -> None:
-    """Add to a runner's parser every axis flag it has: name, type, default and valid
-    values from the table (the runner's parse-back is ``cell_from_args``)."""
+def add_flags(parser: argparse.ArgumentParser, runner: str, framework: str,
+              kind: str | None = None) -> None:
+    """Add to a runner's parser every axis flag it has (of ``kind``'s axes where given):
+    name, type, default and valid values from the table (the runner's parse-back is
+    ``cell_from_args``)."""
     from dlbench import cli
 
-    for axis in TABLE:
+    for axis in of_kind(kind) if kind else TABLE:
         flag = axis.flag_for(runner)
         if flag is None or flag.style in ("pair", "switch"):
             continue  # PARAM's parser is PARAM's own (dlbench.ops.cli)

@@ -1,4 +1,5 @@
-"""Cell kinds as plug-ins: one module each (model cells, PARAM operator cells, calibration).
+"""Cell kinds as plug-ins: one module each (model cells, PARAM operator cells, calibration,
+language-model inference, collective communication).
 
 A kind says how its cells are named (the readable part of the cell id), which rules join
 several axes (the table in dlbench.axes checks each axis alone), which runner runs a cell
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 BUILTIN = ("dlbench.kinds.model", "dlbench.kinds.ops", "dlbench.kinds.calibrate",
-           "dlbench.kinds.llm_inference")
+           "dlbench.kinds.llm_inference", "dlbench.kinds.comms")
 
 
 class CellKind:

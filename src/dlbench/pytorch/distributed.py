@@ -42,9 +42,9 @@ def topology() -> Topology:
 
 def torchrun_command(nproc: int, argv: list[str], rdzv_endpoint: str | None = None, *,
                      nnodes: int = 1, rdzv_id: str | None = None,
-                     rdzv_conf: str | None = None) -> list[str]:
-    """The torchrun command line that reruns this runner with ``argv`` on ``nproc``
-    processes per node. A rendezvous endpoint (c10d) makes it joinable from other nodes:
+                     rdzv_conf: str | None = None, module: str = "dlbench.pytorch") -> list[str]:
+    """The torchrun command line that reruns the runner ``module`` with ``argv`` on
+    ``nproc`` processes per node. A rendezvous endpoint (c10d) makes it joinable from other nodes:
     ``nnodes`` of them, each running this same command."""
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}"]
     if rdzv_endpoint:
@@ -57,7 +57,7 @@ def torchrun_command(nproc: int, argv: list[str], rdzv_endpoint: str | None = No
             cmd.append(f"--rdzv_conf={rdzv_conf}")
     else:
         cmd += ["--standalone", "--nnodes=1"]
-    return [*cmd, "-m", "dlbench.pytorch", *argv]
+    return [*cmd, "-m", module, *argv]
 
 
 def rank_hosts() -> list[str]:

@@ -20,6 +20,7 @@ import pandas as pd
 from dlbench.profiling import summary
 from dlbench.profiling.summary import CellProfile
 from dlbench.report import (
+    comms_charts,
     cpu_precision,
     datasets,
     efficiency_tables,
@@ -108,6 +109,10 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
         Section("llm", "Language-model inference",
                 "Prefill and token-by-token decode of decoder-only models (dlbench.llm).",
                 _present(llm_charts.latency_figure(frame), llm_charts.tradeoff_figure(frame))),
+        Section("comms", "Collective communication",
+                "Collectives among a cell's processes over message sizes (dlbench.comms; "
+                "PARAM's comms.py, nccl-tests' bandwidths).",
+                _present(comms_charts.bandwidth_figure(frame))),
         Section("paradnn", "ParaDnn", "Parameterized fully-connected and convolutional models.",
                 _present(paradnn_charts.by_batch_figure(paradnn),
                          paradnn_charts.by_size_figure(paradnn))),

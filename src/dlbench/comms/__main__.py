@@ -1,0 +1,5 @@
+import sys
+
+from dlbench.comms.runner import main
+
+sys.exit(main())

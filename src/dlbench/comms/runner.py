@@ -1,0 +1,204 @@
+"""``python -m dlbench.comms``: a collective-communication cell, PARAM's comms.py in
+blocking mode (``--z 1``) with nccl-tests' bandwidths (dlbench.comms.sizes).
+
+``--num_gpus N`` processes (torchrun: NCCL on GPUs, gloo on CPU) run one collective on
+buffers of every size of the sweep. Each size is one measurement: the per-iteration times
+of the slowest rank (the one harness's timed loop: warmup excluded, each iteration ended
+synchronised), the algorithm bandwidth (``gbps``) and the bus bandwidth (``bus_gbps`` in
+its extra). Every rank allocates a size's buffers before any of them communicates; where
+one rank cannot (out of memory), all of them stop the sweep there together, instead of
+the others waiting in a collective it never joins, and the sizes left are named in the
+result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from dlbench import axes, cellrun, multinode, subproc
+from dlbench import result as R
+from dlbench.comms import sizes as S
+
+log = logging.getLogger("dlbench.comms")
+KIND = "comms"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m dlbench.comms", allow_abbrev=False,
+        description="Time one collective over a sweep of message sizes among --num_gpus "
+                    "processes (PARAM's comms.py flags: --collective, --b, --e, --f, --w, "
+                    "--n, --data-type).")
+    axes.add_flags(p, KIND, "pytorch", kind=KIND)
+    p.add_argument("--output", help="result JSON to write (rank 0)")
+    p.add_argument("--study")
+    p.add_argument("--cell_id")
+    return p
+
+
+def cell_of(args: argparse.Namespace) -> dict[str, Any]:
+    return axes.cell_from_args(KIND, KIND, "pytorch", args)
+
+
+def _tensors(collective: str, count: int, dtype: Any, ranks: int, device: Any) -> tuple:
+    """The buffers of one size: (input, output) as the collective takes them."""
+    import torch
+
+    def make(n: int) -> Any:
+        if dtype.is_floating_point:
+            return torch.rand(n, dtype=dtype, device=device)
+        return torch.randint(0, 100, (n,), dtype=dtype, device=device)
+
+    if collective == "all_gather":
+        return make(count // ranks), torch.empty(count, dtype=dtype, device=device)
+    if collective == "reduce_scatter":
+        return make(count), torch.empty(count // ranks, dtype=dtype, device=device)
+    if collective == "all_to_all":
+        return make(count), torch.empty(count, dtype=dtype, device=device)
+    return make(count), None
+
+
+def _call(collective: str, buffers: tuple) -> Any:
+    """What the timed region runs: the collective and nothing else."""
+    import torch.distributed as dist
+
+    source, target = buffers
+    if collective == "all_reduce":
+        return lambda _: dist.all_reduce(source)
+    if collective == "broadcast":
+        return lambda _: dist.broadcast(source, src=0)
+    if collective == "all_gather":
+        return lambda _: dist.all_gather_into_tensor(target, source)
+    if collective == "reduce_scatter":
+        return lambda _: dist.reduce_scatter_tensor(target, source)
+    return lambda _: dist.all_to_all_single(target, source)
+
+
+def _all_allocated(ok: bool, device: Any) -> bool:
+    """Whether every rank holds its buffers (one small collective, outside any timing)."""
+    import torch
+    import torch.distributed as dist
+
+    flag = torch.tensor([0 if ok else 1], dtype=torch.int32, device=device)
+    dist.all_reduce(flag)
+    return int(flag.item()) == 0
+
+
+def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from dlbench import harness
+    from dlbench.pytorch import distributed, torch_environment
+
+    topo = distributed.topology()
+    if args.device == "gpu" and not torch.cuda.is_available():
+        raise cellrun.CellError("device gpu: torch sees no CUDA device")
+    device = distributed.init(topo, "cuda" if args.device == "gpu" else "cpu")
+    if not dist.is_initialized():  # one rank: a group of one, so the collectives still run
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                store=dist.HashStore(), rank=0, world_size=1)
+    res["environment"] = torch_environment.collect(device)
+    ranks = topo.world_size
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    dtype = getattr(torch, args.data_type)
+    counts = S.buffers(S.sweep(args.b, args.e, args.f), args.collective, args.data_type, ranks)
+    if not counts:
+        raise cellrun.CellError(f"--b {args.b} is above --e {args.e}: no message size")
+    factor = S.bus_factor(args.collective, ranks)
+    element = S.DATA_TYPES[args.data_type]
+    res["extra"].update(ranks=ranks, bus_factor=factor, backend=dist.get_backend())
+    for count in counts:
+        buffers, problem = None, None
+        try:
+            buffers = _tensors(args.collective, count, dtype, ranks, device)
+        except (RuntimeError, MemoryError) as exc:
+            problem = exc
+        if not _all_allocated(problem is None, device):
+            res["extra"]["sizes_not_measured"] = [c * element
+                                                  for c in counts[counts.index(count):]]
+            res["extra"]["stopped_by"] = (cellrun.one_line(problem) if problem
+                                          else "another rank could not allocate its buffers")
+            del buffers
+            break
+        dist.barrier()
+        loop = harness.timed_loop(lambda: None, _call(args.collective, buffers), sync,
+                                  args.w, args.n)
+        times = distributed.slowest_rank_times(loop.times_s, device)
+        size = count * element
+        m = R.measurement(
+            name=f"{args.collective}|{size}", op_name=args.collective, pass_="collective",
+            times_s=times, items_per_iteration=1.0, throughput_unit="iterations/s",
+            bytes_per_iteration=float(size), extra={"size_bytes": size, "elements": count})
+        m["extra"]["bus_gbps"] = m["gbps"] * factor
+        res["measurements"].append(m)
+        if topo.rank == 0:
+            log.info("%s %d B: %.1f us, algbw %.3f GB/s, busbw %.3f GB/s", args.collective,
+                     size, m["time_s"]["median"] * 1e6, m["gbps"], m["extra"]["bus_gbps"])
+        del buffers
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    if not res["measurements"]:
+        raise cellrun.CellError(f"no message size ran ({res['extra'].get('stopped_by')})")
+
+
+def _launch(args: argparse.Namespace, argv: list[str]) -> int:
+    """Parent of a multi-process cell: torchrun; rank 0 writes the result. Workers that die
+    before it is written leave a failed result naming the first error or rank."""
+    from dlbench.pytorch import distributed
+
+    output = Path(args.output) if args.output else None
+    if output:
+        output.unlink(missing_ok=True)
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.num_gpus)))
+    # After "--": torchrun's parser would take PARAM's short flags (--n) for abbreviations
+    # of its own options and stop; it hands the "--" on, and main drops it.
+    cmd = distributed.torchrun_command(args.num_gpus, ["--", *argv], module="dlbench.comms")
+    rc, lines = subproc.run_tee(cmd, env, keep=400)
+    if output and not output.exists():
+        errors = multinode.reported_errors(lines)
+        status, _, message = (errors[0] if errors else "").partition(" ")
+        if status not in ("oom", "failed"):
+            status = "failed"
+            message = distributed.torchrun_failure(lines) or f"torchrun exited with code {rc}"
+        res = R.new_result(kind=KIND, cell=cell_of(args), study=args.study,
+                           cell_id=args.cell_id)
+        R.finish(res, status, message)
+        R.write(res, output)
+        return rc or 1
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = argv[1:] if argv[:1] == ["--"] else argv  # a torchrun worker's (see _launch)
+    p = parser()
+    args = p.parse_args(argv)
+    from dlbench import cli
+
+    cli.check_minimums(p, args, KIND)
+    if args.b > args.e:
+        p.error(f"--b {args.b} is above --e {args.e}: no message size")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    from dlbench.pytorch import distributed
+
+    if args.num_gpus > 1 and not distributed.is_worker():
+        return _launch(args, argv)
+    topo = distributed.topology()
+    res = R.new_result(kind=KIND, cell=cell_of(args), study=args.study, cell_id=args.cell_id)
+    is_rank0 = topo.rank == 0
+    try:
+        with cellrun.recorded(res, args.output if is_rank0 else None, write=is_rank0):
+            run(args, res)
+    finally:
+        distributed.shutdown()
+    if res["status"] in ("oom", "failed"):
+        print(f"{multinode.ERROR_MARK} {res['status']} rank {topo.rank}: {res['error']}",
+              file=sys.stderr)
+    return cellrun.exit_code(res)

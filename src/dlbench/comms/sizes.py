@@ -1,0 +1,56 @@
+"""Message sizes and bandwidths of collectives, as nccl-tests and PARAM's comms.py define
+them. Framework-free: the driver and the report use it too.
+
+A measurement's size is the largest buffer a rank touches: the tensor of all_reduce and
+broadcast, the gathered output of all_gather, the input that reduce_scatter scatters, the
+buffer all_to_all exchanges. Algorithm bandwidth is that size over the time; bus
+bandwidth scales it by the share of the data each rank must move over its link, so that
+it compares with the link's peak whatever the rank count (nccl-tests' PERFORMANCE.md):
+2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 for
+broadcast.
+"""
+
+from __future__ import annotations
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+DATA_TYPES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int8": 1}
+# Collectives whose buffer is split into one piece per rank: its elements are a multiple
+# of the rank count.
+SPLIT = frozenset({"all_gather", "reduce_scatter", "all_to_all"})
+
+
+def bus_factor(collective: str, ranks: int) -> float:
+    """Bus bandwidth over algorithm bandwidth for ``ranks`` processes."""
+    if collective == "broadcast":
+        return 1.0
+    share = (ranks - 1) / ranks
+    return 2 * share if collective == "all_reduce" else share
+
+
+def sweep(begin: int, end: int, factor: int) -> list[int]:
+    """Sizes in bytes from ``begin`` to ``end`` (included when reached), each ``factor``
+    times the last (PARAM's --b, --e, --f)."""
+    sizes, size = [], begin
+    while size <= end:
+        sizes.append(size)
+        size *= factor
+    return sizes
+
+
+def elements(size: int, collective: str, data_type: str, ranks: int) -> int:
+    """Elements of the measured buffer for a size in bytes: at least one per rank, a
+    multiple of the rank count where the collective splits the buffer."""
+    count = max(1, size // DATA_TYPES[data_type])
+    if collective in SPLIT:
+        count = max(ranks, count // ranks * ranks)
+    return count
+
+
+def buffers(sizes: list[int], collective: str, data_type: str, ranks: int) -> list[int]:
+    """The distinct element counts of a sweep, in order (small sizes may round alike)."""
+    counts: list[int] = []
+    for size in sizes:
+        count = elements(size, collective, data_type, ranks)
+        if count not in counts:
+            counts.append(count)
+    return counts

@@ -1,0 +1,38 @@
+"""Collective-communication cells: one collective over a sweep of message sizes among
+num_gpus processes, run by ``python -m dlbench.comms`` (PARAM's comms.py flags)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dlbench import axes, frameworks
+from dlbench.axes import AxisError
+from dlbench.kinds import CellKind
+
+
+class CommsKind(CellKind):
+    name = "comms"
+    result_kind = "comms"
+    id_axes = ("framework", "collective", "data_type", "num_gpus", "device")
+    runner = "dlbench.comms"
+
+    def id_part(self, axis: str, value: Any, params: Mapping[str, Any]) -> str | None:
+        if axis == "num_gpus":
+            return f"{value}x"  # ranks: pytorch_all_reduce_float32_2x_gpu_<hash>
+        return None
+
+    def check(self, params: Mapping[str, Any], datasets: Mapping[str, Any]) -> None:
+        if self.name not in frameworks.get(params["framework"]).kinds:
+            raise AxisError("framework", "collective benchmarks run on pytorch only")
+        if params["begin_size"] > params["end_size"]:
+            raise AxisError("begin_size", f"{params['begin_size']} is above end_size "
+                                          f"{params['end_size']}: no message size")
+
+    def command(self, params: Mapping[str, Any], output: Path, python: str,
+                data_dir: str | None) -> list[str]:
+        return [python, "-m", self.runner, *axes.argv(self.name, params)]
+
+
+KIND = CommsKind()

@@ -1,0 +1,93 @@
+"""Charts of collective-communication cells (dlbench.comms): bus bandwidth and time
+against message size, one panel per collective, one colour per rank count."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from dlbench.report import encodings
+from dlbench.report.data import measured
+from dlbench.report.model_charts import faceted, filtered, with_panel
+from dlbench.report.style import PANEL_HEIGHT, PANEL_WIDTH, Column, Figure, NumbersTable, styled
+
+KIND = "comms"
+# A size in bytes as 8 B, 4 KiB, 256 MiB (a Vega expression).
+_BINARY_SIZE = ("datum.value >= 1073741824 ? format(datum.value / 1073741824, '~g') + ' GiB' "
+                ": datum.value >= 1048576 ? format(datum.value / 1048576, '~g') + ' MiB' "
+                ": datum.value >= 1024 ? format(datum.value / 1024, '~g') + ' KiB' "
+                ": datum.value + ' B'")
+# Axes a collective cell may differ in besides its panel (collective), size and colour.
+OTHER_AXES = ("system", "device", "data_type", "framework")
+
+
+def comms_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per ok measurement (message size) of a collective cell."""
+    rows = measured(frame, KIND)
+    if rows.empty:
+        return rows
+    return pd.DataFrame({
+        "cell": rows["cell"], "collective": rows["collective"],
+        "ranks": (rows["num_gpus"].astype(int)), **{a: rows[a] for a in OTHER_AXES},
+        "size_bytes": rows["bytes_per_iteration"].astype(float),
+        "time_us": 1e6 * rows["time_median_s"].astype(float),
+        "time_p95_us": 1e6 * rows["time_p95_s"].astype(float),
+        "algbw_gbps": rows["gbps"], "busbw_gbps": rows["bus_gbps"],
+    })
+
+
+def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
+    """Bus bandwidth (top) and median time, whisker to p95 (bottom), against message size."""
+    data = comms_frame(frame)
+    if data.empty:
+        return None
+    encoding = encodings.choose(data, panels=("collective",), colour="ranks",
+                                candidates=OTHER_AXES)
+    data = data.assign(variant=encodings.labels(data, encoding.series))
+    data, panels = with_panel(data, encoding.panels)
+    x = alt.X("size_bytes:Q", title="message size",
+              scale=alt.Scale(type="log", base=2, nice=False),
+              axis=alt.Axis(values=sorted(data["size_bytes"].unique().tolist()),
+                            labelExpr=_BINARY_SIZE, labelAngle=-45))
+    colour = alt.Color("ranks:O", title="processes", scale=alt.Scale(scheme="viridis"))
+    tips = [alt.Tooltip("collective:N"), alt.Tooltip("ranks:Q", title="processes"),
+            *[alt.Tooltip(f"{a}:N", title=encodings.title(a)) for a in encoding.placed(())],
+            alt.Tooltip("size_bytes:Q", title="bytes", format=",d"),
+            alt.Tooltip("time_us:Q", title="median (µs)", format=",.1f"),
+            alt.Tooltip("algbw_gbps:Q", title="algorithm GB/s", format=",.3f"),
+            alt.Tooltip("busbw_gbps:Q", title="bus GB/s", format=",.3f")]
+    series = {"detail": "variant:N"}
+    if encoding.series:
+        series["strokeDash"] = alt.StrokeDash("variant:N",
+                                              title=encodings.series_title(encoding.series))
+
+    def panel_chart(y: alt.Y, field: str, whisker: str | None) -> alt.FacetChart:
+        base = alt.Chart().encode(x=x, color=colour, tooltip=tips, **series)
+        line = base.encode(y=y)
+        layers = [line.mark_line(), line.mark_point()]
+        if whisker:
+            layers.append(base.mark_rule(strokeWidth=1.2).encode(y=f"{field}:Q",
+                                                                 y2=f"{whisker}:Q"))
+        layered = filtered(alt.layer(*layers, data=data), f"isValid(datum.{field})", encoding)
+        return faceted(layered.properties(width=PANEL_WIDTH, height=PANEL_HEIGHT), panels,
+                       encoding, data).resolve_scale(y="independent")
+
+    chart = alt.vconcat(
+        panel_chart(alt.Y("busbw_gbps:Q", title="bus bandwidth (GB/s)"), "busbw_gbps", None),
+        panel_chart(alt.Y("time_us:Q", title="median time (µs)", scale=alt.Scale(type="log")),
+                    "time_us", "time_p95_us"))
+    placed = encoding.placed(("collective",))
+    return Figure(
+        "comms-bandwidth", "Collectives: bandwidth and time against message size",
+        "Top: bus bandwidth, the message size over the median time scaled by the share each "
+        "process moves over its link (nccl-tests: 2(n-1)/n for all_reduce, (n-1)/n for "
+        "all_gather, reduce_scatter and all_to_all, 1 for broadcast; 0 for one process). "
+        "Bottom: the median time of one collective, whisker to p95, the slowest process's "
+        "per iteration. One panel per collective, one colour per process count."
+        + encoding.note(), styled(chart), shows=encoding.defaults,
+        table=NumbersTable([
+            Column("collective", "collective"), Column("ranks", "processes", "d"),
+            *[Column(a, encodings.title(a)) for a in placed],
+            Column("size_bytes", "bytes", ",d"), Column("time_us", "median (µs)", ",.1f"),
+            Column("algbw_gbps", "algorithm GB/s", ",.3f"),
+            Column("busbw_gbps", "bus GB/s", ",.3f")], required="time_us"))

@@ -1,0 +1,134 @@
+"""Collective-communication cells (dlbench.comms): message sizes and bandwidths as
+nccl-tests and PARAM's comms.py define them, the runner on two gloo processes of this CPU
+(NCCL on GPUs is the same code path with another backend; it is not exercised here), the
+workflow into the table and the report."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from dlbench import aggregate, study
+from dlbench import result as R
+from dlbench.comms import sizes as S
+from dlbench.report import comms_charts
+from dlbench.report.data import prepare
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(("collective", "ranks", "factor"), [
+    ("all_reduce", 8, 1.75), ("all_reduce", 2, 1.0), ("all_gather", 8, 0.875),
+    ("reduce_scatter", 4, 0.75), ("all_to_all", 2, 0.5), ("broadcast", 8, 1.0),
+    ("all_reduce", 1, 0.0)])
+def test_bus_bandwidth_factors_are_nccl_tests(collective, ranks, factor):
+    assert S.bus_factor(collective, ranks) == pytest.approx(factor)
+
+
+def test_a_sweep_goes_by_the_factor_and_splits_buffers_evenly_among_ranks():
+    assert S.sweep(8, 1024, 4) == [8, 32, 128, 512]
+    assert S.sweep(8, 8, 2) == [8] and S.sweep(9, 8, 2) == []
+    # 8 bytes of float32 are 2 elements; all_gather among 3 ranks needs a multiple of 3.
+    assert S.elements(8, "all_reduce", "float32", 3) == 2
+    assert S.elements(8, "all_gather", "float32", 3) == 3
+    assert S.elements(100, "reduce_scatter", "float16", 4) == 48
+    assert S.elements(1, "broadcast", "float64", 2) == 1
+    # Sizes that round to the same buffer are measured once.
+    assert S.buffers([1, 2, 4, 8], "all_reduce", "float32", 2) == [1, 2]
+
+
+def test_comms_cells_are_named_by_collective_and_ranks_and_checked_in_one_line():
+    cells = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "collective": ["all_reduce", "all_to_all"], "num_gpus": [1, 8]}}}})
+    assert sorted(c.id.rsplit("_", 1)[0] for c in cells) == [
+        "pytorch_all-reduce_float32_1x_gpu", "pytorch_all-reduce_float32_8x_gpu",
+        "pytorch_all-to-all_float32_1x_gpu", "pytorch_all-to-all_float32_8x_gpu"]
+    with pytest.raises(study.ConfigError, match="study 'c': begin_size: 4096 is above "
+                                                 "end_size 1024: no message size"):
+        study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+            "begin_size": 4096, "end_size": 1024}}}})
+    with pytest.raises(study.ConfigError, match="collective: unknown value 'gather'"):
+        study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+            "collective": "gather"}}}})
+
+
+def run_comms(tmp_path, *flags):
+    out = tmp_path / "cell.json"
+    proc = subprocess.run([sys.executable, "-m", "dlbench.comms", "--device=cpu",
+                           "--w=1", "--n=3", *flags, f"--output={out}"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    return proc, R.read(out)
+
+
+def test_two_processes_sweep_sizes_and_record_both_bandwidths(tmp_path):
+    """Two gloo processes through torchrun (PARAM's short flags pass through it): one
+    measurement per size, algorithm bandwidth size / median time, bus bandwidth that times
+    (n-1)/n for reduce_scatter."""
+    proc, res = run_comms(tmp_path, "--num_gpus=2", "--collective=reduce_scatter",
+                          "--b=1024", "--e=65536", "--f=8")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    R.validate(res)
+    assert res["status"] == "ok" and res["kind"] == "comms"
+    assert res["cell"]["collective"] == "reduce_scatter" and res["cell"]["num_gpus"] == 2
+    assert res["extra"]["ranks"] == 2 and res["extra"]["backend"] == "gloo"
+    assert [m["bytes_per_iteration"] for m in res["measurements"]] == [1024, 8192, 65536]
+    for m in res["measurements"]:
+        assert m["pass"] == "collective" and m["iterations"] == 3
+        assert m["gbps"] == pytest.approx(m["bytes_per_iteration"] / m["time_s"]["median"] / 1e9)
+        assert m["extra"]["bus_gbps"] == pytest.approx(m["gbps"] * 0.5)
+
+
+def test_a_size_no_rank_can_hold_ends_the_sweep_for_all_ranks_with_what_was_measured(tmp_path):
+    """The second size (1 TiB) cannot be allocated: every rank stops there together (none
+    waits in a collective), the first size stays measured and the rest are named."""
+    proc, res = run_comms(tmp_path, "--num_gpus=2", "--collective=all_reduce",
+                          "--b=4096", f"--e={2**41}", f"--f={2**28}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert res["status"] == "ok"
+    assert [m["bytes_per_iteration"] for m in res["measurements"]] == [4096]
+    assert res["extra"]["sizes_not_measured"] == [2**40]  # bytes
+    assert "alloc" in res["extra"]["stopped_by"].lower()
+
+
+def test_one_process_runs_in_a_group_of_one(tmp_path):
+    proc, res = run_comms(tmp_path, "--collective=broadcast", "--b=8", "--e=64", "--f=8")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert res["status"] == "ok" and res["extra"]["ranks"] == 1
+    assert [m["extra"]["bus_gbps"] > 0 for m in res["measurements"]] == [True, True]
+
+
+@pytest.mark.slow
+def test_comms_cells_through_the_workflow_into_the_table_and_report(tmp_path):
+    cfg = {"studies": {"net": {"kind": "comms", "grid": {
+        "collective": "all_gather", "device": "cpu", "num_gpus": 2, "begin_size": 256,
+        "end_size": 16384, "step_factor": 8, "iterations": 4, "warmup": 1}}}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile",
+                           str(REPO / "Snakefile"), "--directory", str(tmp_path),
+                           "--configfile", str(tmp_path / "config.yaml"), "--cores", "2"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = pq.read_table(tmp_path / "results" / "benchmarks.parquet").to_pylist()
+    assert [(r["kind"], r["collective"], r["bytes_per_iteration"]) for r in rows] == [
+        ("comms", "all_gather", 256.0), ("comms", "all_gather", 2048.0),
+        ("comms", "all_gather", 16384.0)]
+    assert all(r["bus_gbps"] == pytest.approx(r["gbps"] / 2) for r in rows)
+    html = (tmp_path / "results" / "report" / "index.html").read_text()
+    assert 'id="comms"' in html and "chart-comms-bandwidth" in html
+
+    frame = prepare(pd.DataFrame(rows))
+    data = comms_charts.comms_frame(frame)
+    assert data["ranks"].tolist() == [2, 2, 2]
+    assert data["busbw_gbps"].tolist() == [r["bus_gbps"] for r in rows]
+    figure = comms_charts.bandwidth_figure(frame)
+    assert figure is not None and "2(n-1)/n" in figure.caption
+    assert comms_charts.bandwidth_figure(frame[frame["kind"] != "comms"]) is None
+    # A comms result's rows: bus_gbps from each measurement's extra.
+    res = json.loads(next((tmp_path / "results").rglob("cells/*.json")).read_text())
+    assert [r["bus_gbps"] for r in aggregate.rows_of(res, "x.json")] == [
+        m["extra"]["bus_gbps"] for m in res["measurements"]]
