@@ -24,6 +24,7 @@ import shutil
 import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 # One line per node and partition: name, generic resources, CPUs, memory (MB), partition
 # (the default one marked '*'), the partition's time limit.
@@ -123,9 +124,31 @@ class Limits:
     max_mem_per_node_mb: int = 0
 
 
-# Limits' fields by their scontrol keys.
-_LIMIT_KEYS = {"MaxNodes": "max_nodes", "MinNodes": "min_nodes",
-               "MaxCPUsPerNode": "max_cpus_per_node", "MaxMemPerNode": "max_mem_per_node_mb"}
+class _PartitionLimit(NamedTuple):
+    """One limit of Limits: the Request's field it bounds and the field naming its setting
+    (None: num_nodes), the Limits' field and its scontrol key, the unit, whether it is the
+    least the partition takes, the command-line options that change it."""
+
+    asked: str
+    asked_from: str | None
+    limit: str
+    key: str
+    unit: str
+    least: bool = False
+    lower: str = ""
+
+
+# A partition's limits on a job, checked in turn.
+_PARTITION_LIMITS = (
+    _PartitionLimit("nodes", None, "max_nodes", "MaxNodes", "nodes"),
+    _PartitionLimit("nodes", None, "min_nodes", "MinNodes", "nodes", least=True),
+    _PartitionLimit("cpus", "cpus_from", "max_cpus_per_node", "MaxCPUsPerNode",
+                    "CPUs on a node", lower=" (lower it, e.g. --set-threads or "
+                    "--set-resources on the command line)"),
+    _PartitionLimit("mem_mb", "mem_from", "max_mem_per_node_mb", "MaxMemPerNode",
+                    "MB of memory on a node", lower=" (lower it, e.g. --set-resources or "
+                    "--default-resources on the command line)"),
+)
 # Memory as scontrol may print it: megabytes, or with a unit.
 _MEGABYTES = {"": 1, "M": 1, "G": 1024, "T": 1024 ** 2}
 
@@ -143,7 +166,7 @@ def parse_partitions(scontrol_output: str) -> dict[str, Limits]:
         words = dict(word.partition("=")[::2] for word in line.split() if "=" in word)
         if words.get("PartitionName"):
             partitions[words["PartitionName"]] = Limits(**{
-                field: _limit(key, words.get(key, "")) for key, field in _LIMIT_KEYS.items()})
+                row.limit: _limit(row.key, words.get(row.key, "")) for row in _PARTITION_LIMITS})
     return partitions
 
 
@@ -199,19 +222,6 @@ _PER_NODE = (
 )
 
 
-# A partition's limits on a job, checked in turn: the Request's field, the field naming its
-# setting (None: num_nodes), the Limits' field, its scontrol key, the unit, whether it is
-# the least the partition takes, the command-line options that change it.
-_PARTITION_LIMITS = (
-    ("nodes", None, "max_nodes", "MaxNodes", "nodes", False, ""),
-    ("nodes", None, "min_nodes", "MinNodes", "nodes", True, ""),
-    ("cpus", "cpus_from", "max_cpus_per_node", "MaxCPUsPerNode", "CPUs on a node", False,
-     " (lower it, e.g. --set-threads or --set-resources on the command line)"),
-    ("mem_mb", "mem_from", "max_mem_per_node_mb", "MaxMemPerNode", "MB of memory on a node",
-     False, " (lower it, e.g. --set-resources or --default-resources on the command line)"),
-)
-
-
 def refusal(requests: Iterable[Request], nodes: Sequence[Node],
             limits: Mapping[str, Limits] | None = None) -> str | None:
     """One line for the first request no set of the cluster's nodes can hold, or no
@@ -228,20 +238,20 @@ class _Beyond:
     """A limit of a partition that a request is beyond: the row of _PARTITION_LIMITS, what
     the request asks and what the partition allows."""
 
-    row: tuple
+    row: _PartitionLimit
     asked: int
     limit: int
 
     def short(self, partition: str) -> str:
-        return f"'{partition}' {self.row[3]} {self.limit}"
+        return f"'{partition}' {self.row.key} {self.limit}"
 
 
 def _beyond(request: Request, limits: Limits | None) -> _Beyond | None:
     """The first of _PARTITION_LIMITS that ``request`` is beyond; None where the partition
     allows the job, or scontrol did not describe it."""
     for row in _PARTITION_LIMITS if limits else ():
-        asked, limit = getattr(request, row[0]), getattr(limits, row[2])
-        if asked and limit and (asked < limit if row[5] else asked > limit):
+        asked, limit = getattr(request, row.asked), getattr(limits, row.limit)
+        if asked and limit and (asked < limit if row.least else asked > limit):
             return _Beyond(row, asked, limit)
     return None
 
@@ -256,15 +266,15 @@ def _limit_refusal(request: Request, fitting: Sequence[Node],
     beyond = [_beyond(request, limits.get(name)) for name in names]
     if not names or not all(beyond):
         return None
-    first = beyond[0]
-    _, asked_from, _, key, unit, least, lower = first.row
+    first, row = beyond[0], beyond[0].row
     others = ", ".join(b.short(name) for name, b in zip(names[1:], beyond[1:], strict=True))
-    return (f"{getattr(request, asked_from) if asked_from else f'num_nodes: {first.asked}'} "
-            f"asks {first.asked} {unit}, but partition '{names[0]}' "
-            f"{'takes at least' if least else 'allows at most'} {first.limit} ({key}, "
-            "scontrol show partition)"
+    asked_by = getattr(request, row.asked_from) if row.asked_from else \
+        f"num_nodes: {first.asked}"
+    return (f"{asked_by} asks {first.asked} {row.unit}, but partition '{names[0]}' "
+            f"{'takes at least' if row.least else 'allows at most'} {first.limit} "
+            f"({row.key}, scontrol show partition)"
             + (f", nor does any other partition take it ({others})" if others else "")
-            + f"; the job would wait in the queue for ever{lower}")
+            + f"; the job would wait in the queue for ever{row.lower}")
 
 
 def _refusal(request: Request, nodes: Sequence[Node],

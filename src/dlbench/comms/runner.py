@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from dlbench import axes, cellrun, multinode, subproc
+from dlbench import axes, cellrun, multinode
 from dlbench import result as R
 from dlbench.comms import sizes as S
 
@@ -108,20 +107,17 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     dtype = getattr(torch, args.data_type)
     counts = S.buffers(S.sweep(args.b, args.e, args.f), args.collective, args.data_type, ranks)
-    if not counts:
-        raise cellrun.CellError(f"--b {args.b} is above --e {args.e}: no message size")
     factor = S.bus_factor(args.collective, ranks)
     element = S.DATA_TYPES[args.data_type]
     res["extra"].update(ranks=ranks, bus_factor=factor, backend=dist.get_backend())
-    for count in counts:
+    for i, count in enumerate(counts):
         buffers, problem = None, None
         try:
             buffers = _tensors(args.collective, count, dtype, ranks, device)
         except (RuntimeError, MemoryError) as exc:
             problem = exc
         if not _all_allocated(problem is None, device):
-            res["extra"]["sizes_not_measured"] = [c * element
-                                                  for c in counts[counts.index(count):]]
+            res["extra"]["sizes_not_measured"] = [c * element for c in counts[i:]]
             res["extra"]["stopped_by"] = (cellrun.one_line(problem) if problem
                                           else "another rank could not allocate its buffers")
             del buffers
@@ -134,7 +130,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         m = R.measurement(
             name=f"{args.collective}|{size}", op_name=args.collective, pass_="collective",
             times_s=times, items_per_iteration=1.0, throughput_unit="iterations/s",
-            bytes_per_iteration=float(size), extra={"size_bytes": size, "elements": count})
+            bytes_per_iteration=float(size), extra={"elements": count})
         m["extra"]["bus_gbps"] = m["gbps"] * factor
         res["measurements"].append(m)
         if topo.rank == 0:
@@ -153,23 +149,14 @@ def _launch(args: argparse.Namespace, argv: list[str]) -> int:
     from dlbench.pytorch import distributed
 
     output = Path(args.output) if args.output else None
-    if output:
-        output.unlink(missing_ok=True)
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.num_gpus)))
     # After "--": torchrun's parser would take PARAM's short flags (--n) for abbreviations
     # of its own options and stop; it hands the "--" on, and main drops it.
     cmd = distributed.torchrun_command(args.num_gpus, ["--", *argv], module="dlbench.comms")
-    rc, lines = subproc.run_tee(cmd, env, keep=400)
+    rc, lines = distributed.run_workers(cmd, args.num_gpus, output)
     if output and not output.exists():
-        errors = multinode.reported_errors(lines)
-        status, _, message = (errors[0] if errors else "").partition(" ")
-        if status not in ("oom", "failed"):
-            status = "failed"
-            message = distributed.torchrun_failure(lines) or f"torchrun exited with code {rc}"
         res = R.new_result(kind=KIND, cell=cell_of(args), study=args.study,
                            cell_id=args.cell_id)
-        R.finish(res, status, message)
+        R.finish(res, *distributed.workers_outcome(rc, lines))
         R.write(res, output)
         return rc or 1
     return rc

@@ -11,6 +11,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -93,6 +94,34 @@ def slowest_rank_times(times: list[float], device: torch.device) -> list[float]:
                      device=device if device.type == "cuda" else "cpu")
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.tolist()
+
+
+def run_workers(cmd: list[str], nproc: int, output: Path | None) -> tuple[int, list[str]]:
+    """Run a torchrun ``cmd`` of ``nproc`` processes per node whose rank 0 writes
+    ``output`` (removed first: a file there afterwards is this run's). The cores are shared
+    among the processes unless OMP_NUM_THREADS says otherwise. Returns the exit code and
+    enough of stderr for torchrun's failure report and srun's lines after it."""
+    from dlbench import subproc
+
+    if output:
+        output.unlink(missing_ok=True)
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    return subproc.run_tee(cmd, env, keep=400)
+
+
+def workers_outcome(rc: int, lines: list[str],
+                    join_timeout_s: float | None = None) -> tuple[str, str]:
+    """Status and one line for one node's workers that ended before rank 0 wrote the
+    result: the first error a worker reported, else torchrun's report of the rank that died
+    without a word (killed), else its exit code."""
+    from dlbench import multinode
+
+    errors = multinode.reported_errors(lines)
+    status, _, message = (errors[0] if errors else "").partition(" ")
+    if status in ("oom", "failed"):
+        return status, message
+    return "failed", torchrun_failure(lines, join_timeout_s) or f"torchrun exited with code {rc}"
 
 
 def shutdown() -> None:

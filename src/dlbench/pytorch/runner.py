@@ -26,7 +26,6 @@ from dlbench import (
     models,
     monitor,
     multinode,
-    subproc,
 )
 from dlbench import result as R
 from dlbench.profiling import torch_profiler
@@ -323,10 +322,6 @@ def _launch_distributed(args: argparse.Namespace, argv: list[str]) -> int:
     from dlbench.pytorch import distributed
 
     output = Path(args.output) if args.output else None
-    if output:
-        output.unlink(missing_ok=True)
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.num_gpus)))
     if args.num_nodes > 1:
         try:
             cmd = _multi_node_command(args, argv)
@@ -334,19 +329,17 @@ def _launch_distributed(args: argparse.Namespace, argv: list[str]) -> int:
             return _record_launch_failure(args, output, "failed", str(exc), 1)
     else:
         cmd = distributed.torchrun_command(args.num_gpus, argv, args.rdzv_endpoint)
-    # Enough of stderr for torchrun's failure report and srun's lines after it.
-    rc, lines = subproc.run_tee(cmd, env, keep=400)
+    rc, lines = distributed.run_workers(cmd, args.num_gpus, output)
     lines = [multinode.unlabelled(ln) for ln in lines]
-    errors = multinode.reported_errors(lines)
     if output and not output.exists():
-        status, _, message = (errors[0] if errors else "").partition(" ")
-        # A worker that died without a word (killed): torchrun's report names its rank.
-        reported = distributed.torchrun_failure(lines, multinode.RENDEZVOUS_TIMEOUT_S)
+        status, message = distributed.workers_outcome(rc, lines,
+                                                      multinode.RENDEZVOUS_TIMEOUT_S)
         if args.num_nodes > 1 and status != "oom":
+            # srun's node and exit code first, then what a worker (or torchrun) said.
+            errors = multinode.reported_errors(lines)
+            reported = distributed.torchrun_failure(lines, multinode.RENDEZVOUS_TIMEOUT_S)
             status, message = "failed", multinode.failure_message(
                 rc, lines, [message] if errors else [reported] if reported else [])
-        elif status not in ("oom", "failed"):
-            status, message = "failed", reported or f"torchrun exited with code {rc}"
         _record_launch_failure(args, output, status, message, rc)
     return rc
 
