@@ -57,6 +57,67 @@ def test_comms_cells_are_named_by_collective_and_ranks_and_checked_in_one_line()
             "collective": "gather"}}}})
 
 
+def test_a_collective_cell_on_several_nodes_says_so_in_its_id_and_asks_slurm_for_them():
+    """num_nodes 1 keeps the ids collective cells had before the axis; two nodes are one
+    cluster job of two nodes with one task each (its GPUs on each), refused without a
+    scheduler in one line."""
+    from dlbench import workflow_support as support
+
+    one, two = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "num_gpus": 8, "num_nodes": [1, 2]}}}})
+    assert one.id == "pytorch_all-reduce_float32_8x_gpu_4770ff82"  # as before num_nodes
+    assert two.id.rsplit("_", 1)[0] == "pytorch_all-reduce_float32_8x_2nodes_gpu"
+    assert support.cluster_resources(one) == {}
+    assert support.cluster_resources(two) == {"nodes": 2, "tasks": 2, "mpi": "srun",
+                                              "tasks_per_gpu": 0, "gres": "gpu:8"}
+    assert support.gpus_of(two) == 16
+    with pytest.raises(support.WorkflowConfigError,
+                       match="study 'c': num_nodes: 2 nodes need a cluster scheduler"):
+        support.check_single_node([one, two])
+
+
+def test_a_multi_node_collective_outside_a_slurm_job_is_a_failed_result_in_one_line(tmp_path):
+    """What srun would start is not exercised here (tests/test_slurm_two_nodes.py runs it):
+    outside a Slurm job the runner records why it cannot start, and no worker starts."""
+    out = tmp_path / "cell.json"
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("SLURM")}
+    proc = subprocess.run([sys.executable, "-m", "dlbench.comms", "--device=cpu",
+                           "--num_nodes=2", "--e=64", f"--output={out}"], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 1
+    res = R.read(out)
+    R.validate(res)
+    assert res["status"] == "failed" and res["cell"]["num_nodes"] == 2
+    assert res["error"].startswith("num_nodes 2 needs a Slurm job of 2 nodes")
+    assert "torch.distributed.run" not in proc.stderr
+
+
+def test_the_chart_counts_processes_on_all_nodes_and_tells_node_counts_apart():
+    """4 processes as 4 on one node and as 2 on each of 2 nodes are one colour (processes)
+    and two line styles (nodes); a row from before num_nodes counts as one node."""
+    def row(cell, gpus, nodes, size, seconds):
+        return {"cell_id": cell, "source": f"{cell}.json", "study": "net", "kind": "comms",
+                "status": "ok", "throughput": 1 / seconds, "name": f"all_reduce|{size}",
+                "pass": "collective", "op_name": "all_reduce", "collective": "all_reduce",
+                "num_gpus": gpus, "num_nodes": nodes, "system": "a", "device": "gpu",
+                "data_type": "float32", "framework": "pytorch", "bytes_per_iteration": size,
+                "time_median_s": seconds, "time_p95_s": seconds * 1.1,
+                "gbps": size / seconds / 1e9, "bus_gbps": 1.5 * size / seconds / 1e9}
+
+    frame = prepare(pd.DataFrame([
+        row("one", 4, 1, 1024, 1e-5), row("one", 4, 1, 4096, 2e-5),
+        row("two", 2, 2, 1024, 3e-5), row("two", 2, 2, 4096, 5e-5),
+        row("old", 2, None, 1024, 1e-5)]))
+    data = comms_charts.comms_frame(frame)
+    by_cell = data.groupby("cell")[["ranks", "num_nodes"]].first()
+    assert by_cell.to_dict("index") == {"a/one": {"ranks": 4, "num_nodes": 1},
+                                        "a/two": {"ranks": 4, "num_nodes": 2},
+                                        "a/old": {"ranks": 2, "num_nodes": 1}}
+    figure = comms_charts.bandwidth_figure(frame)
+    assert ("num_nodes", "nodes") in [(c.field, c.title) for c in figure.table.columns]
+    assert "nodes" in json.dumps(figure.chart.to_dict())
+
+
 def run_comms(tmp_path, *flags):
     out = tmp_path / "cell.json"
     proc = subprocess.run([sys.executable, "-m", "dlbench.comms", "--device=cpu",

@@ -1,8 +1,8 @@
 """Multi-node cells against a real two-node Slurm (tests/slurm/two_nodes.py): two slurmd,
 each in its own network and UTS namespace, one slurmctld, on this machine.
 
-A study of a two-node PyTorch DDP cell (gloo, CPU) and a two-node MXNet ``dist_sync`` cell
-runs through ``--profile profiles/slurm``: each cell is one Slurm job of two nodes whose
+A study of a two-node PyTorch DDP cell (gloo, CPU), a two-node collective cell (gloo, CPU)
+and a two-node MXNet ``dist_sync`` cell runs through ``--profile profiles/slurm``: each cell is one Slurm job of two nodes whose
 runner starts a task per node with srun. Then a long cell runs and one node's worker is
 killed: the cell must become a failed row naming that node, and nothing may be left
 running on either node. Skipped without root, the Debian packages slurmctld, slurmd,
@@ -32,6 +32,9 @@ GENERIC_PROFILE = REPO / "profiles" / "cluster-generic"
 MXNET_PYTHON = REPO / ".venvs" / "mxnet" / "bin" / "python"
 CELL = {"model": "deep_mnist", "device": "cpu", "batch_size": 4, "num_nodes": 2,
         "num_warmup_batches": 1}
+COMMS_CELL = {"collective": "all_gather", "device": "cpu", "num_gpus": 2, "num_nodes": 2,
+              "begin_size": 1024, "end_size": 65536, "step_factor": 8, "warmup": 1,
+              "iterations": 3}
 
 
 def snakemake(workdir, cluster, *args, timeout=600, profile=SLURM_PROFILE):
@@ -75,7 +78,8 @@ def two_node_run(cluster, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("two-nodes")
     studies = {"ddp": {"grid": {**CELL, "num_batches": 3}},
                # The nodes' GPUs are fakes: Slurm gives each node one, no CUDA is behind it.
-               "gpu": {"grid": {**CELL, "device": "gpu", "num_batches": 3}}}
+               "gpu": {"grid": {**CELL, "device": "gpu", "num_batches": 3}},
+               "comms": {"kind": "comms", "grid": COMMS_CELL}}
     if MXNET_PYTHON.exists():
         studies["ps"] = {"grid": {**CELL, "framework": "mxnet", "kv_store": "dist_sync",
                                   "num_batches": 3}}
@@ -100,6 +104,24 @@ def test_a_two_node_pytorch_ddp_cell_runs_as_one_slurm_job_on_both_nodes(cluster
                           capture_output=True, text=True, timeout=30).stdout.splitlines()
     (job,) = [j for j in jobs if "wildcards_ddp_" in j]
     assert "NumNodes=2 " in job and "NodeList=node[1-2]" in job
+
+
+@pytest.mark.slow
+def test_a_two_node_collective_cell_runs_its_processes_on_both_nodes(cluster, two_node_run):
+    """Two processes on each of two nodes (four ranks, srun starting torchrun on each):
+    bus bandwidth with all_gather's factor for four ranks, (n-1)/n."""
+    res = result_of(two_node_run, "comms")
+    assert res["status"] == "ok", res.get("error")
+    assert res["cell"]["num_nodes"] == 2 and res["extra"]["ranks"] == 4
+    assert sorted(res["extra"]["hosts"]) == ["node1", "node1", "node2", "node2"]
+    assert res["extra"]["bus_factor"] == 0.75
+    assert [m["bytes_per_iteration"] for m in res["measurements"]] == [1024, 8192, 65536]
+    row = rows(two_node_run)["comms"]
+    assert row["num_nodes"] == 2 and row["bus_gbps"] > 0
+    jobs = subprocess.run(["scontrol", "-o", "show", "job"], env=cluster.env,
+                          capture_output=True, text=True, timeout=30).stdout.splitlines()
+    (job,) = [j for j in jobs if "2x_2nodes_cpu" in j]
+    assert "NumNodes=2 " in job and "NodeList=node[1-2]" in job, job
 
 
 @pytest.mark.slow
@@ -135,7 +157,8 @@ def test_the_cluster_generic_profile_runs_a_two_node_cell_too(cluster, tmp_path_
     fakes: its run fails (a failed row), what Slurm allocated is what is checked."""
     workdir = tmp_path_factory.mktemp("generic")
     config = {"studies": {"ddp": {"grid": {**CELL, "num_batches": 3}},
-                          "gpu": {"grid": {**CELL, "device": "gpu", "num_batches": 3}}}}
+                          "gpu": {"grid": {**CELL, "device": "gpu", "num_batches": 3}},
+               "comms": {"kind": "comms", "grid": COMMS_CELL}}}
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     proc = snakemake(workdir, cluster, profile=GENERIC_PROFILE)
     assert proc.returncode == 0, proc.stderr[-4000:] + cluster.logs()

@@ -188,9 +188,10 @@ TABLE: tuple[Axis, ...] = (
          help="devices per node (collectives: processes, one per device)"),
     # Added in release 3: at its default it is in neither the cell id's hash nor the job's
     # parameters (job_params), so that results made before it existed stay done.
-    Axis("num_nodes", int, 1, minimum=1, frameworks=("pytorch", "mxnet"), refuse_unused=True,
-         since=3, flags=_dlbs("--num_nodes", runners=("pytorch", "mxnet")),
-         help="nodes of a data-parallel cell (a cluster job), num_gpus on each"),
+    Axis("num_nodes", int, 1, kinds=("model", _COMMS), minimum=1,
+         frameworks=("pytorch", "mxnet"), refuse_unused=True, since=3,
+         flags=_dlbs("--num_nodes", runners=("pytorch", "mxnet", _COMMS)),
+         help="nodes of a data-parallel or collective cell (a cluster job), num_gpus on each"),
     Axis("device", str, "gpu", kinds=("model", "ops", "calibrate", _LLM, _COMMS),
          choices=_DEVICES,
          flags={**_dlbs("--device"),

@@ -1,8 +1,9 @@
 """``python -m dlbench.comms``: a collective-communication cell, PARAM's comms.py in
 blocking mode (``--z 1``) with nccl-tests' bandwidths (dlbench.comms.sizes).
 
-``--num_gpus N`` processes (torchrun: NCCL on GPUs, gloo on CPU) run one collective on
-buffers of every size of the sweep. Each size is one measurement: the per-iteration times
+``--num_gpus N`` processes on each of ``--num_nodes`` nodes (torchrun: NCCL on GPUs, gloo
+on CPU; on several nodes, one torchrun per node of the Slurm job started with srun, as a
+model cell's, dlbench.multinode) run one collective on buffers of every size of the sweep. Each size is one measurement: the per-iteration times
 of the slowest rank (the one harness's timed loop: warmup excluded, each iteration ended
 synchronised), the algorithm bandwidth (``gbps``) and the bus bandwidth (``bus_gbps`` in
 its extra). Every rank allocates a size's buffers before any of them communicates; where
@@ -109,7 +110,9 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     counts = S.buffers(S.sweep(args.b, args.e, args.f), args.collective, args.data_type, ranks)
     factor = S.bus_factor(args.collective, ranks)
     element = S.DATA_TYPES[args.data_type]
-    res["extra"].update(ranks=ranks, bus_factor=factor, backend=dist.get_backend())
+    hosts = distributed.rank_hosts()  # one collective, before any timing
+    res["extra"].update(ranks=ranks, bus_factor=factor, backend=dist.get_backend(),
+                        hosts=hosts, num_hosts=len(set(hosts)))
     for i, count in enumerate(counts):
         buffers, problem = None, None
         try:
@@ -144,22 +147,36 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
 
 
 def _launch(args: argparse.Namespace, argv: list[str]) -> int:
-    """Parent of a multi-process cell: torchrun; rank 0 writes the result. Workers that die
-    before it is written leave a failed result naming the first error or rank."""
+    """Parent of a multi-process cell: torchrun (on each node through srun when the cell
+    spans nodes); rank 0 writes the result. Workers that die before it is written leave a
+    failed result naming the first node srun reported, the first error or rank."""
     from dlbench.pytorch import distributed
 
     output = Path(args.output) if args.output else None
     # After "--": torchrun's parser would take PARAM's short flags (--n) for abbreviations
     # of its own options and stop; it hands the "--" on, and main drops it.
-    cmd = distributed.torchrun_command(args.num_gpus, ["--", *argv], module="dlbench.comms")
-    rc, lines = distributed.run_workers(cmd, args.num_gpus, output)
-    if output and not output.exists():
+    workers = ["--", *argv]
+    try:
+        if args.num_nodes > 1:
+            gpus = args.num_gpus if args.device == "gpu" else 0
+            cmd = distributed.multi_node_command(args.num_nodes, args.num_gpus, gpus, workers,
+                                                 module="dlbench.comms")
+        else:
+            cmd = distributed.torchrun_command(args.num_gpus, workers, module="dlbench.comms")
+    except multinode.MultiNodeError as exc:
+        rc, outcome = 1, ("failed", str(exc))
+    else:
+        rc, lines = distributed.run_workers(cmd, args.num_gpus, output)
+        if output is None or output.exists():
+            return rc
+        outcome = distributed.workers_outcome(rc, lines, args.num_nodes)
+    print(f"dlbench.comms: {outcome[1]}", file=sys.stderr)
+    if output:
         res = R.new_result(kind=KIND, cell=cell_of(args), study=args.study,
                            cell_id=args.cell_id)
-        R.finish(res, *distributed.workers_outcome(rc, lines))
+        R.finish(res, *outcome)
         R.write(res, output)
-        return rc or 1
-    return rc
+    return rc or 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     from dlbench.pytorch import distributed
 
-    if args.num_gpus > 1 and not distributed.is_worker():
+    if (args.num_gpus > 1 or args.num_nodes > 1) and not distributed.is_worker():
         return _launch(args, argv)
     topo = distributed.topology()
     res = R.new_result(kind=KIND, cell=cell_of(args), study=args.study, cell_id=args.cell_id)

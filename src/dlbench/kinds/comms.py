@@ -23,6 +23,13 @@ class CommsKind(CellKind):
             return f"{value}x"  # ranks: pytorch_all_reduce_float32_2x_gpu_<hash>
         return None
 
+    def readable_id(self, params: Mapping[str, Any]) -> list[str]:
+        parts = super().readable_id(params)
+        nodes = params.get("num_nodes") or 1
+        # ..._8x_2nodes_gpu_...: only a multi-node cell says so (as model cells do).
+        i = self.id_axes.index("num_gpus") + 1
+        return [*parts[:i], f"{nodes}nodes", *parts[i:]] if nodes > 1 else parts
+
     def check(self, params: Mapping[str, Any], datasets: Mapping[str, Any]) -> None:
         if self.name not in frameworks.get(params["framework"]).kinds:
             raise AxisError("framework", "collective benchmarks run on pytorch only")

@@ -96,32 +96,62 @@ def slowest_rank_times(times: list[float], device: torch.device) -> list[float]:
     return t.tolist()
 
 
+def multi_node_command(nodes: int, nproc: int, gpus: int, argv: list[str],
+                       module: str) -> list[str]:
+    """srun starting torchrun (``nproc`` processes of runner ``module`` with ``argv``) on
+    each of ``nodes`` nodes of the Slurm job this process runs in, the rendezvous (c10d) on
+    this node; each node's agent first checks it has ``gpus`` GPUs (0: a CPU cell).
+    Raises multinode.MultiNodeError when this is no such job."""
+    import logging
+
+    from dlbench import multinode
+
+    alloc = multinode.slurm_allocation(nodes)
+    endpoint = f"{alloc.address}:{multinode.free_port()}"
+    conf = f"is_host={multinode.IS_HOST},join_timeout={multinode.RENDEZVOUS_TIMEOUT_S}"
+    torchrun = torchrun_command(nproc, argv, endpoint, nnodes=nodes,
+                                rdzv_id=f"dlbench-{alloc.job_id}-{os.getpid()}",
+                                rdzv_conf=conf, module=module)
+    logging.getLogger(module).info("%d nodes of Slurm job %s (%s), rendezvous at %s", nodes,
+                                   alloc.job_id, ",".join(alloc.hosts[:nodes]), endpoint)
+    return alloc.srun(nodes, multinode.agent(alloc.here, gpus, torchrun))
+
+
 def run_workers(cmd: list[str], nproc: int, output: Path | None) -> tuple[int, list[str]]:
-    """Run a torchrun ``cmd`` of ``nproc`` processes per node whose rank 0 writes
-    ``output`` (removed first: a file there afterwards is this run's). The cores are shared
-    among the processes unless OMP_NUM_THREADS says otherwise. Returns the exit code and
-    enough of stderr for torchrun's failure report and srun's lines after it."""
-    from dlbench import subproc
+    """Run a torchrun ``cmd`` (or srun starting one on each node) of ``nproc`` processes
+    per node whose rank 0 writes ``output`` (removed first: a file there afterwards is this
+    run's). The cores are shared among the processes unless OMP_NUM_THREADS says otherwise.
+    Returns the exit code and enough of stderr for torchrun's failure report and srun's
+    lines after it, srun's task labels taken off."""
+    from dlbench import multinode, subproc
 
     if output:
         output.unlink(missing_ok=True)
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
-    return subproc.run_tee(cmd, env, keep=400)
+    rc, lines = subproc.run_tee(cmd, env, keep=400)
+    return rc, [multinode.unlabelled(line) for line in lines]
 
 
-def workers_outcome(rc: int, lines: list[str],
-                    join_timeout_s: float | None = None) -> tuple[str, str]:
-    """Status and one line for one node's workers that ended before rank 0 wrote the
-    result: the first error a worker reported, else torchrun's report of the rank that died
-    without a word (killed), else its exit code."""
+def workers_outcome(rc: int, lines: list[str], nodes: int = 1) -> tuple[str, str]:
+    """Status and one line for workers that ended before rank 0 wrote the result: the first
+    error a worker reported, else torchrun's report of the rank that died without a word
+    (killed, or a node that never joined the rendezvous), else its exit code. A cell on
+    several ``nodes`` names first the node srun reported (an out-of-memory worker stays
+    ``oom``)."""
     from dlbench import multinode
 
+    timeout = multinode.RENDEZVOUS_TIMEOUT_S
     errors = multinode.reported_errors(lines)
     status, _, message = (errors[0] if errors else "").partition(" ")
-    if status in ("oom", "failed"):
-        return status, message
-    return "failed", torchrun_failure(lines, join_timeout_s) or f"torchrun exited with code {rc}"
+    reported = torchrun_failure(lines, timeout)
+    if status not in ("oom", "failed"):
+        status, message = "failed", reported or f"torchrun exited with code {rc}"
+    if nodes > 1 and status != "oom":
+        # srun's node and exit code first, then what a worker (or torchrun) said.
+        said = [message] if errors else [reported] if reported else []
+        status, message = "failed", multinode.failure_message(rc, lines, said)
+    return status, message
 
 
 def shutdown() -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -29,9 +28,6 @@ from dlbench import (
 )
 from dlbench import result as R
 from dlbench.profiling import torch_profiler
-
-log = logging.getLogger("dlbench.pytorch")
-
 
 
 def parser() -> argparse.ArgumentParser:
@@ -324,40 +320,18 @@ def _launch_distributed(args: argparse.Namespace, argv: list[str]) -> int:
     output = Path(args.output) if args.output else None
     if args.num_nodes > 1:
         try:
-            cmd = _multi_node_command(args, argv)
+            gpus = args.num_gpus if args.device == "gpu" else 0
+            cmd = distributed.multi_node_command(args.num_nodes, args.num_gpus, gpus, argv,
+                                                 module="dlbench.pytorch")
         except multinode.MultiNodeError as exc:
             return _record_launch_failure(args, output, "failed", str(exc), 1)
     else:
         cmd = distributed.torchrun_command(args.num_gpus, argv, args.rdzv_endpoint)
     rc, lines = distributed.run_workers(cmd, args.num_gpus, output)
-    lines = [multinode.unlabelled(ln) for ln in lines]
     if output and not output.exists():
-        status, message = distributed.workers_outcome(rc, lines,
-                                                      multinode.RENDEZVOUS_TIMEOUT_S)
-        if args.num_nodes > 1 and status != "oom":
-            # srun's node and exit code first, then what a worker (or torchrun) said.
-            errors = multinode.reported_errors(lines)
-            reported = distributed.torchrun_failure(lines, multinode.RENDEZVOUS_TIMEOUT_S)
-            status, message = "failed", multinode.failure_message(
-                rc, lines, [message] if errors else [reported] if reported else [])
+        status, message = distributed.workers_outcome(rc, lines, args.num_nodes)
         _record_launch_failure(args, output, status, message, rc)
     return rc
-
-
-def _multi_node_command(args: argparse.Namespace, argv: list[str]) -> list[str]:
-    """srun starting torchrun on each node of the job, rendezvous (c10d) on this node."""
-    from dlbench.pytorch import distributed
-
-    alloc = multinode.slurm_allocation(args.num_nodes)
-    endpoint = f"{alloc.address}:{multinode.free_port()}"
-    conf = f"is_host={multinode.IS_HOST},join_timeout={multinode.RENDEZVOUS_TIMEOUT_S}"
-    torchrun = distributed.torchrun_command(
-        args.num_gpus, argv, endpoint, nnodes=args.num_nodes,
-        rdzv_id=f"dlbench-{alloc.job_id}-{os.getpid()}", rdzv_conf=conf)
-    gpus = args.num_gpus if args.device == "gpu" else 0
-    log.info("%d nodes of Slurm job %s (%s), rendezvous at %s", args.num_nodes,
-             alloc.job_id, ",".join(alloc.hosts[:args.num_nodes]), endpoint)
-    return alloc.srun(args.num_nodes, multinode.agent(alloc.here, gpus, torchrun))
 
 
 def _record_launch_failure(args: argparse.Namespace, output: Path | None, status: str,

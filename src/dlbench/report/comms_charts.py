@@ -1,5 +1,7 @@
 """Charts of collective-communication cells (dlbench.comms): bus bandwidth and time
-against message size, one panel per collective, one colour per rank count."""
+against message size, one panel per collective, one colour per process count (num_gpus on
+each of num_nodes nodes; a cell on several nodes also differs from one on one node in its
+nodes, which the chart gives a place of its own)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ _BINARY_SIZE = ("datum.value >= 1073741824 ? format(datum.value / 1073741824, '~
                 ": datum.value >= 1024 ? format(datum.value / 1024, '~g') + ' KiB' "
                 ": datum.value + ' B'")
 # Axes a collective cell may differ in besides its panel (collective), size and colour.
-OTHER_AXES = ("system", "device", "data_type", "framework")
+OTHER_AXES = ("system", "num_nodes", "device", "data_type", "framework")
 
 
 def comms_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -26,9 +28,12 @@ def comms_frame(frame: pd.DataFrame) -> pd.DataFrame:
     rows = measured(frame, KIND)
     if rows.empty:
         return rows
+    # Results made before collectives had num_nodes: one node.
+    nodes = rows.get("num_nodes", pd.Series(1, rows.index)).fillna(1).astype(int)
+    rows = rows.assign(num_nodes=nodes)
     return pd.DataFrame({
         "cell": rows["cell"], "collective": rows["collective"],
-        "ranks": (rows["num_gpus"].astype(int)), **{a: rows[a] for a in OTHER_AXES},
+        "ranks": rows["num_gpus"].astype(int) * nodes, **{a: rows[a] for a in OTHER_AXES},
         "size_bytes": rows["bytes_per_iteration"].astype(float),
         "time_us": 1e6 * rows["time_median_s"].astype(float),
         "time_p95_us": 1e6 * rows["time_p95_s"].astype(float),

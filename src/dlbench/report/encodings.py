@@ -39,7 +39,7 @@ MAX_PANELS = 12
 TITLES = {"num_gpus": "GPUs", "num_batches": "measured iterations",
           "num_warmup_batches": "warm-up iterations", "mode": "execution mode",
           "num_loader_threads": "loader threads", "batch_size": "batch size",
-          "fixed_batch": "batch held fixed"}
+          "fixed_batch": "batch held fixed", "num_nodes": "nodes"}
 
 
 def model_axes() -> list[str]:
