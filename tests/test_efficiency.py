@@ -238,6 +238,34 @@ def test_an_operator_row_takes_its_inputs_dtype_and_two_dtypes_give_none(tmp_pat
     assert mixed.pct_of_peak_gbps.notna().all()  # bandwidth needs no precision
 
 
+def comms_doc(*, system: str = "sysA") -> dict:
+    cell = {"framework": "pytorch", "collective": "all_reduce", "data_type": "bfloat16",
+            "num_gpus": 8, "device": "gpu"}
+    res = R.new_result(kind="comms", cell=cell, study="net", cell_id="pytorch_all-reduce")
+    res["system"] = system
+    res["environment"] = env()
+    size = 2.0**30
+    m = R.measurement(name=f"all_reduce|{size:.0f}", op_name="all_reduce",
+                      pass_="collective", times_s=[0.005, 0.005], items_per_iteration=1,
+                      throughput_unit="iterations/s", bytes_per_iteration=size)
+    m["extra"]["bus_gbps"] = m["gbps"] * 1.75
+    res["measurements"] = [m]
+    return R.finish(res, "ok")
+
+
+def test_a_collective_is_not_measured_against_the_memorys_bandwidth(tmp_path):
+    """A collective's 200 GB/s crossed NVLink: neither the H100's HBM peak nor the
+    calibration's triad is its ceiling (an operator on the same GPU keeps both)."""
+    frame = table(tmp_path, [comms_doc(), op_doc("bfloat16"),
+                             calibration_doc({"bfloat16": 700.0}, 3000.0)])
+    collective = frame[frame.kind == "comms"].iloc[0]
+    assert collective.gbps == pytest.approx(2**30 / 0.005 / 1e9)
+    for column in ("peak_gbps", "pct_of_peak_gbps", "measured_gbps", "pct_of_measured_gbps"):
+        assert pd.isna(collective[column]), column
+    op = frame[frame.kind == "op"].iloc[0]
+    assert op.peak_gbps == pytest.approx(3350.0) and op.measured_gbps == pytest.approx(3000.0)
+
+
 # -- roofline -----------------------------------------------------------------------------
 
 

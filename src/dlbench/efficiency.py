@@ -13,7 +13,9 @@ kernel's), ``peak_tflops``, ``pct_of_peak``, ``measured_tflops``, ``pct_of_measu
 ``mfu`` (model cells: achieved FLOP/s over the vendor peak, a fraction; the FLOPs are those
 the runner counted), and for rows that move a known number of bytes ``peak_gbps``,
 ``pct_of_peak_gbps``, ``measured_gbps``, ``pct_of_measured_gbps``. ParaDnn cells keep
-their own ``phi_tflops`` beside them.
+their own ``phi_tflops`` beside them. A collective's bytes cross links between devices,
+not the device's memory: its rows have none of the bandwidth columns (their own measure
+against the link is the bus bandwidth, ``bus_gbps``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ COLUMNS = ("efficiency_precision", "peak_tflops", "pct_of_peak", "measured_tflop
            "pct_of_measured", "mfu", "peak_gbps", "pct_of_peak_gbps", "measured_gbps",
            "pct_of_measured_gbps")
 CALIBRATION_KIND = "calibration"
+# Kinds whose bytes per iteration move between devices (over NVLink, PCIe, a network), for
+# which neither the memory's peak nor a STREAM ceiling is a ceiling.
+LINK_KINDS = ("comms",)
 BANDWIDTH_BENCHMARKS = ("copy", "triad")
 
 # Operator input dtypes as PARAM configs and torch spell them -> dlbench precisions.
@@ -103,7 +108,8 @@ def add_columns(rows: list[dict[str, Any]]) -> None:
         measured = best_tflops.get((*_ceiling_key(row), precision)) if precision else None
         peak_bw = peaks.peak_bandwidth_gbps(model) if gpu else None
         measured_bw = best_gbps.get(_ceiling_key(row))
-        tflops, gbps = row.get("tflops"), row.get("gbps")
+        tflops = row.get("tflops")
+        gbps = row.get("gbps") if row.get("kind") not in LINK_KINDS else None
         row.update({
             "efficiency_precision": precision,
             "peak_tflops": peak if tflops else None,
