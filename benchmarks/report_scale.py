@@ -43,6 +43,9 @@ SPEED = {"float32": 1.0, "tf32": 2.5, "float16": 4.0, "bfloat16": 4.0, "float64"
 GPU = "NVIDIA H100 80GB HBM3"
 TARGETS = {"render_s": 10.0, "index_bytes": 5 * 2**20}
 CHROMIUM = Path("/usr/bin/chromium")
+# A container of a chart's data marks holding at least one (a chart given no rows still
+# draws its axes and an empty container).
+DATA_MARK = re.compile(r'<g class="mark-(?!group)[a-z]+ role-mark[^"]*"[^>]*><(?!/g>)')
 
 
 def environment(gpus: int) -> dict:
@@ -117,7 +120,8 @@ def write_table(folder: Path, grid: dict[str, list]) -> tuple[Path, int]:
 
 
 def chromium_check(index: Path, profile: Path) -> dict:
-    """Load the page headless; which charts drew an SVG and which reported an error."""
+    """Load the page headless; which charts drew their data (an SVG with a mark of a row)
+    and which reported an error."""
     if not CHROMIUM.exists():
         return {"skipped": f"no headless Chromium at {CHROMIUM}"}
     html = index.read_text()
@@ -136,7 +140,7 @@ def chromium_check(index: Path, profile: Path) -> dict:
         box = dom[dom.rindex("<div", 0, at):dom.find("</figure>", at)] if at >= 0 else ""
         if "chart-error" in box or at < 0:
             failed.append(name)
-        elif re.search(r'<svg[^>]*class="marks"', box):
+        elif re.search(r'<svg[^>]*class="marks"', box) and DATA_MARK.search(box):
             drawn.append(name)
     return {"returncode": done.returncode, "load_s": elapsed, "charts": names,
             "drawn": drawn, "failed": failed, "all_drawn": drawn == names}

@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from headless_chromium import drawn_charts, needs_chromium
 
 from dlbench import aggregate, bootstrap, command
 from dlbench import result as R
@@ -254,3 +255,68 @@ def test_t_quantiles_match_published_tables():
     # Student's t, two-sided 95 %: 12.706 (1 dof), 4.303 (2), 2.776 (4), 2.228 (10).
     for dof, value in ((1, 12.706), (2, 4.303), (4, 2.776), (10, 2.228)):
         assert bootstrap.t_quantile(0.975, dof) == pytest.approx(value, abs=1e-3)
+
+
+def write_collective(root, system, nodes, sizes_and_times):
+    """A collective cell's result: one measurement per message size."""
+    cell = {"framework": "pytorch", "collective": "all_reduce", "data_type": "bfloat16",
+            "num_gpus": 8, "num_nodes": nodes, "device": "gpu"}
+    digest = hashlib.sha256(json.dumps(cell, sort_keys=True).encode()).hexdigest()[:8]
+    cell_id = f"pytorch_all-reduce_bfloat16_8x_gpu_{digest}"
+    res = R.new_result(kind="comms", study="net", cell_id=cell_id, cell=cell)
+    res["environment"] = dict(ENV)
+    res["system"] = system
+    for size, times in sizes_and_times:
+        res["measurements"].append(R.measurement(
+            name=f"all_reduce|{size}", op_name="all_reduce", pass_="collective",
+            times_s=list(times), items_per_iteration=1.0, throughput_unit="iterations/s",
+            bytes_per_iteration=float(size)))
+    R.finish(res, "ok")
+    path = root / system / "net" / "cells" / f"{cell_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    R.write(res, path)
+
+
+def test_collective_sizes_are_compared_one_by_one_under_labels_naming_them(tmp_path):
+    """Each message size of a collective cell is its own comparison, labelled as the
+    cell id names the cell, then the size: a slower large size, the same small one."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for root, slow in ((a, 1.0), (b, 1.6)):
+        write_collective(root, "x", 1, [(8, noisy(2e-5, seed=1)),
+                                        (2**30, noisy(5e-3 * slow, seed=2))])
+        write_collective(root, "x", 2, [(1536 * 1024, noisy(1e-4, seed=3))])
+    cells = compare(str(a), str(b)).cells
+    verdicts = dict(zip(cells["label"], cells["verdict"], strict=True))
+    assert verdicts == {"all_reduce bfloat16 8x 8 B": "same",
+                        "all_reduce bfloat16 8x 1 GiB": "slower",
+                        "all_reduce bfloat16 8x 2nodes 1.5 MiB": "same"}
+    summary = compare(str(a), str(b)).summary.set_index(["group", "value"])
+    assert summary.loc[("collective", "all_reduce"), "cells"] == 3
+    assert summary.loc[("collective", "all_reduce"), "slower"] == 1
+
+
+@needs_chromium
+def test_the_compare_pages_charts_draw_their_cells_in_headless_chromium(tmp_path):
+    """The page's script gives each chart its rows from the page's data: every chart
+    draws marks, and the speed-up chart's rows are the compared cells."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for root, slow in ((a, 1.0), (b, 1.5)):
+        write_result(root, "x", model_cell(), noisy(0.1 * slow, seed=1))
+        write_result(root, "x", model_cell("alexnet"), noisy(0.1, seed=2))
+        write_collective(root, "x", 1, [(8, noisy(2e-5, seed=3))])
+    out = tmp_path / "out"
+    main([str(a), str(b), "--out", str(out), "--fail-on", "none"])
+    page = out / "compare.html"
+    names, drawn = drawn_charts(page, tmp_path / "profile")
+    assert names == ["speedup", "distribution", "geomeans"] and drawn == names
+    html = page.read_text()
+    def script_value(name):
+        return json.JSONDecoder().raw_decode(html.split(f"const {name} = ", 1)[1])[0]
+
+    data, uses = script_value("DLBENCH_DATA"), script_value("DLBENCH_USES")
+    (name,) = uses["chart-speedup"]
+    from dlbench.report import datasets
+
+    labels = sorted(r["label"] for r in datasets.unpack(data[name]))
+    assert labels == ["[net] all_reduce bfloat16 8x 8 B", "[s] alexnet training float32 bs8",
+                      "[s] resnet18 training float32 bs8"]

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+from headless_chromium import chart_names, chromium, drawn_charts, needs_chromium
 from PIL import Image
 
 from dlbench import aggregate
@@ -38,7 +39,6 @@ from dlbench.report import (
 from dlbench.report.data import load
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
 FAILURE_ERROR = 'RuntimeError: shape <1x3> & "weights" mismatch'
 # Seconds per sample at float32; lower precisions are faster by these factors.
 SECONDS_PER_SAMPLE = {"resnet50": 2e-3, "alexnet": 4e-4}
@@ -296,10 +296,6 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
     failed_profile(profiles, "torch", "smoke", FAILED, PROFILE_ERROR)
     outdir = folder / "report"
     return outdir, render(parquet, outdir, profiles_dir=profiles)
-
-
-def chart_names(html: str) -> list[str]:
-    return re.findall(r'<div class="vega-chart" id="chart-([^"]+)"', html)
 
 
 def test_render_writes_page_and_an_image_pair_per_chart(report):
@@ -635,29 +631,10 @@ def test_the_report_outputs_are_kept_by_snakemake_when_the_job_fails():
         assert re.search(rf"^\s+{name}=update\(\s*report\(", rule, re.MULTILINE), name
 
 
-def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
-    command = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               "--no-first-run", f"--user-data-dir={profile}", "--virtual-time-budget=5000",
-               *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=60)
-
-
-@pytest.mark.skipif(not CHROMIUM.exists(),
-                    reason="needs headless Chromium at /usr/bin/chromium (apt-get install chromium)")
+@needs_chromium
 def test_charts_draw_in_headless_chromium(report, tmp_path):
     index = report[0] / "index.html"
-    names = chart_names(index.read_text())
-    done = chromium("--dump-dom", index.as_uri(), profile=tmp_path / "profile")
-    assert done.returncode == 0, done.stderr[-2000:]
-    dom = done.stdout
-    drawn = []
-    for name in names:
-        start = dom.index(f'id="chart-{name}"')
-        container = dom[dom.rindex("<div", 0, start):dom.index("</figure>", start)]
-        assert "chart-error" not in container, container[:300]
-        if re.search(r'<svg[^>]*class="marks"', container):
-            drawn.append(name)
+    names, drawn = drawn_charts(index, tmp_path / "profile")
     assert drawn == names
 
     shot = tmp_path / "page.png"

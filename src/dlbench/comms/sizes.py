@@ -54,3 +54,12 @@ def buffers(sizes: list[int], collective: str, data_type: str, ranks: int) -> li
         if count not in counts:
             counts.append(count)
     return counts
+
+
+def size_text(size: int) -> str:
+    """A size in bytes as people write it: 8 B, 32 KiB, 256 MiB, 1 GiB (1.5 MiB where
+    the size is no whole number of the unit)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:g} {unit}"
+    return f"{size} B"

@@ -166,7 +166,23 @@ def _base_label(row: pd.Series) -> list[str]:
         return parts
     if kind == "op":
         return [_text(row.get("op_name")), _text(row.get("name")), _text(row.get("pass"))]
+    if kind == "comms":
+        return _collective_label(row)
     return [kind, _text(row.get("name")), _text(row.get("pass"))]
+
+
+def _collective_label(row: pd.Series) -> list[str]:
+    """all_reduce bfloat16 8x 2nodes 1 GiB: as the cell id names the cell, then the
+    measurement's message size (its name is "<collective>|<bytes>")."""
+    from dlbench.comms.sizes import size_text
+
+    parts = [_text(row.get("collective")), _text(row.get("data_type"))]
+    gpus, nodes = _text(row.get("num_gpus")), _text(row.get("num_nodes"))
+    parts.append(f"{gpus}x" if gpus else "")
+    parts.append(f"{nodes}nodes" if nodes not in ("", "1") else "")
+    size = _text(row.get("name")).rpartition("|")[2]
+    parts.append(size_text(int(size)) if size.isdigit() else _text(row.get("name")))
+    return parts
 
 
 def _disambiguated(parts: dict[str, list[str]]) -> list[str]:

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from dlbench import atomic
 from dlbench.atomic import WriteError, writing
-from dlbench.report import style
+from dlbench.report import datasets, style
 from dlbench.report.page import Section, chart_id, page_html
 from dlbench.report.style import Figure
 from dlbench.report.tables import table
@@ -45,7 +45,8 @@ VERDICT_COLOURS = {"faster": "#3b9c57", "slower": "#d64545", "same": "#9aa5b1"}
 CARD_CLASS = {"faster": "status-ok", "slower": "status-failed", "same": "",
               "base only": "status-oom", "new only": "status-oom", "not compared": "status-skipped"}
 GROUP_TITLES = {"all": "All", "model": "Per model", "precision": "Per precision (model cells)",
-                "phase": "Per phase (model cells)", "operator": "Per operator"}
+                "phase": "Per phase (model cells)", "operator": "Per operator",
+                "collective": "Per collective"}
 
 
 # -- numbers as text ------------------------------------------------------------------------
@@ -175,9 +176,10 @@ def markdown(comparison: Comparison) -> str:
 # -- charts --------------------------------------------------------------------------------
 
 def _group_of(cells: pd.DataFrame) -> pd.Series:
-    """What a cell's bar is grouped under: its model, its operator, else its name."""
+    """What a cell's bar is grouped under: its model, its operator or collective, else its
+    name."""
     model = cells["model"].astype(object).where(cells["kind"] == "model")
-    op = cells["op_name"].astype(object).where(cells["kind"] == "op")
+    op = cells["op_name"].astype(object).where(cells["kind"].isin(["op", "comms"]))
     return model.fillna(op).fillna(cells["name"]).fillna("(none)").astype(str)
 
 
@@ -234,7 +236,8 @@ def speedup_figure(cells: pd.DataFrame) -> Figure | None:
              .resolve_scale(y="independent"))
     return Figure("speedup", "Speed-up per cell",
                   "Throughput NEW/BASE of each compared cell, grouped by model (operator cells: "
-                  "by operator). Bars start at 1 (the dashed rule); the whiskers are the "
+                  "by operator; collective cells, one per message size: by collective). Bars "
+                  "start at 1 (the dashed rule); the whiskers are the "
                   f"confidence interval.{note}", style.styled(chart))
 
 
@@ -277,8 +280,9 @@ def geomean_figure(summary: pd.DataFrame) -> Figure | None:
                                 header=alt.Header(labelAngle=0, labelAlign="left")))
              .resolve_scale(y="independent"))
     return Figure("geomeans", "Geometric means",
-                  "Throughput NEW/BASE per model, precision and phase of model cells, and per "
-                  "operator of operator cells.", style.styled(chart))
+                  "Throughput NEW/BASE per model, precision and phase of model cells, per "
+                  "operator of operator cells and per collective of collective cells (all "
+                  "their message sizes).", style.styled(chart))
 
 
 # -- HTML ----------------------------------------------------------------------------------
@@ -362,6 +366,10 @@ def html_page(comparison: Comparison, bundle: str | None = None) -> str:
     parts = sections(comparison, charts)
     with alt.data_transformers.enable("default", max_rows=None):
         specs = {chart_id(f): f.chart.to_dict() for f in charts}
+    # The page's script gives each chart its rows from the page's data (as the report's
+    # page does): the rows each spec holds go there, packed, and the spec names them.
+    rows, uses = datasets.hoist(specs)
+    data = {name: datasets.pack(found) for name, found in rows.items()}
     if bundle is None and specs:
         from dlbench.report.export import javascript_bundle
 
@@ -372,7 +380,7 @@ def html_page(comparison: Comparison, bundle: str | None = None) -> str:
                      meta=f"BASE {comparison.base.label} → NEW {comparison.new.label}. "
                           f"Generated {generated}.",
                      cards=_cards(comparison.counts), sections=parts, specs=specs,
-                     bundle=bundle or "")
+                     bundle=bundle or "", data=data, uses=uses)
 
 
 # -- files ---------------------------------------------------------------------------------

@@ -30,7 +30,8 @@ BASE_TIME, NEW_TIME, BASE_OTHER, NEW_OTHER = range(4)
 CHUNK = 512
 # Summaries: (group name, kind of cell, column), each a geometric mean per value.
 GROUPS = (("model", "model", "model"), ("precision", "model", "precision"),
-          ("phase", "model", "phase"), ("operator", "op", "op_name"))
+          ("phase", "model", "phase"), ("operator", "op", "op_name"),
+          ("collective", "comms", "collective"))
 
 
 @dataclass(frozen=True)
@@ -294,7 +295,8 @@ def _summary_row(group: str, value: str, cells: pd.DataFrame) -> dict[str, objec
 
 def summaries(cells: pd.DataFrame) -> pd.DataFrame:
     """Geometric means of the throughput ratios of the compared cells: of all of them, per
-    model, precision and phase of model cells, and per operator of operator cells."""
+    model, precision and phase of model cells, per operator of operator cells and per
+    collective of collective cells (all their message sizes)."""
     compared = cells[cells["verdict"].isin([FASTER, SLOWER, SAME])
                      & np.isfinite(cells["throughput_ratio"].astype(float))]
     rows = [_summary_row("all", "all cells", compared)] if len(compared) else []
