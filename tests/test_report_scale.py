@@ -215,14 +215,19 @@ def test_packed_columns_round_trip_with_text_coded_constants_kept_and_nulls_left
             {"model": "alexnet", "batch": 2, "x": None, "runs": 3, "none": None,
              "flag": False},
             {"model": "resnet50", "batch": 4, "x": 0.000123456789, "runs": 3, "none": None,
-             "flag": True}]
+             "flag": True},
+            # Whole numbers stay exact (a message size of 1 GiB, in bytes).
+            {"model": "alexnet", "batch": 8, "x": 1073741824.0, "runs": 3, "none": None,
+             "flag": False}]
     packed = datasets.pack(rows, keep=["model", "batch", "x", "runs", "none", "flag"])
-    assert packed["columns"]["model"] == {"levels": ["resnet50", "alexnet"], "codes": [0, 1, 0]}
+    assert packed["columns"]["model"] == {"levels": ["resnet50", "alexnet"],
+                                          "codes": [0, 1, 0, 1]}
     assert packed["columns"]["runs"] == {"const": 3} and "none" not in packed["columns"]
     back = datasets.unpack(packed)
-    assert [r["model"] for r in back] == ["resnet50", "alexnet", "resnet50"]
+    assert [r["model"] for r in back] == ["resnet50", "alexnet", "resnet50", "alexnet"]
     assert back[0]["x"] == 1234.57 and back[1]["x"] is None and back[2]["x"] == 0.000123457
-    assert [r["flag"] for r in back] == [True, False, True]
+    assert back[3]["x"] == 1073741824
+    assert [r["flag"] for r in back] == [True, False, True, False]
     assert datasets.pack(pd.DataFrame(rows)) == datasets.pack(rows)
     assert datasets.fields_used({"transform": [{"filter": "isValid(datum.tflops) && "
                                                 "datum['num gpus'] == pick"}],

@@ -8,7 +8,7 @@ every column name spelled out. Here instead:
   transformer); rows a spec holds itself are lifted out into the same store (``hoist``);
 - each dataset keeps only the fields its charts and tables use (``fields_used``);
 - it travels as columns, text columns as a list of distinct values and an index per row,
-  numbers with 6 significant digits (``pack``); the page's script turns it back into rows
+  numbers with 6 significant digits, whole numbers exact (``pack``); the page's script turns it back into rows
   for each chart (``UNPACK_SCRIPT``).
 """
 
@@ -148,7 +148,9 @@ def _plain(value: Any) -> Any:
 
 
 def _round(value: Any) -> Any:
-    if isinstance(value, float) and value:
+    # A whole number (a message size of 1 GiB, a byte count) stays exact: rounded, it would
+    # read 1,073,740,000 bytes in a table and fall off an axis whose ticks are the sizes.
+    if isinstance(value, float) and value and not value.is_integer():
         return float(f"{value:.{SIGNIFICANT}g}")
     return value
 
