@@ -156,11 +156,12 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
     if gpus >= 2:
         plan.runner("resnet50_training_ddp2", "dlbench.pytorch",
                     *model_args("resnet50", "training", "bfloat16", 128, "--num_gpus=2"))
-    # Collectives over NCCL (dlbench.comms): a group of one, and two GPUs where there are.
+    # Collectives over NCCL (dlbench.comms): a group of one, and two GPUs where there are,
+    # each size's data validated (--c 1).
     for ranks in (1, 2) if gpus >= 2 else (1,):
         plan.runner(f"comms_nccl{ranks}", "dlbench.comms", "--device=gpu",
                     f"--num_gpus={ranks}", "--collective=all_reduce", "--b=8",
-                    f"--e={COMMS_END}", "--f=4", "--w=5", "--n=20")
+                    f"--e={COMMS_END}", "--f=4", "--w=5", "--n=20", "--c=1")
     from dlbench import study
 
     (cell,) = study.expand_config({"studies": {"gpu-check": {"grid": {
@@ -307,21 +308,22 @@ def model_checks(results: dict[str, dict | None]) -> list[Check]:
 
 
 def comms_check(name: str, res: dict[str, Any] | None) -> Check:
-    """A collective cell over NCCL: every size measured; its figure the largest size's
-    bus bandwidth (0 for a group of one) and median time."""
+    """A collective cell over NCCL: every size measured and its data validated; its
+    figure the largest size's bus bandwidth (0 for a group of one) and median time."""
     title = f"all_reduce over NCCL, {name.removeprefix('comms_nccl')} GPU(s)"
     if res and res.get("status") == "not_run":
         return Check(title, "skip", res["error"])
     sizes = (res or {}).get("measurements") or []
     ok = bool(res) and res.get("status") == "ok" \
         and (res.get("extra") or {}).get("backend") == "nccl" and bool(sizes) \
-        and sizes[-1]["bytes_per_iteration"] == COMMS_END
+        and sizes[-1]["bytes_per_iteration"] == COMMS_END \
+        and all(m["extra"].get("validated") for m in sizes)
     if not sizes:
         return Check(title, verdict(False if res else None),
                      (res or {}).get("error") or "no result")
     last = sizes[-1]
     return Check(title, verdict(ok),
-                 f"{len(sizes)} sizes; {last['bytes_per_iteration'] / 2**20:g} MiB in "
+                 f"{len(sizes)} sizes validated; {last['bytes_per_iteration'] / 2**20:g} MiB in "
                  f"{last['time_s']['median'] * 1e6:,.0f} µs, bus {last['extra']['bus_gbps']:,.1f}"
                  " GB/s", {"bus_gbps": [m["extra"]["bus_gbps"] for m in sizes]})
 

@@ -118,6 +118,69 @@ def test_the_chart_counts_processes_on_all_nodes_and_tells_node_counts_apart():
     assert "nodes" in json.dumps(figure.chart.to_dict())
 
 
+def simulated(collective, inputs):
+    """What each rank receives, computed here from every rank's input (float64 lists)."""
+    n, count = len(inputs), len(inputs[0]) * (len(inputs) if collective == "all_gather" else 1)
+    chunk = count // n
+    if collective == "all_reduce":
+        return [[sum(x[i] for x in inputs) for i in range(count)]] * n
+    if collective == "broadcast":
+        return [inputs[0]] * n
+    if collective == "all_gather":
+        return [[v for x in inputs for v in x]] * n
+    if collective == "reduce_scatter":
+        return [[sum(x[r * chunk + k] for x in inputs) for k in range(chunk)] for r in range(n)]
+    return [[inputs[s][r * chunk + k] for s in range(n) for k in range(chunk)]
+            for r in range(n)]  # all_to_all
+
+
+@pytest.mark.parametrize("collective", S.COLLECTIVES)
+@pytest.mark.parametrize("ranks", [1, 3, 4])
+def test_the_validation_patterns_give_what_the_collective_must_deliver(collective, ranks):
+    """Every rank's expected values equal the collective done by hand on every rank's
+    pattern (for PARAM's --c 1), and the patterns are not constant (a misplaced chunk
+    shows)."""
+    from dlbench.comms import validation as V
+
+    count = S.elements(96, collective, "float32", ranks)
+    inputs = [V._pattern(collective, count, r, ranks).tolist() for r in range(ranks)]
+    received = simulated(collective, inputs)
+    for rank in range(ranks):
+        assert V.expected(collective, count, rank, ranks).tolist() == received[rank]
+    # One rank sums nothing: its reductions are constant.
+    assert len(set(received[0])) > 1 or (ranks == 1 and collective.endswith(("reduce",
+                                                                             "scatter")))
+    assert max(max(r) for r in received) <= max(16, 1.5 * ranks)
+
+
+def test_a_wrong_element_fails_the_check_naming_rank_element_and_values():
+    import torch
+
+    from dlbench.comms import validation as V
+
+    ranks, count = 4, 64
+    source = torch.empty(count, dtype=torch.bfloat16)
+    target = torch.empty(count, dtype=torch.bfloat16)
+    buffers = (source, target)
+    target.copy_(V.expected("all_to_all", count, 2, ranks))
+    assert V.check("all_to_all", buffers, 2, ranks).wrong == 0
+    target[37] = 0  # a chunk element lost on the way
+    bad = V.check("all_to_all", buffers, 2, ranks)
+    assert (bad.wrong, bad.first, bad.got) == (1, 37, 0.0)
+    ok = V.check("all_to_all", (source, V.expected("all_to_all", count, 0, ranks)
+                                .to(torch.bfloat16)), 0, ranks)
+    assert V.verdict("all_to_all", "128 B", [ok, bad]) == (
+        f"all_to_all 128 B: data validation failed on 1 of 2 rank(s): rank 2 received 1 of "
+        f"64 elements wrong (first at element 37: 0 instead of {bad.want:g})")
+    assert V.verdict("all_to_all", "128 B", [ok]) is None
+    # A sum rounded within the type's precision is no failure; int8 is exact.
+    source = torch.tensor([1.5 * 8 + 0.01] * 4, dtype=torch.float32)
+    assert V.check("all_reduce", (source, None), 0, 8).wrong == 4
+    with pytest.raises(study.ConfigError, match="validate: int8 sums of 96 processes overflow"):
+        study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+            "validate": True, "data_type": "int8", "num_gpus": 8, "num_nodes": 12}}}})
+
+
 def run_comms(tmp_path, *flags):
     out = tmp_path / "cell.json"
     proc = subprocess.run([sys.executable, "-m", "dlbench.comms", "--device=cpu",
@@ -131,7 +194,7 @@ def test_two_processes_sweep_sizes_and_record_both_bandwidths(tmp_path):
     measurement per size, algorithm bandwidth size / median time, bus bandwidth that times
     (n-1)/n for reduce_scatter."""
     proc, res = run_comms(tmp_path, "--num_gpus=2", "--collective=reduce_scatter",
-                          "--b=1024", "--e=65536", "--f=8")
+                          "--b=1024", "--e=65536", "--f=8", "--c=1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     R.validate(res)
     assert res["status"] == "ok" and res["kind"] == "comms"
@@ -142,6 +205,8 @@ def test_two_processes_sweep_sizes_and_record_both_bandwidths(tmp_path):
         assert m["pass"] == "collective" and m["iterations"] == 3
         assert m["gbps"] == pytest.approx(m["bytes_per_iteration"] / m["time_s"]["median"] / 1e9)
         assert m["extra"]["bus_gbps"] == pytest.approx(m["gbps"] * 0.5)
+        assert m["extra"]["validated"] is True  # --c 1: each size's data checked
+    assert res["cell"]["validate"] is True
 
 
 def test_a_size_no_rank_can_hold_ends_the_sweep_for_all_ranks_with_what_was_measured(tmp_path):

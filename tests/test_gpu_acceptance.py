@@ -119,14 +119,15 @@ def test_language_model_verdicts_follow_the_results(gpu_acceptance, tmp_path):
 
 
 def test_collective_verdict_needs_nccl_and_every_size(gpu_acceptance, tmp_path):
-    """The NCCL all_reduce check: each size up to COMMS_END measured over NCCL; a gloo
-    result, a sweep cut short or a failed cell fails it. Its commands parse (PARAM's short
+    """The NCCL all_reduce check: each size up to COMMS_END measured over NCCL and its
+    data validated; a gloo result, a sweep cut short, a size not validated or a failed
+    cell fails it. Its commands parse (PARAM's short
     flags), a wrong one is reported."""
     end = gpu_acceptance.COMMS_END
 
     def size(n):
         return {"bytes_per_iteration": n, "time_s": {"median": 1e-3},
-                "extra": {"bus_gbps": n / 1e-3 / 1e9}}
+                "extra": {"bus_gbps": n / 1e-3 / 1e9, "validated": True}}
 
     res = {"status": "ok", "extra": {"backend": "nccl"},
            "measurements": [size(8), size(end)]}
@@ -137,6 +138,11 @@ def test_collective_verdict_needs_nccl_and_every_size(gpu_acceptance, tmp_path):
                                       ).verdict == "fail"
     assert gpu_acceptance.comms_check("comms_nccl2", {**res, "measurements": [size(8)]}
                                       ).verdict == "fail"
+    unchecked = {**size(end), "extra": {"bus_gbps": 1.0}}
+    assert gpu_acceptance.comms_check("comms_nccl2", {**res, "measurements": [
+        size(8), unchecked]}).verdict == "fail"
+    assert "--c=1" in gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1,
+                                                autotune=False).commands["comms_nccl1"]
     failed = gpu_acceptance.comms_check("comms_nccl1", {"status": "failed", "error": "x"})
     assert (failed.verdict, failed.figure) == ("fail", "x")
     assert gpu_acceptance.comms_check("comms_nccl1", None).verdict == "skip"

@@ -264,6 +264,10 @@ TABLE: tuple[Axis, ...] = (
          flags={_COMMS: Flag("--e")}, help="the last message size, bytes"),
     Axis("step_factor", int, 2, kinds=(_COMMS,), minimum=2, flags={_COMMS: Flag("--f")},
          help="each message size is this many times the last"),
+    Axis("validate", bool, False, kinds=(_COMMS,), since=3,
+         flags={_COMMS: Flag("--c", values={True: 1, False: 0})},
+         help="check every size's received data against what the collective must give "
+              "(1; outside the timed iterations)"),
     # Language-model inference (dlbench.llm): a batch of prompts, then its output tokens.
     Axis("prompt_length", int, 128, kinds=(_LLM,), minimum=1,
          flags={_LLM_RUNNER: Flag("--prompt_length")}, help="tokens of each prompt"),
@@ -417,6 +421,9 @@ def add_flags(parser: argparse.ArgumentParser, runner: str, framework: str,
             kw.update(type=cli.json_object, default={})
         elif axis.type is int:
             kw.update(type=int, default=default)
+        elif flag.values is not None and all(type(v) is int for v in flag.values.values()):
+            # A flag of numbers standing for the axis's values (PARAM's --c 0|1).
+            kw.update(type=int, default=default, choices=sorted(set(flag.values.values())))
         else:
             kw.update(default=default if default is not None else "")
             valid = axis.valid_values({"framework": framework})

@@ -1,6 +1,10 @@
 """``python -m dlbench.comms``: a collective-communication cell, PARAM's comms.py in
 blocking mode (``--z 1``) with nccl-tests' bandwidths (dlbench.comms.sizes).
 
+With ``--c 1`` (PARAM's data validation) each size is checked afterwards: the collective
+once more on known data, a cell failed when any rank receives a wrong value
+(dlbench.comms.validation).
+
 ``--num_gpus N`` processes on each of ``--num_nodes`` nodes (torchrun: NCCL on GPUs, gloo
 on CPU; on several nodes, one torchrun per node of the Slurm job started with srun, as a
 model cell's, dlbench.multinode) run one collective on buffers of every size of the sweep. Each size is one measurement: the per-iteration times
@@ -89,6 +93,25 @@ def _all_allocated(ok: bool, device: Any) -> bool:
     return int(flag.item()) == 0
 
 
+def _validate(collective: str, buffers: tuple, rank: int, ranks: int, sync: Any,
+              size: int) -> None:
+    """PARAM's --c 1, after a size's timed iterations: the collective once more on known
+    data, every rank's check gathered so that all of them stop together on a failure."""
+    import torch.distributed as dist
+
+    from dlbench.comms import validation
+
+    validation.fill(collective, buffers, rank, ranks)
+    dist.barrier()
+    _call(collective, buffers)(0)
+    sync()
+    checks: list[Any] = [None] * ranks
+    dist.all_gather_object(checks, validation.check(collective, buffers, rank, ranks))
+    failure = validation.verdict(collective, S.size_text(size), checks)
+    if failure:
+        raise cellrun.CellError(failure)
+
+
 def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     import torch
     import torch.distributed as dist
@@ -135,6 +158,9 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             times_s=times, items_per_iteration=1.0, throughput_unit="iterations/s",
             bytes_per_iteration=float(size), extra={"elements": count})
         m["extra"]["bus_gbps"] = m["gbps"] * factor
+        if args.c:
+            _validate(args.collective, buffers, topo.rank, ranks, sync, size)
+            m["extra"]["validated"] = True
         res["measurements"].append(m)
         if topo.rank == 0:
             log.info("%s %d B: %.1f us, algbw %.3f GB/s, busbw %.3f GB/s", args.collective,

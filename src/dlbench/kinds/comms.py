@@ -9,6 +9,7 @@ from typing import Any
 
 from dlbench import axes, frameworks
 from dlbench.axes import AxisError
+from dlbench.comms.validation import MAX_INT8_RANKS
 from dlbench.kinds import CellKind
 
 
@@ -33,6 +34,12 @@ class CommsKind(CellKind):
     def check(self, params: Mapping[str, Any], datasets: Mapping[str, Any]) -> None:
         if self.name not in frameworks.get(params["framework"]).kinds:
             raise AxisError("framework", "collective benchmarks run on pytorch only")
+        ranks = params["num_gpus"] * (params.get("num_nodes") or 1)
+        if (params.get("validate") and params["data_type"] == "int8"
+                and ranks > MAX_INT8_RANKS):
+            raise AxisError("validate", f"int8 sums of {ranks} processes overflow the check's "
+                                        f"values (at most {MAX_INT8_RANKS}): validate with "
+                                        "another data_type")
         if params["begin_size"] > params["end_size"]:
             raise AxisError("begin_size", f"{params['begin_size']} is above end_size "
                                           f"{params['end_size']}: no message size")
