@@ -181,6 +181,33 @@ def test_a_wrong_element_fails_the_check_naming_rank_element_and_values():
             "validate": True, "data_type": "int8", "num_gpus": 8, "num_nodes": 12}}}})
 
 
+def test_a_size_whose_data_arrive_wrong_fails_the_cell_with_the_sizes_before_it(
+        tmp_path, monkeypatch):
+    """The runner in this process (a group of one): the second size's check finds a wrong
+    element, so the cell fails naming it; the first size was measured and validated."""
+    from dlbench.comms import runner
+    from dlbench.comms import validation as V
+
+    real = V.check
+
+    def check(collective, buffers, rank, ranks):
+        if buffers[0].numel() * 4 < 64:
+            return real(collective, buffers, rank, ranks)
+        return V.Check(rank, 3, buffers[0].numel(), 5, 0.0, 1.0)
+
+    monkeypatch.setattr(V, "check", check)
+    out = tmp_path / "cell.json"
+    rc = runner.main(["--device=cpu", "--collective=broadcast", "--b=32", "--e=64",
+                      "--w=1", "--n=2", "--c=1", f"--output={out}"])
+    res = R.read(out)
+    assert rc != 0 and res["status"] == "failed"
+    assert [(m["bytes_per_iteration"], m["extra"]["validated"]) for m in res["measurements"]] \
+        == [(32.0, True)]
+    assert res["error"] == ("broadcast 64 B: data validation failed on 1 of 1 rank(s): rank 0 "
+                            "received 3 of 16 elements wrong (first at element 5: 0 instead "
+                            "of 1)")
+
+
 def run_comms(tmp_path, *flags):
     out = tmp_path / "cell.json"
     proc = subprocess.run([sys.executable, "-m", "dlbench.comms", "--device=cpu",
