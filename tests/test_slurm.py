@@ -379,7 +379,10 @@ def test_interrupting_a_slurm_run_cancels_its_jobs(slurm, tmp_path_factory):
     proc = subprocess.Popen(
         snakemake_cmd(workdir, "--profile", str(SLURM_PROFILE),
                       "--slurm-init-seconds-before-status-checks", "2"),
-        env=slurm.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env=slurm.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        # As from a terminal: a test run started in the background (a shell's "&") hands
+        # its children SIGINT ignored, and Python then never raises KeyboardInterrupt.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while not processes_mentioning(str(sleeper)):  # the cell's runner is up
@@ -395,7 +398,12 @@ def test_interrupting_a_slurm_run_cancels_its_jobs(slurm, tmp_path_factory):
         while ((slurm.queue() or processes_mentioning(str(sleeper)))
                and time.monotonic() < deadline):
             time.sleep(0.5)
-        assert slurm.queue() == []
+        if slurm.queue():  # what Slurm and Snakemake said, for the failure's message
+            states = subprocess.run(["squeue", "-h", "-o", "%i %T %r"], env=slurm.env,
+                                    capture_output=True, text=True, timeout=20).stdout
+            proc.kill()
+            pytest.fail(f"still queued 60 s after SIGINT: {states}\n"
+                        f"{proc.communicate(timeout=60)[0][-3000:]}")
         assert processes_mentioning(str(sleeper)) == []
         output, _ = proc.communicate(timeout=240)
     finally:
