@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize(("collective", "ranks", "factor"), [
     ("all_reduce", 8, 1.75), ("all_reduce", 2, 1.0), ("all_gather", 8, 0.875),
     ("reduce_scatter", 4, 0.75), ("all_to_all", 2, 0.5), ("broadcast", 8, 1.0),
-    ("all_reduce", 1, 0.0)])
+    ("all_reduce", 1, 0.0), ("reduce", 8, 1.0)])
 def test_bus_bandwidth_factors_are_nccl_tests(collective, ranks, factor):
     assert S.bus_factor(collective, ranks) == pytest.approx(factor)
 
@@ -122,7 +122,7 @@ def simulated(collective, inputs):
     """What each rank receives, computed here from every rank's input (float64 lists)."""
     n, count = len(inputs), len(inputs[0]) * (len(inputs) if collective == "all_gather" else 1)
     chunk = count // n
-    if collective == "all_reduce":
+    if collective in ("all_reduce", "reduce"):  # reduce: rank 0's (the others unchecked)
         return [[sum(x[i] for x in inputs) for i in range(count)]] * n
     if collective == "broadcast":
         return [inputs[0]] * n
@@ -150,6 +150,12 @@ def test_the_validation_patterns_give_what_the_collective_must_deliver(collectiv
     # One rank sums nothing: its reductions are constant.
     assert len(set(received[0])) > 1 or (ranks == 1 and collective.endswith(("reduce",
                                                                              "scatter")))
+    if collective == "reduce" and ranks > 1:  # only the root's buffer is checked
+        import torch
+
+        scratch = torch.zeros(count)
+        assert V.check("reduce", (scratch, None), 1, ranks).wrong == 0
+        assert V.check("reduce", (scratch, None), 0, ranks).wrong == count
     assert max(max(r) for r in received) <= max(16, 1.5 * ranks)
 
 

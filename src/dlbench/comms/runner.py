@@ -76,6 +76,8 @@ def _call(collective: str, buffers: tuple) -> Any:
         return lambda _: dist.all_reduce(source)
     if collective == "broadcast":
         return lambda _: dist.broadcast(source, src=0)
+    if collective == "reduce":
+        return lambda _: dist.reduce(source, dst=0)
     if collective == "all_gather":
         return lambda _: dist.all_gather_into_tensor(target, source)
     if collective == "reduce_scatter":

@@ -1,18 +1,19 @@
 """Message sizes and bandwidths of collectives, as nccl-tests and PARAM's comms.py define
 them. Framework-free: the driver and the report use it too.
 
-A measurement's size is the largest buffer a rank touches: the tensor of all_reduce and
-broadcast, the gathered output of all_gather, the input that reduce_scatter scatters, the
+A measurement's size is the largest buffer a rank touches: the tensor of all_reduce,
+broadcast and reduce, the gathered output of all_gather, the input that reduce_scatter scatters, the
 buffer all_to_all exchanges. Algorithm bandwidth is that size over the time; bus
 bandwidth scales it by the share of the data each rank must move over its link, so that
 it compares with the link's peak whatever the rank count (nccl-tests' PERFORMANCE.md):
 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 for
-broadcast.
+broadcast and reduce (to rank 0).
 """
 
 from __future__ import annotations
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+               "reduce")
 DATA_TYPES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int8": 1}
 # Collectives whose buffer is split into one piece per rank: its elements are a multiple
 # of the rank count.
@@ -21,7 +22,7 @@ SPLIT = frozenset({"all_gather", "reduce_scatter", "all_to_all"})
 
 def bus_factor(collective: str, ranks: int) -> float:
     """Bus bandwidth over algorithm bandwidth for ``ranks`` processes."""
-    if collective == "broadcast":
+    if collective in ("broadcast", "reduce"):
         return 1.0
     share = (ranks - 1) / ranks
     return 2 * share if collective == "all_reduce" else share

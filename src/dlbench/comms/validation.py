@@ -28,7 +28,7 @@ def _pattern(collective: str, count: int, rank: int, ranks: int) -> Any:
     if collective == "all_gather":
         return ((rank + torch.arange(chunk)) % _PERIOD + 1).double()
     i = torch.arange(count)
-    if collective == "all_reduce":  # odd ranks add one at odd elements: sums differ
+    if collective in ("all_reduce", "reduce"):  # odd ranks add one at odd elements
         return (1 + (i % 2) * (rank % 2)).double()
     if collective == "broadcast":
         return (i % _PERIOD + 1).double() if rank == 0 else torch.zeros(count).double()
@@ -46,7 +46,7 @@ def expected(collective: str, count: int, rank: int, ranks: int) -> Any:
 
     chunk = count // ranks
     odd_ranks = ranks // 2  # those adding one where the pattern says so
-    if collective == "all_reduce":
+    if collective in ("all_reduce", "reduce"):  # reduce: on rank 0, the one checked
         return (ranks + (torch.arange(count) % 2) * odd_ranks).double()
     if collective == "broadcast":
         return (torch.arange(count) % _PERIOD + 1).double()
@@ -96,6 +96,8 @@ def check(collective: str, buffers: tuple, rank: int, ranks: int) -> Check:
     import torch
 
     source, _ = buffers
+    if collective == "reduce" and rank != 0:
+        return Check(rank, 0, 0)  # only the root receives; the others' buffers are scratch
     result = result_buffer(collective, buffers)
     want = expected(collective, _count(collective, source, ranks), rank, ranks)
     got = result.detach().to("cpu", torch.float64)
