@@ -51,3 +51,25 @@ def test_cli_turns_a_bad_result_file_into_a_failed_row_naming_it(tmp_path, capsy
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{bad}: not a dlbench result" in err
     assert not bad.exists() and len(list((tmp_path / "invalid").iterdir())) == 1
+
+
+def test_a_result_older_than_an_axis_reads_at_its_default_where_its_framework_has_it():
+    """A model cell recorded before num_nodes, compile and memory_format existed is a
+    one-node eager contiguous cell (MXNet has no compile modes: none); a collective cell
+    from before num_nodes and validate: one node, not validated. A value recorded stays."""
+    def row(kind, cell):
+        res = R.new_result(kind=kind, study="s", cell_id="x", cell=cell)
+        return aggregate.rows_of(R.finish(res, "failed", "x"), "x.json")[0]
+
+    old = {"framework": "pytorch", "model": "resnet18", "batch_size": 8, "device": "cpu",
+           "precision": "float32", "phase": "training", "num_gpus": 1, "model_opts": {}}
+    got = row("model", old)
+    assert (got["num_nodes"], got["compile"], got["memory_format"]) == (1, "eager", "contiguous")
+    got = row("loader", {**old, "framework": "mxnet"})
+    assert (got["num_nodes"], got["compile"], got["memory_format"]) == (1, None, None)
+    assert row("model", {**old, "num_nodes": 4})["num_nodes"] == 4
+    comms = {"framework": "pytorch", "collective": "all_reduce", "data_type": "float32",
+             "num_gpus": 2, "device": "cpu"}
+    got = row("comms", comms)
+    assert (got["num_nodes"], got["validate"]) == (1, False)
+    assert row("op", {"framework": "pytorch", "op_config": "x.json"})["num_nodes"] is None

@@ -320,3 +320,25 @@ def test_the_compare_pages_charts_draw_their_cells_in_headless_chromium(tmp_path
     labels = sorted(r["label"] for r in datasets.unpack(data[name]))
     assert labels == ["[net] all_reduce bfloat16 8x 8 B", "[s] alexnet training float32 bs8",
                       "[s] resnet18 training float32 bs8"]
+
+
+def test_a_result_from_before_an_axis_existed_matches_one_at_its_default(tmp_path):
+    """A BASE measured by a release without num_nodes, compile and memory_format (its
+    cells hold none) is the same cell as NEW at their defaults, not at other values."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_result(a, "x", model_cell(), noisy(0.1, seed=1))
+    later = {"num_nodes": 1, "compile": "eager", "memory_format": "contiguous"}
+    write_result(b, "x", {**model_cell(), **later}, noisy(0.1, seed=2))
+    write_result(b, "x", {**model_cell(), **later, "compile": "inductor"}, noisy(0.05, seed=3))
+    cells = compare(str(a), str(b)).cells
+    assert sorted(zip(cells["verdict"], cells["compile"], strict=True)) == [
+        ("new only", "inductor"), ("same", "eager")]
+    # A table an older aggregate wrote holds nulls there: the same key as the default.
+    import pandas as pd
+
+    from dlbench.compare.match import keys_of
+
+    old = pd.DataFrame([{"study": "s", "num_nodes": None, "compile": None, "validate": None}])
+    new = pd.DataFrame([{"study": "s", "num_nodes": 1, "compile": "eager", "validate": False}])
+    assert keys_of(old).tolist() == keys_of(new).tolist()
+    assert keys_of(old).tolist() != keys_of(new.assign(num_nodes=2)).tolist()

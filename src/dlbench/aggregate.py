@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dlbench import atomic, axes, efficiency, run_to_run, systems
+from dlbench import atomic, axes, efficiency, kinds, run_to_run, systems
 from dlbench import result as R
 from dlbench.atomic import writing
 from dlbench.stats import SUMMARY_KEYS
@@ -174,6 +174,9 @@ def monitor_values(extra: dict[str, Any]) -> dict[str, Any]:
 
 def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
     cell = res.get("cell", {})
+    kind = kinds.of_result(res["kind"])
+    if kind is not None:  # a result older than some axes: those at their defaults
+        cell = axes.with_later_axes(kind.name, cell)
     env = res.get("environment", {})
     gpus = env.get("gpu_models") or []
     base: dict[str, Any] = {

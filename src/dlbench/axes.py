@@ -472,6 +472,17 @@ def recorded(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def with_later_axes(kind: str, cell: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded cell with the axes added after the release that recorded it (absent from
+    it, ``since`` > 1) at their defaults where its framework uses them: a result from
+    before ``num_nodes`` is a one-node cell, and reads as one."""
+    out = dict(cell)
+    for axis in of_kind(kind):
+        if axis.since > 1 and axis.name not in out and axis.used_by(out):
+            out[axis.name] = axis.default
+    return out
+
+
 _ARROW_TYPES = {int: "int64", bool: "bool", str: "string"}
 
 

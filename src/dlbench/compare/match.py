@@ -54,10 +54,24 @@ def _column(frame: pd.DataFrame, name: str) -> pd.Series:
     return pd.Series([None] * len(frame), index=frame.index, dtype=object)
 
 
+# Axes added after the first release, and their defaults: a result made before one existed
+# holds null where a later one holds the default, and both are the same cell.
+LATER_AXES = {axis.name: axis.default for axis in axes.TABLE if axis.since > 1 and axis.column}
+
+
+def _key_column(frame: pd.DataFrame, name: str) -> pd.Series:
+    column = _column(frame, name)
+    if name in LATER_AXES:
+        default = LATER_AXES[name]
+        column = column.map(lambda v: default if v is None else v).astype(object)
+    return column
+
+
 def keys_of(frame: pd.DataFrame, columns: list[str] = KEY_COLUMNS) -> pd.Series:
     """Each row's key as a JSON string of its key columns' values (hashable, comparable
-    across the two sides whatever dtype pandas gave each column)."""
-    values = [_column(frame, c) for c in columns]
+    across the two sides whatever dtype pandas gave each column; an axis newer than a
+    row's result at its default)."""
+    values = [_key_column(frame, c) for c in columns]
     keys = [json.dumps(row, default=str) for row in zip(*values, strict=True)]
     return pd.Series(keys, index=frame.index, dtype=object)
 

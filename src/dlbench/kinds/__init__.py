@@ -87,6 +87,13 @@ def registry() -> dict[str, CellKind]:
     return {kind.name: kind for kind in kinds}
 
 
+def of_result(result_kind: str) -> CellKind | None:
+    """The cell kind whose runner writes results of ``result_kind`` (a model cell timing its
+    input pipeline alone writes "loader"); None for a kind no cell writes."""
+    wanted = "model" if result_kind == "loader" else result_kind
+    return next((k for k in registry().values() if k.result_kind == wanted), None)
+
+
 def names() -> list[str]:
     return list(registry())
 
