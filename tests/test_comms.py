@@ -143,7 +143,7 @@ def test_the_validation_patterns_give_what_the_collective_must_deliver(collectiv
     from dlbench.comms import validation as V
 
     count = S.elements(96, collective, "float32", ranks)
-    inputs = [V._pattern(collective, count, r, ranks).tolist() for r in range(ranks)]
+    inputs = [V.sent(collective, count, r, ranks).tolist() for r in range(ranks)]
     received = simulated(collective, inputs)
     for rank in range(ranks):
         assert V.expected(collective, count, rank, ranks).tolist() == received[rank]
@@ -159,24 +159,31 @@ def test_the_validation_patterns_give_what_the_collective_must_deliver(collectiv
     assert max(max(r) for r in received) <= max(16, 1.5 * ranks)
 
 
-def test_a_wrong_element_fails_the_check_naming_rank_element_and_values():
+def test_a_wrong_element_fails_the_check_naming_rank_element_and_values(monkeypatch):
+    """Checked a span of 16 elements at a time (as 2**24 at a time on a large buffer): the
+    element in the third span is found and named by its place in the whole buffer."""
     import torch
 
     from dlbench.comms import validation as V
 
+    monkeypatch.setattr(V, "CHUNK", 16)
     ranks, count = 4, 64
     source = torch.empty(count, dtype=torch.bfloat16)
     target = torch.empty(count, dtype=torch.bfloat16)
     buffers = (source, target)
     target.copy_(V.expected("all_to_all", count, 2, ranks))
     assert V.check("all_to_all", buffers, 2, ranks).wrong == 0
-    target[37] = 0  # a chunk element lost on the way
+    target[37] = 0  # a chunk element lost on the way, and two more after it
+    target[50:52] = 0
     bad = V.check("all_to_all", buffers, 2, ranks)
-    assert (bad.wrong, bad.first, bad.got) == (1, 37, 0.0)
+    assert (bad.wrong, bad.first, bad.got) == (3, 37, 0.0)
+    V.fill("all_to_all", buffers, 2, ranks)  # span by span, as the collective sends it
+    assert source.tolist() == V.sent("all_to_all", count, 2, ranks).tolist()
+    assert target.tolist() == [0.0] * count
     ok = V.check("all_to_all", (source, V.expected("all_to_all", count, 0, ranks)
                                 .to(torch.bfloat16)), 0, ranks)
     assert V.verdict("all_to_all", "128 B", [ok, bad]) == (
-        f"all_to_all 128 B: data validation failed on 1 of 2 rank(s): rank 2 received 1 of "
+        f"all_to_all 128 B: data validation failed on 1 of 2 rank(s): rank 2 received 3 of "
         f"64 elements wrong (first at element 37: 0 instead of {bad.want:g})")
     assert V.verdict("all_to_all", "128 B", [ok]) is None
     # A sum rounded within the type's precision is no failure; int8 is exact.

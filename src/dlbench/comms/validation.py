@@ -18,51 +18,73 @@ from typing import Any
 # int8 holds the largest all_reduce or reduce_scatter value, 1.5 x ranks, up to 127.
 MAX_INT8_RANKS = 84
 _PERIOD = 16  # values of the gather, scatter and broadcast patterns: 1 .. 16
+# Elements filled or checked at a time, on the buffers' device: a 1 GiB buffer is checked
+# with 64 MB of scratch, not a float copy of it.
+CHUNK = 2**24
 
 
-def _pattern(collective: str, count: int, rank: int, ranks: int) -> Any:
-    """What ``rank`` sends: a float64 tensor of the input's elements (on the CPU)."""
+def _sent(collective: str, i: Any, rank: int, ranks: int, chunk: int) -> Any:
+    """What ``rank`` sends at input elements ``i`` (float32; ``chunk``: the elements of
+    one rank's share of the measured buffer)."""
     import torch
 
-    chunk = count // ranks
-    if collective == "all_gather":
-        return ((rank + torch.arange(chunk)) % _PERIOD + 1).double()
-    i = torch.arange(count)
+    if collective == "all_gather":  # the input is this rank's share
+        return ((rank + i) % _PERIOD + 1).float()
     if collective in ("all_reduce", "reduce"):  # odd ranks add one at odd elements
-        return (1 + (i % 2) * (rank % 2)).double()
+        return (1 + (i % 2) * (rank % 2)).float()
     if collective == "broadcast":
-        return (i % _PERIOD + 1).double() if rank == 0 else torch.zeros(count).double()
-    if collective == "reduce_scatter":
-        block, k = i // chunk, i % chunk
-        return (1 + ((block + k) % 2) * (rank % 2)).double()
-    # all_to_all: block j goes to rank j.
+        return (i % _PERIOD + 1).float() if rank == 0 else torch.zeros_like(i).float()
     block, k = i // chunk, i % chunk
-    return ((rank + 2 * block + k) % _PERIOD + 1).double()
+    if collective == "reduce_scatter":
+        return (1 + ((block + k) % 2) * (rank % 2)).float()
+    return ((rank + 2 * block + k) % _PERIOD + 1).float()  # all_to_all: block j to rank j
+
+
+def _received(collective: str, i: Any, rank: int, ranks: int, chunk: int) -> Any:
+    """What ``rank``'s result buffer must hold at elements ``i`` (float32)."""
+    odd_ranks = ranks // 2  # those adding one where the pattern says so
+    if collective in ("all_reduce", "reduce"):  # reduce: on rank 0, the one checked
+        return (ranks + (i % 2) * odd_ranks).float()
+    if collective == "broadcast":
+        return (i % _PERIOD + 1).float()
+    if collective == "reduce_scatter":
+        return (ranks + ((rank + i) % 2) * odd_ranks).float()
+    source, k = i // chunk, i % chunk
+    if collective == "all_gather":
+        return ((source + k) % _PERIOD + 1).float()
+    return ((source + 2 * rank + k) % _PERIOD + 1).float()  # all_to_all
+
+
+def sent(collective: str, count: int, rank: int, ranks: int) -> Any:
+    """The whole input ``rank`` sends for a measured buffer of ``count`` elements."""
+    import torch
+
+    share = count // ranks if collective == "all_gather" else count
+    return _sent(collective, torch.arange(share), rank, ranks, count // ranks)
 
 
 def expected(collective: str, count: int, rank: int, ranks: int) -> Any:
-    """What ``rank``'s result buffer must hold afterwards (float64, on the CPU)."""
+    """The whole result ``rank`` must hold afterwards."""
     import torch
 
-    chunk = count // ranks
-    odd_ranks = ranks // 2  # those adding one where the pattern says so
-    if collective in ("all_reduce", "reduce"):  # reduce: on rank 0, the one checked
-        return (ranks + (torch.arange(count) % 2) * odd_ranks).double()
-    if collective == "broadcast":
-        return (torch.arange(count) % _PERIOD + 1).double()
-    if collective == "reduce_scatter":
-        return (ranks + ((rank + torch.arange(chunk)) % 2) * odd_ranks).double()
-    i = torch.arange(count)
-    source, k = i // chunk, i % chunk
-    if collective == "all_gather":
-        return ((source + k) % _PERIOD + 1).double()
-    return ((source + 2 * rank + k) % _PERIOD + 1).double()  # all_to_all
+    size = count // ranks if collective == "reduce_scatter" else count
+    return _received(collective, torch.arange(size), rank, ranks, count // ranks)
+
+
+def _spans(n: int):
+    for start in range(0, n, CHUNK):
+        yield start, min(n, start + CHUNK)
 
 
 def fill(collective: str, buffers: tuple, rank: int, ranks: int) -> None:
     """Put the pattern into the input buffer and clear the output one (in place)."""
+    import torch
+
     source, target = buffers
-    source.copy_(_pattern(collective, _count(collective, source, ranks), rank, ranks))
+    chunk = _count(collective, source, ranks) // ranks
+    for start, stop in _spans(source.numel()):
+        i = torch.arange(start, stop, device=source.device)
+        source[start:stop].copy_(_sent(collective, i, rank, ranks, chunk))
     if target is not None:
         target.zero_()
 
@@ -90,27 +112,33 @@ class Check:
 
 
 def check(collective: str, buffers: tuple, rank: int, ranks: int) -> Check:
-    """Compare ``rank``'s result buffer with what the collective must give. Whole numbers
-    of the data type are compared exactly; floating types with a margin of ``ranks``
-    units in the last place (a reduction's order may round differently)."""
+    """Compare ``rank``'s result buffer with what the collective must give, a span at a
+    time on its device. Whole-number types are compared exactly; floating types with a
+    margin of ``ranks`` units in the last place (a reduction's order may round
+    differently)."""
     import torch
 
     source, _ = buffers
     if collective == "reduce" and rank != 0:
         return Check(rank, 0, 0)  # only the root receives; the others' buffers are scratch
     result = result_buffer(collective, buffers)
-    want = expected(collective, _count(collective, source, ranks), rank, ranks)
-    got = result.detach().to("cpu", torch.float64)
-    if result.dtype.is_floating_point:
-        margin = torch.finfo(result.dtype).eps * ranks * want.abs()
-        bad = (got - want).abs() > margin
-    else:
-        bad = got != want
-    wrong = int(bad.sum())
-    if not wrong:
-        return Check(rank, 0, got.numel())
-    first = int(bad.nonzero()[0, 0])
-    return Check(rank, wrong, got.numel(), first, float(got[first]), float(want[first]))
+    chunk = _count(collective, source, ranks) // ranks
+    floating = result.dtype.is_floating_point
+    eps = torch.finfo(result.dtype).eps * ranks if floating else 0.0
+    wrong, first = 0, None
+    for start, stop in _spans(result.numel()):
+        i = torch.arange(start, stop, device=result.device)
+        want = _received(collective, i, rank, ranks, chunk)
+        got = result[start:stop].float()
+        bad = (got - want).abs() > eps * want.abs() if floating else got != want
+        count = int(bad.sum())
+        if count and first is None:
+            at = int(bad.nonzero()[0, 0])
+            first = (start + at, float(got[at]), float(want[at]))
+        wrong += count
+    if first is None:
+        return Check(rank, 0, result.numel())
+    return Check(rank, wrong, result.numel(), *first)
 
 
 def verdict(collective: str, size_text: str, checks: list[Check]) -> str | None:
