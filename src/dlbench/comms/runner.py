@@ -1,19 +1,19 @@
 """``python -m dlbench.comms``: a collective-communication cell, PARAM's comms.py in
 blocking mode (``--z 1``) with nccl-tests' bandwidths (dlbench.comms.sizes).
 
-With ``--c 1`` (PARAM's data validation) each size is checked afterwards: the collective
-once more on known data, a cell failed when any rank receives a wrong value
-(dlbench.comms.validation).
-
 ``--num_gpus N`` processes on each of ``--num_nodes`` nodes (torchrun: NCCL on GPUs, gloo
-on CPU; on several nodes, one torchrun per node of the Slurm job started with srun, as a
-model cell's, dlbench.multinode) run one collective on buffers of every size of the sweep. Each size is one measurement: the per-iteration times
-of the slowest rank (the one harness's timed loop: warmup excluded, each iteration ended
-synchronised), the algorithm bandwidth (``gbps``) and the bus bandwidth (``bus_gbps`` in
-its extra). Every rank allocates a size's buffers before any of them communicates; where
-one rank cannot (out of memory), all of them stop the sweep there together, instead of
-the others waiting in a collective it never joins, and the sizes left are named in the
-result.
+on CPU; on several nodes, one torchrun per node of the Slurm job started with srun, as for
+a model cell, dlbench.multinode) run one collective on buffers of every size of the sweep.
+Each size is one measurement: the per-iteration times of the slowest rank (the one
+harness's timed loop: warmup excluded, each iteration ended synchronised), the algorithm
+bandwidth (``gbps``) and the bus bandwidth (``bus_gbps`` in its extra). Every rank
+allocates a size's buffers before any of them communicates; where one rank cannot (out of
+memory), all of them stop the sweep there together, instead of the others waiting in a
+collective it never joins, and the sizes left are named in the result.
+
+With ``--c 1`` (PARAM's data validation) each size is checked after its timed iterations:
+the collective once more on known data, the cell failed when any rank receives a wrong
+value (dlbench.comms.validation).
 """
 
 from __future__ import annotations
@@ -186,9 +186,8 @@ def _launch(args: argparse.Namespace, argv: list[str]) -> int:
     workers = ["--", *argv]
     try:
         if args.num_nodes > 1:
-            gpus = args.num_gpus if args.device == "gpu" else 0
-            cmd = distributed.multi_node_command(args.num_nodes, args.num_gpus, gpus, workers,
-                                                 module="dlbench.comms")
+            cmd = distributed.multi_node_command(args.num_nodes, args.num_gpus, args.device,
+                                                 workers, module="dlbench.comms")
         else:
             cmd = distributed.torchrun_command(args.num_gpus, workers, module="dlbench.comms")
     except multinode.MultiNodeError as exc:

@@ -96,11 +96,11 @@ def slowest_rank_times(times: list[float], device: torch.device) -> list[float]:
     return t.tolist()
 
 
-def multi_node_command(nodes: int, nproc: int, gpus: int, argv: list[str],
+def multi_node_command(nodes: int, nproc: int, device: str, argv: list[str],
                        module: str) -> list[str]:
     """srun starting torchrun (``nproc`` processes of runner ``module`` with ``argv``) on
     each of ``nodes`` nodes of the Slurm job this process runs in, the rendezvous (c10d) on
-    this node; each node's agent first checks it has ``gpus`` GPUs (0: a CPU cell).
+    this node; on ``device`` gpu each node's agent first checks it has ``nproc`` GPUs.
     Raises multinode.MultiNodeError when this is no such job."""
     import logging
 
@@ -114,6 +114,7 @@ def multi_node_command(nodes: int, nproc: int, gpus: int, argv: list[str],
                                 rdzv_conf=conf, module=module)
     logging.getLogger(module).info("%d nodes of Slurm job %s (%s), rendezvous at %s", nodes,
                                    alloc.job_id, ",".join(alloc.hosts[:nodes]), endpoint)
+    gpus = nproc if device == "gpu" else 0
     return alloc.srun(nodes, multinode.agent(alloc.here, gpus, torchrun))
 
 

@@ -320,9 +320,8 @@ def _launch_distributed(args: argparse.Namespace, argv: list[str]) -> int:
     output = Path(args.output) if args.output else None
     if args.num_nodes > 1:
         try:
-            gpus = args.num_gpus if args.device == "gpu" else 0
-            cmd = distributed.multi_node_command(args.num_nodes, args.num_gpus, gpus, argv,
-                                                 module="dlbench.pytorch")
+            cmd = distributed.multi_node_command(args.num_nodes, args.num_gpus, args.device,
+                                                 argv, module="dlbench.pytorch")
         except multinode.MultiNodeError as exc:
             return _record_launch_failure(args, output, "failed", str(exc), 1)
     else:
