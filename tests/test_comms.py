@@ -229,10 +229,15 @@ def run_comms(tmp_path, *flags):
     return proc, R.read(out)
 
 
-def test_two_processes_sweep_sizes_and_record_both_bandwidths(tmp_path):
+def test_two_processes_sweep_sizes_and_record_both_bandwidths(tmp_path, monkeypatch):
     """Two gloo processes through torchrun (PARAM's short flags pass through it): one
     measurement per size, algorithm bandwidth size / median time, bus bandwidth that times
-    (n-1)/n for reduce_scatter."""
+    (n-1)/n for reduce_scatter; the NCCL this torch has and the NCCL_* settings recorded."""
+    import torch
+
+    from dlbench.pytorch import torch_environment
+
+    monkeypatch.setenv("NCCL_ALGO", "Ring")
     proc, res = run_comms(tmp_path, "--num_gpus=2", "--collective=reduce_scatter",
                           "--b=1024", "--e=65536", "--f=8", "--c=1")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -240,6 +245,12 @@ def test_two_processes_sweep_sizes_and_record_both_bandwidths(tmp_path):
     assert res["status"] == "ok" and res["kind"] == "comms"
     assert res["cell"]["collective"] == "reduce_scatter" and res["cell"]["num_gpus"] == 2
     assert res["extra"]["ranks"] == 2 and res["extra"]["backend"] == "gloo"
+    assert res["environment"]["nccl_env"] == {"NCCL_ALGO": "Ring"}
+    nccl = torch_environment.nccl_version()
+    assert res["environment"]["nccl_version"] == nccl
+    if torch.distributed.is_nccl_available():
+        assert nccl == ".".join(map(str, torch.cuda.nccl.version()))
+    assert aggregate.rows_of(res, "x.json")[0]["nccl_version"] == nccl
     assert [m["bytes_per_iteration"] for m in res["measurements"]] == [1024, 8192, 65536]
     for m in res["measurements"]:
         assert m["pass"] == "collective" and m["iterations"] == 3

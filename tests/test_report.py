@@ -52,7 +52,7 @@ def environment(framework: str = "pytorch") -> dict:
         "gpu_driver": "550.54.15", "cuda_version": "12.4", "cudnn_version": "9.1.0",
         "framework": framework, "framework_version": "2.5.1", "python_version": "3.11.9",
         "dlbench_version": "0.1.0", "dlbench_git_revision": "0123456789abcdef0123-dirty",
-        "library_flags": {},
+        "library_flags": {}, **({"nccl_version": "2.21.5"} if framework == "pytorch" else {}),
     }
 
 
@@ -345,7 +345,7 @@ def test_header_counts_cells_by_status_and_environment_is_listed(report):
     assert counts == {"cells": 6, "ok": 5, "failed": 1}
     env = html[html.index('id="environment"'):]
     for text in ("node01", "2 × NVIDIA H100 80GB HBM3", "550.54.15", "12.4", "pytorch 2.5.1",
-                 "0.1.0 @ 0123456789ab-dirty"):
+                 "0.1.0 @ 0123456789ab-dirty", "<th>NCCL</th>", "<td>2.21.5</td>"):
         assert text in env, text
 
 

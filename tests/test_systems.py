@@ -112,8 +112,13 @@ def test_a_result_records_its_system_and_fingerprint():
     assert res["system"] == "h100"
     assert res["fingerprint"]["hardware"]["gpu_count"] == 1
     assert res["fingerprint"]["software"] == {"framework": "pytorch", "framework_version": "2.9.0",
-                                              "cuda": "13.0", "cudnn": None,
+                                              "cuda": "13.0", "cudnn": None, "nccl": None,
                                               "container_digest": None}
+    # Another NCCL is another software stack; a result that does not say is not.
+    nccl = {**env(), "nccl_version": "2.21.5"}
+    assert not systems.same_software(systems.software(nccl),
+                                     systems.software({**nccl, "nccl_version": "2.27.3"}))
+    assert systems.same_software(systems.software(nccl), systems.software(env()))
     R.validate({**R.new_result(kind="model", cell={}), **res, "environment": {}})
 
 

@@ -37,6 +37,7 @@ ENV_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("cpu_features", pa.string()), ("cpu_count", pa.int64()), ("cpu_cores", pa.int64()),
     ("cpu_sockets", pa.int64()), ("gpu_model", pa.string()),
     ("gpu_driver", pa.string()), ("cuda_version", pa.string()), ("cudnn_version", pa.string()),
+    ("nccl_version", pa.string()),
     ("framework_version", pa.string()), ("python_version", pa.string()),
     ("dlbench_version", pa.string()), ("dlbench_git_revision", pa.string()),
     ("container", pa.string()), ("container_digest", pa.string()),

@@ -180,6 +180,7 @@ def software(env: Mapping[str, Any]) -> dict[str, Any]:
     return {"framework": env.get("framework"), "framework_version": env.get("framework_version"),
             "cuda": env.get("cuda_version") or flags.get("cuda"),
             "cudnn": None if cudnn is None else str(cudnn),
+            "nccl": env.get("nccl_version"),
             "container_digest": env.get("container_digest")}
 
 

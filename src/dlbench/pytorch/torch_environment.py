@@ -1,11 +1,13 @@
 """The environment of a PyTorch process, recorded with every result of a PyTorch runner
 (model and operator cells alike), so that both describe one software stack in the same
-fields: ``cuda_version`` and ``cudnn_version`` (what the system fingerprint reads),
-``library_flags`` (the backend switches that change the numbers), the CPU's kernel
-capability and the GPUs torch sees."""
+fields: ``cuda_version``, ``cudnn_version`` and ``nccl_version`` (what the system
+fingerprint reads), ``library_flags`` (the backend switches that change the numbers),
+``nccl_env`` (the NCCL_* settings, which change what a collective or data-parallel cell
+measures), the CPU's kernel capability and the GPUs torch sees."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -22,6 +24,10 @@ def collect(device: torch.device) -> dict[str, Any]:
         "cudnn_version": str(torch.backends.cudnn.version())
         if torch.backends.cudnn.is_available() else None,
     })
+    env["nccl_version"] = nccl_version()
+    settings = {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")}
+    if settings:
+        env["nccl_env"] = settings
     if hasattr(torch.backends, "cpu"):
         env["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     if device.type == "cuda" and torch.cuda.is_available():  # else the runner says why
@@ -29,3 +35,14 @@ def collect(device: torch.device) -> dict[str, Any]:
                              for i in range(torch.cuda.device_count())]
         env["device_name"] = torch.cuda.get_device_name(device)
     return env
+
+
+def nccl_version() -> str | None:
+    """The NCCL this torch runs ("2.21.5"); None for a build without it."""
+    try:
+        if not torch.distributed.is_nccl_available():
+            return None
+        version = torch.cuda.nccl.version()
+    except (RuntimeError, AttributeError):  # no NCCL library to ask
+        return None
+    return ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)

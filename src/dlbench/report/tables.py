@@ -94,7 +94,7 @@ def failures_table(frame: pd.DataFrame,
 def _environment(row: Any) -> dict[str, Any]:
     env = json.loads(row.environment) if isinstance(row.environment, str) and row.environment else {}
     for key in ("hostname", "cpu_model", "gpu_driver", "cuda_version", "cudnn_version",
-                "framework_version", "python_version", "dlbench_version", "dlbench_git_revision",
+                "nccl_version", "framework_version", "python_version", "dlbench_version", "dlbench_git_revision",
                 "container"):
         if env.get(key) in (None, "") and isinstance(getattr(row, key, None), str):
             env[key] = getattr(row, key)
@@ -129,12 +129,13 @@ def _revision(env: dict[str, Any]) -> str:
 
 def environment_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """Distinct environments with the number of cells that ran in each."""
-    headers = ["host", "CPU", "GPUs", "driver", "CUDA", "cuDNN", "framework", "Python",
-               "dlbench", "container"]
+    headers = ["host", "CPU", "GPUs", "driver", "CUDA", "cuDNN", "NCCL", "framework",
+               "Python", "dlbench", "container"]
     counts: Counter[tuple[str, ...]] = Counter()
     # Cells share their environment: read each distinct one once (10,000 cells, a few hosts).
     fields = [c for c in ("environment", "framework", "gpu_model", "hostname", "cpu_model",
-                          "gpu_driver", "cuda_version", "cudnn_version", "framework_version",
+                          "gpu_driver", "cuda_version", "cudnn_version", "nccl_version",
+                          "framework_version",
                           "python_version", "dlbench_version", "dlbench_git_revision",
                           "container") if c in frame]
     distinct = cells(frame)[fields].astype(object)
@@ -146,7 +147,8 @@ def environment_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         framework = " ".join(p for p in (framework, env.get("framework_version") or "") if p)
         key = (env.get("hostname") or "", _cpu(env), _gpus(env, row.gpu_model),
                env.get("gpu_driver") or "", env.get("cuda_version") or "",
-               env.get("cudnn_version") or "", framework, env.get("python_version") or "",
+               env.get("cudnn_version") or "", env.get("nccl_version") or "", framework,
+               env.get("python_version") or "",
                _revision(env), env.get("container") or "")
         counts[tuple(str(v) for v in key)] += int(cell_count)
     keep = [i for i in range(len(headers)) if any(key[i] for key in counts)]
