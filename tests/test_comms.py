@@ -116,6 +116,16 @@ def test_the_chart_counts_processes_on_all_nodes_and_tells_node_counts_apart():
     figure = comms_charts.bandwidth_figure(frame)
     assert ("num_nodes", "nodes") in [(c.field, c.title) for c in figure.table.columns]
     assert "nodes" in json.dumps(figure.chart.to_dict())
+    # Two sweeps of one collective on as many processes, apart only in their step and in
+    # validation: each its own line (a place in the chart and a column of its table).
+    sweeps = prepare(pd.DataFrame([
+        {**row("by2", 4, 1, size, 1e-5), "step_factor": 2, "validate": False}
+        for size in (1024, 2048, 4096)] + [
+        {**row("by4", 4, 1, size, 2e-5), "step_factor": 4, "validate": True}
+        for size in (1024, 4096)]))
+    figure = comms_charts.bandwidth_figure(sweeps)
+    placed = [c.field for c in figure.table.columns]
+    assert "step_factor" in placed and "validate" in placed
 
 
 def simulated(collective, inputs):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from dlbench import axes
 from dlbench.report import encodings
 from dlbench.report.data import measured
 from dlbench.report.model_charts import faceted, filtered, with_panel
@@ -19,8 +20,13 @@ _BINARY_SIZE = ("datum.value >= 1073741824 ? format(datum.value / 1073741824, '~
                 ": datum.value >= 1048576 ? format(datum.value / 1048576, '~g') + ' MiB' "
                 ": datum.value >= 1024 ? format(datum.value / 1024, '~g') + ' KiB' "
                 ": datum.value + ' B'")
-# Axes a collective cell may differ in besides its panel (collective), size and colour.
-OTHER_AXES = ("system", "num_nodes", "device", "data_type", "framework")
+# Axes a collective cell may differ in besides its panel (collective), size and colour
+# (processes): the system, the nodes, then every other axis of the kind that is a column
+# of the table, so that no line joins the sizes of two cells (two sweeps, a validated and
+# an unvalidated run) and an axis added to the table is covered without an edit here.
+OTHER_AXES = ("system", "num_nodes", *(
+    a.name for a in axes.of_kind(KIND)
+    if a.column and a.name not in ("collective", "num_gpus", "num_nodes")))
 
 
 def comms_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -33,7 +39,8 @@ def comms_frame(frame: pd.DataFrame) -> pd.DataFrame:
     rows = rows.assign(num_nodes=nodes)
     return pd.DataFrame({
         "cell": rows["cell"], "collective": rows["collective"],
-        "ranks": rows["num_gpus"].astype(int) * nodes, **{a: rows[a] for a in OTHER_AXES},
+        "ranks": rows["num_gpus"].astype(int) * nodes,
+        **{a: rows.get(a, pd.Series(None, index=rows.index, dtype=object)) for a in OTHER_AXES},
         "size_bytes": rows["bytes_per_iteration"].astype(float),
         "time_us": 1e6 * rows["time_median_s"].astype(float),
         "time_p95_us": 1e6 * rows["time_p95_s"].astype(float),
