@@ -11,8 +11,8 @@ import pandas as pd
 from dlbench import axes
 from dlbench.report import encodings
 from dlbench.report.data import measured
-from dlbench.report.model_charts import faceted, filtered, with_panel
-from dlbench.report.style import PANEL_HEIGHT, PANEL_WIDTH, Column, Figure, NumbersTable, styled
+from dlbench.report.model_charts import line_panels, with_panel
+from dlbench.report.style import Column, Figure, NumbersTable, styled
 
 KIND = "comms"
 # A size in bytes as 8 B, 4 KiB, 256 MiB (a Vega expression).
@@ -68,26 +68,14 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
             alt.Tooltip("time_us:Q", title="median (µs)", format=",.1f"),
             alt.Tooltip("algbw_gbps:Q", title="algorithm GB/s", format=",.3f"),
             alt.Tooltip("busbw_gbps:Q", title="bus GB/s", format=",.3f")]
-    series = {"detail": "variant:N"}
-    if encoding.series:
-        series["strokeDash"] = alt.StrokeDash("variant:N",
-                                              title=encodings.series_title(encoding.series))
-
-    def panel_chart(y: alt.Y, field: str, whisker: str | None) -> alt.FacetChart:
-        base = alt.Chart().encode(x=x, color=colour, tooltip=tips, **series)
-        line = base.encode(y=y)
-        layers = [line.mark_line(), line.mark_point()]
-        if whisker:
-            layers.append(base.mark_rule(strokeWidth=1.2).encode(y=f"{field}:Q",
-                                                                 y2=f"{whisker}:Q"))
-        layered = filtered(alt.layer(*layers, data=data), f"isValid(datum.{field})", encoding)
-        return faceted(layered.properties(width=PANEL_WIDTH, height=PANEL_HEIGHT), panels,
-                       encoding, data).resolve_scale(y="independent")
+    def panels_of(y: alt.Y, field: str, whisker: str | None = None) -> alt.FacetChart:
+        return line_panels(data, panels, encoding, x=x, colour=colour, tooltip=tips, y=y,
+                           field=field, whisker=whisker)
 
     chart = alt.vconcat(
-        panel_chart(alt.Y("busbw_gbps:Q", title="bus bandwidth (GB/s)"), "busbw_gbps", None),
-        panel_chart(alt.Y("time_us:Q", title="median time (µs)", scale=alt.Scale(type="log")),
-                    "time_us", "time_p95_us"))
+        panels_of(alt.Y("busbw_gbps:Q", title="bus bandwidth (GB/s)"), "busbw_gbps"),
+        panels_of(alt.Y("time_us:Q", title="median time (µs)", scale=alt.Scale(type="log")),
+                  "time_us", "time_p95_us"))
     placed = encoding.placed(("collective",))
     return Figure(
         "comms-bandwidth", "Collectives: bandwidth and time against message size",

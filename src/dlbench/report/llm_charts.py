@@ -11,7 +11,7 @@ import pandas as pd
 
 from dlbench.report import encodings
 from dlbench.report.data import measured
-from dlbench.report.model_charts import faceted, filtered, with_panel
+from dlbench.report.model_charts import faceted, filtered, line_panels, with_panel
 from dlbench.report.style import (
     PANEL_HEIGHT,
     PANEL_WIDTH,
@@ -114,25 +114,14 @@ def latency_figure(frame: pd.DataFrame) -> Figure | None:
     x = alt.X("batch_size:Q", title="batch size", axis=batch_axis(data["batch_size"].unique()),
               scale=alt.Scale(type="log", base=2, nice=False, padding=12))
     tips = _tooltip(encoding)
-    series = {"detail": "variant:N"}
-    if encoding.series:
-        series["strokeDash"] = alt.StrokeDash("variant:N",
-                                              title=encodings.series_title(encoding.series))
+    def panels_of(field: str, title: str, whisker: str | None = None) -> alt.FacetChart:
+        y = alt.Y(f"{field}:Q", title=title, scale=alt.Scale(zero=True))
+        return line_panels(data, panels, encoding, x=x, colour=_colour(), tooltip=tips, y=y,
+                           field=field, whisker=whisker)
 
-    def panel_chart(y: str, title: str, whisker: tuple[str, str] | None) -> alt.FacetChart:
-        base = alt.Chart().encode(x=x, color=_colour(), tooltip=tips, **series)
-        line = base.encode(y=alt.Y(f"{y}:Q", title=title, scale=alt.Scale(zero=True)))
-        layers = [line.mark_line(), line.mark_point()]
-        if whisker and data[whisker[1]].notna().any():
-            layers.append(base.mark_rule(strokeWidth=1.2).encode(y=f"{whisker[0]}:Q",
-                                                                 y2=f"{whisker[1]}:Q"))
-        layered = filtered(alt.layer(*layers, data=data), f"isValid(datum.{y})", encoding)
-        return faceted(layered.properties(width=PANEL_WIDTH, height=PANEL_HEIGHT), panels,
-                       encoding, data).resolve_scale(y="independent")
-
-    chart = alt.vconcat(
-        panel_chart("ttft_ms", "time to first token (ms)", None),
-        panel_chart("tpot_ms", "time per output token (ms)", ("tpot_ms", "tpot_p99_ms")))
+    p99 = "tpot_p99_ms" if data["tpot_p99_ms"].notna().any() else None
+    chart = alt.vconcat(panels_of("ttft_ms", "time to first token (ms)"),
+                        panels_of("tpot_ms", "time per output token (ms)", p99))
     return Figure("llm-latency", "Time to first token and per output token",
                   "Top: the prefill of the batch's prompts (TTFT); bottom: each further token "
                   "(TPOT, median, whisker to p99), from a static KV cache, every timed step "

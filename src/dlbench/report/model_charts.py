@@ -214,6 +214,27 @@ def faceted(layered: alt.LayerChart, panels: list[str], encoding: Encoding | Non
     return chart
 
 
+def line_panels(data: pd.DataFrame, panels: list[str], encoding: Encoding, *, x: alt.X,
+                colour: alt.Color, tooltip: list[alt.Tooltip], y: alt.Y, field: str,
+                whisker: str | None = None) -> alt.FacetChart:
+    """Lines and points of ``y`` (data field ``field``) against ``x``: a line per colour and
+    per the encoding's series (the ``variant`` column, its line style), a rule from
+    ``field`` up to ``whisker`` where given, one panel per label in ``panels`` with a y
+    scale of its own; rows without ``field`` left out."""
+    series = {"detail": "variant:N"}
+    if encoding.series:
+        series["strokeDash"] = alt.StrokeDash("variant:N",
+                                              title=encodings.series_title(encoding.series))
+    base = alt.Chart().encode(x=x, color=colour, tooltip=tooltip, **series)
+    line = base.encode(y=y)
+    layers = [line.mark_line(), line.mark_point()]
+    if whisker:
+        layers.append(base.mark_rule(strokeWidth=1.2).encode(y=f"{field}:Q", y2=f"{whisker}:Q"))
+    layered = filtered(alt.layer(*layers, data=data), f"isValid(datum.{field})", encoding)
+    return faceted(layered.properties(width=PANEL_WIDTH, height=PANEL_HEIGHT), panels,
+                   encoding, data).resolve_scale(y="independent")
+
+
 def lone_points(frame: pd.DataFrame, colour: alt.Color, encoding: Encoding | None) -> bool:
     """Whether some line of the chart (one panel, colour, line style and dropdown choice)
     has a single batch size."""
