@@ -158,10 +158,15 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
                     *model_args("resnet50", "training", "bfloat16", 128, "--num_gpus=2"))
     # Collectives over NCCL (dlbench.comms): a group of one, and two GPUs where there are,
     # each size's data validated (--c 1).
+    # The same sweep on the most GPUs in non-blocking mode (PARAM's --z 0): 20 collectives
+    # issued back to back per iteration, which the small sizes must show faster.
+    comms = ("dlbench.comms", "--device=gpu", "--collective=all_reduce", "--b=8",
+             f"--e={COMMS_END}", "--f=4", "--w=5", "--n=20", "--c=1")
     for ranks in (1, 2) if gpus >= 2 else (1,):
-        plan.runner(f"comms_nccl{ranks}", "dlbench.comms", "--device=gpu",
-                    f"--num_gpus={ranks}", "--collective=all_reduce", "--b=8",
-                    f"--e={COMMS_END}", "--f=4", "--w=5", "--n=20", "--c=1")
+        plan.runner(f"comms_nccl{ranks}", *comms, f"--num_gpus={ranks}")
+    most = 2 if gpus >= 2 else 1
+    plan.runner(f"comms_nccl{most}_nonblocking", *comms, f"--num_gpus={most}", "--z=0",
+                "--window=20")
     from dlbench import study
 
     (cell,) = study.expand_config({"studies": {"gpu-check": {"grid": {
@@ -310,7 +315,8 @@ def model_checks(results: dict[str, dict | None]) -> list[Check]:
 def comms_check(name: str, res: dict[str, Any] | None) -> Check:
     """A collective cell over NCCL: every size measured and its data validated; its
     figure the largest size's bus bandwidth (0 for a group of one) and median time."""
-    title = f"all_reduce over NCCL, {name.removeprefix('comms_nccl')} GPU(s)"
+    ranks, _, mode = name.removeprefix("comms_nccl").partition("_")
+    title = f"all_reduce over NCCL, {ranks} GPU(s)" + (f", {mode}" if mode else "")
     if res and res.get("status") == "not_run":
         return Check(title, "skip", res["error"])
     sizes = (res or {}).get("measurements") or []
@@ -326,6 +332,25 @@ def comms_check(name: str, res: dict[str, Any] | None) -> Check:
                  f"{len(sizes)} sizes validated; {last['bytes_per_iteration'] / 2**20:g} MiB in "
                  f"{last['time_s']['median'] * 1e6:,.0f} µs, bus {last['extra']['bus_gbps']:,.1f}"
                  " GB/s", {"bus_gbps": [m["extra"]["bus_gbps"] for m in sizes]})
+
+
+def overlap_check(blocking: dict[str, Any] | None, nonblocking: dict[str, Any] | None
+                  ) -> Check:
+    """Non-blocking collectives against blocking ones on as many GPUs: at the smallest size,
+    where a blocking collective's time is mostly the host's launch and wait, a window issued
+    back to back must take less per collective."""
+    title = "non-blocking collectives overlap (smallest size)"
+    times = []
+    for res in (blocking, nonblocking):
+        sizes = (res or {}).get("measurements") or []
+        if not res or res.get("status") == "not_run" or not sizes:
+            return Check(title, "skip" if not res or res.get("status") == "not_run"
+                         else "fail", (res or {}).get("error") or "no result")
+        times.append(sizes[0]["time_s"]["median"])
+    ratio = times[1] / times[0]
+    return Check(title, verdict(ratio < 1.0),
+                 f"{times[1] * 1e6:,.1f} µs against {times[0] * 1e6:,.1f} µs blocking "
+                 f"({ratio:.2f}x)", {"blocking_s": times[0], "nonblocking_s": times[1]})
 
 
 def monitor_check(res: dict[str, Any] | None) -> Check:
@@ -529,6 +554,9 @@ def run_all(plan: Plan, gpus: int, budget: float,
         checks.append(Check("DDP 2 GPUs over NCCL", "skip", f"{gpus} GPU on this machine"))
     checks += [comms_check(name, results.get(name)) for name in plan.commands
                if name.startswith("comms_")]
+    overlapped = [n for n in plan.commands if n.startswith("comms_") and "_nonblocking" in n]
+    checks += [overlap_check(results.get(n.removesuffix("_nonblocking")), results.get(n))
+               for n in overlapped]
     checks += op_checks(results, plan.out, not_run) + honesty_checks(plan.out, not_run)
     checks += profile_checks(plan.out, not_run) + llm_checks(results, plan.out, not_run)
     for check in checks:

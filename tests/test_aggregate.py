@@ -56,7 +56,8 @@ def test_cli_turns_a_bad_result_file_into_a_failed_row_naming_it(tmp_path, capsy
 def test_a_result_older_than_an_axis_reads_at_its_default_where_its_framework_has_it():
     """A model cell recorded before num_nodes, compile and memory_format existed is a
     one-node eager contiguous cell (MXNet has no compile modes: none); a collective cell
-    from before num_nodes and validate: one node, not validated. A value recorded stays."""
+    from before num_nodes, validate and blocking: one node, not validated, blocking. A value
+    recorded stays."""
     def row(kind, cell):
         res = R.new_result(kind=kind, study="s", cell_id="x", cell=cell)
         return aggregate.rows_of(R.finish(res, "failed", "x"), "x.json")[0]
@@ -71,5 +72,8 @@ def test_a_result_older_than_an_axis_reads_at_its_default_where_its_framework_ha
     comms = {"framework": "pytorch", "collective": "all_reduce", "data_type": "float32",
              "num_gpus": 2, "device": "cpu"}
     got = row("comms", comms)
-    assert (got["num_nodes"], got["validate"]) == (1, False)
+    # Blocking (each collective waited for), so no window of collectives issued at once.
+    assert (got["num_nodes"], got["validate"], got["blocking"], got["window"]) == (
+        1, False, True, None)
+    assert row("comms", {**comms, "blocking": False, "window": 8})["window"] == 8
     assert row("op", {"framework": "pytorch", "op_config": "x.json"})["num_nodes"] is None

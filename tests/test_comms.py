@@ -76,6 +76,64 @@ def test_a_collective_cell_on_several_nodes_says_so_in_its_id_and_asks_slurm_for
         support.check_single_node([one, two])
 
 
+def test_a_non_blocking_cell_says_so_in_its_id_and_flags_and_blocking_ids_stay():
+    """PARAM's --z 0 with a window of collectives; a blocking cell has no window (whatever
+    the grid gives, one cell) and keeps the id it had before the axes existed."""
+    from dlbench import kinds
+
+    cells = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "num_gpus": 8, "blocking": [True, False], "window": [20, 50]}}}})
+    blocking = [c for c in cells if c.params["blocking"]]
+    assert [c.id for c in blocking] == ["pytorch_all-reduce_float32_8x_gpu_4770ff82"]
+    assert blocking[0].params["window"] is None
+    windows = {c.params["window"]: c for c in cells if not c.params["blocking"]}
+    assert sorted(windows) == [20, 50]
+    assert windows[50].id.rsplit("_", 1)[0] == "pytorch_all-reduce_float32_8x_nonblocking_gpu"
+    argv = kinds.get("comms").command(windows[50].params, Path("x.json"), "python", None)
+    assert argv[argv.index("--z=0"):][:2] == ["--z=0", "--window=50"]
+    argv = kinds.get("comms").command(blocking[0].params, Path("x.json"), "python", None)
+    assert "--z=1" in argv and not any(a.startswith("--window") for a in argv)
+    with pytest.raises(study.ConfigError, match="study 'c': window: must be >= 1, got 0"):
+        study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+            "blocking": False, "window": 0}}}})
+
+
+def test_non_blocking_issues_a_window_back_to_back_and_times_one_collective(
+        tmp_path, monkeypatch):
+    """The runner in this process (a group of one): each measured iteration issues the
+    window's collectives without waiting (async_op), then waits for all; the time recorded
+    is the window's divided among them. Each collective here holds the host 5 ms: one
+    collective's time is 5 ms and more, a window of 4 would be 20 ms."""
+    import time
+
+    import torch.distributed as dist
+
+    from dlbench.comms import runner
+
+    issued = []
+    real = dist.all_reduce
+
+    def all_reduce(tensor, *args, async_op=False, **kwargs):
+        if async_op:
+            issued.append(tensor.numel())
+            time.sleep(0.005)
+        return real(tensor, *args, async_op=async_op, **kwargs)
+
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    out = tmp_path / "cell.json"
+    rc = runner.main(["--device=cpu", "--collective=all_reduce", "--b=64", "--e=64",
+                      "--w=1", "--n=3", "--z=0", "--window=4", "--c=1",
+                      f"--output={out}"])
+    res = R.read(out)
+    assert rc == 0 and res["status"] == "ok", res.get("error")
+    assert res["cell"]["blocking"] is False and res["cell"]["window"] == 4
+    assert issued == [16] * 4 * (1 + 3)  # a window in each warmup and measured iteration
+    assert res["extra"]["collectives_per_iteration"] == 4
+    (m,) = res["measurements"]
+    assert m["iterations"] == 3 and m["extra"]["validated"] is True
+    assert 0.005 <= m["time_s"]["median"] < 0.015
+
+
 def test_a_multi_node_collective_outside_a_slurm_job_is_a_failed_result_in_one_line(tmp_path):
     """What srun would start is not exercised here (tests/test_slurm_two_nodes.py runs it):
     outside a Slurm job the runner records why it cannot start, and no worker starts."""
@@ -268,6 +326,19 @@ def test_two_processes_sweep_sizes_and_record_both_bandwidths(tmp_path, monkeypa
         assert m["extra"]["bus_gbps"] == pytest.approx(m["gbps"] * 0.5)
         assert m["extra"]["validated"] is True  # --c 1: each size's data checked
     assert res["cell"]["validate"] is True
+
+
+def test_two_processes_in_non_blocking_mode_overlap_a_window_and_validate_each_size(tmp_path):
+    """PARAM's --z 0 among two gloo processes: each rank issues its window of all_gather
+    collectives without waiting, the sizes are measured and their data checked after."""
+    proc, res = run_comms(tmp_path, "--num_gpus=2", "--collective=all_gather", "--z=0",
+                          "--window=3", "--b=64", "--e=1024", "--f=4", "--c=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    R.validate(res)
+    assert res["status"] == "ok" and res["extra"]["collectives_per_iteration"] == 3
+    assert (res["cell"]["blocking"], res["cell"]["window"]) == (False, 3)
+    assert [(m["bytes_per_iteration"], m["extra"]["validated"])
+            for m in res["measurements"]] == [(64.0, True), (256.0, True), (1024.0, True)]
 
 
 def test_a_size_no_rank_can_hold_ends_the_sweep_for_all_ranks_with_what_was_measured(tmp_path):

@@ -40,7 +40,7 @@ def test_dry_mode_builds_every_command_and_the_runners_accept_them(tmp_path):
                  "op_add_tiny_cudagraph", "op_add_tiny_pt2", "honesty", "timer",
                  "profile_ncu", "profile_torch", "aggregate", "report",
                  "llm_train_gpt2_xl", "llm_train_llama3_8b", "llm_serve_b1", "llm_serve_b32",
-                 "llm_bare", "comms_nccl1", "comms_nccl2"):
+                 "llm_bare", "comms_nccl1", "comms_nccl2", "comms_nccl2_nonblocking"):
         assert name in plan
     assert plan["llm_serve_b32"][2] == "dlbench.llm" and "--batch_size=32" in plan["llm_serve_b32"]
     assert "--cuda-l2-cache" in plan["op_add_l2_off"] and "--cuda-graph" in \
@@ -150,6 +150,32 @@ def test_collective_verdict_needs_nccl_and_every_size(gpu_acceptance, tmp_path):
     plan.commands["comms_nccl2"].append("--collective=gather")
     assert gpu_acceptance.check_plan_parses(plan) == [
         "comms_nccl2: " + " ".join(plan.commands["comms_nccl2"][3:])]
+
+
+def test_non_blocking_collectives_must_beat_blocking_ones_at_the_smallest_size(
+        gpu_acceptance, tmp_path):
+    """The non-blocking NCCL sweep runs on the most GPUs there are (the blocking sweep it is
+    compared with has the same count) with PARAM's --z 0; slower than blocking at the
+    smallest size fails, a missing side is a skip or a failure as the result says."""
+    def res(*medians):
+        return {"status": "ok", "measurements": [
+            {"bytes_per_iteration": 8 * 4**i, "time_s": {"median": t}}
+            for i, t in enumerate(medians)]}
+
+    one = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
+    assert "comms_nccl2_nonblocking" not in one.commands
+    command = one.commands["comms_nccl1_nonblocking"]
+    assert {"--z=0", "--window=20", "--num_gpus=1", "--c=1"} <= set(command)
+    check = gpu_acceptance.overlap_check(res(20e-6, 1e-3), res(5e-6, 2e-3))
+    assert check.verdict == "pass" and "5.0 µs against 20.0 µs blocking (0.25x)" \
+        in check.figure
+    assert gpu_acceptance.overlap_check(res(20e-6), res(25e-6)).verdict == "fail"
+    assert gpu_acceptance.overlap_check(None, res(5e-6)).verdict == "skip"
+    failed = gpu_acceptance.overlap_check(res(20e-6), {"status": "failed", "error": "x"})
+    assert (failed.verdict, failed.figure) == ("fail", "x")
+    named = gpu_acceptance.comms_check("comms_nccl2_nonblocking", {"status": "failed",
+                                                                   "error": "x"})
+    assert named.name == "all_reduce over NCCL, 2 GPU(s), nonblocking"
 
 
 def test_monitor_and_summary(gpu_acceptance):

@@ -136,6 +136,10 @@ def _frameworks(params: Mapping[str, Any]) -> Iterable[str]:
     return frameworks.names()
 
 
+def _non_blocking(params: Mapping[str, Any]) -> bool:
+    return params.get("blocking") is False
+
+
 _DEVICES = ("cpu", "gpu")
 _LLM = "llm_inference"  # the cell kind of language-model inference (dlbench.kinds)
 _LLM_RUNNER = "llm"  # its runner's name in the flag maps
@@ -268,6 +272,17 @@ TABLE: tuple[Axis, ...] = (
          flags={_COMMS: Flag("--c", values={True: 1, False: 0})},
          help="check every size's received data against what the collective must give "
               "(1; outside the timed iterations)"),
+    # PARAM's --z: 1 waits for each collective before the next (every iteration timed on
+    # its own); 0 issues `window` collectives back to back and waits once, as nccl-tests
+    # times them: the host's launch and wait overlap the transfers, which small messages show.
+    Axis("blocking", bool, True, kinds=(_COMMS,), since=3,
+         flags={_COMMS: Flag("--z", values={True: 1, False: 0})},
+         help="1: each collective waited for on its own; 0: `--window` collectives issued "
+              "back to back, then waited for"),
+    Axis("window", int, 20, kinds=(_COMMS,), minimum=1, since=3, applies=_non_blocking,
+         flags={_COMMS: Flag("--window")},
+         help="non-blocking mode: collectives issued back to back in each measured "
+              "iteration (its time divided by them is one collective's)"),
     # Language-model inference (dlbench.llm): a batch of prompts, then its output tokens.
     Axis("prompt_length", int, 128, kinds=(_LLM,), minimum=1,
          flags={_LLM_RUNNER: Flag("--prompt_length")}, help="tokens of each prompt"),

@@ -1,12 +1,18 @@
-"""``python -m dlbench.comms``: a collective-communication cell, PARAM's comms.py in
-blocking mode (``--z 1``) with nccl-tests' bandwidths (dlbench.comms.sizes).
+"""``python -m dlbench.comms``: a collective-communication cell, PARAM's comms.py with
+nccl-tests' bandwidths (dlbench.comms.sizes).
 
 ``--num_gpus N`` processes on each of ``--num_nodes`` nodes (torchrun: NCCL on GPUs, gloo
 on CPU; on several nodes, one torchrun per node of the Slurm job started with srun, as for
 a model cell, dlbench.multinode) run one collective on buffers of every size of the sweep.
 Each size is one measurement: the per-iteration times of the slowest rank (the one
 harness's timed loop: warmup excluded, each iteration ended synchronised), the algorithm
-bandwidth (``gbps``) and the bus bandwidth (``bus_gbps`` in its extra). Every rank
+bandwidth (``gbps``) and the bus bandwidth (``bus_gbps`` in its extra).
+
+``--z 1`` (blocking, the default) waits for every collective before the next, so each
+iteration is one collective timed on its own. ``--z 0`` (PARAM's non-blocking mode) issues
+``--window`` collectives back to back and waits for them once, as nccl-tests times its
+iterations: an iteration's time divided by the window is one collective's, with the
+launch of each overlapping the transfer before it. Every rank
 allocates a size's buffers before any of them communicates; where one rank cannot (out of
 memory), all of them stop the sweep there together, instead of the others waiting in a
 collective it never joins, and the sizes left are named in the result.
@@ -37,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m dlbench.comms", allow_abbrev=False,
         description="Time one collective over a sweep of message sizes among --num_gpus "
                     "processes (PARAM's comms.py flags: --collective, --b, --e, --f, --w, "
-                    "--n, --data-type).")
+                    "--n, --data-type, --c, --z, --window).")
     axes.add_flags(p, KIND, "pytorch", kind=KIND)
     p.add_argument("--output", help="result JSON to write (rank 0)")
     p.add_argument("--study")
@@ -67,22 +73,38 @@ def _tensors(collective: str, count: int, dtype: Any, ranks: int, device: Any) -
     return make(count), None
 
 
-def _call(collective: str, buffers: tuple) -> Any:
-    """What the timed region runs: the collective and nothing else."""
+def _call(collective: str, buffers: tuple, async_op: bool = False) -> Any:
+    """The collective on a size's buffers, a function of an (unused) batch; with
+    ``async_op`` it returns its work handle without waiting."""
     import torch.distributed as dist
 
     source, target = buffers
     if collective == "all_reduce":
-        return lambda _: dist.all_reduce(source)
+        return lambda _: dist.all_reduce(source, async_op=async_op)
     if collective == "broadcast":
-        return lambda _: dist.broadcast(source, src=0)
+        return lambda _: dist.broadcast(source, src=0, async_op=async_op)
     if collective == "reduce":
-        return lambda _: dist.reduce(source, dst=0)
+        return lambda _: dist.reduce(source, dst=0, async_op=async_op)
     if collective == "all_gather":
-        return lambda _: dist.all_gather_into_tensor(target, source)
+        return lambda _: dist.all_gather_into_tensor(target, source, async_op=async_op)
     if collective == "reduce_scatter":
-        return lambda _: dist.reduce_scatter_tensor(target, source)
-    return lambda _: dist.all_to_all_single(target, source)
+        return lambda _: dist.reduce_scatter_tensor(target, source, async_op=async_op)
+    return lambda _: dist.all_to_all_single(target, source, async_op=async_op)
+
+
+def _step(collective: str, buffers: tuple, window: int | None) -> Any:
+    """What the timed region runs: one collective (blocking, ``window`` None), or
+    ``window`` of them issued back to back and then waited for, and nothing else."""
+    if window is None:
+        return _call(collective, buffers)
+    issue = _call(collective, buffers, async_op=True)
+
+    def step(batch: Any) -> None:
+        works = [issue(batch) for _ in range(window)]
+        for work in works:
+            work.wait()
+
+    return step
 
 
 def _all_allocated(ok: bool, device: Any) -> bool:
@@ -136,8 +158,10 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     factor = S.bus_factor(args.collective, ranks)
     element = S.DATA_TYPES[args.data_type]
     hosts = distributed.rank_hosts()  # one collective, before any timing
+    window = None if args.z else args.window  # collectives per timed iteration
     res["extra"].update(ranks=ranks, bus_factor=factor, backend=dist.get_backend(),
-                        hosts=hosts, num_hosts=len(set(hosts)))
+                        hosts=hosts, num_hosts=len(set(hosts)),
+                        collectives_per_iteration=window or 1)
     for i, count in enumerate(counts):
         buffers, problem = None, None
         try:
@@ -151,9 +175,11 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             del buffers
             break
         dist.barrier()
-        loop = harness.timed_loop(lambda: None, _call(args.collective, buffers), sync,
-                                  args.w, args.n)
-        times = distributed.slowest_rank_times(loop.times_s, device)
+        loop = harness.timed_loop(lambda: None, _step(args.collective, buffers, window),
+                                  sync, args.w, args.n)
+        # One collective's time: a window's, shared among the collectives it issued.
+        times = [t / (window or 1)
+                 for t in distributed.slowest_rank_times(loop.times_s, device)]
         size = count * element
         m = R.measurement(
             name=f"{args.collective}|{size}", op_name=args.collective, pass_="collective",

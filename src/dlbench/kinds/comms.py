@@ -27,9 +27,12 @@ class CommsKind(CellKind):
     def readable_id(self, params: Mapping[str, Any]) -> list[str]:
         parts = super().readable_id(params)
         nodes = params.get("num_nodes") or 1
-        # ..._8x_2nodes_gpu_...: only a multi-node cell says so (as model cells do).
+        # ..._8x_2nodes_nonblocking_gpu_...: only a multi-node cell says so (as model cells
+        # do), and only a non-blocking one: the ids of earlier cells stay as they were.
+        extra = [f"{nodes}nodes"] if nodes > 1 else []
+        extra += ["nonblocking"] if params.get("blocking") is False else []
         i = self.id_axes.index("num_gpus") + 1
-        return [*parts[:i], f"{nodes}nodes", *parts[i:]] if nodes > 1 else parts
+        return [*parts[:i], *extra, *parts[i:]]
 
     def check(self, params: Mapping[str, Any], datasets: Mapping[str, Any]) -> None:
         if self.name not in frameworks.get(params["framework"]).kinds:
