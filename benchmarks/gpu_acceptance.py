@@ -164,6 +164,8 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
              f"--e={COMMS_END}", "--f=4", "--w=5", "--n=20", "--c=1")
     for ranks in (1, 2) if gpus >= 2 else (1,):
         plan.runner(f"comms_nccl{ranks}", *comms, f"--num_gpus={ranks}")
+    if gpus >= 2:  # point-to-point between two GPUs (NVLink or PCIe), messages validated
+        plan.runner("comms_nccl2_pt2pt", *comms, "--num_gpus=2", "--pt2pt=one2one")
     most = 2 if gpus >= 2 else 1
     plan.runner(f"comms_nccl{most}_nonblocking", *comms, f"--num_gpus={most}", "--z=0",
                 "--window=20")
@@ -312,24 +314,32 @@ def model_checks(results: dict[str, dict | None]) -> list[Check]:
     return checks
 
 
+def message_bytes(measurement: dict[str, Any]) -> int:
+    """A collective measurement's message size: its name is "<collective>|<bytes>" (the
+    bytes_per_iteration of a bidirectional point-to-point test count both ways: twice)."""
+    return int(measurement["name"].rpartition("|")[2])
+
+
 def comms_check(name: str, res: dict[str, Any] | None) -> Check:
     """A collective cell over NCCL: every size measured and its data validated; its
     figure the largest size's bus bandwidth (0 for a group of one) and median time."""
     ranks, _, mode = name.removeprefix("comms_nccl").partition("_")
-    title = f"all_reduce over NCCL, {ranks} GPU(s)" + (f", {mode}" if mode else "")
+    title = f"{'pt2pt' if mode == 'pt2pt' else 'all_reduce'} over NCCL, {ranks} GPU(s)" \
+        + (f", {mode}" if mode not in ("", "pt2pt") else "")
     if res and res.get("status") == "not_run":
         return Check(title, "skip", res["error"])
     sizes = (res or {}).get("measurements") or []
     ok = bool(res) and res.get("status") == "ok" \
         and (res.get("extra") or {}).get("backend") == "nccl" and bool(sizes) \
-        and sizes[-1]["bytes_per_iteration"] == COMMS_END \
+        and message_bytes(sizes[-1]) == COMMS_END \
         and all(m["extra"].get("validated") for m in sizes)
     if not sizes:
         return Check(title, verdict(False if res else None),
                      (res or {}).get("error") or "no result")
     last = sizes[-1]
     return Check(title, verdict(ok),
-                 f"{len(sizes)} sizes validated; {last['bytes_per_iteration'] / 2**20:g} MiB in "
+                 f"{len({message_bytes(m) for m in sizes})} sizes validated; "
+                 f"{message_bytes(last) / 2**20:g} MiB in "
                  f"{last['time_s']['median'] * 1e6:,.0f} µs, bus {last['extra']['bus_gbps']:,.1f}"
                  " GB/s", {"bus_gbps": [m["extra"]["bus_gbps"] for m in sizes]})
 

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize(("collective", "ranks", "factor"), [
     ("all_reduce", 8, 1.75), ("all_reduce", 2, 1.0), ("all_gather", 8, 0.875),
     ("reduce_scatter", 4, 0.75), ("all_to_all", 2, 0.5), ("broadcast", 8, 1.0),
-    ("all_reduce", 1, 0.0), ("reduce", 8, 1.0)])
+    ("all_reduce", 1, 0.0), ("reduce", 8, 1.0), ("pt2pt", 8, 1.0)])
 def test_bus_bandwidth_factors_are_nccl_tests(collective, ranks, factor):
     assert S.bus_factor(collective, ranks) == pytest.approx(factor)
 
@@ -134,6 +134,55 @@ def test_non_blocking_issues_a_window_back_to_back_and_times_one_collective(
     assert 0.005 <= m["time_s"]["median"] < 0.015
 
 
+def test_point_to_point_pairs_ranks_as_param_and_refuses_what_cannot_pair():
+    """one2one: rank 0 sends to rank 1, the others idle; pairwise: rank i with i + n/2 (on
+    two nodes of 8 GPUs, each GPU with its counterpart on the other node)."""
+    assert [S.pt2pt_peer("one2one", r, 4) for r in range(4)] == [
+        (1, True), (0, False), (None, False), (None, False)]
+    assert [S.pt2pt_peer("pairwise", r, 4) for r in range(4)] == [
+        (2, True), (3, True), (0, False), (1, False)]
+    assert S.pt2pt_peer("pairwise", 3, 16) == (11, True)
+    cells = study.expand_config({"studies": {"p": {"kind": "comms", "grid": {
+        "collective": "pt2pt", "pt2pt": ["one2one", "pairwise"], "num_gpus": 8,
+        "num_nodes": [1, 2], "blocking": False, "window": 64}}}})
+    names = sorted(c.id.rsplit("_", 1)[0] for c in cells)
+    assert names == ["pytorch_pt2pt_one2one_float32_8x_2nodes_gpu",
+                     "pytorch_pt2pt_one2one_float32_8x_gpu",
+                     "pytorch_pt2pt_pairwise_float32_8x_2nodes_gpu",
+                     "pytorch_pt2pt_pairwise_float32_8x_gpu"]
+    # blocking is the collectives' (None here); the window is the bandwidth tests'.
+    assert {(c.params["blocking"], c.params["window"]) for c in cells} == {(None, 64)}
+    (collective,) = study.expand_config({"studies": {"p": {"kind": "comms", "grid": {
+        "pt2pt": "pairwise", "num_gpus": 2}}}})
+    assert collective.params["pt2pt"] is None  # the pattern of an all_reduce: none
+    with pytest.raises(study.ConfigError, match="study 'p': num_gpus: pt2pt pairwise pairs "
+                                                "the processes: 3 is an odd count"):
+        study.expand_config({"studies": {"p": {"kind": "comms", "grid": {
+            "collective": "pt2pt", "pt2pt": "pairwise", "num_gpus": 3}}}})
+    with pytest.raises(study.ConfigError, match="num_gpus: pt2pt needs two processes or "
+                                                "more, not 1"):
+        study.expand_config({"studies": {"p": {"kind": "comms", "grid": {
+            "collective": "pt2pt", "num_gpus": 1}}}})
+
+
+def test_a_point_to_point_message_is_checked_against_its_senders_pattern():
+    import torch
+
+    from dlbench.comms import validation as V
+
+    sent = (torch.empty(40, dtype=torch.bfloat16), torch.empty(40, dtype=torch.bfloat16))
+    got = (torch.empty(40, dtype=torch.bfloat16), torch.empty(40, dtype=torch.bfloat16))
+    V.fill_pt2pt(sent, 3)
+    V.fill_pt2pt(got, 5)
+    assert got[1].abs().sum() == 0  # what a rank receives is cleared first
+    got[1].copy_(sent[0])
+    assert V.check_pt2pt(got, 5, 3) == V.Check(5, 0, 40)
+    assert V.check_pt2pt(got, 5, 4).wrong == 40  # not what rank 4 sends
+    got[1][17] = 0
+    assert V.check_pt2pt(got, 5, 3) == V.Check(5, 1, 40, 17, 0.0, float((3 + 17) % 16 + 1))
+    assert V.check_pt2pt(got, 6, None) == V.Check(6, 0, 0)  # a rank without a peer
+
+
 def test_a_multi_node_collective_outside_a_slurm_job_is_a_failed_result_in_one_line(tmp_path):
     """What srun would start is not exercised here (tests/test_slurm_two_nodes.py runs it):
     outside a Slurm job the runner records why it cannot start, and no worker starts."""
@@ -202,7 +251,7 @@ def simulated(collective, inputs):
             for r in range(n)]  # all_to_all
 
 
-@pytest.mark.parametrize("collective", S.COLLECTIVES)
+@pytest.mark.parametrize("collective", [c for c in S.COLLECTIVES if c != "pt2pt"])
 @pytest.mark.parametrize("ranks", [1, 3, 4])
 def test_the_validation_patterns_give_what_the_collective_must_deliver(collective, ranks):
     """Every rank's expected values equal the collective done by hand on every rank's
@@ -339,6 +388,34 @@ def test_two_processes_in_non_blocking_mode_overlap_a_window_and_validate_each_s
     assert (res["cell"]["blocking"], res["cell"]["window"]) == (False, 3)
     assert [(m["bytes_per_iteration"], m["extra"]["validated"])
             for m in res["measurements"]] == [(64.0, True), (256.0, True), (1024.0, True)]
+
+
+def test_four_processes_pairwise_measure_latency_and_both_bandwidths_validated(tmp_path):
+    """PARAM's --pt2pt alone (no --collective) among four gloo processes: rank 0 with 2 and
+    1 with 3 at once; each size gives latency (half a ping-pong), unidirectional and
+    bidirectional bandwidth (two messages per time), every size's messages validated."""
+    proc, res = run_comms(tmp_path, "--num_gpus=4", "--pt2pt=pairwise", "--window=4",
+                          "--b=256", "--e=4096", "--f=16", "--c=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    R.validate(res)
+    assert res["status"] == "ok" and res["cell"]["collective"] == "pt2pt"
+    assert (res["cell"]["pt2pt"], res["cell"]["window"]) == ("pairwise", 4)
+    assert res["extra"]["pairs"] == [[0, 2], [1, 3]]
+    assert [(m["name"], m["pass"], m["bytes_per_iteration"]) for m in res["measurements"]] == [
+        ("pt2pt|256", "latency", 256.0), ("pt2pt|256", "unidirectional", 256.0),
+        ("pt2pt|256", "bidirectional", 512.0), ("pt2pt|4096", "latency", 4096.0),
+        ("pt2pt|4096", "unidirectional", 4096.0), ("pt2pt|4096", "bidirectional", 8192.0)]
+    for m in res["measurements"]:
+        assert m["iterations"] == 3 and m["extra"]["validated"] is True
+        assert m["extra"]["bus_gbps"] == pytest.approx(m["gbps"])
+    # The chart: a panel per test, each at the message size (not the bytes both ways).
+    data = comms_charts.comms_frame(prepare(pd.DataFrame(aggregate.rows_of(res, "x.json"))))
+    assert sorted(set(zip(data["collective"], data["size_bytes"], strict=True))) == [
+        ("pt2pt bidirectional", 256.0), ("pt2pt bidirectional", 4096.0),
+        ("pt2pt latency", 256.0), ("pt2pt latency", 4096.0),
+        ("pt2pt unidirectional", 256.0), ("pt2pt unidirectional", 4096.0)]
+    assert comms_charts.bandwidth_figure(prepare(pd.DataFrame(
+        aggregate.rows_of(res, "x.json")))) is not None
 
 
 def test_a_size_no_rank_can_hold_ends_the_sweep_for_all_ranks_with_what_was_measured(tmp_path):

@@ -257,20 +257,23 @@ def test_t_quantiles_match_published_tables():
         assert bootstrap.t_quantile(0.975, dof) == pytest.approx(value, abs=1e-3)
 
 
-def write_collective(root, system, nodes, sizes_and_times):
-    """A collective cell's result: one measurement per message size."""
-    cell = {"framework": "pytorch", "collective": "all_reduce", "data_type": "bfloat16",
-            "num_gpus": 8, "num_nodes": nodes, "device": "gpu"}
+def write_collective(root, system, nodes, sizes_and_times, pt2pt=None):
+    """A collective cell's result: one measurement per message size (a point-to-point
+    cell of pattern ``pt2pt``: its latency and bidirectional tests of each size)."""
+    collective = "pt2pt" if pt2pt else "all_reduce"
+    cell = {"framework": "pytorch", "collective": collective, "data_type": "bfloat16",
+            "num_gpus": 8, "num_nodes": nodes, "device": "gpu", "pt2pt": pt2pt}
     digest = hashlib.sha256(json.dumps(cell, sort_keys=True).encode()).hexdigest()[:8]
-    cell_id = f"pytorch_all-reduce_bfloat16_8x_gpu_{digest}"
+    cell_id = f"pytorch_{collective}_bfloat16_8x_gpu_{digest}"
     res = R.new_result(kind="comms", study="net", cell_id=cell_id, cell=cell)
     res["environment"] = dict(ENV)
     res["system"] = system
+    passes = ("latency", "bidirectional") if pt2pt else ("collective",)
     for size, times in sizes_and_times:
-        res["measurements"].append(R.measurement(
-            name=f"all_reduce|{size}", op_name="all_reduce", pass_="collective",
+        res["measurements"] += [R.measurement(
+            name=f"{collective}|{size}", op_name=collective, pass_=test,
             times_s=list(times), items_per_iteration=1.0, throughput_unit="iterations/s",
-            bytes_per_iteration=float(size)))
+            bytes_per_iteration=float(size)) for test in passes]
     R.finish(res, "ok")
     path = root / system / "net" / "cells" / f"{cell_id}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -285,11 +288,14 @@ def test_collective_sizes_are_compared_one_by_one_under_labels_naming_them(tmp_p
         write_collective(root, "x", 1, [(8, noisy(2e-5, seed=1)),
                                         (2**30, noisy(5e-3 * slow, seed=2))])
         write_collective(root, "x", 2, [(1536 * 1024, noisy(1e-4, seed=3))])
+        write_collective(root, "x", 2, [(8, noisy(3e-6, seed=4))], pt2pt="pairwise")
     cells = compare(str(a), str(b)).cells
     verdicts = dict(zip(cells["label"], cells["verdict"], strict=True))
     assert verdicts == {"all_reduce bfloat16 8x 8 B": "same",
                         "all_reduce bfloat16 8x 1 GiB": "slower",
-                        "all_reduce bfloat16 8x 2nodes 1.5 MiB": "same"}
+                        "all_reduce bfloat16 8x 2nodes 1.5 MiB": "same",
+                        "pt2pt pairwise latency bfloat16 8x 2nodes 8 B": "same",
+                        "pt2pt pairwise bidirectional bfloat16 8x 2nodes 8 B": "same"}
     summary = compare(str(a), str(b)).summary.set_index(["group", "value"])
     assert summary.loc[("collective", "all_reduce"), "cells"] == 3
     assert summary.loc[("collective", "all_reduce"), "slower"] == 1

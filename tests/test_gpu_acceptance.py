@@ -40,7 +40,8 @@ def test_dry_mode_builds_every_command_and_the_runners_accept_them(tmp_path):
                  "op_add_tiny_cudagraph", "op_add_tiny_pt2", "honesty", "timer",
                  "profile_ncu", "profile_torch", "aggregate", "report",
                  "llm_train_gpt2_xl", "llm_train_llama3_8b", "llm_serve_b1", "llm_serve_b32",
-                 "llm_bare", "comms_nccl1", "comms_nccl2", "comms_nccl2_nonblocking"):
+                 "llm_bare", "comms_nccl1", "comms_nccl2", "comms_nccl2_nonblocking",
+                 "comms_nccl2_pt2pt"):
         assert name in plan
     assert plan["llm_serve_b32"][2] == "dlbench.llm" and "--batch_size=32" in plan["llm_serve_b32"]
     assert "--cuda-l2-cache" in plan["op_add_l2_off"] and "--cuda-graph" in \
@@ -126,7 +127,7 @@ def test_collective_verdict_needs_nccl_and_every_size(gpu_acceptance, tmp_path):
     end = gpu_acceptance.COMMS_END
 
     def size(n):
-        return {"bytes_per_iteration": n, "time_s": {"median": 1e-3},
+        return {"name": f"all_reduce|{n}", "bytes_per_iteration": n, "time_s": {"median": 1e-3},
                 "extra": {"bus_gbps": n / 1e-3 / 1e9, "validated": True}}
 
     res = {"status": "ok", "extra": {"backend": "nccl"},
@@ -176,6 +177,29 @@ def test_non_blocking_collectives_must_beat_blocking_ones_at_the_smallest_size(
     named = gpu_acceptance.comms_check("comms_nccl2_nonblocking", {"status": "failed",
                                                                    "error": "x"})
     assert named.name == "all_reduce over NCCL, 2 GPU(s), nonblocking"
+
+
+def test_point_to_point_over_nccl_needs_every_test_of_every_size_validated(gpu_acceptance,
+                                                                           tmp_path):
+    """Two GPUs only (NCCL takes one GPU per process): the largest message is found by its
+    name, not by the bidirectional test's bytes (both ways)."""
+    end = gpu_acceptance.COMMS_END
+    two = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=2, autotune=False)
+    assert "--pt2pt=one2one" in two.commands["comms_nccl2_pt2pt"]
+    assert "comms_nccl1_pt2pt" not in gpu_acceptance.build_plan(
+        tmp_path, sys.executable, gpus=1, autotune=False).commands
+
+    def test(size, name, ways=1, validated=True):
+        return {"name": f"pt2pt|{size}", "pass": name, "bytes_per_iteration": size * ways,
+                "time_s": {"median": 1e-3}, "extra": {"bus_gbps": 1.0, "validated": validated}}
+
+    res = {"status": "ok", "extra": {"backend": "nccl"}, "measurements": [
+        test(s, "latency") for s in (8, end)] + [test(end, "bidirectional", 2)]}
+    check = gpu_acceptance.comms_check("comms_nccl2_pt2pt", res)
+    assert (check.verdict, check.name) == ("pass", "pt2pt over NCCL, 2 GPU(s)")
+    assert check.figure.startswith("2 sizes validated; 256 MiB in")
+    res["measurements"][-1] = test(end, "bidirectional", 2, validated=False)
+    assert gpu_acceptance.comms_check("comms_nccl2_pt2pt", res).verdict == "fail"
 
 
 def test_monitor_and_summary(gpu_acceptance):

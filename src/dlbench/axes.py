@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlbench.comms.sizes import COLLECTIVES
+from dlbench.comms.sizes import COLLECTIVES, PT2PT_PATTERNS
 from dlbench.comms.sizes import DATA_TYPES as COMMS_DATA_TYPES
 
 REQUIRED = object()  # default of an axis every study must set (model, op_config)
@@ -136,8 +136,18 @@ def _frameworks(params: Mapping[str, Any]) -> Iterable[str]:
     return frameworks.names()
 
 
-def _non_blocking(params: Mapping[str, Any]) -> bool:
-    return params.get("blocking") is False
+def _pt2pt(params: Mapping[str, Any]) -> bool:
+    return params.get("collective") == "pt2pt"
+
+
+def _collective(params: Mapping[str, Any]) -> bool:
+    return not _pt2pt(params)
+
+
+def _windowed(params: Mapping[str, Any]) -> bool:
+    """Cells that issue a window of operations per iteration: non-blocking collectives and
+    point-to-point bandwidth tests."""
+    return params.get("blocking") is False or _pt2pt(params)
 
 
 _DEVICES = ("cpu", "gpu")
@@ -275,14 +285,20 @@ TABLE: tuple[Axis, ...] = (
     # PARAM's --z: 1 waits for each collective before the next (every iteration timed on
     # its own); 0 issues `window` collectives back to back and waits once, as nccl-tests
     # times them: the host's launch and wait overlap the transfers, which small messages show.
-    Axis("blocking", bool, True, kinds=(_COMMS,), since=3,
+    Axis("blocking", bool, True, kinds=(_COMMS,), since=3, applies=_collective,
          flags={_COMMS: Flag("--z", values={True: 1, False: 0})},
          help="1: each collective waited for on its own; 0: `--window` collectives issued "
               "back to back, then waited for"),
-    Axis("window", int, 20, kinds=(_COMMS,), minimum=1, since=3, applies=_non_blocking,
+    # PARAM's --pt2pt (with collective pt2pt): which ranks exchange messages.
+    Axis("pt2pt", str, "one2one", kinds=(_COMMS,), choices=PT2PT_PATTERNS, since=3,
+         applies=_pt2pt, flags={_COMMS: Flag("--pt2pt")},
+         help="point-to-point pattern: one2one (rank 0 and 1) or pairwise (rank i and "
+              "i + n/2, all pairs at once)"),
+    Axis("window", int, 20, kinds=(_COMMS,), minimum=1, since=3, applies=_windowed,
          flags={_COMMS: Flag("--window")},
-         help="non-blocking mode: collectives issued back to back in each measured "
-              "iteration (its time divided by them is one collective's)"),
+         help="operations issued back to back in each measured iteration of a "
+              "non-blocking collective or a point-to-point bandwidth test (its time "
+              "divided by them is one operation's)"),
     # Language-model inference (dlbench.llm): a batch of prompts, then its output tokens.
     Axis("prompt_length", int, 128, kinds=(_LLM,), minimum=1,
          flags={_LLM_RUNNER: Flag("--prompt_length")}, help="tokens of each prompt"),

@@ -17,6 +17,10 @@ allocates a size's buffers before any of them communicates; where one rank canno
 memory), all of them stop the sweep there together, instead of the others waiting in a
 collective it never joins, and the sizes left are named in the result.
 
+``--collective pt2pt`` (or PARAM's ``--pt2pt one2one|pairwise``) measures messages
+between pairs of ranks instead: a size's latency, unidirectional and bidirectional
+bandwidth, each a measurement (dlbench.comms.pt2pt).
+
 With ``--c 1`` (PARAM's data validation) each size is checked after its timed iterations:
 the collective once more on known data, the cell failed when any rank receives a wrong
 value (dlbench.comms.validation).
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +73,7 @@ def _tensors(collective: str, count: int, dtype: Any, ranks: int, device: Any) -
         return make(count // ranks), torch.empty(count, dtype=dtype, device=device)
     if collective == "reduce_scatter":
         return make(count), torch.empty(count // ranks, dtype=dtype, device=device)
-    if collective == "all_to_all":
+    if collective in ("all_to_all", "pt2pt"):  # pt2pt: the message, the one received
         return make(count), torch.empty(count, dtype=dtype, device=device)
     return make(count), None
 
@@ -136,6 +141,46 @@ def _validate(collective: str, buffers: tuple, rank: int, ranks: int, sync: Any,
         raise cellrun.CellError(failure)
 
 
+def _validate_pt2pt(buffers: tuple, rank: int, ranks: int, peer: int | None, sync: Any,
+                    size: int) -> None:
+    """--c 1 for point-to-point: each pair exchanges known messages once and checks them."""
+    import torch.distributed as dist
+
+    from dlbench.comms import pt2pt, validation
+
+    validation.fill_pt2pt(buffers, rank)
+    dist.barrier()
+    pt2pt.exchange(buffers, peer)
+    sync()
+    checks: list[Any] = [None] * ranks
+    dist.all_gather_object(checks, validation.check_pt2pt(buffers, rank, peer))
+    failure = validation.verdict("pt2pt", S.size_text(size), checks)
+    if failure:
+        raise cellrun.CellError(failure)
+
+
+@dataclass(frozen=True)
+class _Timed:
+    """One timed test of a size: its pass, the step of an iteration, the operations an
+    iteration's time is shared among, and the bytes one operation moves."""
+
+    pass_: str
+    step: Any
+    per_iteration: int
+    bytes: int
+
+
+def _timed_tests(args: argparse.Namespace, buffers: tuple, size: int, window: int | None,
+                 peer: int | None, sender: bool) -> list[_Timed]:
+    if args.collective != "pt2pt":
+        return [_Timed("collective", _step(args.collective, buffers, window), window or 1,
+                       size)]
+    from dlbench.comms import pt2pt
+
+    return [_Timed(t.pass_, t.step, t.per_iteration, size * t.messages)
+            for t in pt2pt.tests(buffers, peer, sender, args.window)]
+
+
 def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     import torch
     import torch.distributed as dist
@@ -158,10 +203,20 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     factor = S.bus_factor(args.collective, ranks)
     element = S.DATA_TYPES[args.data_type]
     hosts = distributed.rank_hosts()  # one collective, before any timing
-    window = None if args.z else args.window  # collectives per timed iteration
+    point_to_point = args.collective == "pt2pt"
+    peer, sender = None, False
+    if point_to_point:
+        problem = S.pt2pt_problem(args.pt2pt, ranks)
+        if problem:
+            raise cellrun.CellError(problem)
+        peer, sender = S.pt2pt_peer(args.pt2pt, topo.rank, ranks)
+    window = None if args.z and not point_to_point else args.window  # per timed iteration
     res["extra"].update(ranks=ranks, bus_factor=factor, backend=dist.get_backend(),
                         hosts=hosts, num_hosts=len(set(hosts)),
                         collectives_per_iteration=window or 1)
+    if point_to_point:  # [sender, receiver] of each pair
+        pairs = {r: S.pt2pt_peer(args.pt2pt, r, ranks) for r in range(ranks)}
+        res["extra"]["pairs"] = [[r, p] for r, (p, sends) in pairs.items() if sends]
     for i, count in enumerate(counts):
         buffers, problem = None, None
         try:
@@ -174,25 +229,32 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                                           else "another rank could not allocate its buffers")
             del buffers
             break
-        dist.barrier()
-        loop = harness.timed_loop(lambda: None, _step(args.collective, buffers, window),
-                                  sync, args.w, args.n)
-        # One collective's time: a window's, shared among the collectives it issued.
-        times = [t / (window or 1)
-                 for t in distributed.slowest_rank_times(loop.times_s, device)]
         size = count * element
-        m = R.measurement(
-            name=f"{args.collective}|{size}", op_name=args.collective, pass_="collective",
-            times_s=times, items_per_iteration=1.0, throughput_unit="iterations/s",
-            bytes_per_iteration=float(size), extra={"elements": count})
-        m["extra"]["bus_gbps"] = m["gbps"] * factor
+        measured = []
+        for test in _timed_tests(args, buffers, size, window, peer, sender):
+            dist.barrier()
+            loop = harness.timed_loop(lambda: None, test.step, sync, args.w, args.n)
+            # One operation's time: an iteration's, shared among those it issued.
+            times = [t / test.per_iteration
+                     for t in distributed.slowest_rank_times(loop.times_s, device)]
+            m = R.measurement(
+                name=f"{args.collective}|{size}", op_name=args.collective, pass_=test.pass_,
+                times_s=times, items_per_iteration=1.0, throughput_unit="iterations/s",
+                bytes_per_iteration=float(test.bytes), extra={"elements": count})
+            m["extra"]["bus_gbps"] = m["gbps"] * factor
+            measured.append(m)
+            if topo.rank == 0:
+                log.info("%s %s %d B: %.1f us, algbw %.3f GB/s, busbw %.3f GB/s",
+                         args.collective, test.pass_, size, m["time_s"]["median"] * 1e6,
+                         m["gbps"], m["extra"]["bus_gbps"])
         if args.c:
-            _validate(args.collective, buffers, topo.rank, ranks, sync, size)
-            m["extra"]["validated"] = True
-        res["measurements"].append(m)
-        if topo.rank == 0:
-            log.info("%s %d B: %.1f us, algbw %.3f GB/s, busbw %.3f GB/s", args.collective,
-                     size, m["time_s"]["median"] * 1e6, m["gbps"], m["extra"]["bus_gbps"])
+            if point_to_point:
+                _validate_pt2pt(buffers, topo.rank, ranks, peer, sync, size)
+            else:
+                _validate(args.collective, buffers, topo.rank, ranks, sync, size)
+            for m in measured:
+                m["extra"]["validated"] = True
+        res["measurements"] += measured
         del buffers
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -237,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = argv[1:] if argv[:1] == ["--"] else argv  # a torchrun worker's (see _launch)
     p = parser()
     args = p.parse_args(argv)
+    if any(a == "--pt2pt" or a.startswith("--pt2pt=") for a in argv):
+        args.collective = "pt2pt"  # PARAM's --pt2pt alone selects the point-to-point tests
     from dlbench import cli
 
     cli.check_minimums(p, args, KIND)

@@ -7,13 +7,18 @@ buffer all_to_all exchanges. Algorithm bandwidth is that size over the time; bus
 bandwidth scales it by the share of the data each rank must move over its link, so that
 it compares with the link's peak whatever the rank count (nccl-tests' PERFORMANCE.md):
 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 for
-broadcast and reduce (to rank 0).
+broadcast and reduce (to rank 0). Point-to-point tests (``pt2pt``, PARAM's ``--pt2pt``)
+move one message of the size between two ranks: factor 1.
 """
 
 from __future__ import annotations
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
-               "reduce")
+               "reduce", "pt2pt")
+# PARAM's --pt2pt patterns: one2one, rank 0 with rank 1; pairwise, every rank of the first
+# half with its counterpart in the second (rank i with i + n/2: on two nodes of as many
+# GPUs, each GPU with the same GPU of the other node), all pairs at once.
+PT2PT_PATTERNS = ("one2one", "pairwise")
 DATA_TYPES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int8": 1}
 # Collectives whose buffer is split into one piece per rank: its elements are a multiple
 # of the rank count.
@@ -22,10 +27,28 @@ SPLIT = frozenset({"all_gather", "reduce_scatter", "all_to_all"})
 
 def bus_factor(collective: str, ranks: int) -> float:
     """Bus bandwidth over algorithm bandwidth for ``ranks`` processes."""
-    if collective in ("broadcast", "reduce"):
+    if collective in ("broadcast", "reduce", "pt2pt"):
         return 1.0
     share = (ranks - 1) / ranks
     return 2 * share if collective == "all_reduce" else share
+
+
+def pt2pt_problem(pattern: str, ranks: int) -> str | None:
+    """Why ``ranks`` processes cannot run a point-to-point pattern; None when they can."""
+    if ranks < 2:
+        return f"pt2pt needs two processes or more, not {ranks}"
+    if pattern == "pairwise" and ranks % 2:
+        return f"pt2pt pairwise pairs the processes: {ranks} is an odd count"
+    return None
+
+
+def pt2pt_peer(pattern: str, rank: int, ranks: int) -> tuple[int | None, bool]:
+    """The rank ``rank`` exchanges messages with (None: it takes no part) and whether it
+    is the sending side of the pair (the first half; rank 0 of one2one)."""
+    if pattern == "one2one":
+        return {0: (1, True), 1: (0, False)}.get(rank, (None, False))
+    half = ranks // 2
+    return (rank + half, True) if rank < half else (rank - half, False)
 
 
 def sweep(begin: int, end: int, factor: int) -> list[int]:

@@ -7,7 +7,8 @@ The patterns are small whole numbers that depend on the rank and the element's p
 that a sum, a chunk in the wrong place or a chunk from the wrong rank each show: every
 value is at most 16, or 1.5 x ranks for the reductions, which float16, bfloat16 and
 float32 hold exactly (bfloat16 up to 170 ranks) and int8 up to 84 ranks
-(``MAX_INT8_RANKS``). Nothing here runs inside a timed region.
+(``MAX_INT8_RANKS``). A point-to-point pair exchanges messages holding its sender's
+pattern (``fill_pt2pt``, ``check_pt2pt``). Nothing here runs inside a timed region.
 """
 
 from __future__ import annotations
@@ -23,13 +24,18 @@ _PERIOD = 16  # values of the gather, scatter and broadcast patterns: 1 .. 16
 CHUNK = 2**24
 
 
+def _message(i: Any, rank: int) -> Any:
+    """The pattern ``rank`` sends at elements ``i`` where only its place and sender show."""
+    return ((rank + i) % _PERIOD + 1).float()
+
+
 def _sent(collective: str, i: Any, rank: int, ranks: int, chunk: int) -> Any:
     """What ``rank`` sends at input elements ``i`` (float32; ``chunk``: the elements of
     one rank's share of the measured buffer)."""
     import torch
 
     if collective == "all_gather":  # the input is this rank's share
-        return ((rank + i) % _PERIOD + 1).float()
+        return _message(i, rank)
     if collective in ("all_reduce", "reduce"):  # odd ranks add one at odd elements
         return (1 + (i % 2) * (rank % 2)).float()
     if collective == "broadcast":
@@ -116,19 +122,45 @@ def check(collective: str, buffers: tuple, rank: int, ranks: int) -> Check:
     time on its device. Whole-number types are compared exactly; floating types with a
     margin of ``ranks`` units in the last place (a reduction's order may round
     differently)."""
-    import torch
 
     source, _ = buffers
     if collective == "reduce" and rank != 0:
         return Check(rank, 0, 0)  # only the root receives; the others' buffers are scratch
-    result = result_buffer(collective, buffers)
     chunk = _count(collective, source, ranks) // ranks
+    return _compare(result_buffer(collective, buffers), rank, ranks,
+                    lambda i: _received(collective, i, rank, ranks, chunk))
+
+
+def fill_pt2pt(buffers: tuple, rank: int) -> None:
+    """A point-to-point exchange: the message holds the sender's pattern, the receiving
+    buffer is cleared (in place)."""
+    import torch
+
+    message, received = buffers
+    for start, stop in _spans(message.numel()):
+        i = torch.arange(start, stop, device=message.device)
+        message[start:stop].copy_(_message(i, rank))
+    received.zero_()
+
+
+def check_pt2pt(buffers: tuple, rank: int, peer: int | None) -> Check:
+    """What ``rank`` received from ``peer`` against the peer's pattern (a rank that takes
+    no part has nothing to check)."""
+    if peer is None:
+        return Check(rank, 0, 0)
+    return _compare(buffers[1], rank, 1, lambda i: _message(i, peer))
+
+
+def _compare(result: Any, rank: int, ranks: int, want_at: Any) -> Check:
+    """``result`` against ``want_at(elements)``, a span at a time on its device."""
+    import torch
+
     floating = result.dtype.is_floating_point
     eps = torch.finfo(result.dtype).eps * ranks if floating else 0.0
     wrong, first = 0, None
     for start, stop in _spans(result.numel()):
         i = torch.arange(start, stop, device=result.device)
-        want = _received(collective, i, rank, ranks, chunk)
+        want = want_at(i)
         got = result[start:stop].float()
         bad = (got - want).abs() > eps * want.abs() if floating else got != want
         count = int(bad.sum())

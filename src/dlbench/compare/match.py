@@ -187,10 +187,13 @@ def _base_label(row: pd.Series) -> list[str]:
 
 def _collective_label(row: pd.Series) -> list[str]:
     """all_reduce bfloat16 8x 2nodes 1 GiB: as the cell id names the cell, then the
-    measurement's message size (its name is "<collective>|<bytes>")."""
+    measurement's message size (its name is "<collective>|<bytes>"); a point-to-point
+    test adds its pattern and test: pt2pt pairwise latency float32 16x 2nodes 8 B."""
     from dlbench.comms.sizes import size_text
 
     parts = [_text(row.get("collective")), _text(row.get("data_type"))]
+    if parts[0] == "pt2pt":  # pt2pt pairwise latency float32 ...: the pattern and the test
+        parts[1:1] = [_text(row.get("pt2pt")), _text(row.get("pass"))]
     gpus, nodes = _text(row.get("num_gpus")), _text(row.get("num_nodes"))
     parts.append(f"{gpus}x" if gpus else "")
     parts.append(f"{nodes}nodes" if nodes not in ("", "1") else "")

@@ -9,6 +9,7 @@ from typing import Any
 
 from dlbench import axes, frameworks
 from dlbench.axes import AxisError
+from dlbench.comms.sizes import pt2pt_problem
 from dlbench.comms.validation import MAX_INT8_RANKS
 from dlbench.kinds import CellKind
 
@@ -32,12 +33,20 @@ class CommsKind(CellKind):
         extra = [f"{nodes}nodes"] if nodes > 1 else []
         extra += ["nonblocking"] if params.get("blocking") is False else []
         i = self.id_axes.index("num_gpus") + 1
-        return [*parts[:i], *extra, *parts[i:]]
+        parts = [*parts[:i], *extra, *parts[i:]]
+        if params.get("collective") == "pt2pt":  # pytorch_pt2pt_pairwise_float32_...
+            j = self.id_axes.index("collective") + 1
+            parts = [*parts[:j], str(params.get("pt2pt")), *parts[j:]]
+        return parts
 
     def check(self, params: Mapping[str, Any], datasets: Mapping[str, Any]) -> None:
         if self.name not in frameworks.get(params["framework"]).kinds:
             raise AxisError("framework", "collective benchmarks run on pytorch only")
         ranks = params["num_gpus"] * (params.get("num_nodes") or 1)
+        if params["collective"] == "pt2pt":
+            problem = pt2pt_problem(params["pt2pt"], ranks)
+            if problem:
+                raise AxisError("num_gpus", f"{problem} (num_gpus x num_nodes)")
         if (params.get("validate") and params["data_type"] == "int8"
                 and ranks > MAX_INT8_RANKS):
             raise AxisError("validate", f"int8 sums of {ranks} processes overflow the check's "

@@ -37,11 +37,19 @@ def comms_frame(frame: pd.DataFrame) -> pd.DataFrame:
     # Results made before collectives had num_nodes: one node.
     nodes = rows.get("num_nodes", pd.Series(1, rows.index)).fillna(1).astype(int)
     rows = rows.assign(num_nodes=nodes)
+    # A point-to-point cell's three tests are three panels: "pt2pt latency", ...
+    passes = rows["pass"].astype(str)
+    panel = rows["collective"].where(passes == "collective",
+                                     rows["collective"] + " " + passes)
+    # The message size, from the measurement's name "<collective>|<bytes>" (a
+    # bidirectional test moves two messages of it per time).
+    size = rows["name"].astype(str).str.rpartition("|")[2]
     return pd.DataFrame({
-        "cell": rows["cell"], "collective": rows["collective"],
+        "cell": rows["cell"], "collective": panel,
         "ranks": rows["num_gpus"].astype(int) * nodes,
         **{a: rows.get(a, pd.Series(None, index=rows.index, dtype=object)) for a in OTHER_AXES},
-        "size_bytes": rows["bytes_per_iteration"].astype(float),
+        "size_bytes": pd.to_numeric(size, errors="coerce").fillna(
+            rows["bytes_per_iteration"]).astype(float),
         "time_us": 1e6 * rows["time_median_s"].astype(float),
         "time_p95_us": 1e6 * rows["time_p95_s"].astype(float),
         "algbw_gbps": rows["gbps"], "busbw_gbps": rows["bus_gbps"],
@@ -81,10 +89,12 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
         "comms-bandwidth", "Collectives: bandwidth and time against message size",
         "Top: bus bandwidth, the message size over the median time scaled by the share each "
         "process moves over its link (nccl-tests: 2(n-1)/n for all_reduce, (n-1)/n for "
-        "all_gather, reduce_scatter and all_to_all, 1 for broadcast and reduce; 0 for one "
-        "process). "
+        "all_gather, reduce_scatter and all_to_all, 1 for broadcast, reduce and "
+        "point-to-point; 0 for one process). "
         "Bottom: the median time of one collective, whisker to p95, the slowest process's "
-        "per iteration. One panel per collective, one colour per process count."
+        "per iteration. One panel per collective, one colour per process count; "
+        "point-to-point cells have three: latency (half a ping-pong), unidirectional and "
+        "bidirectional bandwidth (two messages per time, one each way)."
         + encoding.note(), styled(chart), shows=encoding.defaults,
         table=NumbersTable([
             Column("collective", "collective"), Column("ranks", "processes", "d"),

@@ -1,0 +1,91 @@
+"""Point-to-point tests of a collective cell (``collective: pt2pt``, PARAM's ``--pt2pt``):
+what each rank runs in one measured iteration of a message size, between the ranks that
+``sizes.pt2pt_peer`` pairs (ranks without a peer run nothing, and time nothing).
+
+- ``latency``: a ping-pong, the sender's message and the receiver's answer, each waited
+  for (blocking send and recv); the time recorded is half the round trip, one message's
+  way from one GPU to the other (osu_latency's figure).
+- ``unidirectional``: the sender issues ``window`` messages at once (one batch of isend,
+  the receiver one of irecv), waits for them, and the receiver answers with one element,
+  so the time ends when the last message has arrived (osu_bw's window); one message's
+  time is the window's divided by ``window``.
+- ``bidirectional``: both ranks send ``window`` messages and receive as many at once;
+  each message time moves two messages, one each way (osu_bibw).
+
+A batch of isend and irecv is one NCCL group (``batch_isend_irecv``): the sends of one
+rank and the receives of the other run together instead of one after the other, and the
+two directions of ``bidirectional`` cannot wait on each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+TESTS = ("latency", "unidirectional", "bidirectional")
+
+
+@dataclass(frozen=True)
+class Test:
+    pass_: str  # the measurement's pass: one of TESTS
+    step: Callable[[Any], None]  # one measured iteration
+    per_iteration: int  # messages (latency: ways) an iteration's time is shared among
+    messages: int  # messages of the size one message time moves (bidirectional: 2)
+
+
+def tests(buffers: tuple, peer: int | None, sender: bool, window: int) -> list[Test]:
+    """The three tests of a size on buffers ``(message, received)``."""
+    import torch
+    import torch.distributed as dist
+
+    message, received = buffers
+    ack = torch.zeros(1, dtype=message.dtype, device=message.device)
+
+    def batch(*ops: tuple[Callable, Any]) -> None:
+        p2p = [dist.P2POp(op, tensor, peer, tag=w) for op, tensor in ops
+               for w in range(window)]
+        for work in dist.batch_isend_irecv(p2p):
+            work.wait()
+
+    def ping_pong(_: Any) -> None:
+        if sender:
+            dist.send(message, peer)
+            dist.recv(received, peer)
+        else:
+            dist.recv(received, peer)
+            dist.send(message, peer)
+
+    def unidirectional(_: Any) -> None:
+        if sender:
+            batch((dist.isend, message))
+            dist.recv(ack, peer)
+        else:
+            batch((dist.irecv, received))
+            dist.send(ack, peer)
+
+    def bidirectional(_: Any) -> None:
+        batch((dist.isend, message), (dist.irecv, received))
+
+    if peer is None:
+        def idle(_: Any) -> None:
+            return None
+
+        return [Test(name, idle, n, m) for name, n, m in (
+            ("latency", 2, 1), ("unidirectional", window, 1), ("bidirectional", window, 2))]
+    return [Test("latency", ping_pong, 2, 1),
+            Test("unidirectional", unidirectional, window, 1),
+            Test("bidirectional", bidirectional, window, 2)]
+
+
+def exchange(buffers: tuple, peer: int | None) -> None:
+    """Both ranks of a pair send their message and receive the other's, once (the data
+    validation's transfer, outside any timing)."""
+    import torch.distributed as dist
+
+    if peer is None:
+        return
+    message, received = buffers
+    for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, message, peer),
+                                        dist.P2POp(dist.irecv, received, peer)]):
+        work.wait()
