@@ -1,8 +1,8 @@
 """Multi-node cells against a real two-node Slurm (tests/slurm/two_nodes.py): two slurmd,
 each in its own network and UTS namespace, one slurmctld, on this machine.
 
-A study of a two-node PyTorch DDP cell (gloo, CPU), a two-node collective cell (gloo, CPU)
-and a two-node MXNet ``dist_sync`` cell runs through ``--profile profiles/slurm``: each cell is one Slurm job of two nodes whose
+A study of a two-node PyTorch DDP cell (gloo, CPU), two-node collective and point-to-point
+cells (gloo, CPU) and a two-node MXNet ``dist_sync`` cell runs through ``--profile profiles/slurm``: each cell is one Slurm job of two nodes whose
 runner starts a task per node with srun. Then a long cell runs and one node's worker is
 killed: the cell must become a failed row naming that node, and nothing may be left
 running on either node. Skipped without root, the Debian packages slurmctld, slurmd,
@@ -79,7 +79,10 @@ def two_node_run(cluster, tmp_path_factory):
     studies = {"ddp": {"grid": {**CELL, "num_batches": 3}},
                # The nodes' GPUs are fakes: Slurm gives each node one, no CUDA is behind it.
                "gpu": {"grid": {**CELL, "device": "gpu", "num_batches": 3}},
-               "comms": {"kind": "comms", "grid": COMMS_CELL}}
+               "comms": {"kind": "comms", "grid": COMMS_CELL},
+               "p2p": {"kind": "comms", "grid": {**COMMS_CELL, "collective": "pt2pt",
+                                                 "pt2pt": "pairwise", "window": 4,
+                                                 "validate": True}}}
     if MXNET_PYTHON.exists():
         studies["ps"] = {"grid": {**CELL, "framework": "mxnet", "kv_store": "dist_sync",
                                   "num_batches": 3}}
@@ -120,8 +123,24 @@ def test_a_two_node_collective_cell_runs_its_processes_on_both_nodes(cluster, tw
     assert row["num_nodes"] == 2 and row["bus_gbps"] > 0
     jobs = subprocess.run(["scontrol", "-o", "show", "job"], env=cluster.env,
                           capture_output=True, text=True, timeout=30).stdout.splitlines()
-    (job,) = [j for j in jobs if "2x_2nodes_cpu" in j]
+    (job,) = [j for j in jobs if "all-gather_float32_2x_2nodes_cpu" in j]
     assert "NumNodes=2 " in job and "NodeList=node[1-2]" in job, job
+
+
+@pytest.mark.slow
+def test_a_pairwise_point_to_point_cell_pairs_each_process_with_one_on_the_other_node(
+        cluster, two_node_run):
+    """pt2pt pairwise on two nodes of two processes: rank i with i + 2, so every pair
+    crosses the link between the nodes; every test of every size validated."""
+    res = result_of(two_node_run, "p2p")
+    assert res["status"] == "ok", res.get("error")
+    hosts = res["extra"]["hosts"]
+    assert res["extra"]["pairs"] == [[0, 2], [1, 3]]
+    assert all(hosts[a] != hosts[b] for a, b in res["extra"]["pairs"]), hosts
+    assert {m["pass"] for m in res["measurements"]} == {"latency", "unidirectional",
+                                                       "bidirectional"}
+    assert len(res["measurements"]) == 9 and all(
+        m["extra"]["validated"] and m["gbps"] > 0 for m in res["measurements"])
 
 
 @pytest.mark.slow
@@ -158,7 +177,10 @@ def test_the_cluster_generic_profile_runs_a_two_node_cell_too(cluster, tmp_path_
     workdir = tmp_path_factory.mktemp("generic")
     config = {"studies": {"ddp": {"grid": {**CELL, "num_batches": 3}},
                           "gpu": {"grid": {**CELL, "device": "gpu", "num_batches": 3}},
-               "comms": {"kind": "comms", "grid": COMMS_CELL}}}
+               "comms": {"kind": "comms", "grid": COMMS_CELL},
+               "p2p": {"kind": "comms", "grid": {**COMMS_CELL, "collective": "pt2pt",
+                                                 "pt2pt": "pairwise", "window": 4,
+                                                 "validate": True}}}}
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     proc = snakemake(workdir, cluster, profile=GENERIC_PROFILE)
     assert proc.returncode == 0, proc.stderr[-4000:] + cluster.logs()
