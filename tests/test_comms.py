@@ -31,6 +31,8 @@ def test_bus_bandwidth_factors_are_nccl_tests(collective, ranks, factor):
 
 
 def test_a_sweep_goes_by_the_factor_and_splits_buffers_evenly_among_ranks():
+    from dlbench import kinds
+
     assert S.sweep(8, 1024, 4) == [8, 32, 128, 512]
     assert S.sweep(8, 8, 2) == [8] and S.sweep(9, 8, 2) == []
     # 8 bytes of float32 are 2 elements; all_gather among 3 ranks needs a multiple of 3.
@@ -38,6 +40,18 @@ def test_a_sweep_goes_by_the_factor_and_splits_buffers_evenly_among_ranks():
     assert S.elements(8, "all_gather", "float32", 3) == 3
     assert S.elements(100, "reduce_scatter", "float16", 4) == 48
     assert S.elements(1, "broadcast", "float64", 2) == 1
+    # PARAM's --sb: an additive step instead of the factor.
+    assert S.sweep(1024, 4096, 2, 1024) == [1024, 2048, 3072, 4096]
+    assert S.sweep_problem(8, 64, 6, "float32") == "6 is no multiple of float32's 4 bytes"
+    assert S.sweep_problem(8, 2**28, 8, "int8") == (
+        "8 gives 33,554,432 message sizes from 8 to 268435456 bytes (at most 1,024)")
+    assert S.sweep_problem(8, 2**28, 0, "int8") is None
+    with pytest.raises(study.ConfigError, match="study 'c': step_bytes: 6 is no multiple"):
+        study.expand_config({"studies": {"c": {"kind": "comms", "grid": {"step_bytes": 6}}}})
+    (cell,) = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "step_bytes": 1024, "begin_size": 1024, "end_size": 8192}}}})
+    assert "--sb=1024" in kinds.get("comms").command(cell.params, Path("x.json"), "python",
+                                                     None)
     # Sizes that round to the same buffer are measured once.
     assert S.buffers([1, 2, 4, 8], "all_reduce", "float32", 2) == [1, 2]
 
@@ -431,10 +445,12 @@ def test_a_size_no_rank_can_hold_ends_the_sweep_for_all_ranks_with_what_was_meas
 
 
 def test_one_process_runs_in_a_group_of_one(tmp_path):
-    proc, res = run_comms(tmp_path, "--collective=broadcast", "--b=8", "--e=64", "--f=8")
+    proc, res = run_comms(tmp_path, "--collective=broadcast", "--b=8", "--e=24", "--sb=8")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert res["status"] == "ok" and res["extra"]["ranks"] == 1
-    assert [m["extra"]["bus_gbps"] > 0 for m in res["measurements"]] == [True, True]
+    assert res["cell"]["step_bytes"] == 8
+    assert [(m["bytes_per_iteration"], m["extra"]["bus_gbps"] > 0)
+            for m in res["measurements"]] == [(8.0, True), (16.0, True), (24.0, True)]
 
 
 @pytest.mark.slow

@@ -278,6 +278,10 @@ TABLE: tuple[Axis, ...] = (
          flags={_COMMS: Flag("--e")}, help="the last message size, bytes"),
     Axis("step_factor", int, 2, kinds=(_COMMS,), minimum=2, flags={_COMMS: Flag("--f")},
          help="each message size is this many times the last"),
+    Axis("step_bytes", int, 0, kinds=(_COMMS,), minimum=0, since=3,
+         flags={_COMMS: Flag("--sb")},
+         help="each message size is this many bytes more than the last (0: step_factor "
+              "times the last instead)"),
     Axis("validate", bool, False, kinds=(_COMMS,), since=3,
          flags={_COMMS: Flag("--c", values={True: 1, False: 0})},
          help="check every size's received data against what the collective must give "

@@ -48,7 +48,7 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m dlbench.comms", allow_abbrev=False,
         description="Time one collective over a sweep of message sizes among --num_gpus "
                     "processes (PARAM's comms.py flags: --collective, --b, --e, --f, --w, "
-                    "--n, --data-type, --c, --z, --window).")
+                    "--n, --data-type, --c, --z, --sb, --pt2pt, --window).")
     axes.add_flags(p, KIND, "pytorch", kind=KIND)
     p.add_argument("--output", help="result JSON to write (rank 0)")
     p.add_argument("--study")
@@ -199,7 +199,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     ranks = topo.world_size
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     dtype = getattr(torch, args.data_type)
-    counts = S.buffers(S.sweep(args.b, args.e, args.f), args.collective, args.data_type, ranks)
+    counts = S.buffers(S.sweep(args.b, args.e, args.f, args.sb), args.collective,
+                       args.data_type, ranks)
     factor = S.bus_factor(args.collective, ranks)
     element = S.DATA_TYPES[args.data_type]
     hosts = distributed.rank_hosts()  # one collective, before any timing
@@ -306,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     cli.check_minimums(p, args, KIND)
     if args.b > args.e:
         p.error(f"--b {args.b} is above --e {args.e}: no message size")
+    problem = S.sweep_problem(args.b, args.e, args.sb, args.data_type)
+    if problem:
+        p.error(f"--sb {problem}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     from dlbench.pytorch import distributed
 

@@ -33,6 +33,25 @@ def bus_factor(collective: str, ranks: int) -> float:
     return 2 * share if collective == "all_reduce" else share
 
 
+# A sweep of more sizes is a mistake (step_bytes 8 up to 256 MiB: 33 million sizes).
+MAX_SIZES = 1024
+
+
+def sweep_problem(begin: int, end: int, step_bytes: int, data_type: str) -> str | None:
+    """Why a sweep with an additive step cannot run (PARAM's --sb checks); None when it
+    can."""
+    if step_bytes <= 0:
+        return None
+    element = DATA_TYPES[data_type]
+    if step_bytes % element:
+        return f"{step_bytes} is no multiple of {data_type}'s {element} bytes"
+    count = (end - begin) // step_bytes + 1
+    if count > MAX_SIZES:
+        return (f"{step_bytes} gives {count:,} message sizes from {begin} to {end} bytes "
+                f"(at most {MAX_SIZES:,})")
+    return None
+
+
 def pt2pt_problem(pattern: str, ranks: int) -> str | None:
     """Why ``ranks`` processes cannot run a point-to-point pattern; None when they can."""
     if ranks < 2:
@@ -51,13 +70,14 @@ def pt2pt_peer(pattern: str, rank: int, ranks: int) -> tuple[int | None, bool]:
     return (rank + half, True) if rank < half else (rank - half, False)
 
 
-def sweep(begin: int, end: int, factor: int) -> list[int]:
+def sweep(begin: int, end: int, factor: int, step_bytes: int = 0) -> list[int]:
     """Sizes in bytes from ``begin`` to ``end`` (included when reached), each ``factor``
-    times the last (PARAM's --b, --e, --f)."""
+    times the last, or ``step_bytes`` more than the last where that is given (PARAM's
+    --b, --e, --f, --sb)."""
     sizes, size = [], begin
     while size <= end:
         sizes.append(size)
-        size *= factor
+        size = size + step_bytes if step_bytes > 0 else size * factor
     return sizes
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from dlbench import axes, frameworks
 from dlbench.axes import AxisError
-from dlbench.comms.sizes import pt2pt_problem
+from dlbench.comms.sizes import pt2pt_problem, sweep_problem
 from dlbench.comms.validation import MAX_INT8_RANKS
 from dlbench.kinds import CellKind
 
@@ -55,6 +55,10 @@ class CommsKind(CellKind):
         if params["begin_size"] > params["end_size"]:
             raise AxisError("begin_size", f"{params['begin_size']} is above end_size "
                                           f"{params['end_size']}: no message size")
+        problem = sweep_problem(params["begin_size"], params["end_size"],
+                                params.get("step_bytes") or 0, params["data_type"])
+        if problem:
+            raise AxisError("step_bytes", problem)
 
     def command(self, params: Mapping[str, Any], output: Path, python: str,
                 data_dir: str | None) -> list[str]:
