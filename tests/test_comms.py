@@ -428,8 +428,11 @@ def test_four_processes_pairwise_measure_latency_and_both_bandwidths_validated(t
         ("pt2pt bidirectional", 256.0), ("pt2pt bidirectional", 4096.0),
         ("pt2pt latency", 256.0), ("pt2pt latency", 4096.0),
         ("pt2pt unidirectional", 256.0), ("pt2pt unidirectional", 4096.0)]
-    assert comms_charts.bandwidth_figure(prepare(pd.DataFrame(
-        aggregate.rows_of(res, "x.json")))) is not None
+    figure = comms_charts.bandwidth_figure(prepare(pd.DataFrame(
+        aggregate.rows_of(res, "x.json"))))
+    spec = json.dumps(figure.chart.to_dict())  # the panels in the order the tests run
+    assert spec.index('"pt2pt latency"') < spec.index('"pt2pt unidirectional"') \
+        < spec.index('"pt2pt bidirectional"')
 
 
 def test_a_size_no_rank_can_hold_ends_the_sweep_for_all_ranks_with_what_was_measured(tmp_path):
