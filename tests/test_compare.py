@@ -299,6 +299,9 @@ def test_collective_sizes_are_compared_one_by_one_under_labels_naming_them(tmp_p
     summary = compare(str(a), str(b)).summary.set_index(["group", "value"])
     assert summary.loc[("collective", "all_reduce"), "cells"] == 3
     assert summary.loc[("collective", "all_reduce"), "slower"] == 1
+    # A point-to-point cell's latency and bandwidth are summarised apart.
+    assert summary.loc[("collective", "pt2pt latency"), "cells"] == 1
+    assert summary.loc[("collective", "pt2pt bidirectional"), "cells"] == 1
 
 
 @needs_chromium

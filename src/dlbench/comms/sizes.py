@@ -52,6 +52,12 @@ def sweep_problem(begin: int, end: int, step_bytes: int, data_type: str) -> str 
     return None
 
 
+def measured_label(collective: str, pass_: str) -> str:
+    """What a measurement of a collective cell measured: the collective, or a point-to-point
+    cell's test ("pt2pt latency"): the report's panels and the comparison's groups."""
+    return f"{collective} {pass_}" if collective == "pt2pt" else collective
+
+
 def pt2pt_problem(pattern: str, ranks: int) -> str | None:
     """Why ``ranks`` processes cannot run a point-to-point pattern; None when they can."""
     if ranks < 2:

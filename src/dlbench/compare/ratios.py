@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from dlbench import bootstrap
+from dlbench.comms.sizes import measured_label
 
 __all__ = ["Settings", "compare_cells", "side_values", "summaries", "verdicts"]
 
@@ -302,7 +303,12 @@ def summaries(cells: pd.DataFrame) -> pd.DataFrame:
     rows = [_summary_row("all", "all cells", compared)] if len(compared) else []
     for group, kind, column in GROUPS:
         part = compared[compared["kind"] == kind]
-        for value, cells_of in part.groupby(part[column].fillna("(none)").astype(str), sort=True):
+        values = part[column].fillna("(none)").astype(str)
+        if column == "collective":  # a point-to-point cell's tests are apart: latency, ...
+            values = pd.Series([measured_label(c, p) for c, p in zip(values, part["pass"],
+                                                                  strict=True)],
+                               index=part.index, dtype=object)
+        for value, cells_of in part.groupby(values, sort=True):
             rows.append(_summary_row(group, str(value), cells_of))
     return pd.DataFrame(rows, columns=["group", "value", "cells", "geomean_ratio", "min_ratio",
                                        "max_ratio", "faster", "slower", "same"])

@@ -9,6 +9,7 @@ import altair as alt
 import pandas as pd
 
 from dlbench import axes
+from dlbench.comms.sizes import measured_label
 from dlbench.report import encodings
 from dlbench.report.data import measured
 from dlbench.report.model_charts import line_panels, with_panel
@@ -38,14 +39,12 @@ def comms_frame(frame: pd.DataFrame) -> pd.DataFrame:
     nodes = rows.get("num_nodes", pd.Series(1, rows.index)).fillna(1).astype(int)
     rows = rows.assign(num_nodes=nodes)
     # A point-to-point cell's three tests are three panels: "pt2pt latency", ...
-    passes = rows["pass"].astype(str)
-    panel = rows["collective"].where(passes == "collective",
-                                     rows["collective"] + " " + passes)
+    panel = [measured_label(c, p) for c, p in zip(rows["collective"], rows["pass"], strict=True)]
     # The message size, from the measurement's name "<collective>|<bytes>" (a
     # bidirectional test moves two messages of it per time).
     size = rows["name"].astype(str).str.rpartition("|")[2]
     return pd.DataFrame({
-        "cell": rows["cell"], "collective": panel,
+        "cell": rows["cell"], "collective": pd.Series(panel, index=rows.index),
         "ranks": rows["num_gpus"].astype(int) * nodes,
         **{a: rows.get(a, pd.Series(None, index=rows.index, dtype=object)) for a in OTHER_AXES},
         "size_bytes": pd.to_numeric(size, errors="coerce").fillna(
