@@ -25,7 +25,7 @@ import pandas as pd
 
 from dlbench import axes
 from dlbench.comms.pt2pt import TESTS as PT2PT_TESTS
-from dlbench.comms.sizes import COLLECTIVES
+from dlbench.comms.sizes import COLLECTIVES, measured_label
 from dlbench.report.data import PHASE_ORDER, PRECISION_ORDER, as_text, joined, ordered, varying
 
 # Model-cell axes besides model/phase/precision/batch that tell two cells apart, in the
@@ -105,7 +105,7 @@ def labels(frame: pd.DataFrame, columns: Iterable[str]) -> pd.Series:
 # Collectives as dlbench.comms lists them, then a point-to-point cell's tests in the order
 # they run (the collectives chart's panels: "pt2pt latency", ...).
 COLLECTIVE_ORDER = (*(c for c in COLLECTIVES if c != "pt2pt"),
-                    *(f"pt2pt {test}" for test in PT2PT_TESTS))
+                    *(measured_label("pt2pt", test) for test in PT2PT_TESTS))
 PREFERRED = {"precision": PRECISION_ORDER, "phase": PHASE_ORDER,
              "collective": COLLECTIVE_ORDER}
 
