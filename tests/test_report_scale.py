@@ -201,6 +201,16 @@ def test_paradnn_lines_join_only_cells_of_one_configuration(bench, tmp_path):
     assert figure.table is not None and figure.shows == {"num_gpus": 1}
 
 
+def test_a_row_without_any_axis_of_a_line_style_reads_none_not_blank():
+    """A point-to-point cell has no blocking mode: beside blocking and non-blocking cells
+    its line style's legend entry says "(none)"; where no row has the axis, nothing."""
+    frame = pd.DataFrame({"blocking": [True, False, None], "framework": ["a", "a", "a"]})
+    assert encodings.labels(frame, ["blocking"]).tolist() == [
+        "blocking on", "blocking off", "(none)"]
+    assert encodings.labels(frame.iloc[2:], ["blocking"]).tolist() == [""]
+    assert encodings.labels(frame, []).tolist() == ["", "", ""]
+
+
 def test_every_model_axis_of_the_axis_table_has_a_place():
     """A new axis needs no edit of the report: the candidates come from the axis table."""
     placed = set(encodings.model_axes()) | set(encodings.ROLES)

@@ -90,6 +90,9 @@ def value_label(axis: str, value: object) -> str:
     return str(value)
 
 
+NONE = "(none)"
+
+
 def labels(frame: pd.DataFrame, columns: Iterable[str]) -> pd.Series:
     """Each row's values of ``columns`` in words, joined ("pytorch · 5 iterations"); each
     distinct value is put in words once."""
@@ -97,9 +100,14 @@ def labels(frame: pd.DataFrame, columns: Iterable[str]) -> pd.Series:
     if not columns:
         return pd.Series("", index=frame.index, dtype=object)
     words = pd.DataFrame({c: frame[c].map({v: value_label(c, v) for v in
-                                           pd.unique(frame[c].dropna())}).fillna("")
+                                           pd.unique(frame[c].dropna())})
+                          .astype(object).fillna("")
                           for c in columns}, index=frame.index)
-    return joined(words, skip_empty=True)
+    text = joined(words, skip_empty=True)
+    # Rows without any of the axes (a point-to-point cell has no blocking mode) beside rows
+    # with them: "(none)", not a legend entry or panel title without words.
+    empty = text == ""
+    return text.mask(empty, NONE) if empty.any() and not empty.all() else text
 
 
 # Collectives as dlbench.comms lists them, then a point-to-point cell's tests in the order
