@@ -28,10 +28,12 @@ TESTS = ("latency", "unidirectional", "bidirectional")
 
 @dataclass(frozen=True)
 class Test:
-    pass_: str  # the measurement's pass: one of TESTS
+    """One timed test of a message size (a collective's, too: pass "collective")."""
+
+    pass_: str  # the measurement's pass: one of TESTS, or "collective"
     step: Callable[[Any], None]  # one measured iteration
-    per_iteration: int  # messages (latency: ways) an iteration's time is shared among
-    messages: int  # messages of the size one message time moves (bidirectional: 2)
+    per_iteration: int  # operations (latency: ways) an iteration's time is shared among
+    messages: int  # messages of the size one operation moves (bidirectional: 2)
 
 
 def tests(buffers: tuple, peer: int | None, sender: bool, window: int) -> list[Test]:

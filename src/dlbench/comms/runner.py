@@ -6,16 +6,16 @@ on CPU; on several nodes, one torchrun per node of the Slurm job started with sr
 a model cell, dlbench.multinode) run one collective on buffers of every size of the sweep.
 Each size is one measurement: the per-iteration times of the slowest rank (the one
 harness's timed loop: warmup excluded, each iteration ended synchronised), the algorithm
-bandwidth (``gbps``) and the bus bandwidth (``bus_gbps`` in its extra).
+bandwidth (``gbps``) and the bus bandwidth (``bus_gbps`` in its extra). Every rank
+allocates a size's buffers before any of them communicates; where one rank cannot (out of
+memory), all of them stop the sweep there together, instead of the others waiting in a
+collective it never joins, and the sizes left are named in the result.
 
 ``--z 1`` (blocking, the default) waits for every collective before the next, so each
 iteration is one collective timed on its own. ``--z 0`` (PARAM's non-blocking mode) issues
 ``--window`` collectives back to back and waits for them once, as nccl-tests times its
 iterations: an iteration's time divided by the window is one collective's, with the
-launch of each overlapping the transfer before it. Every rank
-allocates a size's buffers before any of them communicates; where one rank cannot (out of
-memory), all of them stop the sweep there together, instead of the others waiting in a
-collective it never joins, and the sizes left are named in the result.
+launch of each overlapping the transfer before it.
 
 ``--collective pt2pt`` (or PARAM's ``--pt2pt one2one|pairwise``) measures messages
 between pairs of ranks instead: a size's latency, unidirectional and bidirectional
@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -159,26 +158,15 @@ def _validate_pt2pt(buffers: tuple, rank: int, ranks: int, peer: int | None, syn
         raise cellrun.CellError(failure)
 
 
-@dataclass(frozen=True)
-class _Timed:
-    """One timed test of a size: its pass, the step of an iteration, the operations an
-    iteration's time is shared among, and the bytes one operation moves."""
-
-    pass_: str
-    step: Any
-    per_iteration: int
-    bytes: int
-
-
-def _timed_tests(args: argparse.Namespace, buffers: tuple, size: int, window: int | None,
-                 peer: int | None, sender: bool) -> list[_Timed]:
-    if args.collective != "pt2pt":
-        return [_Timed("collective", _step(args.collective, buffers, window), window or 1,
-                       size)]
+def _timed_tests(args: argparse.Namespace, buffers: tuple, window: int | None,
+                 peer: int | None, sender: bool) -> list[Any]:
+    """What a size times: the collective (one test), or a point-to-point cell's three."""
     from dlbench.comms import pt2pt
 
-    return [_Timed(t.pass_, t.step, t.per_iteration, size * t.messages)
-            for t in pt2pt.tests(buffers, peer, sender, args.window)]
+    if args.collective != "pt2pt":
+        return [pt2pt.Test("collective", _step(args.collective, buffers, window),
+                           window or 1, 1)]
+    return pt2pt.tests(buffers, peer, sender, args.window)
 
 
 def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
@@ -232,7 +220,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             break
         size = count * element
         measured = []
-        for test in _timed_tests(args, buffers, size, window, peer, sender):
+        for test in _timed_tests(args, buffers, window, peer, sender):
             dist.barrier()
             loop = harness.timed_loop(lambda: None, test.step, sync, args.w, args.n)
             # One operation's time: an iteration's, shared among those it issued.
@@ -241,7 +229,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             m = R.measurement(
                 name=f"{args.collective}|{size}", op_name=args.collective, pass_=test.pass_,
                 times_s=times, items_per_iteration=1.0, throughput_unit="iterations/s",
-                bytes_per_iteration=float(test.bytes), extra={"elements": count})
+                bytes_per_iteration=float(size * test.messages), extra={"elements": count})
             m["extra"]["bus_gbps"] = m["gbps"] * factor
             measured.append(m)
             if topo.rank == 0:
