@@ -435,6 +435,19 @@ def test_four_processes_pairwise_measure_latency_and_both_bandwidths_validated(t
         < spec.index('"pt2pt bidirectional"')
 
 
+def test_one2one_among_three_processes_leaves_the_third_idle_and_measures_the_pair(tmp_path):
+    """Ranks 0 and 1 exchange messages; rank 2 has no peer, issues nothing and still
+    takes part in the barriers and the gathering of times and checks."""
+    proc, res = run_comms(tmp_path, "--num_gpus=3", "--collective=pt2pt", "--window=2",
+                          "--b=1024", "--e=1024", "--c=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert res["status"] == "ok", res.get("error")
+    assert res["extra"]["pairs"] == [[0, 1]] and res["cell"]["pt2pt"] == "one2one"
+    assert [m["pass"] for m in res["measurements"]] == ["latency", "unidirectional",
+                                                        "bidirectional"]
+    assert all(m["extra"]["validated"] for m in res["measurements"])
+
+
 def test_a_size_no_rank_can_hold_ends_the_sweep_for_all_ranks_with_what_was_measured(tmp_path):
     """The second size (1 TiB) cannot be allocated: every rank stops there together (none
     waits in a collective), the first size stays measured and the rest are named."""

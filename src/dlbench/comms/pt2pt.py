@@ -37,18 +37,25 @@ class Test:
 
 
 def tests(buffers: tuple, peer: int | None, sender: bool, window: int) -> list[Test]:
-    """The three tests of a size on buffers ``(message, received)``."""
+    """The three tests of a size on buffers ``(message, received)``. What a step issues is
+    built before it: inside it, only the transfers and their waits."""
     import torch
     import torch.distributed as dist
 
     message, received = buffers
     ack = torch.zeros(1, dtype=message.dtype, device=message.device)
 
-    def batch(*ops: tuple[Callable, Any]) -> None:
-        p2p = [dist.P2POp(op, tensor, peer, tag=w) for op, tensor in ops
-               for w in range(window)]
-        for work in dist.batch_isend_irecv(p2p):
+    def ops(op: Callable, tensor: Any) -> list[Any]:
+        if peer is None:  # a rank outside the pairs issues nothing
+            return []
+        return [dist.P2POp(op, tensor, peer, tag=w) for w in range(window)]
+
+    def run(batch: list[Any]) -> None:
+        for work in dist.batch_isend_irecv(batch):
             work.wait()
+
+    sends, receives = ops(dist.isend, message), ops(dist.irecv, received)
+    both = sends + receives
 
     def ping_pong(_: Any) -> None:
         if sender:
@@ -60,24 +67,22 @@ def tests(buffers: tuple, peer: int | None, sender: bool, window: int) -> list[T
 
     def unidirectional(_: Any) -> None:
         if sender:
-            batch((dist.isend, message))
+            run(sends)
             dist.recv(ack, peer)
         else:
-            batch((dist.irecv, received))
+            run(receives)
             dist.send(ack, peer)
 
     def bidirectional(_: Any) -> None:
-        batch((dist.isend, message), (dist.irecv, received))
+        run(both)
 
-    if peer is None:
-        def idle(_: Any) -> None:
-            return None
+    def idle(_: Any) -> None:
+        return None
 
-        return [Test(name, idle, n, m) for name, n, m in (
-            ("latency", 2, 1), ("unidirectional", window, 1), ("bidirectional", window, 2))]
-    return [Test("latency", ping_pong, 2, 1),
-            Test("unidirectional", unidirectional, window, 1),
-            Test("bidirectional", bidirectional, window, 2)]
+    steps = (ping_pong, unidirectional, bidirectional) if peer is not None else (idle,) * 3
+    return [Test(name, step, per_iteration, messages) for (name, per_iteration, messages), step
+            in zip((("latency", 2, 1), ("unidirectional", window, 1),
+                    ("bidirectional", window, 2)), steps, strict=True)]
 
 
 def exchange(buffers: tuple, peer: int | None) -> None:
