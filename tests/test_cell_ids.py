@@ -98,7 +98,11 @@ def _current(path):
 @pytest.mark.parametrize("name", sorted(SAVED_PARAMS))
 def test_job_parameters_are_those_of_release_2(name):
     if name.startswith("now:"):
-        cells = study.expand_config(_current(name.removeprefix("now:")))
+        # The shipped config as it is now: its studies of release 2 give the same jobs; a
+        # study added to it since has no saved jobs to keep.
+        saved = {json.loads(cell)["study"] for cell in SAVED_PARAMS[name]}
+        cells = [c for c in study.expand_config(_current(name.removeprefix("now:")))
+                 if c.study in saved]
     else:
         cfg = EVERY_AXIS if name == "grid" else shipped(name)
         cells = [c for c in study.expand_config(cfg) if c.study != study.CALIBRATION_STUDY]
