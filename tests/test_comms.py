@@ -370,13 +370,16 @@ def test_two_processes_sweep_sizes_and_record_both_bandwidths(tmp_path, monkeypa
 
     monkeypatch.setenv("NCCL_ALGO", "Ring")
     proc, res = run_comms(tmp_path, "--num_gpus=2", "--collective=reduce_scatter",
-                          "--b=1024", "--e=65536", "--f=8", "--c=1")
+                          "--b=1024", "--e=65536", "--f=8", "--c=1",
+                          "--nccl_env=NCCL_PROTO=Simple")
     assert proc.returncode == 0, proc.stderr[-3000:]
     R.validate(res)
     assert res["status"] == "ok" and res["kind"] == "comms"
     assert res["cell"]["collective"] == "reduce_scatter" and res["cell"]["num_gpus"] == 2
     assert res["extra"]["ranks"] == 2 and res["extra"]["backend"] == "gloo"
-    assert res["environment"]["nccl_env"] == {"NCCL_ALGO": "Ring"}
+    # The runner's environment and the cell's own setting (nccl_env), in every process.
+    assert res["environment"]["nccl_env"] == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}
+    assert res["cell"]["nccl_env"] == "NCCL_PROTO=Simple"
     nccl = torch_environment.nccl_version()
     assert res["environment"]["nccl_version"] == nccl
     if torch.distributed.is_nccl_available():

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlbench import nccl_env
 from dlbench.comms.sizes import COLLECTIVES, PT2PT_PATTERNS
 from dlbench.comms.sizes import DATA_TYPES as COMMS_DATA_TYPES
 
@@ -103,6 +104,8 @@ class Axis:
     since: int = 1
     # Other spellings a config or a runner flag may use (precision f16 -> float16).
     aliases: Mapping[str, str] = field(default_factory=dict)
+    # A check of a value's form beyond its type: why it is wrong, or None (nccl_env).
+    form: Callable[[Any], str | None] | None = None
     help: str = ""
 
     def normalise(self, value: Any) -> Any:
@@ -309,6 +312,13 @@ TABLE: tuple[Axis, ...] = (
     Axis("output_length", int, 128, kinds=(_LLM,), minimum=1,
          flags={_LLM_RUNNER: Flag("--output_length")},
          help="tokens generated after each prompt (the first is the prefill's)"),
+    # NCCL's settings for the cell's processes (dlbench.nccl_env): data-parallel model
+    # cells and collectives, so that a study sweeps NCCL_ALGO or NCCL_PROTO as an axis.
+    Axis("nccl_env", str, "", kinds=("model", _COMMS), frameworks=("pytorch",),
+         refuse_unused=True, since=3, form=nccl_env.problem,
+         flags={"pytorch": Flag("--nccl_env"), _COMMS: Flag("--nccl_env")},
+         help="NCCL settings, NAME=VALUE separated by spaces (NCCL_ALGO=Tree "
+              "NCCL_PROTO=Simple), set in every process of the cell"),
 )
 
 # Cell kinds with axes; a kind's axes in table order.
@@ -377,6 +387,9 @@ def check(kind: str, params: Mapping[str, Any]) -> None:
             raise AxisError(axis.name, f"{framework} has no {axis.name} {value!r} (pair "
                                        f"{framework}/{value}; only "
                                        f"{', '.join(axis.frameworks or ())} cells take it)")
+        problem = axis.form(value) if used and axis.form is not None else None
+        if problem:
+            raise AxisError(axis.name, problem)
         valid = axis.valid_values(params) if used else None
         if valid is not None and value not in valid:
             raise AxisError(axis.name, f"unknown value {value!r} "

@@ -179,7 +179,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     topo = distributed.topology()
     if args.device == "gpu" and not torch.cuda.is_available():
         raise cellrun.CellError("device gpu: torch sees no CUDA device")
-    device = distributed.init(topo, "cuda" if args.device == "gpu" else "cpu")
+    device = distributed.init(topo, "cuda" if args.device == "gpu" else "cpu",
+                              args.nccl_env)
     if not dist.is_initialized():  # one rank: a group of one, so the collectives still run
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                                 store=dist.HashStore(), rank=0, world_size=1)

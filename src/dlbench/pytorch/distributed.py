@@ -73,7 +73,15 @@ def rank_hosts() -> list[str]:
     return [str(h) for h in hosts]
 
 
-def init(topo: Topology, device_type: str) -> torch.device:
+def init(topo: Topology, device_type: str, nccl_settings: str | None = None) -> torch.device:
+    """This process's device and, when the cell has several, its process group; the cell's
+    NCCL settings (the nccl_env axis) are set first, before NCCL reads the environment."""
+    from dlbench import cellrun, nccl_env
+
+    try:
+        nccl_env.apply(nccl_settings)
+    except ValueError as exc:
+        raise cellrun.CellError(f"nccl_env: {exc}") from None
     if device_type == "cuda":
         device = torch.device("cuda", topo.local_rank)
         torch.cuda.set_device(device)

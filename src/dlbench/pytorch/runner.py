@@ -183,7 +183,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         raise cellrun.CellError(f"--num_gpus {args.num_gpus} but {torch.cuda.device_count()} "
                                 "GPUs are visible")
     device_type = "cuda" if args.device == "gpu" else "cpu"
-    device = distributed.init(topo, device_type)
+    device = distributed.init(topo, device_type, args.nccl_env)
     torch.manual_seed(1234 + topo.rank)
     mode = precision.setup(cli.precision(args.dtype), device_type)
     if device_type == "cuda":

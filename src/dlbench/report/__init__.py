@@ -110,8 +110,9 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
                 "Prefill and token-by-token decode of decoder-only models (dlbench.llm).",
                 _present(llm_charts.latency_figure(frame), llm_charts.tradeoff_figure(frame))),
         Section("comms", "Collective communication",
-                "Collectives among a cell's processes over message sizes (dlbench.comms; "
-                "PARAM's comms.py, nccl-tests' bandwidths).",
+                "Collectives among a cell's processes, and messages between pairs of them, "
+                "over message sizes (dlbench.comms; PARAM's comms.py, nccl-tests' "
+                "bandwidths).",
                 _present(comms_charts.bandwidth_figure(frame))),
         Section("paradnn", "ParaDnn", "Parameterized fully-connected and convolutional models.",
                 _present(paradnn_charts.by_batch_figure(paradnn),

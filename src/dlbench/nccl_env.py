@@ -1,0 +1,53 @@
+"""NCCL settings of a cell (the ``nccl_env`` axis): ``NAME=VALUE`` pairs separated by
+spaces, e.g. ``"NCCL_ALGO=Tree NCCL_PROTO=Simple"``, set in each of the cell's processes
+before its process group starts, so that a study can sweep them (Ring against Tree, one
+protocol against another) like any other axis. Framework-free: the driver checks them,
+the runners apply them.
+
+Only NCCL's own variables are taken, and values only of the characters NCCL's settings
+use: a study cannot set arbitrary environment variables (``LD_PRELOAD``, ``PATH``) of the
+processes it starts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+_NAME = re.compile(r"NCCL_[A-Z0-9_]+")
+# Letters, digits and what NCCL's values hold: lists (,), ranges and interfaces (^eth,
+# mlx5_0:1), sizes (4M), paths (/tmp/nccl.topo.xml).
+_VALUE = re.compile(r"[A-Za-z0-9_.,:/^+-]+")
+
+
+def parse(text: str) -> dict[str, str]:
+    """The settings in ``text`` (empty: none). Raises ValueError naming what is wrong."""
+    settings: dict[str, str] = {}
+    for item in text.split():
+        name, sep, value = item.partition("=")
+        if not sep or not _NAME.fullmatch(name):
+            raise ValueError(f"{item!r} is no NCCL_<NAME>=<value> setting")
+        if not _VALUE.fullmatch(value):
+            raise ValueError(f"{name}'s value {value!r} holds a character NCCL's settings "
+                             "do not use")
+        if name in settings:
+            raise ValueError(f"{name} is set twice")
+        settings[name] = value
+    return settings
+
+
+def problem(text: str) -> str | None:
+    """Why ``text`` is no valid setting list; None when it is (the axis's check)."""
+    try:
+        parse(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def apply(text: str | None) -> dict[str, str]:
+    """Set the settings in this process's environment (before NCCL reads it) and return
+    them."""
+    settings = parse(text or "")
+    os.environ.update(settings)
+    return settings
