@@ -314,15 +314,13 @@ def model_checks(results: dict[str, dict | None]) -> list[Check]:
     return checks
 
 
-def message_bytes(measurement: dict[str, Any]) -> int:
-    """A collective measurement's message size: its name is "<collective>|<bytes>" (the
-    bytes_per_iteration of a bidirectional point-to-point test count both ways: twice)."""
-    return int(measurement["name"].rpartition("|")[2])
-
-
 def comms_check(name: str, res: dict[str, Any] | None) -> Check:
     """A collective cell over NCCL: every size measured and its data validated; its
     figure the largest size's bus bandwidth (0 for a group of one) and median time."""
+    # The message size from the measurement's name (a bidirectional point-to-point
+    # test's bytes_per_iteration count both ways).
+    from dlbench.comms.sizes import message_bytes
+
     ranks, _, mode = name.removeprefix("comms_nccl").partition("_")
     title = f"{'pt2pt' if mode == 'pt2pt' else 'all_reduce'} over NCCL, {ranks} GPU(s)" \
         + (f", {mode}" if mode not in ("", "pt2pt") else "")
@@ -331,15 +329,15 @@ def comms_check(name: str, res: dict[str, Any] | None) -> Check:
     sizes = (res or {}).get("measurements") or []
     ok = bool(res) and res.get("status") == "ok" \
         and (res.get("extra") or {}).get("backend") == "nccl" and bool(sizes) \
-        and message_bytes(sizes[-1]) == COMMS_END \
+        and message_bytes(sizes[-1]["name"]) == COMMS_END \
         and all(m["extra"].get("validated") for m in sizes)
     if not sizes:
         return Check(title, verdict(False if res else None),
                      (res or {}).get("error") or "no result")
     last = sizes[-1]
     return Check(title, verdict(ok),
-                 f"{len({message_bytes(m) for m in sizes})} sizes validated; "
-                 f"{message_bytes(last) / 2**20:g} MiB in "
+                 f"{len({message_bytes(m['name']) for m in sizes})} sizes validated; "
+                 f"{message_bytes(last['name']) / 2**20:g} MiB in "
                  f"{last['time_s']['median'] * 1e6:,.0f} µs, bus {last['extra']['bus_gbps']:,.1f}"
                  " GB/s", {"bus_gbps": [m["extra"]["bus_gbps"] for m in sizes]})
 

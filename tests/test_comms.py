@@ -186,8 +186,8 @@ def test_a_point_to_point_message_is_checked_against_its_senders_pattern():
 
     sent = (torch.empty(40, dtype=torch.bfloat16), torch.empty(40, dtype=torch.bfloat16))
     got = (torch.empty(40, dtype=torch.bfloat16), torch.empty(40, dtype=torch.bfloat16))
-    V.fill_pt2pt(sent, 3)
-    V.fill_pt2pt(got, 5)
+    V.fill("pt2pt", sent, 3, 2)
+    V.fill("pt2pt", got, 5, 2)
     assert got[1].abs().sum() == 0  # what a rank receives is cleared first
     got[1].copy_(sent[0])
     assert V.check_pt2pt(got, 5, 3) == V.Check(5, 0, 40)
@@ -334,7 +334,7 @@ def test_a_size_whose_data_arrive_wrong_fails_the_cell_with_the_sizes_before_it(
 
     real = V.check
 
-    def check(collective, buffers, rank, ranks):
+    def check(collective, buffers, rank, ranks, peer=None):
         if buffers[0].numel() * 4 < 64:
             return real(collective, buffers, rank, ranks)
         return V.Check(rank, 3, buffers[0].numel(), 5, 0.0, 1.0)

@@ -45,6 +45,11 @@ def problem(text: str) -> str | None:
     return None
 
 
+def current() -> dict[str, str]:
+    """The NCCL settings of this process's environment, by name (what a result records)."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")}
+
+
 def apply(text: str | None) -> dict[str, str]:
     """Set the settings in this process's environment (before NCCL reads it) and return
     them."""

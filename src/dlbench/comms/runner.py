@@ -122,38 +122,24 @@ def _all_allocated(ok: bool, device: Any) -> bool:
 
 
 def _validate(collective: str, buffers: tuple, rank: int, ranks: int, sync: Any,
-              size: int) -> None:
-    """PARAM's --c 1, after a size's timed iterations: the collective once more on known
-    data, every rank's check gathered so that all of them stop together on a failure."""
-    import torch.distributed as dist
-
-    from dlbench.comms import validation
-
-    validation.fill(collective, buffers, rank, ranks)
-    dist.barrier()
-    _call(collective, buffers)(0)
-    sync()
-    checks: list[Any] = [None] * ranks
-    dist.all_gather_object(checks, validation.check(collective, buffers, rank, ranks))
-    failure = validation.verdict(collective, S.size_text(size), checks)
-    if failure:
-        raise cellrun.CellError(failure)
-
-
-def _validate_pt2pt(buffers: tuple, rank: int, ranks: int, peer: int | None, sync: Any,
-                    size: int) -> None:
-    """--c 1 for point-to-point: each pair exchanges known messages once and checks them."""
+              size: int, peer: int | None = None) -> None:
+    """PARAM's --c 1, after a size's timed iterations: the collective (a point-to-point
+    cell: each pair's exchange with ``peer``) once more on known data, every rank's check
+    gathered so that all of them stop together on a failure."""
     import torch.distributed as dist
 
     from dlbench.comms import pt2pt, validation
 
-    validation.fill_pt2pt(buffers, rank)
+    validation.fill(collective, buffers, rank, ranks)
     dist.barrier()
-    pt2pt.exchange(buffers, peer)
+    if collective == "pt2pt":
+        pt2pt.exchange(buffers, peer)
+    else:
+        _call(collective, buffers)(0)
     sync()
     checks: list[Any] = [None] * ranks
-    dist.all_gather_object(checks, validation.check_pt2pt(buffers, rank, peer))
-    failure = validation.verdict("pt2pt", S.size_text(size), checks)
+    dist.all_gather_object(checks, validation.check(collective, buffers, rank, ranks, peer))
+    failure = validation.verdict(collective, S.size_text(size), checks)
     if failure:
         raise cellrun.CellError(failure)
 
@@ -228,7 +214,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             times = [t / test.per_iteration
                      for t in distributed.slowest_rank_times(loop.times_s, device)]
             m = R.measurement(
-                name=f"{args.collective}|{size}", op_name=args.collective, pass_=test.pass_,
+                name=S.measurement_name(args.collective, size), op_name=args.collective, pass_=test.pass_,
                 times_s=times, items_per_iteration=1.0, throughput_unit="iterations/s",
                 bytes_per_iteration=float(size * test.messages), extra={"elements": count})
             m["extra"]["bus_gbps"] = m["gbps"] * factor
@@ -238,10 +224,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                          args.collective, test.pass_, size, m["time_s"]["median"] * 1e6,
                          m["gbps"], m["extra"]["bus_gbps"])
         if args.c:
-            if point_to_point:
-                _validate_pt2pt(buffers, topo.rank, ranks, peer, sync, size)
-            else:
-                _validate(args.collective, buffers, topo.rank, ranks, sync, size)
+            _validate(args.collective, buffers, topo.rank, ranks, sync, size, peer)
             for m in measured:
                 m["extra"]["validated"] = True
         res["measurements"] += measured

@@ -52,6 +52,18 @@ def sweep_problem(begin: int, end: int, step_bytes: int, data_type: str) -> str 
     return None
 
 
+def measurement_name(collective: str, size: int) -> str:
+    """A collective measurement's name: "<collective>|<message bytes>" (the bytes it moves
+    per time may differ: a bidirectional point-to-point test's count both ways)."""
+    return f"{collective}|{size}"
+
+
+def message_bytes(name: str) -> int | None:
+    """The message size a measurement's name holds; None for another name."""
+    size = str(name).rpartition("|")[2]
+    return int(size) if size.isdigit() else None
+
+
 def measured_label(collective: str, pass_: str) -> str:
     """What a measurement of a collective cell measured: the collective, or a point-to-point
     cell's test ("pt2pt latency"): the report's panels and the comparison's groups."""

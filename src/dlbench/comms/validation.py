@@ -8,7 +8,8 @@ that a sum, a chunk in the wrong place or a chunk from the wrong rank each show:
 value is at most 16, or 1.5 x ranks for the reductions, which float16, bfloat16 and
 float32 hold exactly (bfloat16 up to 170 ranks) and int8 up to 84 ranks
 (``MAX_INT8_RANKS``). A point-to-point pair exchanges messages holding its sender's
-pattern (``fill_pt2pt``, ``check_pt2pt``). Nothing here runs inside a timed region.
+pattern (``fill`` and ``check`` given the rank's peer). Nothing here runs inside a timed
+region.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def _sent(collective: str, i: Any, rank: int, ranks: int, chunk: int) -> Any:
     one rank's share of the measured buffer)."""
     import torch
 
-    if collective == "all_gather":  # the input is this rank's share
+    if collective in ("all_gather", "pt2pt"):  # this rank's share; a pair's message
         return _message(i, rank)
     if collective in ("all_reduce", "reduce"):  # odd ranks add one at odd elements
         return (1 + (i % 2) * (rank % 2)).float()
@@ -117,11 +118,14 @@ class Check:
     want: float = 0.0
 
 
-def check(collective: str, buffers: tuple, rank: int, ranks: int) -> Check:
-    """Compare ``rank``'s result buffer with what the collective must give, a span at a
-    time on its device. Whole-number types are compared exactly; floating types with a
-    margin of ``ranks`` units in the last place (a reduction's order may round
-    differently)."""
+def check(collective: str, buffers: tuple, rank: int, ranks: int,
+          peer: int | None = None) -> Check:
+    """Compare ``rank``'s result buffer with what the collective must give (pt2pt: what
+    ``peer`` sent), a span at a time on its device. Whole-number types are compared exactly;
+    floating types with a margin of ``ranks`` units in the last place (a reduction's order
+    may round differently)."""
+    if collective == "pt2pt":
+        return check_pt2pt(buffers, rank, peer)
 
     source, _ = buffers
     if collective == "reduce" and rank != 0:
@@ -129,18 +133,6 @@ def check(collective: str, buffers: tuple, rank: int, ranks: int) -> Check:
     chunk = _count(collective, source, ranks) // ranks
     return _compare(result_buffer(collective, buffers), rank, ranks,
                     lambda i: _received(collective, i, rank, ranks, chunk))
-
-
-def fill_pt2pt(buffers: tuple, rank: int) -> None:
-    """A point-to-point exchange: the message holds the sender's pattern, the receiving
-    buffer is cleared (in place)."""
-    import torch
-
-    message, received = buffers
-    for start, stop in _spans(message.numel()):
-        i = torch.arange(start, stop, device=message.device)
-        message[start:stop].copy_(_message(i, rank))
-    received.zero_()
 
 
 def check_pt2pt(buffers: tuple, rank: int, peer: int | None) -> Check:

@@ -189,7 +189,7 @@ def _collective_label(row: pd.Series) -> list[str]:
     """all_reduce bfloat16 8x 2nodes 1 GiB: as the cell id names the cell, then the
     measurement's message size (its name is "<collective>|<bytes>"); a point-to-point
     test adds its pattern and test: pt2pt pairwise latency float32 16x 2nodes 8 B."""
-    from dlbench.comms.sizes import size_text
+    from dlbench.comms.sizes import message_bytes, size_text
 
     parts = [_text(row.get("collective")), _text(row.get("data_type"))]
     if parts[0] == "pt2pt":  # pt2pt pairwise latency float32 ...: the pattern and the test
@@ -197,8 +197,8 @@ def _collective_label(row: pd.Series) -> list[str]:
     gpus, nodes = _text(row.get("num_gpus")), _text(row.get("num_nodes"))
     parts.append(f"{gpus}x" if gpus else "")
     parts.append(f"{nodes}nodes" if nodes not in ("", "1") else "")
-    size = _text(row.get("name")).rpartition("|")[2]
-    parts.append(size_text(int(size)) if size.isdigit() else _text(row.get("name")))
+    size = message_bytes(_text(row.get("name")))
+    parts.append(size_text(size) if size is not None else _text(row.get("name")))
     return parts
 
 

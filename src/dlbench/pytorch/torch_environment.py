@@ -7,12 +7,11 @@ measures), the CPU's kernel capability and the GPUs torch sees."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 
-from dlbench import environment
+from dlbench import environment, nccl_env
 from dlbench.pytorch.precision import library_flags
 
 
@@ -25,7 +24,7 @@ def collect(device: torch.device) -> dict[str, Any]:
         if torch.backends.cudnn.is_available() else None,
     })
     env["nccl_version"] = nccl_version()
-    settings = {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")}
+    settings = nccl_env.current()
     if settings:
         env["nccl_env"] = settings
     if hasattr(torch.backends, "cpu"):

@@ -9,7 +9,7 @@ import altair as alt
 import pandas as pd
 
 from dlbench import axes
-from dlbench.comms.sizes import measured_label
+from dlbench.comms.sizes import measured_label, message_bytes
 from dlbench.report import encodings
 from dlbench.report.data import measured
 from dlbench.report.model_charts import line_panels, with_panel
@@ -40,9 +40,9 @@ def comms_frame(frame: pd.DataFrame) -> pd.DataFrame:
     rows = rows.assign(num_nodes=nodes)
     # A point-to-point cell's three tests are three panels: "pt2pt latency", ...
     panel = [measured_label(c, p) for c, p in zip(rows["collective"], rows["pass"], strict=True)]
-    # The message size, from the measurement's name "<collective>|<bytes>" (a
-    # bidirectional test moves two messages of it per time).
-    size = rows["name"].astype(str).str.rpartition("|")[2]
+    # The message size, from the measurement's name (a bidirectional test moves two
+    # messages of it per time).
+    size = rows["name"].map(message_bytes)
     return pd.DataFrame({
         "cell": rows["cell"], "collective": pd.Series(panel, index=rows.index),
         "ranks": rows["num_gpus"].astype(int) * nodes,
