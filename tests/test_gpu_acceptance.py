@@ -41,7 +41,7 @@ def test_dry_mode_builds_every_command_and_the_runners_accept_them(tmp_path):
                  "profile_ncu", "profile_torch", "aggregate", "report",
                  "llm_train_gpt2_xl", "llm_train_llama3_8b", "llm_serve_b1", "llm_serve_b32",
                  "llm_bare", "comms_nccl1", "comms_nccl2", "comms_nccl2_nonblocking",
-                 "comms_nccl2_pt2pt"):
+                 "comms_nccl2_pt2pt", "comms_nccl2_gemm"):
         assert name in plan
     assert plan["llm_serve_b32"][2] == "dlbench.llm" and "--batch_size=32" in plan["llm_serve_b32"]
     assert "--cuda-l2-cache" in plan["op_add_l2_off"] and "--cuda-graph" in \
@@ -343,3 +343,39 @@ def test_a_result_the_aggregate_sets_aside_fails_the_check(gpu_acceptance, tmp_p
     assert check.verdict == "fail"
     assert check.figure.startswith("2 of 3 results in the table; first set aside: ")
     assert gpu_acceptance.aggregate_check(1, 0, tmp_path / "none", log).verdict == "fail"
+
+
+def test_collectives_beside_gemms_are_checked_for_both_parts_times(gpu_acceptance, tmp_path):
+    """The NCCL sweep beside bf16 GEMMs (PARAM's comms-compute) on the most GPUs: it passes
+    with the GEMMs' TFLOP/s alone and a slowdown beside every size, fails without them,
+    skips without a result."""
+    one = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
+    assert "comms_nccl2_gemm" not in one.commands
+    assert {"--kernel=gemm", "--num-compute=10", "--mm-dim=4096", "--comp-data-type=bfloat16",
+            "--num_gpus=1", "--c=1"} <= set(one.commands["comms_nccl1_gemm"])
+
+    def size(n, slowdown):
+        return {"name": f"all_reduce|{n}", "bytes_per_iteration": n,
+                "time_s": {"median": 1e-3},
+                "extra": {"validated": True, "bus_gbps": 1.0,
+                          "iteration_time_s": {"median": 4e-3},
+                          "compute_overlapped": {"time_s": {"median": 3.5e-3},
+                                                 "slowdown": slowdown}}}
+
+    res = {"status": "ok", "extra": {"backend": "nccl", "collectives_per_iteration": 1,
+                                     "compute_alone": {"tflops": 600.0}},
+           "measurements": [size(8, 1.0), size(256 << 20, 1.17)]}
+    check = gpu_acceptance.compute_overlap_check(res)
+    assert check.verdict == "pass", check.figure
+    assert check.figure == ("GEMM alone 600 TFLOP/s; beside 256 MiB all_reduce 1.17x its "
+                            "time; iteration 4.00 ms against 4.50 ms of its parts one after "
+                            "the other")
+    lost = {**res, "measurements": [size(8, 1.0), {**size(16, 1.0), "extra": {}}]}
+    assert gpu_acceptance.compute_overlap_check(lost).verdict == "fail"
+    alone_missing = {**res, "extra": {"backend": "nccl"}}
+    assert gpu_acceptance.compute_overlap_check(alone_missing).verdict == "fail"
+    assert gpu_acceptance.compute_overlap_check(None).verdict == "skip"
+    failed = gpu_acceptance.compute_overlap_check({"status": "failed", "error": "x"})
+    assert (failed.verdict, failed.figure) == ("fail", "x")
+    assert gpu_acceptance.comms_check("comms_nccl1_gemm", res).name == \
+        "all_reduce over NCCL, 1 GPU(s), gemm"

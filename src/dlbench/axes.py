@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench import nccl_env
+from dlbench.comms.overlap import COMPUTE_DATA_TYPES, KERNELS, NO_KERNEL
 from dlbench.comms.sizes import COLLECTIVES, PT2PT_PATTERNS
 from dlbench.comms.sizes import DATA_TYPES as COMMS_DATA_TYPES
 
@@ -151,6 +152,11 @@ def _windowed(params: Mapping[str, Any]) -> bool:
     """Cells that issue a window of operations per iteration: non-blocking collectives and
     point-to-point bandwidth tests."""
     return params.get("blocking") is False or _pt2pt(params)
+
+
+def _computing(params: Mapping[str, Any]) -> bool:
+    """Collective cells that overlap their collectives with compute kernels."""
+    return _collective(params) and params.get("compute_kernel") not in (None, NO_KERNEL)
 
 
 _DEVICES = ("cpu", "gpu")
@@ -306,6 +312,21 @@ TABLE: tuple[Axis, ...] = (
          help="operations issued back to back in each measured iteration of a "
               "non-blocking collective or a point-to-point bandwidth test (its time "
               "divided by them is one operation's)"),
+    # PARAM's --mode comms-compute (dlbench.comms.overlap): each iteration's collectives
+    # overlapped with num_compute kernels on mm_dim x mm_dim operands, each part timed.
+    Axis("compute_kernel", str, NO_KERNEL, kinds=(_COMMS,), choices=(NO_KERNEL, *KERNELS),
+         since=3, applies=_collective, flags={_COMMS: Flag("--kernel")},
+         help="none: the collectives alone; gemm, add or copy: that kernel computing "
+              "beside them in every iteration (PARAM's --mode comms-compute)"),
+    Axis("num_compute", int, 100, kinds=(_COMMS,), minimum=1, since=3, applies=_computing,
+         flags={_COMMS: Flag("--num-compute")},
+         help="compute kernels in each iteration beside its collectives"),
+    Axis("mm_dim", int, 100, kinds=(_COMMS,), minimum=1, since=3, applies=_computing,
+         flags={_COMMS: Flag("--mm-dim")},
+         help="the compute kernel's operands are mm_dim x mm_dim (a GEMM's: both)"),
+    Axis("compute_data_type", str, "float32", kinds=(_COMMS,), choices=COMPUTE_DATA_TYPES,
+         since=3, applies=_computing, flags={_COMMS: Flag("--comp-data-type")},
+         help="the element type of the compute kernel's operands"),
     # Language-model inference (dlbench.llm): a batch of prompts, then its output tokens.
     Axis("prompt_length", int, 128, kinds=(_LLM,), minimum=1,
          flags={_LLM_RUNNER: Flag("--prompt_length")}, help="tokens of each prompt"),

@@ -34,6 +34,9 @@ class Test:
     step: Callable[[Any], None]  # one measured iteration
     per_iteration: int  # operations (latency: ways) an iteration's time is shared among
     messages: int  # messages of the size one operation moves (bidirectional: 2)
+    # A collective overlapped with computation: the step, and the spans of its parts
+    # (dlbench.comms.overlap.Overlapped); None for every other test.
+    overlapped: Any = None
 
 
 def tests(buffers: tuple, peer: int | None, sender: bool, window: int) -> list[Test]:

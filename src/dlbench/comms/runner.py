@@ -21,6 +21,12 @@ launch of each overlapping the transfer before it.
 between pairs of ranks instead: a size's latency, unidirectional and bidirectional
 bandwidth, each a measurement (dlbench.comms.pt2pt).
 
+``--kernel gemm|add|copy`` (or PARAM's ``--mode comms-compute``, whose kernel is gemm)
+overlaps each iteration's collectives with ``--num-compute`` runs of the kernel on
+``--mm-dim`` square operands of ``--comp-data-type``: a size's measurement is then the
+collectives' own part of the overlapped iterations, and its extra the computation's,
+against the kernels timed alone before the sweep (dlbench.comms.overlap).
+
 With ``--c 1`` (PARAM's data validation) each size is checked after its timed iterations:
 the collective once more on known data, the cell failed when any rank receives a wrong
 value (dlbench.comms.validation).
@@ -37,6 +43,10 @@ from typing import Any
 from dlbench import axes, cellrun, multinode
 from dlbench import result as R
 from dlbench.comms import sizes as S
+from dlbench.comms.overlap import NO_KERNEL
+
+# PARAM's --mode: the collectives alone, or overlapped with a compute kernel.
+MODES = ("comms", "comms-compute")
 
 log = logging.getLogger("dlbench.comms")
 KIND = "comms"
@@ -47,8 +57,12 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m dlbench.comms", allow_abbrev=False,
         description="Time one collective over a sweep of message sizes among --num_gpus "
                     "processes (PARAM's comms.py flags: --collective, --b, --e, --f, --w, "
-                    "--n, --data-type, --c, --z, --sb, --pt2pt, --window).")
+                    "--n, --data-type, --c, --z, --sb, --pt2pt, --window, --mode, --kernel, "
+                    "--num-compute, --mm-dim, --comp-data-type).")
     axes.add_flags(p, KIND, "pytorch", kind=KIND)
+    p.add_argument("--mode", choices=MODES,
+                   help="PARAM's benchmark mode: comms-compute overlaps the collectives with "
+                        "--kernel (gemm unless named), comms times them alone")
     p.add_argument("--output", help="result JSON to write (rank 0)")
     p.add_argument("--study")
     p.add_argument("--cell_id")
@@ -145,14 +159,63 @@ def _validate(collective: str, buffers: tuple, rank: int, ranks: int, sync: Any,
 
 
 def _timed_tests(args: argparse.Namespace, buffers: tuple, window: int | None,
-                 peer: int | None, sender: bool) -> list[Any]:
-    """What a size times: the collective (one test), or a point-to-point cell's three."""
-    from dlbench.comms import pt2pt
+                 peer: int | None, sender: bool, work: Any, device: Any) -> list[Any]:
+    """What a size times: the collective (one test; with ``work``, a compute kernel,
+    overlapped with it), or a point-to-point cell's three."""
+    from dlbench.comms import overlap, pt2pt
 
-    if args.collective != "pt2pt":
+    if args.collective == "pt2pt":
+        return pt2pt.tests(buffers, peer, sender, args.window)
+    if work is None:
         return [pt2pt.Test("collective", _step(args.collective, buffers, window),
                            window or 1, 1)]
-    return pt2pt.tests(buffers, peer, sender, args.window)
+    both = overlap.Overlapped(_call(args.collective, buffers, async_op=True), window or 1,
+                              work, args.num_compute, device, args.w + args.n)
+    return [pt2pt.Test("collective", both.step, window or 1, 1, overlapped=both)]
+
+
+def _compute_alone(args: argparse.Namespace, device: Any, sync: Any) -> tuple[Any, dict]:
+    """The compute kernel of an overlapped cell, and its iterations timed alone (the
+    slowest rank's), before the sweep: what the overlapped iterations are held against.
+    Every rank makes its operands before any of them computes (one may run out of memory)."""
+    from dlbench import harness, stats
+    from dlbench.comms import overlap
+    from dlbench.pytorch import distributed
+
+    work, problem = None, None
+    try:
+        work = overlap.kernel(args.kernel, args.mm_dim, args.comp_data_type, device)
+    except (RuntimeError, MemoryError) as exc:
+        problem = exc
+    if not _all_allocated(problem is None, device):
+        if problem is not None:
+            raise problem
+        raise cellrun.CellError("another rank could not allocate its compute operands")
+    loop = harness.timed_loop(lambda: None, overlap.compute_step(work, args.num_compute),
+                              sync, args.w, args.n)
+    summary = stats.summarize(distributed.slowest_rank_times(loop.times_s, device))
+    median = summary["median"]
+    alone = {"kernel": args.kernel, "dim": args.mm_dim, "data_type": args.comp_data_type,
+             "per_iteration": args.num_compute,
+             "flops_per_iteration": work.flops * args.num_compute,
+             "bytes_per_iteration": work.bytes * args.num_compute, "time_s": summary,
+             "tflops": work.flops * args.num_compute / median / 1e12 if median > 0 else None,
+             "gbps": work.bytes * args.num_compute / median / 1e9 if median > 0 else None}
+    return work, alone
+
+
+def _overlapped_extra(test: Any, loop: Any, alone: dict, device: Any) -> dict[str, Any]:
+    """What an overlapped size adds to its measurement: the whole iterations' times and the
+    computation's inside them (the slowest rank's), and its slowdown against it alone."""
+    from dlbench import stats
+    from dlbench.pytorch import distributed
+
+    _, computing = test.overlapped.times(len(loop.times_s))
+    compute = stats.summarize(distributed.slowest_rank_times(computing, device))
+    return {"iteration_time_s": stats.summarize(
+                distributed.slowest_rank_times(loop.times_s, device)),
+            "compute_overlapped": {"time_s": compute,
+                                   "slowdown": compute["median"] / alone["time_s"]["median"]}}
 
 
 def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
@@ -193,6 +256,10 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     if point_to_point:  # [sender, receiver] of each pair
         pairs = {r: S.pt2pt_peer(args.pt2pt, r, ranks) for r in range(ranks)}
         res["extra"]["pairs"] = [[r, p] for r, (p, sends) in pairs.items() if sends]
+    work, alone = None, None
+    if args.kernel != NO_KERNEL and not point_to_point:
+        work, alone = _compute_alone(args, device, sync)
+        res["extra"]["compute_alone"] = alone
     for i, count in enumerate(counts):
         buffers, problem = None, None
         try:
@@ -207,22 +274,30 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             break
         size = count * element
         measured = []
-        for test in _timed_tests(args, buffers, window, peer, sender):
+        for test in _timed_tests(args, buffers, window, peer, sender, work, device):
             dist.barrier()
             loop = harness.timed_loop(lambda: None, test.step, sync, args.w, args.n)
+            # Overlapped with computation, the collectives' own part of each iteration.
+            own = test.overlapped.times(args.n)[0] if test.overlapped else loop.times_s
             # One operation's time: an iteration's, shared among those it issued.
             times = [t / test.per_iteration
-                     for t in distributed.slowest_rank_times(loop.times_s, device)]
+                     for t in distributed.slowest_rank_times(own, device)]
             m = R.measurement(
                 name=S.measurement_name(args.collective, size), op_name=args.collective, pass_=test.pass_,
                 times_s=times, items_per_iteration=1.0, throughput_unit="iterations/s",
                 bytes_per_iteration=float(size * test.messages), extra={"elements": count})
             m["extra"]["bus_gbps"] = m["gbps"] * factor
+            if test.overlapped:
+                m["extra"].update(_overlapped_extra(test, loop, alone, device))
             measured.append(m)
             if topo.rank == 0:
                 log.info("%s %s %d B: %.1f us, algbw %.3f GB/s, busbw %.3f GB/s",
                          args.collective, test.pass_, size, m["time_s"]["median"] * 1e6,
                          m["gbps"], m["extra"]["bus_gbps"])
+                if test.overlapped:
+                    log.info("%s beside it: %.1f us, %.2fx its time alone", args.kernel,
+                             m["extra"]["compute_overlapped"]["time_s"]["median"] * 1e6,
+                             m["extra"]["compute_overlapped"]["slowdown"])
         if args.c:
             _validate(args.collective, buffers, topo.rank, ranks, sync, size, peer)
             for m in measured:
@@ -274,6 +349,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if any(a == "--pt2pt" or a.startswith("--pt2pt=") for a in argv):
         args.collective = "pt2pt"  # PARAM's --pt2pt alone selects the point-to-point tests
+    if args.mode == "comms-compute" and args.kernel == NO_KERNEL:
+        args.kernel = "gemm"  # PARAM's default kernel
+    if args.mode == "comms" and args.kernel != NO_KERNEL:
+        p.error(f"--kernel {args.kernel} computes beside the collectives: that is --mode "
+                "comms-compute, not comms")
+    if args.collective == "pt2pt" and args.kernel != NO_KERNEL:
+        p.error(f"--kernel {args.kernel}: point-to-point tests run without a compute kernel")
     from dlbench import cli
 
     cli.check_minimums(p, args, KIND)

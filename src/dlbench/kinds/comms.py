@@ -9,6 +9,7 @@ from typing import Any
 
 from dlbench import axes, frameworks
 from dlbench.axes import AxisError
+from dlbench.comms.overlap import NO_KERNEL
 from dlbench.comms.sizes import pt2pt_problem, sweep_problem
 from dlbench.comms.validation import MAX_INT8_RANKS
 from dlbench.kinds import CellKind
@@ -29,9 +30,12 @@ class CommsKind(CellKind):
         parts = super().readable_id(params)
         nodes = params.get("num_nodes") or 1
         # ..._8x_2nodes_nonblocking_gpu_...: only a multi-node cell says so (as model cells
-        # do), and only a non-blocking one: the ids of earlier cells stay as they were.
+        # do), a non-blocking one and one overlapped with computation: the ids of earlier
+        # cells stay as they were.
         extra = [f"{nodes}nodes"] if nodes > 1 else []
         extra += ["nonblocking"] if params.get("blocking") is False else []
+        kernel = params.get("compute_kernel")
+        extra += [kernel] if kernel not in (None, NO_KERNEL) else []  # ..._2x_gemm_gpu_...
         i = self.id_axes.index("num_gpus") + 1
         parts = [*parts[:i], *extra, *parts[i:]]
         if params.get("collective") == "pt2pt":  # pytorch_pt2pt_pairwise_float32_...

@@ -113,7 +113,8 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
                 "Collectives among a cell's processes, and messages between pairs of them, "
                 "over message sizes (dlbench.comms; PARAM's comms.py, nccl-tests' "
                 "bandwidths).",
-                _present(comms_charts.bandwidth_figure(frame))),
+                _present(comms_charts.bandwidth_figure(frame),
+                         comms_charts.overlap_figure(frame))),
         Section("paradnn", "ParaDnn", "Parameterized fully-connected and convolutional models.",
                 _present(paradnn_charts.by_batch_figure(paradnn),
                          paradnn_charts.by_size_figure(paradnn))),

@@ -5,10 +5,13 @@ nodes, which the chart gives a place of its own)."""
 
 from __future__ import annotations
 
+import json
+
 import altair as alt
 import pandas as pd
 
 from dlbench import axes
+from dlbench.comms.overlap import NO_KERNEL
 from dlbench.comms.sizes import measured_label, message_bytes
 from dlbench.report import encodings
 from dlbench.report.data import measured
@@ -55,11 +58,10 @@ def comms_frame(frame: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
-    """Bus bandwidth (top) and median time, whisker to p95 (bottom), against message size."""
-    data = comms_frame(frame)
-    if data.empty:
-        return None
+def _by_size(data: pd.DataFrame) -> tuple:
+    """What the collectives' charts share: a panel per collective, message size on a log
+    x axis, a colour per process count, other axes as line styles; the data with its panel
+    and line style, and the tooltips every point has."""
     encoding = encodings.choose(data, panels=("collective",), colour="ranks",
                                 candidates=OTHER_AXES)
     data = data.assign(variant=encodings.labels(data, encoding.series))
@@ -71,7 +73,17 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
     colour = alt.Color("ranks:O", title="processes", scale=alt.Scale(scheme="viridis"))
     tips = [alt.Tooltip("collective:N"), alt.Tooltip("ranks:Q", title="processes"),
             *[alt.Tooltip(f"{a}:N", title=encodings.title(a)) for a in encoding.placed(())],
-            alt.Tooltip("size_bytes:Q", title="bytes", format=",d"),
+            alt.Tooltip("size_bytes:Q", title="bytes", format=",d")]
+    return data, panels, encoding, x, colour, tips
+
+
+def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
+    """Bus bandwidth (top) and median time, whisker to p95 (bottom), against message size."""
+    data = comms_frame(frame)
+    if data.empty:
+        return None
+    data, panels, encoding, x, colour, tips = _by_size(data)
+    tips = [*tips,
             alt.Tooltip("time_us:Q", title="median (µs)", format=",.1f"),
             alt.Tooltip("algbw_gbps:Q", title="algorithm GB/s", format=",.3f"),
             alt.Tooltip("busbw_gbps:Q", title="bus GB/s", format=",.3f")]
@@ -101,3 +113,68 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
             Column("size_bytes", "bytes", ",d"), Column("time_us", "median (µs)", ",.1f"),
             Column("algbw_gbps", "algorithm GB/s", ",.3f"),
             Column("busbw_gbps", "bus GB/s", ",.3f")], required="time_us"))
+
+
+def _overlap_values(text: object) -> dict[str, float | None]:
+    """The computation beside a size's collectives, from the row's extra (JSON): its median
+    and p95 there, its median alone, the ratio of the medians."""
+    extra = json.loads(text) if isinstance(text, str) and text else {}
+    beside = (extra.get("compute_overlapped") or {})
+    alone = ((extra.get("compute_alone") or {}).get("time_s") or {})
+    times = beside.get("time_s") or {}
+    return {"compute_us": _us(times.get("median")), "compute_p95_us": _us(times.get("p95")),
+            "compute_alone_us": _us(alone.get("median")), "slowdown": beside.get("slowdown")}
+
+
+def _us(seconds: float | None) -> float | None:
+    return None if seconds is None else 1e6 * seconds
+
+
+def overlap_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per size of a collective cell overlapped with a compute kernel: the
+    collectives chart's columns and the computation's times beside them and alone."""
+    rows = measured(frame, KIND)
+    if rows.empty or "compute_kernel" not in rows:
+        return pd.DataFrame()
+    kernel = rows["compute_kernel"]
+    keep = kernel.notna() & (kernel != NO_KERNEL)
+    if not keep.any():
+        return pd.DataFrame()
+    data = comms_frame(frame).loc[keep[keep].index]
+    values = pd.DataFrame([_overlap_values(t) for t in rows.loc[keep, "extra"]],
+                          index=data.index)
+    return pd.concat([data, values], axis=1).dropna(subset=["slowdown"])
+
+
+def overlap_figure(frame: pd.DataFrame) -> Figure | None:
+    """How much slower the compute kernel runs beside each message size's collectives than
+    alone (PARAM's comms-compute mode)."""
+    data = overlap_frame(frame)
+    if data.empty:
+        return None
+    data, panels, encoding, x, colour, tips = _by_size(data)
+    tips = [*tips,
+            alt.Tooltip("compute_us:Q", title="computation beside (µs)", format=",.1f"),
+            alt.Tooltip("compute_alone_us:Q", title="computation alone (µs)", format=",.1f"),
+            alt.Tooltip("slowdown:Q", title="slowdown", format=".2f")]
+    chart = line_panels(data, panels, encoding, x=x, colour=colour, tooltip=tips,
+                        y=alt.Y("slowdown:Q", title="computation's time / alone"),
+                        field="slowdown")
+    placed = encoding.placed(("collective",))
+    return Figure(
+        "comms-overlap", "Collectives beside computation: the computation's slowdown",
+        "Cells that run a compute kernel beside each iteration's collectives "
+        "(compute_kernel; PARAM's comms-compute mode): the median time of the kernels "
+        "beside the collectives of each message size over their median time alone, the "
+        "slowest process's (1: the communication costs the computation nothing). The "
+        "collectives' own time beside the kernels is in the bandwidth chart, a line style "
+        "apart from the same collectives alone." + encoding.note(), styled(chart),
+        shows=encoding.defaults,
+        table=NumbersTable([
+            Column("collective", "collective"), Column("ranks", "processes", "d"),
+            *[Column(a, encodings.title(a)) for a in placed],
+            Column("size_bytes", "bytes", ",d"),
+            Column("compute_us", "computation beside (µs)", ",.1f"),
+            Column("compute_p95_us", "p95 (µs)", ",.1f"),
+            Column("compute_alone_us", "alone (µs)", ",.1f"),
+            Column("slowdown", "slowdown", ".2f")], required="slowdown"))

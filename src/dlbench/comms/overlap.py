@@ -1,0 +1,144 @@
+"""Collectives overlapped with computation (``compute_kernel``, PARAM's ``--mode
+comms-compute --kernel K --num-compute N --mm-dim D --comp-data-type T``).
+
+Each measured iteration issues the size's collectives (one, or ``window`` of them when
+non-blocking) without waiting, then ``num_compute`` compute kernels (a square GEMM, an
+elementwise add or a copy of ``mm_dim`` x ``mm_dim`` elements), and waits for both. On a
+GPU the kernels run on a stream of their own beside NCCL's, as a training step overlaps
+its gradients' all_reduce with the backward pass; on a CPU they run on the rank's thread
+while gloo's threads communicate. Each part is timed on its own inside the iteration (CUDA
+events on its stream; on the host, the clock, the collectives' end by their futures'
+callbacks), so a cell answers both questions of an overlap: how much slower the
+collective runs beside the computation (its bandwidth, against a cell without a compute
+kernel), and how much slower the computation runs beside the collective (its time against
+the same kernels alone, measured in the same process before the sweep).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+KERNELS = ("gemm", "add", "copy")
+NO_KERNEL = "none"  # the compute_kernel of a collective timed on its own
+COMPUTE_DATA_TYPES = ("float32", "float16", "bfloat16", "float64")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One compute kernel on buffers made once for the cell."""
+
+    name: str
+    run: Callable[[], None]
+    flops: float  # floating-point operations of one run (0 for a copy)
+    bytes: float  # bytes one run reads and writes (the minimum: each operand once)
+
+
+def kernel(name: str, dim: int, data_type: str, device: Any) -> Kernel:
+    """``name`` on ``dim`` x ``dim`` operands of ``data_type``, written into a buffer made
+    here, so that a run allocates nothing."""
+    import torch
+
+    dtype = getattr(torch, data_type)
+    element = torch.empty((), dtype=dtype).element_size()
+    a, b = (torch.rand(dim, dim, dtype=dtype, device=device) for _ in range(2))
+    out = torch.empty(dim, dim, dtype=dtype, device=device)
+    square = float(dim * dim)
+    if name == "gemm":
+        return Kernel(name, lambda: torch.matmul(a, b, out=out), 2.0 * square * dim,
+                      3 * square * element)
+    if name == "add":
+        return Kernel(name, lambda: torch.add(a, b, out=out), square, 3 * square * element)
+    if name == "copy":
+        return Kernel(name, lambda: out.copy_(a), 0.0, 2 * square * element)
+    raise ValueError(f"unknown compute kernel {name!r} (valid: {', '.join(KERNELS)})")
+
+
+def compute_step(work: Kernel, count: int) -> Callable[[Any], None]:
+    """What the timed region of the computation alone runs: ``count`` kernels."""
+
+    def step(_: Any) -> None:
+        for _ in range(count):
+            work.run()
+
+    return step
+
+
+class Overlapped:
+    """The step of an overlapped iteration, and the spans of its two parts.
+
+    ``issue(batch)`` starts one collective and returns its work handle; ``per_iteration``
+    of them are issued, then ``count`` runs of ``work``. ``iterations`` bounds the steps
+    (warmup and measured): the CUDA events are made before the first, outside any timing.
+    """
+
+    def __init__(self, issue: Callable[[Any], Any], per_iteration: int, work: Kernel,
+                 count: int, device: Any, iterations: int) -> None:
+        import torch
+
+        self._issue, self._per_iteration = issue, per_iteration
+        self._work, self._count = work, count
+        self._cuda = device.type == "cuda"
+        self.collective: list[tuple[Any, Any]] = []  # (start, end) of each step's part
+        self.compute: list[tuple[Any, Any]] = []
+        if self._cuda:
+            self._stream = torch.cuda.Stream(device)
+            self._events = [[torch.cuda.Event(enable_timing=True) for _ in range(4)]
+                            for _ in range(iterations)]
+
+    def step(self, batch: Any) -> None:
+        if self._cuda:
+            self._device_step(batch)
+        else:
+            self._host_step(batch)
+
+    def _device_step(self, batch: Any) -> None:
+        import torch
+
+        current = torch.cuda.current_stream()
+        start, end, compute_start, compute_end = self._events[len(self.collective)]
+        start.record(current)
+        self._stream.wait_stream(current)  # both parts start from the same point
+        works = [self._issue(batch) for _ in range(self._per_iteration)]
+        with torch.cuda.stream(self._stream):
+            compute_start.record()
+            for _ in range(self._count):
+                self._work.run()
+            compute_end.record()
+        for work in works:
+            work.wait()  # the current stream waits for NCCL's
+        end.record(current)
+        current.wait_stream(self._stream)
+        self.collective.append((start, end))
+        self.compute.append((compute_start, compute_end))
+
+    def _host_step(self, batch: Any) -> None:
+        clock = time.perf_counter
+        ends: list[float] = []
+        start = clock()
+        works = [self._issue(batch) for _ in range(self._per_iteration)]
+        # A collective's end is when gloo completes it, stamped by its future's callback
+        # (the chained future is done once the stamp is taken).
+        stamped = [w.get_future().then(lambda _: ends.append(clock())) for w in works]
+        compute_start = clock()
+        for _ in range(self._count):
+            self._work.run()
+        compute_end = clock()
+        for future in stamped:
+            future.wait()
+        self.collective.append((start, max(ends)))
+        self.compute.append((compute_start, compute_end))
+
+    def times(self, measured: int) -> tuple[list[float], list[float]]:
+        """Seconds of the collectives' part and of the computation's in each of the last
+        ``measured`` steps (the device synchronised since)."""
+
+        def seconds(spans: list[tuple[Any, Any]]) -> list[float]:
+            spans = spans[len(spans) - measured:]
+            if self._cuda:
+                return [a.elapsed_time(b) / 1e3 for a, b in spans]
+            return [b - a for a, b in spans]
+
+        return seconds(self.collective), seconds(self.compute)

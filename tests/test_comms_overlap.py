@@ -1,0 +1,224 @@
+"""Collectives overlapped with computation (compute_kernel, PARAM's --mode comms-compute;
+dlbench.comms.overlap): the kernels, each part of an overlapped iteration timed on its
+own, the cells a study makes, the runner in this process and on two gloo processes of this
+CPU, the chart. The CUDA path (the kernels on a stream of their own beside NCCL's, timed
+by CUDA events) is not exercised here: it runs in the GPU acceptance check."""
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dlbench import aggregate, kinds, study
+from dlbench import result as R
+from dlbench.comms import overlap
+from dlbench.report import comms_charts
+from dlbench.report.data import prepare
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_kernels_compute_what_they_count_into_their_own_buffer():
+    import torch
+
+    torch.manual_seed(3)
+    gemm = overlap.kernel("gemm", 8, "float64", torch.device("cpu"))
+    out = gemm.run()
+    torch.manual_seed(3)  # the operands again, as the kernel drew them
+    a, b = torch.rand(8, 8, dtype=torch.float64), torch.rand(8, 8, dtype=torch.float64)
+    assert torch.equal(out, a @ b) and out.dtype == torch.float64
+    assert (gemm.flops, gemm.bytes) == (2 * 8**3, 3 * 64 * 8)
+    add = overlap.kernel("add", 4, "bfloat16", torch.device("cpu"))
+    assert add.run().dtype == torch.bfloat16 and (add.flops, add.bytes) == (16, 3 * 16 * 2)
+    copy = overlap.kernel("copy", 4, "float32", torch.device("cpu"))
+    assert (copy.flops, copy.bytes) == (0, 2 * 16 * 4)
+    with pytest.raises(ValueError, match="unknown compute kernel 'conv'"):
+        overlap.kernel("conv", 4, "float32", torch.device("cpu"))
+
+
+class _Work:
+    """A collective's work handle whose future completes ``seconds`` after it is issued
+    (a gloo thread's)."""
+
+    def __init__(self, seconds):
+        import torch
+
+        self.future = torch.futures.Future()
+        threading.Timer(seconds, self.future.set_result, args=(None,)).start()
+
+    def get_future(self):
+        return self.future
+
+
+def test_an_overlapped_host_step_times_the_collectives_and_the_computation_apart():
+    """Two collectives of 60 ms issued, then three 5 ms kernels on this thread: the step
+    ends with the collectives; their part is 60 ms and more, the computation's 15 ms and
+    not the iteration's."""
+    import torch
+
+    issued = []
+
+    def issue(_):
+        issued.append(1)
+        return _Work(0.06)
+
+    sleeping = overlap.Kernel("gemm", lambda: time.sleep(0.005), 1.0, 1.0)
+    both = overlap.Overlapped(issue, 2, sleeping, 3, torch.device("cpu"), iterations=2)
+    for _ in range(2):
+        start = time.perf_counter()
+        both.step(None)
+        assert time.perf_counter() - start >= 0.06
+    assert len(issued) == 4
+    (collectives,), (computing,) = both.times(1)
+    assert collectives >= 0.06
+    assert 0.015 <= computing < 0.045
+
+
+def test_a_study_overlaps_collectives_with_kernels_as_cells_of_their_own():
+    """compute_kernel none keeps the id a collective cell had before the axis; a kernel's
+    cell says it in its id and passes PARAM's flags; a point-to-point cell has none."""
+    cells = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "num_gpus": 8, "compute_kernel": ["none", "gemm"], "num_compute": [10, 20],
+        "mm_dim": 2048, "compute_data_type": "bfloat16"}}}})
+    alone = [c for c in cells if c.params["compute_kernel"] == "none"]
+    assert [c.id for c in alone] == ["pytorch_all-reduce_float32_8x_gpu_4770ff82"]
+    assert alone[0].params["num_compute"] is None and alone[0].params["mm_dim"] is None
+    beside = {c.params["num_compute"]: c for c in cells if c not in alone}
+    assert sorted(beside) == [10, 20]
+    assert beside[20].id.rsplit("_", 1)[0] == "pytorch_all-reduce_float32_8x_gemm_gpu"
+    argv = kinds.get("comms").command(beside[20].params, Path("x.json"), "python", None)
+    assert argv[argv.index("--kernel=gemm"):][:4] == [
+        "--kernel=gemm", "--num-compute=20", "--mm-dim=2048", "--comp-data-type=bfloat16"]
+    argv = kinds.get("comms").command(alone[0].params, Path("x.json"), "python", None)
+    assert "--kernel=none" in argv and not any(a.startswith("--mm-dim") for a in argv)
+    (p2p,) = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "num_gpus": 2, "collective": "pt2pt", "compute_kernel": "gemm"}}}})
+    assert p2p.params["compute_kernel"] is None and p2p.params["num_compute"] is None
+    for grid, message in [
+            ({"compute_kernel": "conv"}, "compute_kernel: unknown value 'conv'"),
+            ({"compute_kernel": "gemm", "mm_dim": 0}, "mm_dim: must be >= 1, got 0"),
+            ({"compute_kernel": "add", "compute_data_type": "int8"},
+             "compute_data_type: unknown value 'int8'")]:
+        with pytest.raises(study.ConfigError, match=f"study 'c': {message}"):
+            study.expand_config({"studies": {"c": {"kind": "comms", "grid": grid}}})
+
+
+def test_the_runner_takes_params_mode_and_refuses_a_kernel_it_would_not_run(capsys):
+    from dlbench.comms import runner
+
+    for argv, message in [
+            (["--mode", "comms", "--kernel", "add"],
+             "--kernel add computes beside the collectives: that is --mode comms-compute"),
+            (["--pt2pt", "one2one", "--kernel", "gemm"],
+             "--kernel gemm: point-to-point tests run without a compute kernel"),
+            (["--mode", "compute"], "argument --mode: invalid choice: 'compute'")]:
+        with pytest.raises(SystemExit) as exc:
+            runner.main(["--device=cpu", *argv])
+        assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_in_comms_compute_mode_a_size_times_its_collective_apart_from_the_kernels(
+        tmp_path, monkeypatch):
+    """PARAM's --mode comms-compute (kernel gemm) in a group of one: the kernels (here each
+    holding the host 4 ms) are timed alone before the sweep and beside each size; the
+    size's measurement is the collective's part, far below the iteration's 8 ms, and the
+    kernels beside it take about their time alone."""
+    from dlbench.comms import runner
+
+    made = []
+
+    def sleeping(name, dim, data_type, device):
+        made.append((name, dim, data_type, device.type))
+        return overlap.Kernel(name, lambda: time.sleep(0.004), 2.0 * dim**3, 3.0 * dim * dim)
+
+    monkeypatch.setattr(overlap, "kernel", sleeping)
+    out = tmp_path / "cell.json"
+    rc = runner.main(["--device=cpu", "--mode", "comms-compute", "--num-compute=2",
+                      "--mm-dim=64", "--comp-data-type=bfloat16", "--b=64", "--e=256",
+                      "--f=4", "--w=1", "--n=4", "--c=1", f"--output={out}"])
+    res = R.read(out)
+    assert rc == 0 and res["status"] == "ok", res.get("error")
+    R.validate(res)
+    assert made == [("gemm", 64, "bfloat16", "cpu")]
+    cell = res["cell"]
+    assert (cell["compute_kernel"], cell["num_compute"], cell["mm_dim"],
+            cell["compute_data_type"]) == ("gemm", 2, 64, "bfloat16")
+    alone = res["extra"]["compute_alone"]
+    assert (alone["kernel"], alone["per_iteration"]) == ("gemm", 2)
+    assert alone["flops_per_iteration"] == 2 * 2.0 * 64**3
+    assert 0.008 <= alone["time_s"]["median"] < 0.03
+    assert alone["tflops"] == pytest.approx(
+        alone["flops_per_iteration"] / alone["time_s"]["median"] / 1e12)
+    assert [m["bytes_per_iteration"] for m in res["measurements"]] == [64.0, 256.0]
+    for m in res["measurements"]:
+        assert m["extra"]["validated"] is True and m["iterations"] == 4
+        iteration = m["extra"]["iteration_time_s"]["median"]
+        assert iteration >= 0.008 and m["time_s"]["median"] < iteration / 2
+        beside = m["extra"]["compute_overlapped"]
+        assert beside["slowdown"] == pytest.approx(
+            beside["time_s"]["median"] / alone["time_s"]["median"])
+        assert 0.7 < beside["slowdown"] < 2.0
+
+
+def test_two_processes_overlap_a_non_blocking_window_with_add_kernels_validated(tmp_path):
+    """Two gloo processes through torchrun: each iteration's window of all_reduce beside
+    five elementwise adds on this CPU's other thread; every size measured, validated, the
+    computation beside it recorded; the rows reach the overlap chart."""
+    out = tmp_path / "cell.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "dlbench.comms", "--num_gpus=2", "--device=cpu",
+         "--kernel=add", "--num-compute=5", "--mm-dim=128", "--z=0", "--window=2",
+         "--b=1024", "--e=65536", "--f=64", "--w=1", "--n=3", "--c=1", f"--output={out}"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = R.read(out)
+    R.validate(res)
+    assert res["status"] == "ok" and res["extra"]["collectives_per_iteration"] == 2
+    assert res["extra"]["compute_alone"]["gbps"] > 0
+    assert res["extra"]["compute_alone"]["bytes_per_iteration"] == 5 * 3 * 128 * 128 * 4
+    assert [(m["bytes_per_iteration"], m["extra"]["validated"],
+             m["extra"]["compute_overlapped"]["slowdown"] > 0)
+            for m in res["measurements"]] == [(1024.0, True, True), (65536.0, True, True)]
+    frame = prepare(pd.DataFrame(aggregate.rows_of(res, "cell.json")))
+    data = comms_charts.overlap_frame(frame)
+    assert data["size_bytes"].tolist() == [1024.0, 65536.0]
+    assert data["slowdown"].tolist() == [
+        m["extra"]["compute_overlapped"]["slowdown"] for m in res["measurements"]]
+
+
+def _row(cell, kernel, size, seconds, slowdown=None):
+    extra = {} if slowdown is None else {
+        "compute_alone": {"time_s": {"median": 1e-3}},
+        "compute_overlapped": {"time_s": {"median": slowdown * 1e-3,
+                                          "p95": slowdown * 1.2e-3},
+                               "slowdown": slowdown}}
+    return {"cell_id": cell, "source": f"{cell}.json", "study": "net", "kind": "comms",
+            "status": "ok", "throughput": 1 / seconds, "name": f"all_reduce|{size}",
+            "pass": "collective", "op_name": "all_reduce", "collective": "all_reduce",
+            "num_gpus": 2, "num_nodes": 1, "system": "a", "device": "gpu",
+            "data_type": "float32", "framework": "pytorch", "bytes_per_iteration": size,
+            "compute_kernel": kernel, "time_median_s": seconds, "time_p95_s": seconds * 1.1,
+            "gbps": size / seconds / 1e9, "bus_gbps": size / seconds / 1e9,
+            "extra": json.dumps(extra)}
+
+
+def test_the_charts_set_a_collective_beside_a_kernel_apart_and_show_the_kernels_slowdown():
+    frame = prepare(pd.DataFrame([
+        _row("alone", "none", 1024, 1e-5), _row("alone", "none", 4096, 2e-5),
+        _row("gemm", "gemm", 1024, 3e-5, 1.25), _row("gemm", "gemm", 4096, 6e-5, 1.5)]))
+    bandwidth = comms_charts.bandwidth_figure(frame)
+    assert "compute_kernel" in [c.field for c in bandwidth.table.columns]
+    data = comms_charts.overlap_frame(frame)
+    assert data["cell"].tolist() == ["a/gemm", "a/gemm"]
+    assert data[["slowdown", "compute_us", "compute_alone_us"]].values.tolist() == [
+        [1.25, 1250.0, 1000.0], [1.5, 1500.0, 1000.0]]
+    figure = comms_charts.overlap_figure(frame)
+    assert figure.name == "comms-overlap" and "slowdown" in json.dumps(figure.chart.to_dict())
+    assert comms_charts.overlap_figure(frame[frame["compute_kernel"] == "none"]) is None
+    older = frame.drop(columns=["compute_kernel"])  # results from before the axis
+    assert comms_charts.overlap_figure(older) is None
