@@ -25,7 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize(("collective", "ranks", "factor"), [
     ("all_reduce", 8, 1.75), ("all_reduce", 2, 1.0), ("all_gather", 8, 0.875),
     ("reduce_scatter", 4, 0.75), ("all_to_all", 2, 0.5), ("broadcast", 8, 1.0),
-    ("all_reduce", 1, 0.0), ("reduce", 8, 1.0), ("pt2pt", 8, 1.0)])
+    ("all_reduce", 1, 0.0), ("reduce", 8, 1.0), ("pt2pt", 8, 1.0), ("gather", 4, 0.75),
+    ("scatter", 8, 0.875)])
 def test_bus_bandwidth_factors_are_nccl_tests(collective, ranks, factor):
     assert S.bus_factor(collective, ranks) == pytest.approx(factor)
 
@@ -66,9 +67,9 @@ def test_comms_cells_are_named_by_collective_and_ranks_and_checked_in_one_line()
                                                  "end_size 1024: no message size"):
         study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
             "begin_size": 4096, "end_size": 1024}}}})
-    with pytest.raises(study.ConfigError, match="collective: unknown value 'gather'"):
+    with pytest.raises(study.ConfigError, match="collective: unknown value 'all_to_allv'"):
         study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
-            "collective": "gather"}}}})
+            "collective": "all_to_allv"}}}})
 
 
 def test_a_collective_cell_on_several_nodes_says_so_in_its_id_and_asks_slurm_for_them():
@@ -250,15 +251,19 @@ def test_the_chart_counts_processes_on_all_nodes_and_tells_node_counts_apart():
 
 
 def simulated(collective, inputs):
-    """What each rank receives, computed here from every rank's input (float64 lists)."""
-    n, count = len(inputs), len(inputs[0]) * (len(inputs) if collective == "all_gather" else 1)
+    """What each rank receives, computed here from every rank's input (float64 lists);
+    a collective with a root has rank 0 for it."""
+    gathers = collective in ("all_gather", "gather")
+    n, count = len(inputs), len(inputs[0]) * (len(inputs) if gathers else 1)
     chunk = count // n
     if collective in ("all_reduce", "reduce"):  # reduce: rank 0's (the others unchecked)
         return [[sum(x[i] for x in inputs) for i in range(count)]] * n
     if collective == "broadcast":
         return [inputs[0]] * n
-    if collective == "all_gather":
+    if gathers:  # gather: rank 0's (the others unchecked)
         return [[v for x in inputs for v in x]] * n
+    if collective == "scatter":
+        return [inputs[0][r * chunk:(r + 1) * chunk] for r in range(n)]
     if collective == "reduce_scatter":
         return [[sum(x[r * chunk + k] for x in inputs) for k in range(chunk)] for r in range(n)]
     return [[inputs[s][r * chunk + k] for s in range(n) for k in range(chunk)]
@@ -281,12 +286,13 @@ def test_the_validation_patterns_give_what_the_collective_must_deliver(collectiv
     # One rank sums nothing: its reductions are constant.
     assert len(set(received[0])) > 1 or (ranks == 1 and collective.endswith(("reduce",
                                                                              "scatter")))
-    if collective == "reduce" and ranks > 1:  # only the root's buffer is checked
+    if collective in ("reduce", "gather") and ranks > 1:  # only the root's is checked
         import torch
 
-        scratch = torch.zeros(count)
-        assert V.check("reduce", (scratch, None), 1, ranks).wrong == 0
-        assert V.check("reduce", (scratch, None), 0, ranks).wrong == count
+        scratch = (torch.zeros(count // ranks), torch.zeros(count)) if collective == "gather" \
+            else (torch.zeros(count), None)
+        assert V.check(collective, scratch, 1, ranks).wrong == 0
+        assert V.check(collective, scratch, 0, ranks).wrong == count
     assert max(max(r) for r in received) <= max(16, 1.5 * ranks)
 
 
@@ -334,9 +340,9 @@ def test_a_size_whose_data_arrive_wrong_fails_the_cell_with_the_sizes_before_it(
 
     real = V.check
 
-    def check(collective, buffers, rank, ranks, peer=None):
+    def check(collective, buffers, rank, ranks, peer=None, root=0):
         if buffers[0].numel() * 4 < 64:
-            return real(collective, buffers, rank, ranks)
+            return real(collective, buffers, rank, ranks, peer, root)
         return V.Check(rank, 3, buffers[0].numel(), 5, 0.0, 1.0)
 
     monkeypatch.setattr(V, "check", check)
@@ -502,3 +508,83 @@ def test_comms_cells_through_the_workflow_into_the_table_and_report(tmp_path):
     res = json.loads(next((tmp_path / "results").rglob("cells/*.json")).read_text())
     assert [r["bus_gbps"] for r in aggregate.rows_of(res, "x.json")] == [
         m["extra"]["bus_gbps"] for m in res["measurements"]]
+
+
+@pytest.mark.parametrize("collective", sorted(S.ROOTED))
+def test_a_root_other_than_rank_0_sends_or_receives_and_is_checked_there(collective):
+    """PARAM's --root: the root's pattern is what a broadcast or a scatter sends; after a
+    reduce or a gather only the root's buffer holds the result, so only it is checked."""
+    import torch
+
+    from dlbench.comms import validation as V
+
+    ranks, root, count = 4, 2, 32
+    chunk = count // ranks
+    inputs = [V.sent(collective, count, r, ranks, root).tolist() for r in range(ranks)]
+    if collective in ("broadcast", "scatter"):  # only the root's input is sent
+        assert inputs[root] != inputs[0] and set(inputs[0]) == {0.0}
+    received = {"broadcast": lambda: inputs[root],
+                "gather": lambda: [v for x in inputs for v in x],
+                "scatter": lambda: inputs[root][root * chunk:(root + 1) * chunk],
+                "reduce": lambda: [sum(x[i] for x in inputs) for i in range(count)]
+                }[collective]()
+    right = V.expected(collective, count, root, ranks, root)
+    assert right.tolist() == received
+    if collective == "scatter":  # rank 0 receives the root's first block
+        assert V.expected(collective, count, 0, ranks, root).tolist() == inputs[root][:chunk]
+
+    def buffers(result):
+        if collective in ("gather", "scatter"):
+            return torch.empty(count // ranks if collective == "gather" else count), result
+        return result, None
+
+    scratch = torch.zeros(right.numel())
+    assert V.check(collective, buffers(right), root, ranks, root=root).wrong == 0
+    assert V.check(collective, buffers(scratch), root, ranks, root=root).wrong == right.numel()
+    # A reduce's or gather's other ranks hold scratch (rank 0 too, when it is no root).
+    others = 0 if collective in ("reduce", "gather") else right.numel()
+    assert V.check(collective, buffers(scratch), 0, ranks, root=root).wrong == others
+    filled = buffers(torch.empty(right.numel()))
+    V.fill(collective, filled, root, ranks, root)
+    assert filled[0].tolist() == inputs[root]
+
+
+def test_a_root_is_an_axis_of_broadcast_and_reduce_cells_and_must_be_a_rank(capsys):
+    from dlbench import kinds
+    from dlbench.comms import runner
+
+    cells = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "num_gpus": 4, "collective": ["broadcast", "all_reduce"], "root": [0, 3]}}}})
+    by = {(c.params["collective"], c.params["root"]): c for c in cells}
+    assert sorted(by, key=str) == [("all_reduce", None), ("broadcast", 0), ("broadcast", 3)]
+    (plain,) = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "num_gpus": 4, "collective": "broadcast"}}}})
+    assert by[("broadcast", 0)].id == plain.id  # the id a broadcast cell had before roots
+    assert by[("broadcast", 3)].id.rsplit("_", 1)[0] == "pytorch_broadcast_root3_float32_4x_gpu"
+    argv = kinds.get("comms").command(by[("broadcast", 3)].params, Path("x.json"), "python",
+                                      None)
+    assert "--root=3" in argv
+    assert not any(a.startswith("--root") for a in kinds.get("comms").command(
+        by[("all_reduce", None)].params, Path("x.json"), "python", None))
+    (across,) = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "num_gpus": 4, "num_nodes": 2, "collective": "reduce", "root": 7}}}})
+    assert across.params["root"] == 7
+    with pytest.raises(study.ConfigError, match=r"study 'c': root: 4 is no rank of 4 "
+                                                r"process\(es\): the root is one of 0 to 3 "
+                                                r"\(num_gpus x num_nodes\)"):
+        study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+            "num_gpus": 4, "collective": "reduce", "root": 4}}}})
+    with pytest.raises(SystemExit) as exc:
+        runner.main(["--device=cpu", "--collective=broadcast", "--num_gpus=2", "--root=2"])
+    assert exc.value.code == 2
+    assert "--root 2 is no rank of 2 process(es)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("collective", sorted(S.ROOTED))
+def test_two_processes_run_a_rooted_collective_from_rank_1_validated(tmp_path, collective):
+    proc, res = run_comms(tmp_path, "--num_gpus=2", f"--collective={collective}",
+                          "--root=1", "--b=64", "--e=1024", "--f=16", "--c=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert res["status"] == "ok" and res["cell"]["root"] == 1
+    assert [(m["bytes_per_iteration"], m["extra"]["validated"])
+            for m in res["measurements"]] == [(64.0, True), (1024.0, True)]

@@ -30,7 +30,7 @@ from typing import Any
 
 from dlbench import nccl_env
 from dlbench.comms.overlap import COMPUTE_DATA_TYPES, KERNELS, NO_KERNEL
-from dlbench.comms.sizes import COLLECTIVES, PT2PT_PATTERNS
+from dlbench.comms.sizes import COLLECTIVES, PT2PT_PATTERNS, ROOTED
 from dlbench.comms.sizes import DATA_TYPES as COMMS_DATA_TYPES
 
 REQUIRED = object()  # default of an axis every study must set (model, op_config)
@@ -152,6 +152,10 @@ def _windowed(params: Mapping[str, Any]) -> bool:
     """Cells that issue a window of operations per iteration: non-blocking collectives and
     point-to-point bandwidth tests."""
     return params.get("blocking") is False or _pt2pt(params)
+
+
+def _rooted(params: Mapping[str, Any]) -> bool:
+    return params.get("collective") in ROOTED
 
 
 def _computing(params: Mapping[str, Any]) -> bool:
@@ -302,6 +306,9 @@ TABLE: tuple[Axis, ...] = (
          flags={_COMMS: Flag("--z", values={True: 1, False: 0})},
          help="1: each collective waited for on its own; 0: `--window` collectives issued "
               "back to back, then waited for"),
+    Axis("root", int, 0, kinds=(_COMMS,), minimum=0, since=3, applies=_rooted,
+         flags={_COMMS: Flag("--root")},
+         help="the rank that broadcasts, or receives the reduction (broadcast and reduce)"),
     # PARAM's --pt2pt (with collective pt2pt): which ranks exchange messages.
     Axis("pt2pt", str, "one2one", kinds=(_COMMS,), choices=PT2PT_PATTERNS, since=3,
          applies=_pt2pt, flags={_COMMS: Flag("--pt2pt")},

@@ -82,27 +82,36 @@ def _tensors(collective: str, count: int, dtype: Any, ranks: int, device: Any) -
             return torch.rand(n, dtype=dtype, device=device)
         return torch.randint(0, 100, (n,), dtype=dtype, device=device)
 
-    if collective == "all_gather":
+    if collective in ("all_gather", "gather"):
         return make(count // ranks), torch.empty(count, dtype=dtype, device=device)
-    if collective == "reduce_scatter":
+    if collective in ("reduce_scatter", "scatter"):
         return make(count), torch.empty(count // ranks, dtype=dtype, device=device)
     if collective in ("all_to_all", "pt2pt"):  # pt2pt: the message, the one received
         return make(count), torch.empty(count, dtype=dtype, device=device)
     return make(count), None
 
 
-def _call(collective: str, buffers: tuple, async_op: bool = False) -> Any:
+def _call(collective: str, buffers: tuple, async_op: bool = False, root: int = 0) -> Any:
     """The collective on a size's buffers, a function of an (unused) batch; with
-    ``async_op`` it returns its work handle without waiting."""
+    ``async_op`` it returns its work handle without waiting. ``root``: the rank that
+    broadcasts, or receives the reduction."""
     import torch.distributed as dist
 
     source, target = buffers
     if collective == "all_reduce":
         return lambda _: dist.all_reduce(source, async_op=async_op)
     if collective == "broadcast":
-        return lambda _: dist.broadcast(source, src=0, async_op=async_op)
+        return lambda _: dist.broadcast(source, src=root, async_op=async_op)
     if collective == "reduce":
-        return lambda _: dist.reduce(source, dst=0, async_op=async_op)
+        return lambda _: dist.reduce(source, dst=root, async_op=async_op)
+    if collective in ("gather", "scatter"):  # the root's buffer in one piece per rank
+        whole = target if collective == "gather" else source
+        pieces = list(whole.chunk(dist.get_world_size())) if dist.get_rank() == root else None
+        if collective == "gather":
+            return lambda _: dist.gather(source, gather_list=pieces, dst=root,
+                                         async_op=async_op)
+        return lambda _: dist.scatter(target, scatter_list=pieces, src=root,
+                                      async_op=async_op)
     if collective == "all_gather":
         return lambda _: dist.all_gather_into_tensor(target, source, async_op=async_op)
     if collective == "reduce_scatter":
@@ -110,12 +119,12 @@ def _call(collective: str, buffers: tuple, async_op: bool = False) -> Any:
     return lambda _: dist.all_to_all_single(target, source, async_op=async_op)
 
 
-def _step(collective: str, buffers: tuple, window: int | None) -> Any:
+def _step(collective: str, buffers: tuple, window: int | None, root: int = 0) -> Any:
     """What the timed region runs: one collective (blocking, ``window`` None), or
     ``window`` of them issued back to back and then waited for, and nothing else."""
     if window is None:
-        return _call(collective, buffers)
-    issue = _call(collective, buffers, async_op=True)
+        return _call(collective, buffers, root=root)
+    issue = _call(collective, buffers, async_op=True, root=root)
 
     def step(batch: Any) -> None:
         works = [issue(batch) for _ in range(window)]
@@ -136,7 +145,7 @@ def _all_allocated(ok: bool, device: Any) -> bool:
 
 
 def _validate(collective: str, buffers: tuple, rank: int, ranks: int, sync: Any,
-              size: int, peer: int | None = None) -> None:
+              size: int, peer: int | None = None, root: int = 0) -> None:
     """PARAM's --c 1, after a size's timed iterations: the collective (a point-to-point
     cell: each pair's exchange with ``peer``) once more on known data, every rank's check
     gathered so that all of them stop together on a failure."""
@@ -144,15 +153,16 @@ def _validate(collective: str, buffers: tuple, rank: int, ranks: int, sync: Any,
 
     from dlbench.comms import pt2pt, validation
 
-    validation.fill(collective, buffers, rank, ranks)
+    validation.fill(collective, buffers, rank, ranks, root)
     dist.barrier()
     if collective == "pt2pt":
         pt2pt.exchange(buffers, peer)
     else:
-        _call(collective, buffers)(0)
+        _call(collective, buffers, root=root)(0)
     sync()
     checks: list[Any] = [None] * ranks
-    dist.all_gather_object(checks, validation.check(collective, buffers, rank, ranks, peer))
+    dist.all_gather_object(checks, validation.check(collective, buffers, rank, ranks, peer,
+                                                    root))
     failure = validation.verdict(collective, S.size_text(size), checks)
     if failure:
         raise cellrun.CellError(failure)
@@ -167,10 +177,10 @@ def _timed_tests(args: argparse.Namespace, buffers: tuple, window: int | None,
     if args.collective == "pt2pt":
         return pt2pt.tests(buffers, peer, sender, args.window)
     if work is None:
-        return [pt2pt.Test("collective", _step(args.collective, buffers, window),
+        return [pt2pt.Test("collective", _step(args.collective, buffers, window, args.root),
                            window or 1, 1)]
-    both = overlap.Overlapped(_call(args.collective, buffers, async_op=True), window or 1,
-                              work, args.num_compute, device, args.w + args.n)
+    both = overlap.Overlapped(_call(args.collective, buffers, async_op=True, root=args.root),
+                              window or 1, work, args.num_compute, device, args.w + args.n)
     return [pt2pt.Test("collective", both.step, window or 1, 1, overlapped=both)]
 
 
@@ -299,7 +309,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                              m["extra"]["compute_overlapped"]["time_s"]["median"] * 1e6,
                              m["extra"]["compute_overlapped"]["slowdown"])
         if args.c:
-            _validate(args.collective, buffers, topo.rank, ranks, sync, size, peer)
+            _validate(args.collective, buffers, topo.rank, ranks, sync, size, peer, args.root)
             for m in measured:
                 m["extra"]["validated"] = True
         res["measurements"] += measured
@@ -354,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "comms" and args.kernel != NO_KERNEL:
         p.error(f"--kernel {args.kernel} computes beside the collectives: that is --mode "
                 "comms-compute, not comms")
+    problem = S.root_problem(args.root, args.num_gpus * args.num_nodes)
+    if args.collective in S.ROOTED and problem:
+        p.error(f"--root {problem}")
     if args.collective == "pt2pt" and args.kernel != NO_KERNEL:
         p.error(f"--kernel {args.kernel}: point-to-point tests run without a compute kernel")
     from dlbench import cli

@@ -2,27 +2,31 @@
 them. Framework-free: the driver and the report use it too.
 
 A measurement's size is the largest buffer a rank touches: the tensor of all_reduce,
-broadcast and reduce, the gathered output of all_gather, the input that reduce_scatter scatters, the
-buffer all_to_all exchanges. Algorithm bandwidth is that size over the time; bus
-bandwidth scales it by the share of the data each rank must move over its link, so that
-it compares with the link's peak whatever the rank count (nccl-tests' PERFORMANCE.md):
-2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 for
-broadcast and reduce (to rank 0). Point-to-point tests (``pt2pt``, PARAM's ``--pt2pt``)
-move one message of the size between two ranks: factor 1.
+broadcast and reduce, the gathered output of all_gather and gather (on the root), the input
+that reduce_scatter and scatter (from the root) split, the buffer all_to_all exchanges.
+Algorithm bandwidth is that size over the time; bus bandwidth scales it by the share of
+the data each rank must move over its link, so that it compares with the link's peak
+whatever the rank count (nccl-tests' PERFORMANCE.md): 2(n-1)/n for all_reduce, (n-1)/n for
+all_gather, reduce_scatter, all_to_all, gather and scatter, 1 for broadcast and reduce.
+Point-to-point tests (``pt2pt``, PARAM's ``--pt2pt``) move one message of the size
+between two ranks: factor 1.
 """
 
 from __future__ import annotations
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
-               "reduce", "pt2pt")
+               "reduce", "gather", "scatter", "pt2pt")
 # PARAM's --pt2pt patterns: one2one, rank 0 with rank 1; pairwise, every rank of the first
 # half with its counterpart in the second (rank i with i + n/2: on two nodes of as many
 # GPUs, each GPU with the same GPU of the other node), all pairs at once.
 PT2PT_PATTERNS = ("one2one", "pairwise")
+# Collectives with a root (PARAM's --root): the rank that broadcasts or scatters, or
+# receives the sum or the gathered pieces.
+ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter"})
 DATA_TYPES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int8": 1}
 # Collectives whose buffer is split into one piece per rank: its elements are a multiple
 # of the rank count.
-SPLIT = frozenset({"all_gather", "reduce_scatter", "all_to_all"})
+SPLIT = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
 
 
 def bus_factor(collective: str, ranks: int) -> float:
@@ -68,6 +72,13 @@ def measured_label(collective: str, pass_: str) -> str:
     """What a measurement of a collective cell measured: the collective, or a point-to-point
     cell's test ("pt2pt latency"): the report's panels and the comparison's groups."""
     return f"{collective} {pass_}" if collective == "pt2pt" else collective
+
+
+def root_problem(root: int, ranks: int) -> str | None:
+    """Why ``root`` cannot be the root of a collective among ``ranks`` processes."""
+    if root < ranks:
+        return None
+    return f"{root} is no rank of {ranks} process(es): the root is one of 0 to {ranks - 1}"
 
 
 def pt2pt_problem(pattern: str, ranks: int) -> str | None:

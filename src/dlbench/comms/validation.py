@@ -8,8 +8,10 @@ that a sum, a chunk in the wrong place or a chunk from the wrong rank each show:
 value is at most 16, or 1.5 x ranks for the reductions, which float16, bfloat16 and
 float32 hold exactly (bfloat16 up to 170 ranks) and int8 up to 84 ranks
 (``MAX_INT8_RANKS``). A point-to-point pair exchanges messages holding its sender's
-pattern (``fill`` and ``check`` given the rank's peer). Nothing here runs inside a timed
-region.
+pattern (``fill`` and ``check`` given the rank's peer). A collective with a root is
+filled and checked given it: the root's pattern is the one a broadcast or scatter sends,
+and only the root receives a reduce or gather (the others' buffers are not checked).
+Nothing here runs inside a timed region.
 """
 
 from __future__ import annotations
@@ -30,52 +32,58 @@ def _message(i: Any, rank: int) -> Any:
     return ((rank + i) % _PERIOD + 1).float()
 
 
-def _sent(collective: str, i: Any, rank: int, ranks: int, chunk: int) -> Any:
+def _sent(collective: str, i: Any, rank: int, ranks: int, chunk: int, root: int = 0) -> Any:
     """What ``rank`` sends at input elements ``i`` (float32; ``chunk``: the elements of
-    one rank's share of the measured buffer)."""
+    one rank's share of the measured buffer; ``root``: the rank that broadcasts)."""
     import torch
 
-    if collective in ("all_gather", "pt2pt"):  # this rank's share; a pair's message
+    if collective in ("all_gather", "gather", "pt2pt"):  # this rank's share; a message
         return _message(i, rank)
     if collective in ("all_reduce", "reduce"):  # odd ranks add one at odd elements
         return (1 + (i % 2) * (rank % 2)).float()
     if collective == "broadcast":
-        return (i % _PERIOD + 1).float() if rank == 0 else torch.zeros_like(i).float()
+        return (i % _PERIOD + 1).float() if rank == root else torch.zeros_like(i).float()
     block, k = i // chunk, i % chunk
     if collective == "reduce_scatter":
         return (1 + ((block + k) % 2) * (rank % 2)).float()
-    return ((rank + 2 * block + k) % _PERIOD + 1).float()  # all_to_all: block j to rank j
+    if collective == "scatter" and rank != root:
+        return torch.zeros_like(i).float()  # only the root's buffer is sent
+    # all_to_all, and scatter from the root: block j to rank j
+    return ((rank + 2 * block + k) % _PERIOD + 1).float()
 
 
-def _received(collective: str, i: Any, rank: int, ranks: int, chunk: int) -> Any:
+def _received(collective: str, i: Any, rank: int, ranks: int, chunk: int,
+              root: int = 0) -> Any:
     """What ``rank``'s result buffer must hold at elements ``i`` (float32)."""
     odd_ranks = ranks // 2  # those adding one where the pattern says so
-    if collective in ("all_reduce", "reduce"):  # reduce: on rank 0, the one checked
+    if collective in ("all_reduce", "reduce"):  # reduce: on the root, the one checked
         return (ranks + (i % 2) * odd_ranks).float()
     if collective == "broadcast":
         return (i % _PERIOD + 1).float()
     if collective == "reduce_scatter":
         return (ranks + ((rank + i) % 2) * odd_ranks).float()
+    if collective == "scatter":  # the root's block for this rank
+        return ((root + 2 * rank + i) % _PERIOD + 1).float()
     source, k = i // chunk, i % chunk
-    if collective == "all_gather":
+    if collective in ("all_gather", "gather"):  # gather: on the root, the one checked
         return ((source + k) % _PERIOD + 1).float()
     return ((source + 2 * rank + k) % _PERIOD + 1).float()  # all_to_all
 
 
-def sent(collective: str, count: int, rank: int, ranks: int) -> Any:
+def sent(collective: str, count: int, rank: int, ranks: int, root: int = 0) -> Any:
     """The whole input ``rank`` sends for a measured buffer of ``count`` elements."""
     import torch
 
-    share = count // ranks if collective == "all_gather" else count
-    return _sent(collective, torch.arange(share), rank, ranks, count // ranks)
+    share = count // ranks if collective in ("all_gather", "gather") else count
+    return _sent(collective, torch.arange(share), rank, ranks, count // ranks, root)
 
 
-def expected(collective: str, count: int, rank: int, ranks: int) -> Any:
+def expected(collective: str, count: int, rank: int, ranks: int, root: int = 0) -> Any:
     """The whole result ``rank`` must hold afterwards."""
     import torch
 
-    size = count // ranks if collective == "reduce_scatter" else count
-    return _received(collective, torch.arange(size), rank, ranks, count // ranks)
+    size = count // ranks if collective in ("reduce_scatter", "scatter") else count
+    return _received(collective, torch.arange(size), rank, ranks, count // ranks, root)
 
 
 def _spans(n: int):
@@ -83,22 +91,23 @@ def _spans(n: int):
         yield start, min(n, start + CHUNK)
 
 
-def fill(collective: str, buffers: tuple, rank: int, ranks: int) -> None:
-    """Put the pattern into the input buffer and clear the output one (in place)."""
+def fill(collective: str, buffers: tuple, rank: int, ranks: int, root: int = 0) -> None:
+    """Put the pattern into the input buffer and clear the output one (in place);
+    ``root``: the rank that broadcasts."""
     import torch
 
     source, target = buffers
     chunk = _count(collective, source, ranks) // ranks
     for start, stop in _spans(source.numel()):
         i = torch.arange(start, stop, device=source.device)
-        source[start:stop].copy_(_sent(collective, i, rank, ranks, chunk))
+        source[start:stop].copy_(_sent(collective, i, rank, ranks, chunk, root))
     if target is not None:
         target.zero_()
 
 
 def _count(collective: str, source: Any, ranks: int) -> int:
     """The measured buffer's elements (all_gather's input is one rank's chunk of it)."""
-    return source.numel() * ranks if collective == "all_gather" else source.numel()
+    return source.numel() * ranks if collective in ("all_gather", "gather") else source.numel()
 
 
 def result_buffer(collective: str, buffers: tuple) -> Any:
@@ -119,20 +128,20 @@ class Check:
 
 
 def check(collective: str, buffers: tuple, rank: int, ranks: int,
-          peer: int | None = None) -> Check:
+          peer: int | None = None, root: int = 0) -> Check:
     """Compare ``rank``'s result buffer with what the collective must give (pt2pt: what
-    ``peer`` sent), a span at a time on its device. Whole-number types are compared exactly;
+    ``peer`` sent; reduce: only on ``root``), a span at a time on its device. Whole-number types are compared exactly;
     floating types with a margin of ``ranks`` units in the last place (a reduction's order
     may round differently)."""
     if collective == "pt2pt":
         return check_pt2pt(buffers, rank, peer)
 
     source, _ = buffers
-    if collective == "reduce" and rank != 0:
+    if collective in ("reduce", "gather") and rank != root:
         return Check(rank, 0, 0)  # only the root receives; the others' buffers are scratch
     chunk = _count(collective, source, ranks) // ranks
     return _compare(result_buffer(collective, buffers), rank, ranks,
-                    lambda i: _received(collective, i, rank, ranks, chunk))
+                    lambda i: _received(collective, i, rank, ranks, chunk, root))
 
 
 def check_pt2pt(buffers: tuple, rank: int, peer: int | None) -> Check:

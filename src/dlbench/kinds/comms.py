@@ -10,7 +10,7 @@ from typing import Any
 from dlbench import axes, frameworks
 from dlbench.axes import AxisError
 from dlbench.comms.overlap import NO_KERNEL
-from dlbench.comms.sizes import pt2pt_problem, sweep_problem
+from dlbench.comms.sizes import pt2pt_problem, root_problem, sweep_problem
 from dlbench.comms.validation import MAX_INT8_RANKS
 from dlbench.kinds import CellKind
 
@@ -41,6 +41,9 @@ class CommsKind(CellKind):
         if params.get("collective") == "pt2pt":  # pytorch_pt2pt_pairwise_float32_...
             j = self.id_axes.index("collective") + 1
             parts = [*parts[:j], str(params.get("pt2pt")), *parts[j:]]
+        if params.get("root"):  # pytorch_broadcast_root3_float32_...: a root other than 0
+            j = self.id_axes.index("collective") + 1
+            parts = [*parts[:j], f"root{params['root']}", *parts[j:]]
         return parts
 
     def check(self, params: Mapping[str, Any], datasets: Mapping[str, Any]) -> None:
@@ -51,6 +54,9 @@ class CommsKind(CellKind):
             problem = pt2pt_problem(params["pt2pt"], ranks)
             if problem:
                 raise AxisError("num_gpus", f"{problem} (num_gpus x num_nodes)")
+        problem = root_problem(params["root"], ranks) if params.get("root") else None
+        if problem:
+            raise AxisError("root", f"{problem} (num_gpus x num_nodes)")
         if (params.get("validate") and params["data_type"] == "int8"
                 and ranks > MAX_INT8_RANKS):
             raise AxisError("validate", f"int8 sums of {ranks} processes overflow the check's "

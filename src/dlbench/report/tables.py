@@ -91,11 +91,17 @@ def failures_table(frame: pd.DataFrame,
     return table(headers, rows, css="failures")
 
 
+# Columns of the table that repeat a field of a cell's environment: a row whose
+# environment lacks one (an older result) takes the column's.
+_ENVIRONMENT_COLUMNS = ("hostname", "cpu_model", "gpu_driver", "cuda_version",
+                        "cudnn_version", "nccl_version", "framework_version",
+                        "python_version", "dlbench_version", "dlbench_git_revision",
+                        "container")
+
+
 def _environment(row: Any) -> dict[str, Any]:
     env = json.loads(row.environment) if isinstance(row.environment, str) and row.environment else {}
-    for key in ("hostname", "cpu_model", "gpu_driver", "cuda_version", "cudnn_version",
-                "nccl_version", "framework_version", "python_version", "dlbench_version", "dlbench_git_revision",
-                "container"):
+    for key in _ENVIRONMENT_COLUMNS:
         if env.get(key) in (None, "") and isinstance(getattr(row, key, None), str):
             env[key] = getattr(row, key)
     return env
@@ -133,11 +139,8 @@ def environment_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                "Python", "dlbench", "container"]
     counts: Counter[tuple[str, ...]] = Counter()
     # Cells share their environment: read each distinct one once (10,000 cells, a few hosts).
-    fields = [c for c in ("environment", "framework", "gpu_model", "hostname", "cpu_model",
-                          "gpu_driver", "cuda_version", "cudnn_version", "nccl_version",
-                          "framework_version",
-                          "python_version", "dlbench_version", "dlbench_git_revision",
-                          "container") if c in frame]
+    fields = [c for c in ("environment", "framework", "gpu_model", *_ENVIRONMENT_COLUMNS)
+              if c in frame]
     distinct = cells(frame)[fields].astype(object)
     distinct = distinct.where(distinct.notna(), None).value_counts(dropna=False, sort=False)
     for values, cell_count in distinct.items():
