@@ -4,6 +4,7 @@ nccl-tests and PARAM's comms.py define them, the runner on two gloo processes of
 workflow into the table and the report."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -588,3 +589,39 @@ def test_two_processes_run_a_rooted_collective_from_rank_1_validated(tmp_path, c
     assert res["status"] == "ok" and res["cell"]["root"] == 1
     assert [(m["bytes_per_iteration"], m["extra"]["validated"])
             for m in res["measurements"]] == [(64.0, True), (1024.0, True)]
+
+
+def test_a_list_of_message_sizes_replaces_the_sweep_and_its_axes(tmp_path, capsys):
+    """PARAM's --ss: the sizes given, each once and in their order, and none of the
+    sweep's axes in the cell (two studies apart only in those are one cell); a sweep's
+    cell keeps its id; a size that is no whole number of bytes is refused in one line."""
+    from dlbench import kinds
+    from dlbench.comms import runner
+
+    cells = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "num_gpus": 8, "message_sizes": ["", "26214400,1024"], "begin_size": [8, 64]}}}})
+    listed = [c for c in cells if c.params["message_sizes"]]
+    assert len(listed) == 1 and len(cells) == 3
+    assert [listed[0].params[a] for a in ("begin_size", "end_size", "step_factor",
+                                          "step_bytes")] == [None] * 4
+    assert "pytorch_all-reduce_float32_8x_gpu_4770ff82" in [c.id for c in cells]
+    argv = kinds.get("comms").command(listed[0].params, Path("x.json"), "python", None)
+    assert "--ss=26214400,1024" in argv and not any(a.startswith("--b=") for a in argv)
+    for text, message in [("1k,2", "'1k' is no message size"), ("8,0", "'0' is no message size"),
+                          (",".join(["8"] * 1025), "1,025 message sizes (at most 1,024)")]:
+        with pytest.raises(study.ConfigError,
+                           match=re.escape(f"study 'c': message_sizes: {message}")):
+            study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+                "message_sizes": text}}}})
+        assert S.sizes_problem(text).startswith(message)
+    assert S.explicit_sizes("64, 16,64") == [64, 16]
+    out = tmp_path / "cell.json"
+    rc = runner.main(["--device=cpu", "--collective=all_reduce", "--ss=64,16,64", "--b=4096",
+                      "--e=8", "--w=1", "--n=2", f"--output={out}"])
+    res = R.read(out)
+    assert rc == 0 and res["status"] == "ok", res.get("error")
+    assert [m["bytes_per_iteration"] for m in res["measurements"]] == [64.0, 16.0]
+    assert (res["cell"]["message_sizes"], res["cell"]["begin_size"]) == ("64,16,64", None)
+    with pytest.raises(SystemExit) as exc:
+        runner.main(["--device=cpu", "--ss=8,x"])
+    assert exc.value.code == 2 and "--ss 'x' is no message size" in capsys.readouterr().err

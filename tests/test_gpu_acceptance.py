@@ -148,7 +148,7 @@ def test_collective_verdict_needs_nccl_and_every_size(gpu_acceptance, tmp_path):
     assert (failed.verdict, failed.figure) == ("fail", "x")
     assert gpu_acceptance.comms_check("comms_nccl1", None).verdict == "skip"
     plan = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=2, autotune=False)
-    plan.commands["comms_nccl2"].append("--collective=gather")
+    plan.commands["comms_nccl2"].append("--collective=all_to_allv")
     assert gpu_acceptance.check_plan_parses(plan) == [
         "comms_nccl2: " + " ".join(plan.commands["comms_nccl2"][3:])]
 

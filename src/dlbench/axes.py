@@ -30,7 +30,7 @@ from typing import Any
 
 from dlbench import nccl_env
 from dlbench.comms.overlap import COMPUTE_DATA_TYPES, KERNELS, NO_KERNEL
-from dlbench.comms.sizes import COLLECTIVES, PT2PT_PATTERNS, ROOTED
+from dlbench.comms.sizes import COLLECTIVES, PT2PT_PATTERNS, ROOTED, sizes_problem
 from dlbench.comms.sizes import DATA_TYPES as COMMS_DATA_TYPES
 
 REQUIRED = object()  # default of an axis every study must set (model, op_config)
@@ -152,6 +152,11 @@ def _windowed(params: Mapping[str, Any]) -> bool:
     """Cells that issue a window of operations per iteration: non-blocking collectives and
     point-to-point bandwidth tests."""
     return params.get("blocking") is False or _pt2pt(params)
+
+
+def _swept(params: Mapping[str, Any]) -> bool:
+    """Collective cells whose message sizes are a sweep, not a list (message_sizes)."""
+    return not params.get("message_sizes")
 
 
 def _rooted(params: Mapping[str, Any]) -> bool:
@@ -285,16 +290,22 @@ TABLE: tuple[Axis, ...] = (
          flags={_COMMS: Flag("--collective")}),
     Axis("data_type", str, "float32", kinds=(_COMMS,), choices=tuple(COMMS_DATA_TYPES),
          flags={_COMMS: Flag("--data-type")}, help="the element type of the buffers"),
-    Axis("begin_size", int, 8, kinds=(_COMMS,), minimum=1, flags={_COMMS: Flag("--b")},
-         help="the first message size, bytes"),
-    Axis("end_size", int, 256 * 2**20, kinds=(_COMMS,), minimum=1,
+    Axis("begin_size", int, 8, kinds=(_COMMS,), minimum=1, applies=_swept,
+         flags={_COMMS: Flag("--b")}, help="the first message size, bytes"),
+    Axis("end_size", int, 256 * 2**20, kinds=(_COMMS,), minimum=1, applies=_swept,
          flags={_COMMS: Flag("--e")}, help="the last message size, bytes"),
-    Axis("step_factor", int, 2, kinds=(_COMMS,), minimum=2, flags={_COMMS: Flag("--f")},
-         help="each message size is this many times the last"),
-    Axis("step_bytes", int, 0, kinds=(_COMMS,), minimum=0, since=3,
+    Axis("step_factor", int, 2, kinds=(_COMMS,), minimum=2, applies=_swept,
+         flags={_COMMS: Flag("--f")}, help="each message size is this many times the last"),
+    Axis("step_bytes", int, 0, kinds=(_COMMS,), minimum=0, since=3, applies=_swept,
          flags={_COMMS: Flag("--sb")},
          help="each message size is this many bytes more than the last (0: step_factor "
               "times the last instead)"),
+    # PARAM's --ss: the sizes a model's buckets have, instead of a sweep (whose axes a cell
+    # with a list leaves empty).
+    Axis("message_sizes", str, "", kinds=(_COMMS,), since=3, form=sizes_problem,
+         flags={_COMMS: Flag("--ss")},
+         help="message sizes in bytes, comma-separated, instead of the sweep from "
+              "begin_size to end_size (PARAM's --ss)"),
     Axis("validate", bool, False, kinds=(_COMMS,), since=3,
          flags={_COMMS: Flag("--c", values={True: 1, False: 0})},
          help="check every size's received data against what the collective must give "

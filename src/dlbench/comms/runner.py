@@ -57,7 +57,8 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m dlbench.comms", allow_abbrev=False,
         description="Time one collective over a sweep of message sizes among --num_gpus "
                     "processes (PARAM's comms.py flags: --collective, --b, --e, --f, --w, "
-                    "--n, --data-type, --c, --z, --sb, --pt2pt, --window, --mode, --kernel, "
+                    "--n, --data-type, --c, --z, --sb, --ss, --root, --pt2pt, --window, "
+                    "--mode, --kernel, "
                     "--num-compute, --mm-dim, --comp-data-type).")
     axes.add_flags(p, KIND, "pytorch", kind=KIND)
     p.add_argument("--mode", choices=MODES,
@@ -247,8 +248,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     ranks = topo.world_size
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     dtype = getattr(torch, args.data_type)
-    counts = S.buffers(S.sweep(args.b, args.e, args.f, args.sb), args.collective,
-                       args.data_type, ranks)
+    sizes = S.explicit_sizes(args.ss) if args.ss else S.sweep(args.b, args.e, args.f, args.sb)
+    counts = S.buffers(sizes, args.collective, args.data_type, ranks)
     factor = S.bus_factor(args.collective, ranks)
     element = S.DATA_TYPES[args.data_type]
     hosts = distributed.rank_hosts()  # one collective, before any timing
@@ -372,9 +373,13 @@ def main(argv: list[str] | None = None) -> int:
     from dlbench import cli
 
     cli.check_minimums(p, args, KIND)
-    if args.b > args.e:
+    if args.ss:  # PARAM's list of sizes instead of the sweep
+        problem = S.sizes_problem(args.ss)
+        if problem:
+            p.error(f"--ss {problem}")
+    elif args.b > args.e:
         p.error(f"--b {args.b} is above --e {args.e}: no message size")
-    problem = S.sweep_problem(args.b, args.e, args.sb, args.data_type)
+    problem = None if args.ss else S.sweep_problem(args.b, args.e, args.sb, args.data_type)
     if problem:
         p.error(f"--sb {problem}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")

@@ -56,6 +56,31 @@ def sweep_problem(begin: int, end: int, step_bytes: int, data_type: str) -> str 
     return None
 
 
+def explicit_sizes(text: str) -> list[int]:
+    """PARAM's --ss: message sizes in bytes, comma-separated, each once in the order given."""
+    sizes: list[int] = []
+    for item in text.split(","):
+        size = int(item.strip())
+        if size not in sizes:
+            sizes.append(size)
+    return sizes
+
+
+def sizes_problem(text: str) -> str | None:
+    """Why a list of message sizes (PARAM's --ss) cannot run; None when it can (or is
+    empty: the sweep instead)."""
+    if not text:
+        return None
+    items = [item.strip() for item in text.split(",")]
+    bad = next((item for item in items if not item.isdigit() or int(item) == 0), None)
+    if bad is not None:
+        return (f"{bad!r} is no message size (whole bytes above 0, separated by commas: "
+                "'1024,26214400')")
+    if len(items) > MAX_SIZES:
+        return f"{len(items):,} message sizes (at most {MAX_SIZES:,})"
+    return None
+
+
 def measurement_name(collective: str, size: int) -> str:
     """A collective measurement's name: "<collective>|<message bytes>" (the bytes it moves
     per time may differ: a bidirectional point-to-point test's count both ways)."""

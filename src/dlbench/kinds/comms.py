@@ -62,6 +62,8 @@ class CommsKind(CellKind):
             raise AxisError("validate", f"int8 sums of {ranks} processes overflow the check's "
                                         f"values (at most {MAX_INT8_RANKS}): validate with "
                                         "another data_type")
+        if params.get("message_sizes"):
+            return  # a list of sizes (its form checked with the axis), no sweep
         if params["begin_size"] > params["end_size"]:
             raise AxisError("begin_size", f"{params['begin_size']} is above end_size "
                                           f"{params['end_size']}: no message size")
