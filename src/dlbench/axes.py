@@ -319,7 +319,8 @@ TABLE: tuple[Axis, ...] = (
               "back to back, then waited for"),
     Axis("root", int, 0, kinds=(_COMMS,), minimum=0, since=3, applies=_rooted,
          flags={_COMMS: Flag("--root")},
-         help="the rank that broadcasts, or receives the reduction (broadcast and reduce)"),
+         help="the rank that broadcasts or scatters, or receives the reduction or the "
+              "gathered pieces (broadcast, reduce, gather, scatter)"),
     # PARAM's --pt2pt (with collective pt2pt): which ranks exchange messages.
     Axis("pt2pt", str, "one2one", kinds=(_COMMS,), choices=PT2PT_PATTERNS, since=3,
          applies=_pt2pt, flags={_COMMS: Flag("--pt2pt")},

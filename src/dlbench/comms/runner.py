@@ -58,8 +58,7 @@ def parser() -> argparse.ArgumentParser:
         description="Time one collective over a sweep of message sizes among --num_gpus "
                     "processes (PARAM's comms.py flags: --collective, --b, --e, --f, --w, "
                     "--n, --data-type, --c, --z, --sb, --ss, --root, --pt2pt, --window, "
-                    "--mode, --kernel, "
-                    "--num-compute, --mm-dim, --comp-data-type).")
+                    "--mode, --kernel, --num-compute, --mm-dim, --comp-data-type).")
     axes.add_flags(p, KIND, "pytorch", kind=KIND)
     p.add_argument("--mode", choices=MODES,
                    help="PARAM's benchmark mode: comms-compute overlaps the collectives with "
@@ -95,7 +94,7 @@ def _tensors(collective: str, count: int, dtype: Any, ranks: int, device: Any) -
 def _call(collective: str, buffers: tuple, async_op: bool = False, root: int = 0) -> Any:
     """The collective on a size's buffers, a function of an (unused) batch; with
     ``async_op`` it returns its work handle without waiting. ``root``: the rank that
-    broadcasts, or receives the reduction."""
+    broadcasts or scatters, or receives the reduction or the gathered pieces."""
     import torch.distributed as dist
 
     source, target = buffers
