@@ -82,9 +82,9 @@ def _tensors(collective: str, count: int, dtype: Any, ranks: int, device: Any) -
             return torch.rand(n, dtype=dtype, device=device)
         return torch.randint(0, 100, (n,), dtype=dtype, device=device)
 
-    if collective in ("all_gather", "gather"):
+    if collective in S.PIECE_IN:
         return make(count // ranks), torch.empty(count, dtype=dtype, device=device)
-    if collective in ("reduce_scatter", "scatter"):
+    if collective in S.PIECE_OUT:
         return make(count), torch.empty(count // ranks, dtype=dtype, device=device)
     if collective in ("all_to_all", "pt2pt"):  # pt2pt: the message, the one received
         return make(count), torch.empty(count, dtype=dtype, device=device)
@@ -214,16 +214,16 @@ def _compute_alone(args: argparse.Namespace, device: Any, sync: Any) -> tuple[An
     return work, alone
 
 
-def _overlapped_extra(test: Any, loop: Any, alone: dict, device: Any) -> dict[str, Any]:
+def _overlapped_extra(iterations: list[float], computing: list[float], alone: dict,
+                      device: Any) -> dict[str, Any]:
     """What an overlapped size adds to its measurement: the whole iterations' times and the
     computation's inside them (the slowest rank's), and its slowdown against it alone."""
     from dlbench import stats
     from dlbench.pytorch import distributed
 
-    _, computing = test.overlapped.times(len(loop.times_s))
     compute = stats.summarize(distributed.slowest_rank_times(computing, device))
     return {"iteration_time_s": stats.summarize(
-                distributed.slowest_rank_times(loop.times_s, device)),
+                distributed.slowest_rank_times(iterations, device)),
             "compute_overlapped": {"time_s": compute,
                                    "slowdown": compute["median"] / alone["time_s"]["median"]}}
 
@@ -288,7 +288,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             dist.barrier()
             loop = harness.timed_loop(lambda: None, test.step, sync, args.w, args.n)
             # Overlapped with computation, the collectives' own part of each iteration.
-            own = test.overlapped.times(args.n)[0] if test.overlapped else loop.times_s
+            own, computing = test.overlapped.times(args.n) if test.overlapped \
+                else (loop.times_s, None)
             # One operation's time: an iteration's, shared among those it issued.
             times = [t / test.per_iteration
                      for t in distributed.slowest_rank_times(own, device)]
@@ -298,7 +299,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                 bytes_per_iteration=float(size * test.messages), extra={"elements": count})
             m["extra"]["bus_gbps"] = m["gbps"] * factor
             if test.overlapped:
-                m["extra"].update(_overlapped_extra(test, loop, alone, device))
+                m["extra"].update(_overlapped_extra(loop.times_s, computing, alone, device))
             measured.append(m)
             if topo.rank == 0:
                 log.info("%s %s %d B: %.1f us, algbw %.3f GB/s, busbw %.3f GB/s",
@@ -376,11 +377,12 @@ def main(argv: list[str] | None = None) -> int:
         problem = S.sizes_problem(args.ss)
         if problem:
             p.error(f"--ss {problem}")
-    elif args.b > args.e:
-        p.error(f"--b {args.b} is above --e {args.e}: no message size")
-    problem = None if args.ss else S.sweep_problem(args.b, args.e, args.sb, args.data_type)
-    if problem:
-        p.error(f"--sb {problem}")
+    else:
+        if args.b > args.e:
+            p.error(f"--b {args.b} is above --e {args.e}: no message size")
+        problem = S.sweep_problem(args.b, args.e, args.sb, args.data_type)
+        if problem:
+            p.error(f"--sb {problem}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     from dlbench.pytorch import distributed
 

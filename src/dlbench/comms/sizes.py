@@ -27,6 +27,10 @@ DATA_TYPES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 
 # Collectives whose buffer is split into one piece per rank: its elements are a multiple
 # of the rank count.
 SPLIT = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
+# Of those, the ones whose input is one rank's piece of the measured buffer (gathered into
+# it), and the ones whose output is (scattered from it).
+PIECE_IN = frozenset({"all_gather", "gather"})
+PIECE_OUT = frozenset({"reduce_scatter", "scatter"})
 
 
 def bus_factor(collective: str, ranks: int) -> float:

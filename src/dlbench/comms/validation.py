@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dlbench.comms.sizes import PIECE_IN, PIECE_OUT
+
 # int8 holds the largest all_reduce or reduce_scatter value, 1.5 x ranks, up to 127.
 MAX_INT8_RANKS = 84
 _PERIOD = 16  # values of the gather, scatter and broadcast patterns: 1 .. 16
@@ -74,7 +76,7 @@ def sent(collective: str, count: int, rank: int, ranks: int, root: int = 0) -> A
     """The whole input ``rank`` sends for a measured buffer of ``count`` elements."""
     import torch
 
-    share = count // ranks if collective in ("all_gather", "gather") else count
+    share = count // ranks if collective in PIECE_IN else count
     return _sent(collective, torch.arange(share), rank, ranks, count // ranks, root)
 
 
@@ -82,7 +84,7 @@ def expected(collective: str, count: int, rank: int, ranks: int, root: int = 0) 
     """The whole result ``rank`` must hold afterwards."""
     import torch
 
-    size = count // ranks if collective in ("reduce_scatter", "scatter") else count
+    size = count // ranks if collective in PIECE_OUT else count
     return _received(collective, torch.arange(size), rank, ranks, count // ranks, root)
 
 
@@ -107,7 +109,7 @@ def fill(collective: str, buffers: tuple, rank: int, ranks: int, root: int = 0) 
 
 def _count(collective: str, source: Any, ranks: int) -> int:
     """The measured buffer's elements (all_gather's input is one rank's chunk of it)."""
-    return source.numel() * ranks if collective in ("all_gather", "gather") else source.numel()
+    return source.numel() * ranks if collective in PIECE_IN else source.numel()
 
 
 def result_buffer(collective: str, buffers: tuple) -> Any:

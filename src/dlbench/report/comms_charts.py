@@ -35,7 +35,11 @@ OTHER_AXES = ("system", "num_nodes", *(
 
 def comms_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per ok measurement (message size) of a collective cell."""
-    rows = measured(frame, KIND)
+    return _sizes_frame(measured(frame, KIND))
+
+
+def _sizes_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """The collectives charts' columns of measured rows (their index kept)."""
     if rows.empty:
         return rows
     # Results made before collectives had num_nodes: one node.
@@ -137,13 +141,11 @@ def overlap_frame(frame: pd.DataFrame) -> pd.DataFrame:
     rows = measured(frame, KIND)
     if rows.empty or "compute_kernel" not in rows:
         return pd.DataFrame()
-    kernel = rows["compute_kernel"]
-    keep = kernel.notna() & (kernel != NO_KERNEL)
-    if not keep.any():
+    rows = rows[rows["compute_kernel"].notna() & (rows["compute_kernel"] != NO_KERNEL)]
+    if rows.empty:
         return pd.DataFrame()
-    data = comms_frame(frame).loc[keep[keep].index]
-    values = pd.DataFrame([_overlap_values(t) for t in rows.loc[keep, "extra"]],
-                          index=data.index)
+    data = _sizes_frame(rows)
+    values = pd.DataFrame([_overlap_values(t) for t in rows["extra"]], index=data.index)
     return pd.concat([data, values], axis=1).dropna(subset=["slowdown"])
 
 
