@@ -48,6 +48,17 @@ def test_timed_loop_excludes_warmup_and_splits_data_wait_from_compute(ranges):
     assert sum(e[0] == "push" for e in ranges) == sum(e[0] == "pop" for e in ranges)
 
 
+def test_a_loop_marks_only_the_ranges_it_has_work_for(ranges):
+    """No empty "warmup" or "measure" range: nsys captures the first "measure" range and
+    would stop at an empty one (a language model's warm generations run no measured
+    step)."""
+    harness.timed_loop(lambda: None, lambda _: None, lambda: None, 0, 2)
+    assert ranges[0] == ("push", "measure") and ("push", "warmup") not in ranges
+    ranges.clear()
+    harness.timed_loop(lambda: None, lambda _: None, lambda: None, 3, 0)
+    assert ranges == [("push", "warmup"), ("pop",)]
+
+
 def test_sync_ends_every_iteration_before_its_clock_stops(ranges):
     """The device's work is inside the iteration's time: sync runs before the clock reads."""
     pending = []

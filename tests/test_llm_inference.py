@@ -66,6 +66,26 @@ def test_a_cell_times_each_prefill_and_each_output_token_and_says_what_it_timed(
             json.loads(match.group(2))
 
 
+def test_warm_generations_run_outside_the_measure_range_profilers_select(tmp_path,
+                                                                       monkeypatch):
+    """The ncu and nsys jobs profile the NVTX range "measure": a warm generation (and the
+    compiling it absorbs) runs inside "warmup" instead. The ranges are recorded in place of
+    NVTX (no GPU here)."""
+    from dlbench import nvtx_ranges
+
+    pushed = []
+    monkeypatch.setattr(nvtx_ranges, "_impl", (pushed.append, lambda: None))
+    code = runner.main(["--device=cpu", "--model=gpt2_tiny", "--batch_size=1",
+                        "--prompt_length=8", "--output_length=3", "--num_warmup_batches=1",
+                        "--num_batches=2", f"--output={tmp_path / 'cell.json'}"])
+    assert code == 0
+    # the warm generation: its prefill, then its two decode steps, as warmup
+    assert [name for name in pushed if name in ("warmup", "measure")] == [
+        "warmup", "warmup", "measure", "measure", "measure", "measure"]
+    # each measured generation: one prefill and two decode steps
+    assert sum(name.startswith("batch ") for name in pushed) == 2 * 3
+
+
 def test_the_kv_cache_size_is_what_the_static_cache_allocates():
     opts = L.default_opts("llama_tiny")
     model = torch_llm.make("llama_tiny", opts).eval()

@@ -274,6 +274,31 @@ def test_profile_writes_a_chrome_trace(tmp_path):
     assert res["extra"]["trace_file"] == str(trace_file)
 
 
+def test_each_inputs_calls_run_inside_the_ranges_the_profiling_jobs_select(tmp_path,
+                                                                           monkeypatch):
+    """The ncu and nsys jobs select the NVTX range "measure" (and PARAM's own filter
+    "param_bench:measure" nested in it): each input's measured calls run inside both, its
+    warmup calls inside "warmup". The ranges are recorded in place of NVTX (no GPU here)."""
+    from dlbench import nvtx_ranges
+    from dlbench.ops import timing
+
+    stack, seen = [], []
+    monkeypatch.setattr(nvtx_ranges, "_impl", (stack.append, stack.pop))
+    loop = timing.Executor._discrete
+
+    def recorded_loop(self, count, *rest):
+        seen.append((count, list(stack)))
+        return loop(self, count, *rest)
+
+    monkeypatch.setattr(timing.Executor, "_discrete", recorded_loop)
+    code, _, res = run_ops(tmp_path, PARAM_CONFIGS / "simple_add_range.json", "-w", "2",
+                           "-i", "3")
+    inputs = len(res["measurements"])
+    assert code == 0 and inputs > 1 and not stack
+    assert seen == [(2, ["warmup", "param_bench:warmup"]),
+                    (3, ["measure", "param_bench:measure"])] * inputs
+
+
 # -- PARAM's whole-model configs (every config's own test: test_param_configs.py) ------
 
 

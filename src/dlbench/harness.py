@@ -48,12 +48,16 @@ def timed_loop(fetch: Callable[[], Any], step: Callable[[Any], Any], sync: Calla
     times: list[float] = []
     data_wait = compute = 0.0
     clock = time.perf_counter
-    nvtx_ranges.push("warmup")
-    for _ in range(warmup):
-        step(fetch())
-        sync()
-    nvtx_ranges.pop()
-    nvtx_ranges.push("measure")
+    # Each range only around work: a profiler that captures the first "measure" range
+    # (nsys) must not stop at an empty one.
+    if warmup > 0:
+        nvtx_ranges.push("warmup")
+        for _ in range(warmup):
+            step(fetch())
+            sync()
+        nvtx_ranges.pop()
+    if measured > 0:
+        nvtx_ranges.push("measure")
     for hook in hooks:
         hook.measure_start()
     try:
@@ -76,7 +80,8 @@ def timed_loop(fetch: Callable[[], Any], step: Callable[[Any], Any], sync: Calla
     finally:
         for hook in hooks:
             hook.measure_end()
-        nvtx_ranges.pop()
+        if measured > 0:
+            nvtx_ranges.pop()
     return LoopTimes(times, data_wait, compute)
 
 

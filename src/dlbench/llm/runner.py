@@ -105,12 +105,14 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         for generation in range(args.num_warmup_batches + args.num_batches):
             cache.reset()  # untimed: positions from 0 again
             sync()
-            warm = generation < args.num_warmup_batches
-            first = harness.timed_loop(lambda: prompts, prefill, sync, 0, 1)
-            rest = harness.timed_loop(lambda: None, decode, sync, 0, output - 1)
-            if not warm:
-                ttft += first.times_s
-                tpot += rest.times_s
+            # A warm generation is its loops' warmup: untimed, and inside the NVTX range
+            # "warmup", not "measure" (what the ncu and nsys jobs select).
+            warm = int(generation < args.num_warmup_batches)
+            first = harness.timed_loop(lambda: prompts, prefill, sync, warm, 1 - warm)
+            rest = harness.timed_loop(lambda: None, decode, sync, warm * (output - 1),
+                                      (1 - warm) * (output - 1))
+            ttft += first.times_s
+            tpot += rest.times_s
     element = torch.empty((), dtype=dtype).element_size()
     full = {**opts, "sequence_length": prompt}
     res["measurements"].append(R.measurement(
