@@ -177,11 +177,22 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
     (cell,) = study.expand_config({"studies": {"gpu-check": {"grid": {
         "model": "resnet18", "phase": "inference", "batch_size": 32, "device": "gpu",
         "num_batches": 2, "num_warmup_batches": 1}}}})
-    for tool, settings in (("ncu", {"clock_control": "none"}), ("torch", {})):
+    # An operator cell under the same ncu job: its inputs' calls lie in "measure" too.
+    (op_cell,) = study.expand_config({"studies": {"gpu-check-ops": {"kind": "ops", "grid": {
+        "op_config": str(small), "device": "gpu", "warmup": 1, "iterations": 2}}}})
+    for tool, settings, profiled in (("ncu", {"clock_control": "none"}, cell),
+                                     ("torch", {}, cell),
+                                     ("ncu_op", {"clock_control": "none"}, op_cell)):
         plan.commands[f"profile_{tool}"] = [
-            python, "-m", "dlbench.profiling", "run", "--tool", tool, "--cell",
-            cell.to_json(), "--out_dir", str(out / "profiles" / tool), "--python", python,
-            "--settings", json.dumps(settings)]
+            python, "-m", "dlbench.profiling", "run", "--tool", tool.removesuffix("_op"),
+            "--cell", profiled.to_json(), "--out_dir", str(out / "profiles" / tool),
+            "--python", python, "--settings", json.dumps(settings)]
+    # PARAM's --ncu: the inputs again, in a batch, under ncu, which writes its CSV log.
+    ncu_args = ops / "ncu_args.txt"
+    ncu_args.write_text("--clock-control none --metrics gpu__time_duration.sum\n")
+    plan.runner("op_add_ncu_batch", "dlbench.ops", "-c", str(small), *common, "--ncu",
+                "--ncu-args-file", str(ncu_args), "--ncu-warmup", "1", "--ncu-iteration", "2",
+                "-o", str(ops / "add_ncu_batch"))
     # Measured ceilings: the calibration cell (GEMM per precision, STREAM copy/triad).
     plan.runner("calibration", "dlbench.calibrate", "--device", "gpu")
     for batch in LLM_SERVE_BATCHES:
@@ -540,9 +551,27 @@ def honesty_checks(out: Path, not_run: Mapping[str, str] = NOTHING_SKIPPED) -> l
     ]
 
 
+def ncu_batch_check(res: dict[str, Any] | None) -> Check:
+    """PARAM's --ncu: each launch exited 0 and its CSV log holds kernel rows."""
+    name = "ops --ncu (PARAM's batch under ncu)"
+    launches = ((res or {}).get("extra") or {}).get("nsight") or []
+    if (res or {}).get("status") != "ok" or not launches:
+        return Check(name, "fail", (res or {}).get("error") or "no ncu launch recorded")
+    kernels = 0
+    for launch in launches:
+        log = Path(launch["file"])
+        rows = [line for line in (log.read_text(errors="replace").splitlines()
+                                  if log.is_file() else []) if line.startswith('"')]
+        kernels += max(0, len(rows) - 1)  # the header, then a row per kernel and metric
+    ok = all(launch["returncode"] == 0 for launch in launches) and kernels > 0
+    return Check(name, verdict(ok), f"{len(launches)} launch(es), {kernels} kernel metric "
+                 f"row(s), exit codes {[launch['returncode'] for launch in launches]}",
+                 {"launches": launches})
+
+
 def profile_checks(out: Path, not_run: Mapping[str, str] = NOTHING_SKIPPED) -> list[Check]:
     checks = []
-    for tool in ("ncu", "torch"):
+    for tool in ("ncu", "torch", "ncu_op"):
         record = facts_of(out / "profiles" / tool / "profile.json", f"profile_{tool}",
                           not_run) or {}
         checks.append(Check(f"profile {tool}", verdict(record.get("status") == "ok"),
@@ -602,6 +631,7 @@ def run_all(plan: Plan, gpus: int, budget: float,
                for n in overlapped]
     checks += op_checks(results, plan.out, not_run) + honesty_checks(plan.out, not_run)
     checks += profile_checks(plan.out, not_run) + llm_checks(results, plan.out, not_run)
+    checks.append(ncu_batch_check(results.get("op_add_ncu_batch")))
     for check in checks:
         if check.verdict == "fail" and check.figure.startswith(NOT_RUN):
             check.verdict = "skip"

@@ -38,7 +38,8 @@ def test_dry_mode_builds_every_command_and_the_runners_accept_them(tmp_path):
                  "resnet50_training_bfloat16_inductor-max-autotune", "resnet50_training_ddp1",
                  "resnet50_training_ddp2", "op_matmul", "op_add_l2_off", "op_add_events",
                  "op_add_tiny_cudagraph", "op_add_tiny_pt2", "honesty", "timer",
-                 "profile_ncu", "profile_torch", "aggregate", "report",
+                 "profile_ncu", "profile_torch", "profile_ncu_op", "op_add_ncu_batch",
+                 "aggregate", "report",
                  "llm_train_gpt2_xl", "llm_train_llama3_8b", "llm_serve_b1", "llm_serve_b32",
                  "llm_bare", "comms_nccl1", "comms_nccl2", "comms_nccl2_nonblocking",
                  "comms_nccl2_pt2pt", "comms_nccl2_gemm"):
@@ -379,3 +380,23 @@ def test_collectives_beside_gemms_are_checked_for_both_parts_times(gpu_acceptanc
     assert (failed.verdict, failed.figure) == ("fail", "x")
     assert gpu_acceptance.comms_check("comms_nccl1_gemm", res).name == \
         "all_reduce over NCCL, 1 GPU(s), gemm"
+
+
+def test_params_ncu_batch_needs_every_launch_to_exit_0_and_log_kernels(gpu_acceptance,
+                                                                      tmp_path):
+    """The verdict on PARAM's --ncu from the launches a result records and the CSV logs
+    they name (written here by hand: ncu is not run)."""
+    log = tmp_path / "out_1_2_0_ncu.log"
+    log.write_text('==PROF== Connected to process 1\n"ID","Kernel Name","Metric Name"\n'
+                   '"0","vectorized_elementwise_kernel","gpu__time_duration.sum"\n')
+    launch = {"tool": "ncu", "file": str(log), "returncode": 0, "inputs": 1}
+    res = {"status": "ok", "extra": {"nsight": [launch]}}
+    check = gpu_acceptance.ncu_batch_check(res)
+    assert check.verdict == "pass" and "1 kernel metric row(s)" in check.figure
+    assert gpu_acceptance.ncu_batch_check(
+        {"status": "ok", "extra": {"nsight": [{**launch, "returncode": 1}]}}).verdict == "fail"
+    log.write_text("==PROF== No kernels were profiled.\n")
+    assert gpu_acceptance.ncu_batch_check(res).verdict == "fail"
+    missing = gpu_acceptance.ncu_batch_check({"status": "failed", "error": "--ncu: 'ncu' not "
+                                              "found on PATH (give --ncu-bin)"})
+    assert missing.verdict == "fail" and missing.figure.startswith("--ncu: 'ncu' not found")

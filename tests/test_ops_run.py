@@ -218,14 +218,17 @@ def test_gpu_device_without_cuda_fails_cleanly_not_run_on_a_gpu(tmp_path):
     assert res["error"] == "device cuda: no CUDA GPU is available to torch"
 
 
-def test_nsight_options_are_recorded_not_run(tmp_path):
+def test_nsight_options_are_recorded_in_the_run_options(tmp_path):
+    """PARAM's run_options record keeps the NSight options (test_ops_nsight.py runs them)."""
     args_file = tmp_path / "ncu_args.txt"
     args_file.write_text("--metrics sm__cycles_elapsed.avg\n")
-    _, lines, _ = run_ops(tmp_path, PARAM_CONFIGS / "simple_add.json", "--ncu", "--ncu-bin",
-                          "/opt/ncu", "--ncu-args-file", str(args_file), "--nsys-warmup", "2",
-                          "--run-batch-size", "7", "--batch-cmd", "python -m dlbench.ops")
+    _, lines, res = run_ops(tmp_path, PARAM_CONFIGS / "simple_add.json", "--ncu-bin",
+                            "/opt/ncu", "--ncu-args-file", str(args_file), "--nsys-warmup",
+                            "2", "--run-batch-size", "7", "--batch-cmd",
+                            "python -m dlbench.ops")
     opts = lines[0]["run_options"]
-    assert opts["run_ncu"] is True and opts["ncu_bin"] == "/opt/ncu"
+    assert opts["run_ncu"] is False and opts["ncu_bin"] == "/opt/ncu"
+    assert "nsight" not in res["extra"]  # no tool asked for: none launched
     assert opts["ncu_args"] == "--metrics sm__cycles_elapsed.avg"
     assert opts["nsys_warmup"] == 2 and opts["run_batch_size"] == 7
     assert opts["batch_cmd"] == "python -m dlbench.ops"

@@ -4,5 +4,6 @@
 Modules: ``configfile`` (reading the file), ``grammar`` (argument specs to values),
 ``iterators`` (config expansion), ``registry`` (operators by name), ``timing``
 (execution modes), ``cost`` (FLOPs and bytes), ``runner`` (walking a config), ``output``
-(JSON-lines and result), ``cli``.
+(JSON-lines and result), ``nsight`` (PARAM's ``--ncu``/``--nsys`` launches) and ``batch``
+(the batch they run), ``cli``.
 """

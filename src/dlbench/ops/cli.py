@@ -2,8 +2,8 @@
 
 Writes PARAM's JSON-lines file ``<output-prefix>.json`` (and ``<output-prefix>_trace.json``
 with ``--profile``) and, with ``--output``, a dlbench result document of kind ``op``.
-The NSight options are recorded in the run options for the profiling rules; this command
-does not launch ncu or nsys itself.
+With ``--ncu``/``--nsys`` the inputs run again, in batches, under the tool, as PARAM does
+(``dlbench.ops.nsight``); the workflow's profiling jobs profile a cell's own run instead.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import dlbench
 from dlbench import axes, monitor
 from dlbench import result as R
 from dlbench.cellrun import CellError, exit_code, recorded
-from dlbench.ops import configfile, modes, output
+from dlbench.ops import configfile, modes, nsight, output
 from dlbench.ops.runner import Benchmark, seed
 from dlbench.ops.timing import EXEC_MODES, ExecOptions
 from dlbench.pytorch import torch_environment
@@ -55,25 +56,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cuda-l2-cache", default="on", nargs="?", const="on", choices=["on", "off"],
                    help="on: leave the GPU L2 warm between calls; off: flush it before each "
                         "call (discrete mode).")
-    p.add_argument("--ncu", action="store_true", help="Run NSight Compute (recorded only).")
+    p.add_argument("--ncu", action="store_true",
+                   help="Run the measured inputs again, in batches, under NSight Compute.")
     p.add_argument("--ncu-bin", default=None, help="Path to the NSight Compute (ncu) binary.")
     p.add_argument("--ncu-args-file", default=None,
                    help="NSight Compute extra command line options (metrics etc.).")
-    p.add_argument("--ncu-warmup", type=int, default=None, help="NSight Compute warmup runs.")
+    p.add_argument("--ncu-warmup", type=int, default=None,
+                   help="NSight Compute warmup runs (default 5).")
     p.add_argument("--ncu-iteration", type=int, default=None,
-                   help="NSight Compute measured iteration runs.")
-    p.add_argument("--nsys", action="store_true", help="Run NSight Systems (recorded only).")
+                   help="NSight Compute measured iteration runs (default 1).")
+    p.add_argument("--nsys", action="store_true",
+                   help="Run the measured inputs again, in batches, under NSight Systems.")
     p.add_argument("--nsys-bin", default=None, help="Path to the NSight Systems (nsys) binary.")
     p.add_argument("--nsys-args-file", default=None,
                    help="NSight Systems extra command line options.")
-    p.add_argument("--nsys-warmup", type=int, default=None, help="NSight Systems warmup runs.")
+    p.add_argument("--nsys-warmup", type=int, default=None,
+                   help="NSight Systems warmup runs (default 5).")
     p.add_argument("--nsys-iteration", type=int, default=None,
-                   help="NSight Systems measured iteration runs.")
+                   help="NSight Systems measured iteration runs (default 10).")
     p.add_argument("--run-batch-size", type=int, default=50,
                    help="Input configs per NSight launch.")
-    p.add_argument("--batch-cuda-device", type=int, default=1,
-                   help="CUDA GPU device ID to run batch job.")
-    p.add_argument("--batch-cmd", default=None, help="Run batch job command.")
+    p.add_argument("--batch-cuda-device", type=int, default=None,
+                   help="CUDA GPU device ID to run batch job (default: the measured one; "
+                        "PARAM's is 1).")
+    p.add_argument("--batch-cmd", default=None,
+                   help="Run batch job command (default: python -m dlbench.ops.batch); "
+                        "it is given -s <shared memory name>.")
     p.add_argument("--exec-mode", default="discrete", nargs="?", const="discrete",
                    choices=list(EXEC_MODES),
                    help="Execution mode of the operators. Default=discrete")
@@ -184,6 +192,53 @@ def run_options(args: argparse.Namespace, device: torch.device) -> dict[str, Any
     }
 
 
+def nsight_launches(args: argparse.Namespace, device: torch.device) -> list[nsight.Launch]:
+    """The tools asked for, their binaries found and args files read before anything
+    runs (a missing binary is one line, not a run measured in vain)."""
+    launches = []
+    for name, asked in (("ncu", args.ncu), ("nsys", args.nsys)):
+        if not asked:
+            continue
+        tool = nsight.TOOLS[name]
+        binary = nsight.executable(f"--{name}-bin", name, getattr(args, f"{name}_bin"))
+        flag = f"--{name}-args-file"
+        extra = nsight.words(flag, read_args_file(flag, getattr(args, f"{name}_args_file")))
+        warmup, iteration = (getattr(args, f"{name}_{key}") for key in ("warmup", "iteration"))
+        launches.append(nsight.Launch(tool, binary, extra,
+                                      tool.warmup if warmup is None else warmup,
+                                      tool.iteration if iteration is None else iteration))
+    if launches and device.type != "cuda":
+        log.warning("--ncu/--nsys on %s: the tools see no CUDA kernels there", device)
+    return launches
+
+
+def batch_run_options(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """The batch's run options in PARAM's names; its one visible GPU is ``cuda``."""
+    return {"device": "cuda" if device.type == "cuda" else str(device),
+            "pass_type": "backward" if args.backward else "forward",
+            "op_exec_mode": args.exec_mode, "cuda_l2_cache": args.cuda_l2_cache == "on",
+            "compile": args.compile}
+
+
+def batch_command(args: argparse.Namespace) -> list[str]:
+    if args.batch_cmd is None:
+        return list(nsight.DEFAULT_BATCH_CMD)
+    command = nsight.words("--batch-cmd", args.batch_cmd)
+    if not command:
+        raise CellError("--batch-cmd: empty")
+    return command
+
+
+def batch_environment(args: argparse.Namespace, device: torch.device) -> dict[str, str]:
+    """``CUDA_VISIBLE_DEVICES`` for the batch: ``--batch-cuda-device``, else the GPU
+    measured; nothing on a CPU."""
+    if device.type != "cuda":
+        return {}
+    index = device.index if args.batch_cuda_device is None else args.batch_cuda_device
+    return {"CUDA_VISIBLE_DEVICES": nsight.visible_device(
+        index, torch.cuda.device_count(), os.environ.get("CUDA_VISIBLE_DEVICES"))}
+
+
 def configure_logging(level_name: str) -> None:
     level = logging.getLevelName(level_name.upper())
     if not isinstance(level, int):
@@ -207,6 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("-c/--config is required")
     if args.warmup < 0 or args.iteration < 0:
         parser.error("-w/--warmup and -i/--iteration must be >= 0")
+    for flag in ("ncu_warmup", "ncu_iteration", "nsys_warmup", "nsys_iteration"):
+        if (getattr(args, flag) or 0) < 0:
+            parser.error(f"--{flag.replace('_', '-')} must be >= 0")
+    if args.run_batch_size < 1:
+        parser.error("--run-batch-size must be >= 1")
     try:
         device = parse_device(args.device)
     except ValueError as exc:
@@ -246,8 +306,9 @@ def run(args: argparse.Namespace, device: torch.device, res: dict[str, Any]) -> 
             device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
     options_record = run_options(args, device)
-    if args.ncu or args.nsys:
-        log.info("--ncu/--nsys are recorded in run_options; the profiling rules launch them")
+    launches = nsight_launches(args, device)
+    if launches:  # checked before anything runs, like the binaries
+        batch_cmd, batch_env = batch_command(args), batch_environment(args, device)
     if device.type == "cuda" and args.cuda_l2_cache == "off" and args.exec_mode != "discrete":
         log.warning("--cuda-l2-cache off applies to discrete mode only; %s keeps the L2 warm",
                     args.exec_mode)
@@ -263,6 +324,10 @@ def run(args: argparse.Namespace, device: torch.device, res: dict[str, Any]) -> 
     with output.JsonlWriter(jsonl_path, append=args.append) as writer:
         writer.run_record(options_record, output.sys_info(device))
         bench = Benchmark(options, writer, resume_id=args.resume_id, stop_id=args.stop_id)
+        if launches:
+            bench.nsight = nsight.Nsight(
+                launches, args.run_batch_size, batch_run_options(args, device),
+                args.output_prefix, batch_cmd, batch_env, writer, bench.error)
         profiler = contextlib.nullcontext()
         if args.profile:
             activities = [torch.profiler.ProfilerActivity.CPU]
@@ -272,6 +337,8 @@ def run(args: argparse.Namespace, device: torch.device, res: dict[str, Any]) -> 
         with (profiler as prof, torch.autograd.profiler.record_function(f"[param|{device}]"),
               mon):
             bench.run(bench_config)
+        if bench.nsight is not None:
+            bench.nsight.run()
         writer.finish()
         trace_file = None
         if args.profile:
@@ -284,6 +351,8 @@ def run(args: argparse.Namespace, device: torch.device, res: dict[str, Any]) -> 
     res["extra"] = {"jsonl": jsonl_path, "trace_file": trace_file, "errors": bench.errors,
                     "inputs_run": bench.inputs_run, "run_options": {
                         k: v for k, v in options_record.items() if k != "cmd_args"}}
+    if bench.nsight is not None:
+        res["extra"]["nsight"] = bench.nsight.records
     monitor.attach(res, args.output, mon, items=0.0)  # no samples per joule of an input
     if bench.measurements:
         res["status"] = "ok"

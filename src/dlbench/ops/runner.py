@@ -88,6 +88,7 @@ class Build:
     meta_op: Operator | None = None
     meta_failed: bool = False
     error: str | None = None
+    op_info: dict[str, Any] = field(default_factory=dict)  # the operator's iterators, ...
 
 
 @dataclass
@@ -99,6 +100,7 @@ class Benchmark:
     measurements: list[dict[str, Any]] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
     inputs_run: int = 0
+    nsight: Any = None  # dlbench.ops.nsight.Nsight: --ncu/--nsys batches of what ran
 
     def __post_init__(self) -> None:
         self.executor = Executor(self.options)
@@ -158,11 +160,11 @@ class Benchmark:
         if not spec:
             # No build spec (or PARAM's empty list): build once without arguments.
             item = ConfigItem("0", {"args": [], "kwargs": {}}, f"{cpath}.build")
-            yield Build(factory, item, spec)
+            yield Build(factory, item, spec, op_info=info)
             return
         for item in iterators.make_iterator(info.get("build_iterator"), config, "build",
                                             str(self.options.device), cpath):
-            yield Build(factory, item, item.config)
+            yield Build(factory, item, item.config, op_info=info)
 
     def transition(self, full_id: str) -> bool:
         """True when this input runs; raises StopBenchmark at the stop id."""
@@ -195,7 +197,9 @@ class Benchmark:
             return
         final_config = {"build": build.recorded_config, "input": item.config}
         if self.options.warmup == 0 and self.options.iterations == 0:
+            # nothing measured; PARAM's way to run the profilers alone
             self.writer.op_record(op_name, run_id, {}, final_config)
+            self.queue_for_profiling(op_name, run_id, build, item)
             return
         if not self.ensure_built(op_name, run_id, build):
             return
@@ -231,6 +235,16 @@ class Benchmark:
                                                  extra)
         self.inputs_run += 1
         log_metrics(op_name, run_id, metrics)
+        self.queue_for_profiling(op_name, run_id, build, item)
+
+    def queue_for_profiling(self, op_name: str, run_id: str, build: Build,
+                            item: ConfigItem) -> None:
+        """The input into the batch of its build for --ncu/--nsys (a batch ends with its
+        build, or when full)."""
+        if self.nsight is not None:
+            self.nsight.queue(op_name, run_id.rpartition("|")[0], build.op_info,
+                              build.item.config if build.recorded_config else None,
+                              item.id, item.config)
 
     def ensure_built(self, op_name: str, run_id: str, build: Build) -> bool:
         if build.op is not None:
