@@ -285,8 +285,13 @@ def test_each_inputs_calls_run_inside_the_ranges_the_profiling_jobs_select(tmp_p
     from dlbench import nvtx_ranges
     from dlbench.ops import timing
 
-    stack, seen = [], []
-    monkeypatch.setattr(nvtx_ranges, "_impl", (stack.append, stack.pop))
+    stack, seen, pushed = [], [], []
+
+    def push(name):
+        stack.append(name)
+        pushed.append(name)
+
+    monkeypatch.setattr(nvtx_ranges, "_impl", (push, stack.pop))
     loop = timing.Executor._discrete
 
     def recorded_loop(self, count, *rest):
@@ -300,6 +305,9 @@ def test_each_inputs_calls_run_inside_the_ranges_the_profiling_jobs_select(tmp_p
     assert code == 0 and inputs > 1 and not stack
     assert seen == [(2, ["warmup", "param_bench:warmup"]),
                     (3, ["measure", "param_bench:measure"])] * inputs
+    # and no other range: the calls' own labels are not these ranges
+    assert pushed == ["warmup", "param_bench:warmup", "measure",
+                      "param_bench:measure"] * inputs
 
 
 # -- PARAM's whole-model configs (every config's own test: test_param_configs.py) ------

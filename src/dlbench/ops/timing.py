@@ -128,7 +128,7 @@ class Executor:
                     if tag == "measure" and prepared.counts is not None:
                         before = execution.DynamoCounts.now()
                     if count > 0:
-                        with self._range(tag):
+                        with self._phase(tag):
                             loop(count, prepared, metrics, tag, label)
                 if prepared.counts is not None:
                     self._dynamo_facts(prepared.counts, before)
@@ -155,17 +155,26 @@ class Executor:
     # -- helpers ----------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _range(self, tag: str) -> Iterator[None]:
+    def _phase(self, tag: str) -> Iterator[None]:
         """The input's ``warmup`` or ``measure`` calls inside the NVTX range of that name
         that every runner marks (the ncu and nsys jobs select ``measure``), with PARAM's
-        ``param_bench:<tag>`` nested in it (PARAM's own ncu filter); the latter is also
-        the profiler's label when tracing."""
+        ``param_bench:<tag>`` nested in it (PARAM's own ncu filter; the profiler's label
+        when tracing)."""
         text = f"param_bench:{tag}"
         with contextlib.ExitStack() as stack:
-            nvtx_ranges.push(tag)
-            stack.callback(nvtx_ranges.pop)
-            nvtx_ranges.push(text)
-            stack.callback(nvtx_ranges.pop)
+            for name in (tag, text):
+                nvtx_ranges.push(name)
+                stack.callback(nvtx_ranges.pop)
+            if self.o.profile:
+                stack.enter_context(torch.autograd.profiler.record_function(f"[{text}]"))
+            yield
+
+    @contextlib.contextmanager
+    def _range(self, text: str) -> Iterator[None]:
+        """NVTX range on a GPU (for nsys/ncu filters) and profiler label when tracing."""
+        with contextlib.ExitStack() as stack:
+            if self.o.cuda:
+                stack.enter_context(torch.cuda.nvtx.range(text))
             if self.o.profile:
                 stack.enter_context(torch.autograd.profiler.record_function(f"[{text}]"))
             yield
