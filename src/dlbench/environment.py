@@ -19,12 +19,12 @@ from dlbench import cpu
 
 
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    """The CPU's name from the same cpuinfo as its capabilities (``dlbench.cpu``, which
+    ``DLBENCH_CPUINFO`` may point elsewhere), so that a result never pairs one CPU's name
+    with another's features."""
+    info = cpu.this_cpu()
+    if info is not None and info.model:
+        return info.model
     return platform.processor() or platform.machine()
 
 
