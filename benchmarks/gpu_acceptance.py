@@ -169,6 +169,14 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
     most = 2 if gpus >= 2 else 1
     plan.runner(f"comms_nccl{most}_nonblocking", *comms, f"--num_gpus={most}", "--z=0",
                 "--window=20")
+    # One all_to_allv of uneven blocks (PARAM's --i), 256 MiB from each GPU, validated.
+    elements = COMMS_END // 4
+    weights = range(1, most + 1)
+    blocks = [elements * w // sum(weights) for w in weights]
+    blocks[-1] += elements - sum(blocks)
+    plan.runner(f"comms_nccl{most}_a2av", "dlbench.comms", "--device=gpu",
+                "--collective=all_to_allv", f"--num_gpus={most}",
+                f"--i={','.join(map(str, blocks))}", "--w=5", "--n=20", "--c=1")
     # The same sweep beside bf16 GEMMs on a stream of their own (PARAM's comms-compute).
     plan.runner(f"comms_nccl{most}_gemm", *comms, f"--num_gpus={most}", "--kernel=gemm",
                 "--num-compute=10", "--mm-dim=4096", "--comp-data-type=bfloat16")
@@ -336,8 +344,9 @@ def comms_check(name: str, res: dict[str, Any] | None) -> Check:
     from dlbench.comms.sizes import message_bytes
 
     ranks, _, mode = name.removeprefix("comms_nccl").partition("_")
-    title = f"{'pt2pt' if mode == 'pt2pt' else 'all_reduce'} over NCCL, {ranks} GPU(s)" \
-        + (f", {mode}" if mode not in ("", "pt2pt") else "")
+    collective = {"pt2pt": "pt2pt", "a2av": "all_to_allv"}.get(mode, "all_reduce")
+    title = f"{collective} over NCCL, {ranks} GPU(s)" \
+        + (f", {mode}" if mode not in ("", "pt2pt", "a2av") else "")
     if res and res.get("status") == "not_run":
         return Check(title, "skip", res["error"])
     sizes = (res or {}).get("measurements") or []

@@ -68,9 +68,9 @@ def test_comms_cells_are_named_by_collective_and_ranks_and_checked_in_one_line()
                                                  "end_size 1024: no message size"):
         study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
             "begin_size": 4096, "end_size": 1024}}}})
-    with pytest.raises(study.ConfigError, match="collective: unknown value 'all_to_allv'"):
+    with pytest.raises(study.ConfigError, match="collective: unknown value 'reduce_scatter_v'"):
         study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
-            "collective": "all_to_allv"}}}})
+            "collective": "reduce_scatter_v"}}}})
 
 
 def test_a_collective_cell_on_several_nodes_says_so_in_its_id_and_asks_slurm_for_them():
@@ -625,3 +625,105 @@ def test_a_list_of_message_sizes_replaces_the_sweep_and_its_axes(tmp_path, capsy
     with pytest.raises(SystemExit) as exc:
         runner.main(["--device=cpu", "--ss=8,x"])
     assert exc.value.code == 2 and "--ss 'x' is no message size" in capsys.readouterr().err
+
+
+# -- all_to_allv: uneven blocks (PARAM's --i, --o) ---------------------------------------
+
+def test_one_split_for_every_rank_makes_one_exchange_as_params_command_line_does():
+    ins, outs = S.exchange([1, 0, 3], [], 3)
+    assert ins == [[1, 0, 3]] * 3  # rank r sends in_split[j] to rank j ...
+    assert outs == [[1, 1, 1], [0, 0, 0], [3, 3, 3]]  # ... so rank j gets in_split[j] from each
+    ins, outs = S.exchange([], [2, 5], 2)
+    assert (ins, outs) == ([[2, 2], [5, 5]], [[2, 5], [2, 5]])
+    assert S.exchange([4, 4], [4, 4], 2) == ([[4, 4], [4, 4]], [[4, 4], [4, 4]])
+    with pytest.raises(ValueError, match=re.escape("in_split has 3 block(s) for 2 process(es) "
+                                                   "(num_gpus x num_nodes): one per rank")):
+        S.exchange([1, 2, 3], [], 2)
+    with pytest.raises(ValueError, match="in_split and out_split disagree"):
+        S.exchange([1, 2], [1, 2], 2)
+    assert S.split_bytes([1, 0, 3], [], "float16") == 8
+    assert S.split_problem("1,x").startswith("'x' is no count of elements")
+    assert S.split_problem("0,0") == "every block is empty: nothing to exchange"
+    assert S.split_problem("") is None and S.split_problem("0,7") is None
+
+
+@pytest.mark.parametrize(("in_split", "out_split"), [([1, 0, 3], []), ([], [2, 5, 1])])
+def test_an_uneven_exchange_is_validated_block_by_block(in_split, out_split):
+    """Each rank's pattern, exchanged by hand block by block as all_to_allv does, is what
+    every rank's check expects; a rank that receives two blocks in each other's place
+    fails it."""
+    import torch
+
+    from dlbench.comms import validation as V
+
+    ranks = 3
+    ins, outs = S.exchange(in_split, out_split, ranks)
+    sources = []
+    for r in range(ranks):
+        source = torch.zeros(sum(ins[r]))
+        V.fill("all_to_allv", (source, torch.zeros(sum(outs[r]))), r, ranks,
+               splits=(ins[r], outs[r]))
+        sources.append(source)
+
+    def block(s, j):  # what rank s sends rank j
+        start = sum(ins[s][:j])
+        return sources[s][start:start + ins[s][j]]
+
+    for j in range(ranks):
+        received = torch.cat([block(s, j) for s in range(ranks)])
+        assert received.numel() == sum(outs[j])
+        check = V.check("all_to_allv", (sources[j], received), j, ranks,
+                        splits=(ins[j], outs[j]))
+        assert check.wrong == 0 and check.elements == sum(outs[j])
+    j = 0  # rank 0 with the blocks of rank 1 and 2 swapped
+    swapped = torch.cat([block(0, j), block(2, j), block(1, j)])
+    assert not torch.equal(swapped, torch.cat([block(s, j) for s in range(ranks)]))
+    assert V.check("all_to_allv", (sources[j], swapped), j, ranks,
+                   splits=(ins[j], outs[j])).wrong > 0
+
+
+def test_an_all_to_allv_cell_given_a_split_exchanges_it_instead_of_the_sweep(capsys):
+    from dlbench import kinds
+    from dlbench.comms import runner
+
+    cells = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "collective": ["all_to_allv", "all_reduce"], "num_gpus": 2,
+        "in_split": "1024,4096"}}}})
+    uneven = next(c for c in cells if c.params["collective"] == "all_to_allv")
+    reduce = next(c for c in cells if c.params["collective"] == "all_reduce")
+    assert uneven.params["begin_size"] is None and uneven.params["out_split"] == ""
+    assert reduce.params["in_split"] is None and reduce.params["begin_size"] == 8
+    argv = kinds.get("comms").command(uneven.params, Path("x.json"), "python", None)
+    assert "--i=1024,4096" in argv and not any(a.startswith("--b=") for a in argv)
+    assert uneven.id.startswith("pytorch_all-to-allv_float32_2x_gpu_")
+    for grid, message in [
+            ({"in_split": "1,2,3"}, "in_split: in_split has 3 block(s) for 2 process(es)"),
+            ({"out_split": "1,x"}, "out_split: 'x' is no count of elements"),
+            ({"in_split": "1,2", "message_sizes": "64"}, "message_sizes: an all_to_allv "
+                                                         "given in_split")]:
+        with pytest.raises(study.ConfigError, match=re.escape(f"study 'c': {message}")):
+            study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+                "collective": "all_to_allv", "num_gpus": 2, **grid}}}})
+    for flags, message in [(["--collective=all_reduce", "--i=1,2"],
+                            "--i splits the blocks of all_to_allv, not all_reduce"),
+                           (["--collective=all_to_allv", "--num_gpus=2", "--o=1,2,3"],
+                            "--o: out_split has 3 block(s) for 2 process(es)"),
+                           (["--collective=all_to_allv", "--i=1", "--ss=64"],
+                            "--ss: an all_to_allv given --i or --o")]:
+        with pytest.raises(SystemExit) as exc:
+            runner.main(["--device=cpu", *flags])
+        assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_two_processes_exchange_uneven_blocks_validated(tmp_path):
+    """PARAM's --i on two gloo processes: rank 0 gets three elements from each rank,
+    rank 1 five; the data validated on both."""
+    proc, res = run_comms(tmp_path, "--num_gpus=2", "--collective=all_to_allv", "--i=3,5",
+                          "--c=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (m,) = res["measurements"]
+    assert (m["name"], m["bytes_per_iteration"], m["extra"]["validated"]) == (
+        "all_to_allv|32", 32.0, True)
+    assert res["extra"]["exchange"] == {"in_splits": [[3, 5], [3, 5]],
+                                        "out_splits": [[3, 3], [5, 5]]}
+    assert res["cell"]["in_split"] == "3,5" and res["cell"]["begin_size"] is None

@@ -42,7 +42,7 @@ def test_dry_mode_builds_every_command_and_the_runners_accept_them(tmp_path):
                  "aggregate", "report",
                  "llm_train_gpt2_xl", "llm_train_llama3_8b", "llm_serve_b1", "llm_serve_b32",
                  "llm_bare", "comms_nccl1", "comms_nccl2", "comms_nccl2_nonblocking",
-                 "comms_nccl2_pt2pt", "comms_nccl2_gemm"):
+                 "comms_nccl2_pt2pt", "comms_nccl2_gemm", "comms_nccl2_a2av"):
         assert name in plan
     assert plan["llm_serve_b32"][2] == "dlbench.llm" and "--batch_size=32" in plan["llm_serve_b32"]
     assert "--cuda-l2-cache" in plan["op_add_l2_off"] and "--cuda-graph" in \
@@ -149,7 +149,15 @@ def test_collective_verdict_needs_nccl_and_every_size(gpu_acceptance, tmp_path):
     assert (failed.verdict, failed.figure) == ("fail", "x")
     assert gpu_acceptance.comms_check("comms_nccl1", None).verdict == "skip"
     plan = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=2, autotune=False)
-    plan.commands["comms_nccl2"].append("--collective=all_to_allv")
+    # all_to_allv of uneven blocks: one size, COMMS_END bytes from each GPU
+    split = next(a for a in plan.commands["comms_nccl2_a2av"] if a.startswith("--i="))
+    blocks = [int(b) for b in split.removeprefix("--i=").split(",")]
+    assert sum(blocks) * 4 == end and len(blocks) == 2 and blocks[0] != blocks[1]
+    uneven = gpu_acceptance.comms_check("comms_nccl2_a2av", {**res, "measurements": [
+        {**size(end), "name": f"all_to_allv|{end}"}]})
+    assert (uneven.verdict, uneven.name) == ("pass", "all_to_allv over NCCL, 2 GPU(s)")
+    assert gpu_acceptance.check_plan_parses(plan) == []
+    plan.commands["comms_nccl2"].append("--collective=reduce_scatter_v")
     assert gpu_acceptance.check_plan_parses(plan) == [
         "comms_nccl2: " + " ".join(plan.commands["comms_nccl2"][3:])]
 

@@ -30,7 +30,14 @@ from typing import Any
 
 from dlbench import nccl_env
 from dlbench.comms.overlap import COMPUTE_DATA_TYPES, KERNELS, NO_KERNEL
-from dlbench.comms.sizes import COLLECTIVES, PT2PT_PATTERNS, ROOTED, sizes_problem
+from dlbench.comms.sizes import (
+    COLLECTIVES,
+    PT2PT_PATTERNS,
+    ROOTED,
+    UNEVEN,
+    sizes_problem,
+    split_problem,
+)
 from dlbench.comms.sizes import DATA_TYPES as COMMS_DATA_TYPES
 
 REQUIRED = object()  # default of an axis every study must set (model, op_config)
@@ -154,9 +161,15 @@ def _windowed(params: Mapping[str, Any]) -> bool:
     return params.get("blocking") is False or _pt2pt(params)
 
 
+def _uneven(params: Mapping[str, Any]) -> bool:
+    return params.get("collective") == UNEVEN
+
+
 def _swept(params: Mapping[str, Any]) -> bool:
-    """Collective cells whose message sizes are a sweep, not a list (message_sizes)."""
-    return not params.get("message_sizes")
+    """Collective cells whose message sizes are a sweep, not a list (message_sizes) or an
+    all_to_allv's given exchange (in_split, out_split)."""
+    split = _uneven(params) and (params.get("in_split") or params.get("out_split"))
+    return not params.get("message_sizes") and not split
 
 
 def _rooted(params: Mapping[str, Any]) -> bool:
@@ -306,6 +319,16 @@ TABLE: tuple[Axis, ...] = (
          flags={_COMMS: Flag("--ss")},
          help="message sizes in bytes, comma-separated, instead of the sweep from "
               "begin_size to end_size (PARAM's --ss)"),
+    # PARAM's --i and --o: one all_to_allv exchange of uneven blocks instead of the sweep,
+    # the same list on every rank (dlbench.comms.sizes.exchange).
+    Axis("in_split", str, "", kinds=(_COMMS,), since=3, applies=_uneven, form=split_problem,
+         flags={_COMMS: Flag("--i")},
+         help="all_to_allv: the elements each rank sends to rank 0, 1, ..., comma-separated "
+              "(rank j then receives in_split[j] from each), instead of the sweep"),
+    Axis("out_split", str, "", kinds=(_COMMS,), since=3, applies=_uneven,
+         form=split_problem, flags={_COMMS: Flag("--o")},
+         help="all_to_allv: the elements each rank receives from rank 0, 1, ..., "
+              "comma-separated (rank s then sends out_split[s] to each), instead of the sweep"),
     Axis("validate", bool, False, kinds=(_COMMS,), since=3,
          flags={_COMMS: Flag("--c", values={True: 1, False: 0})},
          help="check every size's received data against what the collective must give "

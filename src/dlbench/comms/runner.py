@@ -50,6 +50,8 @@ MODES = ("comms", "comms-compute")
 
 log = logging.getLogger("dlbench.comms")
 KIND = "comms"
+# An all_to_allv's blocks on one rank: the elements it sends to and receives from each rank.
+Splits = tuple[list[int], list[int]] | None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -73,8 +75,10 @@ def cell_of(args: argparse.Namespace) -> dict[str, Any]:
     return axes.cell_from_args(KIND, KIND, "pytorch", args)
 
 
-def _tensors(collective: str, count: int, dtype: Any, ranks: int, device: Any) -> tuple:
-    """The buffers of one size: (input, output) as the collective takes them."""
+def _tensors(collective: str, count: int, dtype: Any, ranks: int, device: Any,
+             splits: Splits = None) -> tuple:
+    """The buffers of one size: (input, output) as the collective takes them (an
+    all_to_allv's: as long as this rank's ``splits``, input and output)."""
     import torch
 
     def make(n: int) -> Any:
@@ -82,6 +86,8 @@ def _tensors(collective: str, count: int, dtype: Any, ranks: int, device: Any) -
             return torch.rand(n, dtype=dtype, device=device)
         return torch.randint(0, 100, (n,), dtype=dtype, device=device)
 
+    if splits is not None:
+        return make(sum(splits[0])), torch.empty(sum(splits[1]), dtype=dtype, device=device)
     if collective in S.PIECE_IN:
         return make(count // ranks), torch.empty(count, dtype=dtype, device=device)
     if collective in S.PIECE_OUT:
@@ -91,10 +97,12 @@ def _tensors(collective: str, count: int, dtype: Any, ranks: int, device: Any) -
     return make(count), None
 
 
-def _call(collective: str, buffers: tuple, async_op: bool = False, root: int = 0) -> Any:
+def _call(collective: str, buffers: tuple, async_op: bool = False, root: int = 0,
+          splits: Splits = None) -> Any:
     """The collective on a size's buffers, a function of an (unused) batch; with
     ``async_op`` it returns its work handle without waiting. ``root``: the rank that
-    broadcasts or scatters, or receives the reduction or the gathered pieces."""
+    broadcasts or scatters, or receives the reduction or the gathered pieces; ``splits``:
+    an all_to_allv's blocks to and from each rank."""
     import torch.distributed as dist
 
     source, target = buffers
@@ -116,15 +124,20 @@ def _call(collective: str, buffers: tuple, async_op: bool = False, root: int = 0
         return lambda _: dist.all_gather_into_tensor(target, source, async_op=async_op)
     if collective == "reduce_scatter":
         return lambda _: dist.reduce_scatter_tensor(target, source, async_op=async_op)
+    if splits is not None:
+        ins, outs = splits
+        return lambda _: dist.all_to_all_single(target, source, output_split_sizes=outs,
+                                                input_split_sizes=ins, async_op=async_op)
     return lambda _: dist.all_to_all_single(target, source, async_op=async_op)
 
 
-def _step(collective: str, buffers: tuple, window: int | None, root: int = 0) -> Any:
+def _step(collective: str, buffers: tuple, window: int | None, root: int = 0,
+          splits: Splits = None) -> Any:
     """What the timed region runs: one collective (blocking, ``window`` None), or
     ``window`` of them issued back to back and then waited for, and nothing else."""
     if window is None:
-        return _call(collective, buffers, root=root)
-    issue = _call(collective, buffers, async_op=True, root=root)
+        return _call(collective, buffers, root=root, splits=splits)
+    issue = _call(collective, buffers, async_op=True, root=root, splits=splits)
 
     def step(batch: Any) -> None:
         works = [issue(batch) for _ in range(window)]
@@ -145,7 +158,8 @@ def _all_allocated(ok: bool, device: Any) -> bool:
 
 
 def _validate(collective: str, buffers: tuple, rank: int, ranks: int, sync: Any,
-              size: int, peer: int | None = None, root: int = 0) -> None:
+              size: int, peer: int | None = None, root: int = 0,
+              splits: Splits = None) -> None:
     """PARAM's --c 1, after a size's timed iterations: the collective (a point-to-point
     cell: each pair's exchange with ``peer``) once more on known data, every rank's check
     gathered so that all of them stop together on a failure."""
@@ -153,23 +167,24 @@ def _validate(collective: str, buffers: tuple, rank: int, ranks: int, sync: Any,
 
     from dlbench.comms import pt2pt, validation
 
-    validation.fill(collective, buffers, rank, ranks, root)
+    validation.fill(collective, buffers, rank, ranks, root, splits)
     dist.barrier()
     if collective == "pt2pt":
         pt2pt.exchange(buffers, peer)
     else:
-        _call(collective, buffers, root=root)(0)
+        _call(collective, buffers, root=root, splits=splits)(0)
     sync()
     checks: list[Any] = [None] * ranks
     dist.all_gather_object(checks, validation.check(collective, buffers, rank, ranks, peer,
-                                                    root))
+                                                    root, splits))
     failure = validation.verdict(collective, S.size_text(size), checks)
     if failure:
         raise cellrun.CellError(failure)
 
 
 def _timed_tests(args: argparse.Namespace, buffers: tuple, window: int | None,
-                 peer: int | None, sender: bool, work: Any, device: Any) -> list[Any]:
+                 peer: int | None, sender: bool, work: Any, device: Any,
+                 splits: Splits = None) -> list[Any]:
     """What a size times: the collective (one test; with ``work``, a compute kernel,
     overlapped with it), or a point-to-point cell's three."""
     from dlbench.comms import overlap, pt2pt
@@ -177,9 +192,10 @@ def _timed_tests(args: argparse.Namespace, buffers: tuple, window: int | None,
     if args.collective == "pt2pt":
         return pt2pt.tests(buffers, peer, sender, args.window)
     if work is None:
-        return [pt2pt.Test("collective", _step(args.collective, buffers, window, args.root),
-                           window or 1, 1)]
-    both = overlap.Overlapped(_call(args.collective, buffers, async_op=True, root=args.root),
+        return [pt2pt.Test("collective", _step(args.collective, buffers, window, args.root,
+                                               splits), window or 1, 1)]
+    both = overlap.Overlapped(_call(args.collective, buffers, async_op=True, root=args.root,
+                                    splits=splits),
                               window or 1, work, args.num_compute, device, args.w + args.n)
     return [pt2pt.Test("collective", both.step, window or 1, 1, overlapped=both)]
 
@@ -247,8 +263,14 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     ranks = topo.world_size
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     dtype = getattr(torch, args.data_type)
-    sizes = S.explicit_sizes(args.ss) if args.ss else S.sweep(args.b, args.e, args.f, args.sb)
-    counts = S.buffers(sizes, args.collective, args.data_type, ranks)
+    given = _given_exchange(args, ranks)  # an all_to_allv's uneven blocks (--i, --o)
+    if given:
+        counts = [S.split_bytes(S.split_of(args.i), S.split_of(args.o), args.data_type)
+                  // S.DATA_TYPES[args.data_type]]
+    else:
+        sizes = (S.explicit_sizes(args.ss) if args.ss
+                 else S.sweep(args.b, args.e, args.f, args.sb))
+        counts = S.buffers(sizes, args.collective, args.data_type, ranks)
     factor = S.bus_factor(args.collective, ranks)
     element = S.DATA_TYPES[args.data_type]
     hosts = distributed.rank_hosts()  # one collective, before any timing
@@ -270,10 +292,13 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     if args.kernel != NO_KERNEL and not point_to_point:
         work, alone = _compute_alone(args, device, sync)
         res["extra"]["compute_alone"] = alone
+    if given:
+        res["extra"]["exchange"] = {"in_splits": given[0], "out_splits": given[1]}
     for i, count in enumerate(counts):
+        splits = _rank_splits(args.collective, given, count, topo.rank, ranks)
         buffers, problem = None, None
         try:
-            buffers = _tensors(args.collective, count, dtype, ranks, device)
+            buffers = _tensors(args.collective, count, dtype, ranks, device, splits)
         except (RuntimeError, MemoryError) as exc:
             problem = exc
         if not _all_allocated(problem is None, device):
@@ -284,7 +309,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             break
         size = count * element
         measured = []
-        for test in _timed_tests(args, buffers, window, peer, sender, work, device):
+        for test in _timed_tests(args, buffers, window, peer, sender, work, device, splits):
             dist.barrier()
             loop = harness.timed_loop(lambda: None, test.step, sync, args.w, args.n)
             # Overlapped with computation, the collectives' own part of each iteration.
@@ -310,7 +335,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                              m["extra"]["compute_overlapped"]["time_s"]["median"] * 1e6,
                              m["extra"]["compute_overlapped"]["slowdown"])
         if args.c:
-            _validate(args.collective, buffers, topo.rank, ranks, sync, size, peer, args.root)
+            _validate(args.collective, buffers, topo.rank, ranks, sync, size, peer, args.root,
+                      splits)
             for m in measured:
                 m["extra"]["validated"] = True
         res["measurements"] += measured
@@ -319,6 +345,27 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             torch.cuda.empty_cache()
     if not res["measurements"]:
         raise cellrun.CellError(f"no message size ran ({res['extra'].get('stopped_by')})")
+
+
+def _given_exchange(args: argparse.Namespace, ranks: int) -> tuple | None:
+    """Every rank's (input, output) split of an all_to_allv given --i or --o; None for
+    another cell."""
+    if args.collective != S.UNEVEN or not (args.i or args.o):
+        return None
+    try:
+        return S.exchange(S.split_of(args.i), S.split_of(args.o), ranks)
+    except ValueError as exc:
+        raise cellrun.CellError(str(exc)) from None
+
+
+def _rank_splits(collective: str, given: tuple | None, count: int, rank: int,
+                 ranks: int) -> Splits:
+    """This rank's blocks to and from each rank for a buffer of ``count`` elements: an
+    all_to_allv's given exchange or its even blocks; None for another collective."""
+    if collective != S.UNEVEN:
+        return None
+    ins, outs = given or S.even_exchange(count, ranks)
+    return ins[rank], outs[rank]
 
 
 def _launch(args: argparse.Namespace, argv: list[str]) -> int:
@@ -373,7 +420,21 @@ def main(argv: list[str] | None = None) -> int:
     from dlbench import cli
 
     cli.check_minimums(p, args, KIND)
-    if args.ss:  # PARAM's list of sizes instead of the sweep
+    for flag, text in (("--i", args.i), ("--o", args.o)):
+        problem = S.split_problem(text)
+        if text and args.collective != S.UNEVEN:
+            p.error(f"{flag} splits the blocks of {S.UNEVEN}, not {args.collective}")
+        if problem:
+            p.error(f"{flag} {problem}")
+    if args.collective == S.UNEVEN and (args.i or args.o):
+        try:
+            S.exchange(S.split_of(args.i), S.split_of(args.o), args.num_gpus * args.num_nodes)
+        except ValueError as exc:
+            p.error(f"--{'i' if args.i else 'o'}: {exc}")
+        if args.ss:
+            p.error("--ss: an all_to_allv given --i or --o exchanges those blocks, no list "
+                    "of sizes")
+    elif args.ss:  # PARAM's list of sizes instead of the sweep
         problem = S.sizes_problem(args.ss)
         if problem:
             p.error(f"--ss {problem}")

@@ -3,19 +3,27 @@ them. Framework-free: the driver and the report use it too.
 
 A measurement's size is the largest buffer a rank touches: the tensor of all_reduce,
 broadcast and reduce, the gathered output of all_gather and gather (on the root), the input
-that reduce_scatter and scatter (from the root) split, the buffer all_to_all exchanges.
+that reduce_scatter and scatter (from the root) split, the buffer all_to_all exchanges
+(all_to_allv: each rank's input, or with only an output split given, its output).
 Algorithm bandwidth is that size over the time; bus bandwidth scales it by the share of
 the data each rank must move over its link, so that it compares with the link's peak
 whatever the rank count (nccl-tests' PERFORMANCE.md): 2(n-1)/n for all_reduce, (n-1)/n for
-all_gather, reduce_scatter, all_to_all, gather and scatter, 1 for broadcast and reduce.
+all_gather, reduce_scatter, all_to_all(v), gather and scatter, 1 for broadcast and reduce.
+
+all_to_allv exchanges blocks of uneven sizes. Without splits its blocks are even (as
+PARAM's), over the same sweep as all_to_all; PARAM's ``--i`` (in_split) or ``--o``
+(out_split) gives one exchange instead, the same list on every rank, as PARAM's command
+line does: with an input split, rank r sends in_split[j] elements to rank j, so rank j
+receives in_split[j] from each rank; with an output split, rank r receives out_split[s]
+from rank s, so rank s sends out_split[s] to each (``exchange``).
 Point-to-point tests (``pt2pt``, PARAM's ``--pt2pt``) move one message of the size
 between two ranks: factor 1.
 """
 
 from __future__ import annotations
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
-               "reduce", "gather", "scatter", "pt2pt")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_allv",
+               "broadcast", "reduce", "gather", "scatter", "pt2pt")
 # PARAM's --pt2pt patterns: one2one, rank 0 with rank 1; pairwise, every rank of the first
 # half with its counterpart in the second (rank i with i + n/2: on two nodes of as many
 # GPUs, each GPU with the same GPU of the other node), all pairs at once.
@@ -26,7 +34,10 @@ ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter"})
 DATA_TYPES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int8": 1}
 # Collectives whose buffer is split into one piece per rank: its elements are a multiple
 # of the rank count.
-SPLIT = frozenset({"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"})
+SPLIT = frozenset({"all_gather", "reduce_scatter", "all_to_all", "all_to_allv", "gather",
+                   "scatter"})
+# The collective whose blocks may differ in size (PARAM's --i and --o).
+UNEVEN = "all_to_allv"
 # Of those, the ones whose input is one rank's piece of the measured buffer (gathered into
 # it), and the ones whose output is (scattered from it).
 PIECE_IN = frozenset({"all_gather", "gather"})
@@ -83,6 +94,55 @@ def sizes_problem(text: str) -> str | None:
     if len(items) > MAX_SIZES:
         return f"{len(items):,} message sizes (at most {MAX_SIZES:,})"
     return None
+
+
+def split_problem(text: str) -> str | None:
+    """Why an all_to_allv split (PARAM's --i or --o: elements per rank, comma-separated)
+    cannot run; None when it can (or is empty: even blocks)."""
+    if not text:
+        return None
+    items = [item.strip() for item in text.split(",")]
+    bad = next((item for item in items if not item.isdigit()), None)
+    if bad is not None:
+        return (f"{bad!r} is no count of elements (whole numbers, one per rank, separated "
+                "by commas: '1024,4096')")
+    if not any(int(item) for item in items):
+        return "every block is empty: nothing to exchange"
+    return None
+
+
+def split_of(text: str) -> list[int]:
+    return [int(item) for item in text.split(",")] if text else []
+
+
+def exchange(in_split: list[int], out_split: list[int], ranks: int
+             ) -> tuple[list[list[int]], list[list[int]]]:
+    """Every rank's input and output split (elements to and from each rank) of an
+    all_to_allv given one list for all ranks (see the module's text); a ``ValueError``
+    of one line where the lists cannot make one exchange among ``ranks``."""
+    for name, split in (("in_split", in_split), ("out_split", out_split)):
+        if split and len(split) != ranks:
+            raise ValueError(f"{name} has {len(split)} block(s) for {ranks} process(es) "
+                             "(num_gpus x num_nodes): one per rank")
+    if in_split and out_split and len(set(in_split) | set(out_split)) > 1:
+        raise ValueError("in_split and out_split disagree: with the same lists on every "
+                         "rank, rank j receives in_split[j] from each rank, so both must be "
+                         "one value repeated; give one of them")
+    if in_split:
+        return [list(in_split) for _ in range(ranks)], [[n] * ranks for n in in_split]
+    return [[n] * ranks for n in out_split], [list(out_split) for _ in range(ranks)]
+
+
+def even_exchange(count: int, ranks: int) -> tuple[list[list[int]], list[list[int]]]:
+    """all_to_allv without splits: a buffer of ``count`` elements in even blocks."""
+    blocks = [[count // ranks] * ranks for _ in range(ranks)]
+    return blocks, [list(b) for b in blocks]
+
+
+def split_bytes(in_split: list[int], out_split: list[int], data_type: str) -> int:
+    """The measured size of a given exchange: what each rank sends (or, given only an
+    output split, receives), as PARAM's size of --i or --o."""
+    return sum(in_split or out_split) * DATA_TYPES[data_type]
 
 
 def measurement_name(collective: str, size: int) -> str:

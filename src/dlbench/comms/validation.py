@@ -10,7 +10,9 @@ float32 hold exactly (bfloat16 up to 170 ranks) and int8 up to 84 ranks
 (``MAX_INT8_RANKS``). A point-to-point pair exchanges messages holding its sender's
 pattern (``fill`` and ``check`` given the rank's peer). A collective with a root is
 filled and checked given it: the root's pattern is the one a broadcast or scatter sends,
-and only the root receives a reduce or gather (the others' buffers are not checked).
+and only the root receives a reduce or gather (the others' buffers are not checked). An
+all_to_allv's blocks, even or not, follow all_to_all's pattern, placed by the rank's
+splits.
 Nothing here runs inside a timed region.
 """
 
@@ -34,9 +36,22 @@ def _message(i: Any, rank: int) -> Any:
     return ((rank + i) % _PERIOD + 1).float()
 
 
-def _sent(collective: str, i: Any, rank: int, ranks: int, chunk: int, root: int = 0) -> Any:
+def _blocks(i: Any, split: list[int]) -> tuple[Any, Any]:
+    """For elements ``i`` of a buffer in blocks of ``split`` elements: each one's block and
+    its place in it."""
+    import torch
+
+    sizes = torch.tensor(split, device=i.device)
+    ends = sizes.cumsum(0)
+    block = torch.bucketize(i, ends, right=True)
+    return block, i - (ends - sizes)[block]
+
+
+def _sent(collective: str, i: Any, rank: int, ranks: int, chunk: int, root: int = 0,
+          split: list[int] | None = None) -> Any:
     """What ``rank`` sends at input elements ``i`` (float32; ``chunk``: the elements of
-    one rank's share of the measured buffer; ``root``: the rank that broadcasts)."""
+    one rank's share of the measured buffer; ``root``: the rank that broadcasts; ``split``:
+    an all_to_allv's blocks to each rank)."""
     import torch
 
     if collective in ("all_gather", "gather", "pt2pt"):  # this rank's share; a message
@@ -45,18 +60,19 @@ def _sent(collective: str, i: Any, rank: int, ranks: int, chunk: int, root: int 
         return (1 + (i % 2) * (rank % 2)).float()
     if collective == "broadcast":
         return (i % _PERIOD + 1).float() if rank == root else torch.zeros_like(i).float()
-    block, k = i // chunk, i % chunk
+    block, k = _blocks(i, split) if split is not None else (i // chunk, i % chunk)
     if collective == "reduce_scatter":
         return (1 + ((block + k) % 2) * (rank % 2)).float()
     if collective == "scatter" and rank != root:
         return torch.zeros_like(i).float()  # only the root's buffer is sent
-    # all_to_all, and scatter from the root: block j to rank j
+    # all_to_all(v), and scatter from the root: block j to rank j
     return ((rank + 2 * block + k) % _PERIOD + 1).float()
 
 
 def _received(collective: str, i: Any, rank: int, ranks: int, chunk: int,
-              root: int = 0) -> Any:
-    """What ``rank``'s result buffer must hold at elements ``i`` (float32)."""
+              root: int = 0, split: list[int] | None = None) -> Any:
+    """What ``rank``'s result buffer must hold at elements ``i`` (float32; ``split``: an
+    all_to_allv's blocks from each rank)."""
     odd_ranks = ranks // 2  # those adding one where the pattern says so
     if collective in ("all_reduce", "reduce"):  # reduce: on the root, the one checked
         return (ranks + (i % 2) * odd_ranks).float()
@@ -66,10 +82,10 @@ def _received(collective: str, i: Any, rank: int, ranks: int, chunk: int,
         return (ranks + ((rank + i) % 2) * odd_ranks).float()
     if collective == "scatter":  # the root's block for this rank
         return ((root + 2 * rank + i) % _PERIOD + 1).float()
-    source, k = i // chunk, i % chunk
+    source, k = _blocks(i, split) if split is not None else (i // chunk, i % chunk)
     if collective in ("all_gather", "gather"):  # gather: on the root, the one checked
         return ((source + k) % _PERIOD + 1).float()
-    return ((source + 2 * rank + k) % _PERIOD + 1).float()  # all_to_all
+    return ((source + 2 * rank + k) % _PERIOD + 1).float()  # all_to_all(v)
 
 
 def sent(collective: str, count: int, rank: int, ranks: int, root: int = 0) -> Any:
@@ -93,16 +109,18 @@ def _spans(n: int):
         yield start, min(n, start + CHUNK)
 
 
-def fill(collective: str, buffers: tuple, rank: int, ranks: int, root: int = 0) -> None:
+def fill(collective: str, buffers: tuple, rank: int, ranks: int, root: int = 0,
+         splits: tuple[list[int], list[int]] | None = None) -> None:
     """Put the pattern into the input buffer and clear the output one (in place);
-    ``root``: the rank that broadcasts."""
+    ``root``: the rank that broadcasts; ``splits``: an all_to_allv's blocks on this rank."""
     import torch
 
     source, target = buffers
     chunk = _count(collective, source, ranks) // ranks
+    split = splits[0] if splits is not None else None
     for start, stop in _spans(source.numel()):
         i = torch.arange(start, stop, device=source.device)
-        source[start:stop].copy_(_sent(collective, i, rank, ranks, chunk, root))
+        source[start:stop].copy_(_sent(collective, i, rank, ranks, chunk, root, split))
     if target is not None:
         target.zero_()
 
@@ -130,7 +148,8 @@ class Check:
 
 
 def check(collective: str, buffers: tuple, rank: int, ranks: int,
-          peer: int | None = None, root: int = 0) -> Check:
+          peer: int | None = None, root: int = 0,
+          splits: tuple[list[int], list[int]] | None = None) -> Check:
     """Compare ``rank``'s result buffer with what the collective must give (pt2pt: what
     ``peer`` sent; reduce: only on ``root``), a span at a time on its device. Whole-number types are compared exactly;
     floating types with a margin of ``ranks`` units in the last place (a reduction's order
@@ -142,8 +161,9 @@ def check(collective: str, buffers: tuple, rank: int, ranks: int,
     if collective in ("reduce", "gather") and rank != root:
         return Check(rank, 0, 0)  # only the root receives; the others' buffers are scratch
     chunk = _count(collective, source, ranks) // ranks
+    split = splits[1] if splits is not None else None
     return _compare(result_buffer(collective, buffers), rank, ranks,
-                    lambda i: _received(collective, i, rank, ranks, chunk, root))
+                    lambda i: _received(collective, i, rank, ranks, chunk, root, split))
 
 
 def check_pt2pt(buffers: tuple, rank: int, peer: int | None) -> Check:

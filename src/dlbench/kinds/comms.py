@@ -10,7 +10,14 @@ from typing import Any
 from dlbench import axes, frameworks
 from dlbench.axes import AxisError
 from dlbench.comms.overlap import NO_KERNEL
-from dlbench.comms.sizes import pt2pt_problem, root_problem, sweep_problem
+from dlbench.comms.sizes import (
+    UNEVEN,
+    exchange,
+    pt2pt_problem,
+    root_problem,
+    split_of,
+    sweep_problem,
+)
 from dlbench.comms.validation import MAX_INT8_RANKS
 from dlbench.kinds import CellKind
 
@@ -62,6 +69,17 @@ class CommsKind(CellKind):
             raise AxisError("validate", f"int8 sums of {ranks} processes overflow the check's "
                                         f"values (at most {MAX_INT8_RANKS}): validate with "
                                         "another data_type")
+        splits = {axis: split_of(params.get(axis) or "") for axis in ("in_split", "out_split")}
+        if params["collective"] == UNEVEN and any(splits.values()):
+            try:
+                exchange(splits["in_split"], splits["out_split"], ranks)
+            except ValueError as exc:
+                axis = "in_split" if splits["in_split"] else "out_split"
+                raise AxisError(axis, str(exc)) from None
+            if params.get("message_sizes"):
+                raise AxisError("message_sizes", "an all_to_allv given in_split or out_split "
+                                                 "exchanges those blocks: no list of sizes")
+            return  # one exchange (the splits' forms checked with the axes), no sweep
         if params.get("message_sizes"):
             return  # a list of sizes (its form checked with the axis), no sweep
         if params["begin_size"] > params["end_size"]:

@@ -104,7 +104,7 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
         "comms-bandwidth", "Collectives: bandwidth and time against message size",
         "Top: bus bandwidth, the message size over the median time scaled by the share each "
         "process moves over its link (nccl-tests: 2(n-1)/n for all_reduce, (n-1)/n for "
-        "all_gather, reduce_scatter, all_to_all, gather and scatter, 1 for broadcast, "
+        "all_gather, reduce_scatter, all_to_all(v), gather and scatter, 1 for broadcast, "
         "reduce and "
         "point-to-point; 0 for one process). "
         "Bottom: the median time of one collective, whisker to p95, the slowest process's "
