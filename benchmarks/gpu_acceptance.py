@@ -180,6 +180,9 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
     # The same sweep beside bf16 GEMMs on a stream of their own (PARAM's comms-compute).
     plan.runner(f"comms_nccl{most}_gemm", *comms, f"--num_gpus={most}", "--kernel=gemm",
                 "--num-compute=10", "--mm-dim=4096", "--comp-data-type=bfloat16")
+    # And beside 64 MiB host-to-device copies from pinned memory (PCIe or C2C traffic).
+    plan.runner(f"comms_nccl{most}_h2d", *comms, f"--num_gpus={most}", "--kernel=h2d",
+                "--num-compute=4", "--mm-dim=4096", "--comp-data-type=float32")
     from dlbench import study
 
     (cell,) = study.expand_config({"studies": {"gpu-check": {"grid": {
@@ -384,33 +387,36 @@ def overlap_check(blocking: dict[str, Any] | None, nonblocking: dict[str, Any] |
                  f"({ratio:.2f}x)", {"blocking_s": times[0], "nonblocking_s": times[1]})
 
 
-def compute_overlap_check(res: dict[str, Any] | None) -> Check:
-    """A collective sweep beside bf16 GEMMs on their own stream: the GEMMs timed alone and
-    beside every size. Its figure: their TFLOP/s alone, their slowdown beside the largest
-    size, and there the iteration's time against its two parts one after the other (less:
-    the streams ran together)."""
-    title = "GEMMs beside NCCL collectives (comms-compute)"
+def compute_overlap_check(res: dict[str, Any] | None, kernel: str = "gemm") -> Check:
+    """A collective sweep beside bf16 GEMMs (or host-to-device copies) on their own stream:
+    the kernels timed alone and beside every size. Its figure: their TFLOP/s (a copy's
+    GB/s) alone, their slowdown beside the largest size, and there the iteration's time
+    against its two parts one after the other (less: the streams ran together)."""
+    gemm = kernel == "gemm"
+    title = ("GEMMs" if gemm else f"{kernel} copies") + " beside NCCL collectives (comms-compute)"
     if res and res.get("status") == "not_run":
         return Check(title, "skip", res["error"])
     extra = (res or {}).get("extra") or {}
     alone, sizes = extra.get("compute_alone") or {}, (res or {}).get("measurements") or []
     beside = [(m.get("extra") or {}).get("compute_overlapped") or {} for m in sizes]
-    ok = bool(res) and res.get("status") == "ok" and bool(sizes) \
-        and (alone.get("tflops") or 0) > 0 and all((b.get("slowdown") or 0) > 0 for b in beside)
+    rate = alone.get("tflops" if gemm else "gbps") or 0
+    ok = bool(res) and res.get("status") == "ok" and bool(sizes) and rate > 0 \
+        and all((b.get("slowdown") or 0) > 0 for b in beside)
     if not ok:
         return Check(title, verdict(False if res else None),
                      (res or {}).get("error") or ("no result" if not res else
-                                                  "no GEMM times beside the collectives"))
+                                                  f"no {kernel} times beside the collectives"))
     last, slowdown = sizes[-1], beside[-1]["slowdown"]
     parts = last["time_s"]["median"] * extra.get("collectives_per_iteration", 1) \
         + beside[-1]["time_s"]["median"]
     iteration = last["extra"]["iteration_time_s"]["median"]
     return Check(title, "pass",
-                 f"GEMM alone {alone['tflops']:,.0f} TFLOP/s; beside "
+                 f"{'GEMM' if gemm else kernel} alone {rate:,.0f} "
+                 f"{'TFLOP/s' if gemm else 'GB/s'}; beside "
                  f"{last['bytes_per_iteration'] / 2**20:g} MiB all_reduce {slowdown:.2f}x its "
                  f"time; iteration {iteration * 1e3:,.2f} ms against {parts * 1e3:,.2f} ms "
                  "of its parts one after the other",
-                 {"tflops_alone": alone["tflops"], "slowdown": [b["slowdown"] for b in beside],
+                 {"rate_alone": rate, "slowdown": [b["slowdown"] for b in beside],
                   "iteration_s": iteration, "parts_s": parts})
 
 
@@ -633,8 +639,9 @@ def run_all(plan: Plan, gpus: int, budget: float,
         checks.append(Check("DDP 2 GPUs over NCCL", "skip", f"{gpus} GPU on this machine"))
     checks += [comms_check(name, results.get(name)) for name in plan.commands
                if name.startswith("comms_")]
-    checks += [compute_overlap_check(results.get(n)) for n in plan.commands
-               if n.startswith("comms_") and n.endswith("_gemm")]
+    checks += [compute_overlap_check(results.get(n), n.rpartition("_")[2])
+               for n in plan.commands
+               if n.startswith("comms_") and n.endswith(("_gemm", "_h2d"))]
     overlapped = [n for n in plan.commands if n.startswith("comms_") and "_nonblocking" in n]
     checks += [overlap_check(results.get(n.removesuffix("_nonblocking")), results.get(n))
                for n in overlapped]

@@ -37,6 +37,25 @@ def test_the_kernels_compute_what_they_count_into_their_own_buffer():
     assert add.run().dtype == torch.bfloat16 and (add.flops, add.bytes) == (16, 3 * 16 * 2)
     copy = overlap.kernel("copy", 4, "float32", torch.device("cpu"))
     assert (copy.flops, copy.bytes) == (0, 2 * 16 * 4)
+
+
+@pytest.mark.parametrize(("name", "want", "flops", "moved"), [
+    ("add", lambda a, b: a + b, 16, 3), ("sub", lambda a, b: a - b, 16, 3),
+    ("add_num", lambda a, b: a + 20, 16, 2), ("sub_num", lambda a, b: a - 20, 16, 2),
+    ("copy", lambda a, b: a, 0, 2), ("d2h", lambda a, b: a, 0, 1),
+    ("h2d", lambda a, b: a, 0, 1)])
+def test_params_other_kernels_compute_what_they_count(name, want, flops, moved):
+    """PARAM's elementwise kernels and copies (d2h and h2d between this CPU's buffers:
+    their pinned host buffer and asynchronous copy on a GPU are not exercised here)."""
+    import torch
+
+    torch.manual_seed(5)
+    work = overlap.kernel(name, 4, "float64", torch.device("cpu"))
+    torch.manual_seed(5)  # the operands again, as the kernel drew them
+    a, b = torch.rand(4, 4, dtype=torch.float64), torch.rand(4, 4, dtype=torch.float64)
+    out = work.run()
+    assert torch.equal(out, want(a, b)) and out.data_ptr() == work.run().data_ptr()
+    assert (work.flops, work.bytes) == (flops, moved * 16 * 8)
     with pytest.raises(ValueError, match="unknown compute kernel 'conv'"):
         overlap.kernel("conv", 4, "float32", torch.device("cpu"))
 

@@ -42,7 +42,8 @@ def test_dry_mode_builds_every_command_and_the_runners_accept_them(tmp_path):
                  "aggregate", "report",
                  "llm_train_gpt2_xl", "llm_train_llama3_8b", "llm_serve_b1", "llm_serve_b32",
                  "llm_bare", "comms_nccl1", "comms_nccl2", "comms_nccl2_nonblocking",
-                 "comms_nccl2_pt2pt", "comms_nccl2_gemm", "comms_nccl2_a2av"):
+                 "comms_nccl2_pt2pt", "comms_nccl2_gemm", "comms_nccl2_a2av",
+                 "comms_nccl2_h2d"):
         assert name in plan
     assert plan["llm_serve_b32"][2] == "dlbench.llm" and "--batch_size=32" in plan["llm_serve_b32"]
     assert "--cuda-l2-cache" in plan["op_add_l2_off"] and "--cuda-graph" in \
@@ -388,6 +389,14 @@ def test_collectives_beside_gemms_are_checked_for_both_parts_times(gpu_acceptanc
     assert (failed.verdict, failed.figure) == ("fail", "x")
     assert gpu_acceptance.comms_check("comms_nccl1_gemm", res).name == \
         "all_reduce over NCCL, 1 GPU(s), gemm"
+    # beside host-to-device copies: their GB/s alone, not TFLOP/s (a copy has none)
+    assert "--kernel=h2d" in one.commands["comms_nccl1_h2d"]
+    copies = {**res, "extra": {**res["extra"], "compute_alone": {"tflops": 0.0,
+                                                                 "gbps": 52.0}}}
+    check = gpu_acceptance.compute_overlap_check(copies, "h2d")
+    assert check.verdict == "pass" and check.figure.startswith("h2d alone 52 GB/s; beside")
+    assert check.name == "h2d copies beside NCCL collectives (comms-compute)"
+    assert gpu_acceptance.compute_overlap_check(copies).verdict == "fail"  # no TFLOP/s
 
 
 def test_params_ncu_batch_needs_every_launch_to_exit_0_and_log_kernels(gpu_acceptance,

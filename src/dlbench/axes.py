@@ -358,8 +358,9 @@ TABLE: tuple[Axis, ...] = (
     # overlapped with num_compute kernels on mm_dim x mm_dim operands, each part timed.
     Axis("compute_kernel", str, NO_KERNEL, kinds=(_COMMS,), choices=(NO_KERNEL, *KERNELS),
          since=3, applies=_collective, flags={_COMMS: Flag("--kernel")},
-         help="none: the collectives alone; gemm, add or copy: that kernel computing "
-              "beside them in every iteration (PARAM's --mode comms-compute)"),
+         help="none: the collectives alone; gemm, add, sub, add_num, sub_num, copy, d2h "
+              "or h2d: that kernel computing (or copying) beside them in every iteration "
+              "(PARAM's --mode comms-compute)"),
     Axis("num_compute", int, 100, kinds=(_COMMS,), minimum=1, since=3, applies=_computing,
          flags={_COMMS: Flag("--num-compute")},
          help="compute kernels in each iteration beside its collectives"),

@@ -2,8 +2,13 @@
 comms-compute --kernel K --num-compute N --mm-dim D --comp-data-type T``).
 
 Each measured iteration issues the size's collectives (one, or ``window`` of them when
-non-blocking) without waiting, then ``num_compute`` compute kernels (a square GEMM, an
-elementwise add or a copy of ``mm_dim`` x ``mm_dim`` elements), and waits for both. On a
+non-blocking) without waiting, then ``num_compute`` compute kernels on ``mm_dim`` x
+``mm_dim`` elements (PARAM's, but for the embedding lookup, which needs FBGEMM: a square
+GEMM; an elementwise add or sub of two operands, add_num or sub_num of one and a number;
+a copy on the device; d2h or h2d, a copy to or from a pinned host buffer, the traffic a
+training step's offloading or input pipeline puts beside its collectives), and waits for
+both. PARAM's d2h and h2d allocate their destination in every run (d2h in pageable
+memory, which makes the copy wait); here both buffers are made once, the host one pinned. On a
 GPU the kernels run on a stream of their own beside NCCL's, as a training step overlaps
 its gradients' all_reduce with the backward pass; on a CPU they run on the rank's thread
 while gloo's threads communicate. Each part is timed on its own inside the iteration (CUDA
@@ -21,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-KERNELS = ("gemm", "add", "copy")
+KERNELS = ("gemm", "add", "sub", "add_num", "sub_num", "copy", "d2h", "h2d")
+NUMBER = 20  # what add_num and sub_num add or take away (PARAM's)
 NO_KERNEL = "none"  # the compute_kernel of a collective timed on its own
 COMPUTE_DATA_TYPES = ("float32", "float16", "bfloat16", "float64")
 
@@ -33,7 +39,9 @@ class Kernel:
     name: str
     run: Callable[[], None]
     flops: float  # floating-point operations of one run (0 for a copy)
-    bytes: float  # bytes one run reads and writes (the minimum: each operand once)
+    # bytes one run reads and writes (the minimum: each operand once); a transfer between
+    # host and device: the bytes crossing the link
+    bytes: float
 
 
 def kernel(name: str, dim: int, data_type: str, device: Any) -> Kernel:
@@ -49,10 +57,24 @@ def kernel(name: str, dim: int, data_type: str, device: Any) -> Kernel:
     if name == "gemm":
         return Kernel(name, lambda: torch.matmul(a, b, out=out), 2.0 * square * dim,
                       3 * square * element)
-    if name == "add":
-        return Kernel(name, lambda: torch.add(a, b, out=out), square, 3 * square * element)
+    if name in ("add", "sub"):
+        op = torch.add if name == "add" else torch.sub
+        return Kernel(name, lambda: op(a, b, out=out), square, 3 * square * element)
+    if name in ("add_num", "sub_num"):
+        op = torch.add if name == "add_num" else torch.sub
+        return Kernel(name, lambda: op(a, NUMBER, out=out), square, 2 * square * element)
     if name == "copy":
         return Kernel(name, lambda: out.copy_(a), 0.0, 2 * square * element)
+    if name in ("d2h", "h2d"):
+        # Pinned (page-locked) where there is a GPU, so that the copy is an asynchronous
+        # DMA on the kernels' stream.
+        host = torch.empty(dim, dim, dtype=dtype, pin_memory=device.type == "cuda")
+        if name == "d2h":
+            return Kernel(name, lambda: host.copy_(a, non_blocking=True), 0.0,
+                          square * element)
+        host.copy_(a)
+        return Kernel(name, lambda: out.copy_(host, non_blocking=True), 0.0,
+                      square * element)
     raise ValueError(f"unknown compute kernel {name!r} (valid: {', '.join(KERNELS)})")
 
 

@@ -21,7 +21,8 @@ launch of each overlapping the transfer before it.
 between pairs of ranks instead: a size's latency, unidirectional and bidirectional
 bandwidth, each a measurement (dlbench.comms.pt2pt).
 
-``--kernel gemm|add|copy`` (or PARAM's ``--mode comms-compute``, whose kernel is gemm)
+``--kernel gemm|add|sub|add_num|sub_num|copy|d2h|h2d`` (or PARAM's ``--mode
+comms-compute``, whose kernel is gemm)
 overlaps each iteration's collectives with ``--num-compute`` runs of the kernel on
 ``--mm-dim`` square operands of ``--comp-data-type``: a size's measurement is then the
 collectives' own part of the overlapped iterations, and its extra the computation's,
