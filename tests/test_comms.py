@@ -641,7 +641,6 @@ def test_one_split_for_every_rank_makes_one_exchange_as_params_command_line_does
         S.exchange([1, 2, 3], [], 2)
     with pytest.raises(ValueError, match="in_split and out_split disagree"):
         S.exchange([1, 2], [1, 2], 2)
-    assert S.split_bytes([1, 0, 3], [], "float16") == 8
     assert S.split_problem("1,x").startswith("'x' is no count of elements")
     assert S.split_problem("0,0") == "every block is empty: nothing to exchange"
     assert S.split_problem("") is None and S.split_problem("0,7") is None

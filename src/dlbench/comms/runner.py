@@ -265,9 +265,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     dtype = getattr(torch, args.data_type)
     given = _given_exchange(args, ranks)  # an all_to_allv's uneven blocks (--i, --o)
-    if given:
-        counts = [S.split_bytes(S.split_of(args.i), S.split_of(args.o), args.data_type)
-                  // S.DATA_TYPES[args.data_type]]
+    if given:  # one size: what each rank sends (or, given only --o, receives)
+        counts = [sum(S.split_of(args.i) or S.split_of(args.o))]
     else:
         sizes = (S.explicit_sizes(args.ss) if args.ss
                  else S.sweep(args.b, args.e, args.f, args.sb))

@@ -139,12 +139,6 @@ def even_exchange(count: int, ranks: int) -> tuple[list[list[int]], list[list[in
     return blocks, [list(b) for b in blocks]
 
 
-def split_bytes(in_split: list[int], out_split: list[int], data_type: str) -> int:
-    """The measured size of a given exchange: what each rank sends (or, given only an
-    output split, receives), as PARAM's size of --i or --o."""
-    return sum(in_split or out_split) * DATA_TYPES[data_type]
-
-
 def measurement_name(collective: str, size: int) -> str:
     """A collective measurement's name: "<collective>|<message bytes>" (the bytes it moves
     per time may differ: a bidirectional point-to-point test's count both ways)."""
