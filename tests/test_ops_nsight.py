@@ -211,6 +211,8 @@ def test_a_batch_runs_its_inputs_from_shared_memory_or_a_file(tmp_path, caplog):
      "run_options.warmup: -1 is no count of iterations"),
     (json.dumps(batch_config(run_options={"device": "tpu"})),
      "run_options.device: unknown device 'tpu'"),
+    (json.dumps(batch_config(run_options={"device": "cpu", "compile": "jit"})),
+     "run_options.compile: 'jit' is none of eager, "),
 ])
 def test_a_batch_config_that_cannot_run_is_one_line_and_exit_code_2(tmp_path, capsys,
                                                                     config, message):

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from dlbench import axes
 from dlbench.cellrun import one_line
 from dlbench.ops import grammar, iterators, output, registry
 from dlbench.ops.configfile import json_type, shown
@@ -90,11 +91,15 @@ def options(run_options: dict[str, Any]) -> ExecOptions:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise BatchError(f"{where}.{key}: {value!r} is no count of iterations")
         counts[key] = value
+    compile_mode = run_options.get("compile") or "eager"
+    if compile_mode not in axes.compile_modes("ops"):
+        raise BatchError(f"{where}.compile: {compile_mode!r} is none of "
+                         f"{', '.join(axes.compile_modes('ops'))}")
     return ExecOptions(device=torch_device, warmup=counts["warmup"],
                        iterations=counts["iteration"],
                        backward=run_options.get("pass_type") == "backward", exec_mode=mode,
                        cuda_l2_cache=bool(run_options.get("cuda_l2_cache", False)),
-                       compile=run_options.get("compile") or "eager")
+                       compile=compile_mode)
 
 
 def run_batch(config: Any) -> int:
