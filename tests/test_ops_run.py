@@ -310,6 +310,22 @@ def test_each_inputs_calls_run_inside_the_ranges_the_profiling_jobs_select(tmp_p
                       "param_bench:measure"] * inputs
 
 
+def test_et_writes_pytorchs_execution_trace_of_the_run(tmp_path):
+    """PARAM's --et: PyTorch's execution trace (the JSON Chakra and PARAM's et_replay
+    read) of the whole run, each measured call a node; PARAM's JSON-lines file as without."""
+    _, lines, res = run_ops(tmp_path, PARAM_CONFIGS / "simple_add.json", "--et", "-w", "1",
+                            "-i", "3")
+    et_file = tmp_path / "out_et.json"
+    trace = json.loads(et_file.read_text())
+    assert {"schema", "nodes"} <= trace.keys()
+    names = [node["name"] for node in trace["nodes"]]
+    assert "[param|cpu]" in names and names.count("aten::add") >= 1 + 3
+    assert res["extra"]["et_file"] == str(et_file) and res["status"] == "ok"
+    assert not any("et_file" in line for line in lines)
+    _, _, plain = run_ops(tmp_path, PARAM_CONFIGS / "simple_add.json", prefix="plain")
+    assert plain["extra"]["et_file"] is None and not (tmp_path / "plain_et.json").exists()
+
+
 # -- PARAM's whole-model configs (every config's own test: test_param_configs.py) ------
 
 

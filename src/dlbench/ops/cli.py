@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "inductor-cudagraphs (= --pt2-model --cuda-graph).")
     p.add_argument("-p", "--profile", action="store_true",
                    help="Enable the torch profiler; trace to <prefix>_trace.json.")
+    p.add_argument("--et", action="store_true",
+                   help="Collect PyTorch's execution trace of the run into <prefix>_et.json "
+                        "(what PARAM's et_replay and Chakra read)."),
     p.add_argument("-l", "--log-level", default="INFO", help="Log output verbosity.")
     p.add_argument("--version", action="store_true", help="Print version.")
     p.add_argument("--output", default=None, help="dlbench result JSON path")
@@ -239,6 +243,24 @@ def batch_environment(args: argparse.Namespace, device: torch.device) -> dict[st
         index, torch.cuda.device_count(), os.environ.get("CUDA_VISIBLE_DEVICES"))}
 
 
+@contextlib.contextmanager
+def execution_trace(path: str | None) -> Iterator[None]:
+    """PARAM's --et: PyTorch's execution trace observer around the run, its JSON written
+    to ``path`` when it stops (nothing when ``path`` is None)."""
+    if path is None:
+        yield
+        return
+    observer = torch.profiler.ExecutionTraceObserver()
+    observer.register_callback(path)
+    observer.start()
+    try:
+        yield
+    finally:
+        observer.stop()
+        observer.unregister_callback()
+        log.info("execution trace: %s", path)
+
+
 def configure_logging(level_name: str) -> None:
     level = logging.getLevelName(level_name.upper())
     if not isinstance(level, int):
@@ -334,8 +356,9 @@ def run(args: argparse.Namespace, device: torch.device, res: dict[str, Any]) -> 
             if device.type == "cuda":
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
             profiler = torch.profiler.profile(activities=activities)
-        with (profiler as prof, torch.autograd.profiler.record_function(f"[param|{device}]"),
-              mon):
+        et_file = f"{args.output_prefix}_et.json" if args.et else None
+        with (execution_trace(et_file), profiler as prof,
+              torch.autograd.profiler.record_function(f"[param|{device}]"), mon):
             bench.run(bench_config)
         if bench.nsight is not None:
             bench.nsight.run()
@@ -348,7 +371,8 @@ def run(args: argparse.Namespace, device: torch.device, res: dict[str, Any]) -> 
     log.info("benchmark result: %s", jsonl_path)
 
     res["measurements"] = bench.measurements
-    res["extra"] = {"jsonl": jsonl_path, "trace_file": trace_file, "errors": bench.errors,
+    res["extra"] = {"jsonl": jsonl_path, "trace_file": trace_file, "et_file": et_file,
+                    "errors": bench.errors,
                     "inputs_run": bench.inputs_run, "run_options": {
                         k: v for k, v in options_record.items() if k != "cmd_args"}}
     if bench.nsight is not None:
