@@ -24,6 +24,7 @@ import torch
 from dlbench import axes
 from dlbench.cellrun import one_line
 from dlbench.ops import grammar, iterators, output, registry
+from dlbench.ops.cli import parse_device
 from dlbench.ops.configfile import json_type, shown
 from dlbench.ops.grammar import SpecError
 from dlbench.ops.registry import OpError
@@ -79,9 +80,9 @@ def options(run_options: dict[str, Any]) -> ExecOptions:
     where = "run_options"
     device = field(run_options, "device", str, where)
     try:
-        torch_device = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise BatchError(f"{where}.device: unknown device {device!r}") from None
+        torch_device = parse_device(device)  # the runner's own reading of -d
+    except ValueError as exc:
+        raise BatchError(f"{where}.device: {exc}") from None
     mode = run_options.get("op_exec_mode", "discrete")
     if mode not in EXEC_MODES:
         raise BatchError(f"{where}.op_exec_mode: {mode!r} is none of {', '.join(EXEC_MODES)}")

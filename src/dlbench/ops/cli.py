@@ -196,17 +196,18 @@ def run_options(args: argparse.Namespace, device: torch.device) -> dict[str, Any
     }
 
 
-def nsight_launches(args: argparse.Namespace, device: torch.device) -> list[nsight.Launch]:
-    """The tools asked for, their binaries found and args files read before anything
-    runs (a missing binary is one line, not a run measured in vain)."""
+def nsight_launches(args: argparse.Namespace, device: torch.device,
+                    options_record: dict[str, Any]) -> list[nsight.Launch]:
+    """The tools asked for, their binaries found before anything runs (a missing binary is
+    one line, not a run measured in vain); their args files' text as the run options
+    record read it."""
     launches = []
     for name, asked in (("ncu", args.ncu), ("nsys", args.nsys)):
         if not asked:
             continue
         tool = nsight.TOOLS[name]
         binary = nsight.executable(f"--{name}-bin", name, getattr(args, f"{name}_bin"))
-        flag = f"--{name}-args-file"
-        extra = nsight.words(flag, read_args_file(flag, getattr(args, f"{name}_args_file")))
+        extra = nsight.words(f"--{name}-args-file", options_record[f"{name}_args"])
         warmup, iteration = (getattr(args, f"{name}_{key}") for key in ("warmup", "iteration"))
         launches.append(nsight.Launch(tool, binary, extra,
                                       tool.warmup if warmup is None else warmup,
@@ -328,7 +329,7 @@ def run(args: argparse.Namespace, device: torch.device, res: dict[str, Any]) -> 
             device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
     options_record = run_options(args, device)
-    launches = nsight_launches(args, device)
+    launches = nsight_launches(args, device, options_record)
     if launches:  # checked before anything runs, like the binaries
         batch_cmd, batch_env = batch_command(args), batch_environment(args, device)
     if device.type == "cuda" and args.cuda_l2_cache == "off" and args.exec_mode != "discrete":
