@@ -1,4 +1,4 @@
-"""Work per call of an operator input: FLOPs (torch's FlopCounterMode) and bytes.
+"""Work per call of an operator input: FLOPs (dlbench.flop_counter) and bytes.
 
 The count runs one extra, untimed forward (and backward) pass. It runs on the ``meta``
 device where the operator allows it (shapes only, no arithmetic, so counting a large
@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
+from dlbench import flop_counter
 from dlbench.ops.grammar import tensors_in
 from dlbench.ops.modes import grad_targets
 from dlbench.ops.registry import Operator, grad_mode
@@ -52,7 +52,7 @@ def count(op: Operator, args: list[Any], kwargs: dict[str, Any], backward: bool
     leaves += op.trainable()
     result: dict[str, dict[str, float | None]] = {}
     with grad_mode(op):
-        with FlopCounterMode(display=False) as counter:
+        with flop_counter.counter() as counter:
             out = fn(*fargs, **fkwargs)
         result["forward"] = {"flops": float(counter.get_total_flops()) or None,
                              "bytes": float(forward_bytes(inputs, tensors_in([out]))) or None}
@@ -61,7 +61,7 @@ def count(op: Operator, args: list[Any], kwargs: dict[str, Any], backward: bool
             grads = [torch.ones_like(t) for t in targets]
             for leaf in leaves:
                 leaf.grad = None
-            with FlopCounterMode(display=False) as counter:
+            with flop_counter.counter() as counter:
                 torch.autograd.backward(targets, grads)
             produced = [leaf.grad for leaf in leaves if leaf.grad is not None]
             moved = sum(nbytes(g) for g in grads) + sum(nbytes(g) for g in produced)

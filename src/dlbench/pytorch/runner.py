@@ -104,9 +104,9 @@ def precision_native(precision: str, device: Any) -> bool | None:
 
 
 def count_flops(step: Callable[..., None], batch: Any) -> float | None:
-    from torch.utils.flop_counter import FlopCounterMode
+    from dlbench import flop_counter
 
-    counter = FlopCounterMode(display=False)
+    counter = flop_counter.counter()
     with counter:
         step(*batch)
     total = counter.get_total_flops()

@@ -1,0 +1,76 @@
+"""dlbench.flop_counter: grouped-query attention counted as its kernels compute it.
+
+The fused attention operators run here on the meta device (shapes only); their CUDA
+kernels are not exercised. torch releases before 2.12 (the lent GPU machine's 2.11) assert
+equal query and key/value heads in their formulas; that rule is put in place by
+monkeypatching, so the tests fail wherever torch's own formula is used instead of ours.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.utils.flop_counter as torch_flops
+
+from dlbench import flop_counter
+
+B, HQ, HKV, S, D = 2, 8, 2, 128, 64
+
+
+def strict(count):
+    """torch 2.11's formula: keys and values with as many heads as the queries."""
+    def checked(*shapes):
+        if len({tuple(shape)[1] for shape in shapes}) != 1:
+            raise AssertionError("sdpa_flop_count: query/key/value shapes are incompatible")
+        return count(*shapes)
+    return checked
+
+
+@pytest.fixture
+def torch_2_11(monkeypatch):
+    monkeypatch.setattr(torch_flops, "sdpa_flop_count", strict(torch_flops.sdpa_flop_count))
+    monkeypatch.setattr(torch_flops, "sdpa_backward_flop_count",
+                        strict(torch_flops.sdpa_backward_flop_count))
+
+
+def meta(*shape):
+    return torch.empty(*shape, device="meta", dtype=torch.bfloat16)
+
+
+CALLS = {
+    "_scaled_dot_product_flash_attention": lambda op, q, kv: op(q, kv, kv),
+    "_scaled_dot_product_efficient_attention": lambda op, q, kv: op(q, kv, kv, None, True),
+    "_scaled_dot_product_cudnn_attention": lambda op, q, kv: op(q, kv, kv, None, True, 0.0,
+                                                                False, False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_grouped_query_attention_counts_as_keys_broadcast_to_the_query_heads(torch_2_11,
+                                                                             name):
+    """8 query heads over 2 key/value heads: two matmuls of every query head, 4·B·H·S²·D,
+    where torch's formula (made strict as in 2.11) raises."""
+    op = getattr(torch.ops.aten, name)
+    q, kv = meta(B, HQ, S, D), meta(B, HKV, S, D)
+    with flop_counter.counter() as counter:
+        CALLS[name](op, q, kv)
+    assert counter.get_total_flops() == 4 * B * HQ * S * S * D
+    with pytest.raises(AssertionError, match="incompatible"), \
+            torch_flops.FlopCounterMode(display=False):
+        CALLS[name](op, q, kv)
+
+
+def test_the_backward_counts_five_matmuls_of_every_query_head(torch_2_11):
+    """The backward recomputes the scores and takes four gradient matmuls: 10·B·H·S²·D."""
+    registry = flop_counter.counter().flop_registry
+    grad, q, kv = meta(B, HQ, S, D), meta(B, HQ, S, D), meta(B, HKV, S, D)
+    for name in CALLS:
+        formula = registry[getattr(torch.ops.aten, f"{name}_backward")]
+        assert formula(grad, q, kv, kv, out_val=None) == 10 * B * HQ * S * S * D
+    equal = registry[torch.ops.aten._scaled_dot_product_flash_attention]
+    assert equal(q, q, q, out_val=None) == 4 * B * HQ * S * S * D  # no groups: as before
+
+
+def test_heads_that_do_not_group_are_refused_in_one_line():
+    with pytest.raises(ValueError, match="8 query heads are not a multiple of 3 key/value"):
+        flop_counter.attention_flops((B, 8, S, D), (B, 3, S, D), (B, 3, S, D))
