@@ -16,11 +16,12 @@ from multiprocessing import shared_memory
 from pathlib import Path
 
 import pytest
+import torch
 
 from dlbench import result as R
 from dlbench.cellrun import CellError
 from dlbench.ops import batch, nsight
-from dlbench.ops.cli import main
+from dlbench.ops.cli import bind_cuda, main
 
 STAND_IN = '''#!{python}
 import json, os, subprocess, sys
@@ -92,18 +93,35 @@ def test_ncu_runs_each_batch_of_a_builds_inputs_under_a_stand_in_with_params_opt
     assert first["config"]["op_name"] == "torch.add"
     assert first["config"]["config_build_id"] == "0|0"
     seen = json.loads(Path(first["ncu_file"]).read_text())
-    assert seen["argv"][:10] == ["--log-file", first["ncu_file"], "--csv",
-                                 "--app-replay-buffer", "file", "--nvtx", "--nvtx-include",
-                                 "param_bench:measure/", "--target-processes", "all"]
-    assert seen["argv"][10:12] == ["--metrics", "dram__bytes.sum,lts__t_bytes.sum"]
-    assert seen["argv"][12:15] == [sys.executable, "-m", "dlbench.ops.batch"]
-    assert seen["argv"][15] == "-s" and seen["code"] == 0
+    # no --app-replay-buffer under ncu's default kernel replay (current ncu refuses it)
+    assert seen["argv"][:8] == ["--log-file", first["ncu_file"], "--csv", "--nvtx",
+                                "--nvtx-include", "param_bench:measure/",
+                                "--target-processes", "all"]
+    assert seen["argv"][8:10] == ["--metrics", "dram__bytes.sum,lts__t_bytes.sum"]
+    assert seen["argv"][10:13] == [sys.executable, "-m", "dlbench.ops.batch"]
+    assert seen["argv"][13] == "-s" and seen["code"] == 0
     # the batch ran its two inputs, three measured calls each
     assert "input [0|0|0]" in seen["output"] and "input [0|0|1]" in seen["output"]
     assert "input [0|0|2]" not in seen["output"] and seen["output"].count("over 3") == 2
     assert len({r["ncu_file"] for r in records}) == 3  # one file per launch
     assert [(n["tool"], n["inputs"], n["returncode"]) for n in res["extra"]["nsight"]] == [
         ("ncu", 2, 0), ("ncu", 1, 0), ("ncu", 1, 0)]
+
+
+@pytest.mark.parametrize(("extra", "buffered"), [
+    ([], False), (["--replay-mode", "kernel"], False), (["--replay-mode", "application"], True),
+    (["--replay-mode=app-range"], True), (["--replay-mode", "application", "--replay-mode",
+                                           "kernel"], False)])
+def test_ncu_gets_params_replay_buffer_only_under_application_replay(extra, buffered):
+    """PARAM's --app-replay-buffer file applies to application replay alone: current ncu
+    exits 1 when it is given under the default kernel replay (seen on a lent H100), so it
+    is passed only where the args file chooses application replay (its last
+    --replay-mode counts, as in ncu)."""
+    options = nsight.TOOLS["ncu"].options("out.log", extra)
+    assert (options[3:5] == ["--app-replay-buffer", "file"]) is buffered
+    assert ("--app-replay-buffer" in options) is buffered
+    assert options[-5:] == ["--nvtx", "--nvtx-include", "param_bench:measure/",
+                            "--target-processes", "all"]
 
 
 def test_nsys_alone_after_no_measured_call_with_params_counts(tmp_path, on_path):
@@ -168,6 +186,23 @@ def test_the_batchs_gpu_is_one_this_process_sees():
 
 # -- python -m dlbench.ops.batch ----------------------------------------------------------
 
+def test_a_batch_on_cuda_alone_runs_on_the_gpu_its_launch_left_visible(monkeypatch):
+    """The launcher writes device "cuda" (no index) into the batch's config and leaves the
+    batch one GPU: the batch makes the current GPU its device. torch.set_device refuses a
+    device without an index, which failed every --ncu batch on a lent H100; that GPU path
+    is not exercised here (torch.cuda's calls are stood in for)."""
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    assert bind_cuda(torch.device("cuda")) == torch.device("cuda", 1)
+    assert bind_cuda(torch.device("cuda:0")) == torch.device("cuda", 0)
+    assert chosen == [torch.device("cuda", 1), torch.device("cuda", 0)]
+    with pytest.raises(ValueError, match=r"^device cuda:2: only 2 GPU\(s\) visible$"):
+        bind_cuda(torch.device("cuda:2"))
+
+
 def batch_config(**changes) -> dict:
     config = {"op_name": "torch.mul", "config_build_id": "0|0",
               "op_info": {"input_data_generator": "PyTorch:DefaultDataGenerator", "config": [
@@ -213,6 +248,9 @@ def test_a_batch_runs_its_inputs_from_shared_memory_or_a_file(tmp_path, caplog):
      "run_options.device: unknown device 'tpu'"),
     (json.dumps(batch_config(run_options={"device": "cpu", "compile": "jit"})),
      "run_options.compile: 'jit' is none of eager, "),
+    pytest.param(json.dumps(batch_config(run_options={"device": "cuda"})),
+                 "run_options.device: device cuda: no CUDA GPU is available to torch",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here")),
 ])
 def test_a_batch_config_that_cannot_run_is_one_line_and_exit_code_2(tmp_path, capsys,
                                                                     config, message):

@@ -16,15 +16,14 @@ import json
 import logging
 import os
 import sys
+from dataclasses import replace
 from multiprocessing import resource_tracker, shared_memory
 from typing import Any
-
-import torch
 
 from dlbench import axes
 from dlbench.cellrun import one_line
 from dlbench.ops import grammar, iterators, output, registry
-from dlbench.ops.cli import parse_device
+from dlbench.ops.cli import bind_cuda, parse_device
 from dlbench.ops.configfile import json_type, shown
 from dlbench.ops.grammar import SpecError
 from dlbench.ops.registry import OpError
@@ -132,8 +131,11 @@ def run_batch(config: Any) -> int:
     build = Build(factory, build_item, spec)
     inputs = field(entries[0], "input", list, "op_info.config[0]")
     seed(0)
-    if exec_options.cuda:
-        torch.cuda.set_device(exec_options.device)
+    if exec_options.cuda:  # "cuda" alone: the one GPU the launch left visible
+        try:
+            exec_options = replace(exec_options, device=bind_cuda(exec_options.device))
+        except ValueError as exc:
+            raise BatchError(f"run_options.device: {exc}") from None
     with output.JsonlWriter(os.devnull) as devnull:
         bench = Benchmark(exec_options, devnull)
         for index, item in enumerate(inputs):

@@ -109,6 +109,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def bind_cuda(device: torch.device) -> torch.device:
+    """The GPU ``device`` names (``cuda`` alone: the current one, as a batch launched with
+    one visible GPU gets it), made this process's current device; ValueError in one line
+    where there is none."""
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {device}: no CUDA GPU is available to torch")
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device}: only {torch.cuda.device_count()} GPU(s) visible")
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.set_device(device)
+    return device
+
+
 def parse_device(text: str) -> torch.device:
     """cpu, cuda, cuda:N; ``gpu``/``gpu:N`` mean cuda."""
     lowered = text.strip().lower()
@@ -321,13 +335,10 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace, device: torch.device, res: dict[str, Any]) -> None:
     bench_config = load_config(args.config)
     if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise CellError(f"device {device}: no CUDA GPU is available to torch")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise CellError(f"device {device}: only {torch.cuda.device_count()} GPU(s) visible")
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-        torch.cuda.set_device(device)
+        try:
+            device = bind_cuda(device)
+        except ValueError as exc:
+            raise CellError(str(exc)) from None
     options_record = run_options(args, device)
     launches = nsight_launches(args, device, options_record)
     if launches:  # checked before anything runs, like the binaries

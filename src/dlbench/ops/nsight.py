@@ -9,7 +9,7 @@ samples no profiler): the batch's config (PARAM's layout: ``op_name``,
 ``id``, and ``run_options`` with the tool's warmup and iteration counts) travels in POSIX
 shared memory, and the command is
 
-    ncu --log-file <prefix>_<pid>_<time>_<n>_ncu.log --csv --app-replay-buffer file --nvtx
+    ncu --log-file <prefix>_<pid>_<time>_<n>_ncu.log --csv [--app-replay-buffer file] --nvtx
         --nvtx-include param_bench:measure/ --target-processes all [--ncu-args-file words]
         <batch command> -s <shared memory name>
     nsys profile -t cuda,nvtx -o <prefix>_<pid>_<time>_<n>_nsys.nsys-rep [--nsys-args-file
@@ -23,7 +23,10 @@ file (``{"ncu_file" | "nsys_file", "ncu_cmd_str" | "nsys_cmd_str", "config",
 error of the run, not of the measurements.
 
 Where dlbench differs from PARAM: the ranges are push/pop, so the NVTX filter ends in
-``/``; each file name carries the launch's number (PARAM's second-resolution time stamp
+``/``; ``--app-replay-buffer file`` is passed only where the args file asks for
+application replay (``--replay-mode application`` or ``app-range``): the ncu PARAM was
+written for ignored it under its default kernel replay, current releases exit 1 on it there;
+each file name carries the launch's number (PARAM's second-resolution time stamp
 alone lets two batches write one file); the batch's GPU is by default the one measured
 (PARAM's default, 1, is a second GPU that a one-GPU machine lacks); and ``--ncu-warmup 0``
 means no warmup (PARAM reads 0 as "the default"). Nothing here runs a shell: the args
@@ -65,11 +68,31 @@ class Tool:
     iteration: int
     suffix: str  # of the file each launch writes
 
-    def options(self, out_file: str) -> list[str]:
+    def options(self, out_file: str, extra: list[str]) -> list[str]:
+        """The tool's own options before ``extra`` (the args file's words)."""
         if self.name == "ncu":
-            return ["--log-file", out_file, "--csv", "--app-replay-buffer", "file", "--nvtx",
+            # PARAM's buffer for application replay: current ncu releases refuse it under
+            # their default kernel replay, which older ones ran ignoring it.
+            buffer = ["--app-replay-buffer", "file"] if replay_mode(extra) in APP_REPLAY \
+                else []
+            return ["--log-file", out_file, "--csv", *buffer, "--nvtx",
                     "--nvtx-include", MEASURE_RANGE, "--target-processes", "all"]
         return ["profile", "-t", "cuda,nvtx", "-o", out_file]
+
+
+APP_REPLAY = frozenset({"application", "app-range"})  # ncu's replay modes that buffer
+
+
+def replay_mode(words: list[str]) -> str:
+    """ncu's ``--replay-mode`` among ``words`` (its last, as ncu reads it); ncu's default,
+    ``kernel``, where none is given."""
+    mode = "kernel"
+    for i, word in enumerate(words):
+        if word == "--replay-mode" and i + 1 < len(words):
+            mode = words[i + 1]
+        elif word.startswith("--replay-mode="):
+            mode = word.partition("=")[2]
+    return mode
 
 
 TOOLS = {"ncu": Tool("ncu", 5, 1, "ncu.log"), "nsys": Tool("nsys", 5, 10, "nsys.nsys-rep")}
@@ -191,7 +214,7 @@ class Nsight:
         shm = shared_memory.SharedMemory(create=True, size=len(text))
         try:
             shm.buf[:len(text)] = text
-            cmd = [launch.binary, *tool.options(out_file), *launch.extra, *self.batch_cmd,
+            cmd = [launch.binary, *tool.options(out_file, launch.extra), *launch.extra, *self.batch_cmd,
                    "-s", shm.name]
             if log.isEnabledFor(logging.DEBUG):
                 cmd.append("-v")
