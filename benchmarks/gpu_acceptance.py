@@ -160,7 +160,8 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
     # each size's data validated (--c 1).
     # The same sweep on the most GPUs in non-blocking mode (PARAM's --z 0): 20 collectives
     # issued back to back per iteration, which the small sizes must show faster.
-    comms = ("dlbench.comms", "--device=gpu", "--collective=all_reduce", "--b=8",
+    # 16 B x 4^12 = COMMS_END: the sweep's last size is the one the check looks for.
+    comms = ("dlbench.comms", "--device=gpu", "--collective=all_reduce", "--b=16",
              f"--e={COMMS_END}", "--f=4", "--w=5", "--n=20", "--c=1")
     for ranks in (1, 2) if gpus >= 2 else (1,):
         plan.runner(f"comms_nccl{ranks}", *comms, f"--num_gpus={ranks}")
@@ -333,8 +334,9 @@ def model_checks(results: dict[str, dict | None]) -> list[Check]:
         tput = throughput(res)
         comp = ((res.get("measurements") or [{}])[0].get("extra") or {}).get("compile") or {}
         checks.append(Check(f"compile {mode}: bf16 training", verdict(tput is not None),
-                            f"{tput or 0:,.0f} img/s, {tput / eager if tput and eager else 0:.2f}x "
-                            f"eager, compile {comp.get('compile_time_s', 0):.0f} s"
+                            f"{tput or 0:,.0f} img/s, "
+                            + (f"{tput / eager:.2f}x eager" if eager else "eager not run")
+                            + f", compile {comp.get('compile_time_s', 0):.0f} s"
                             if tput else res.get("error") or "no result", {"compile": comp}))
     return checks
 
@@ -428,9 +430,12 @@ def monitor_check(res: dict[str, Any] | None) -> Check:
     power = gpus[0].get("power_mean_w") if gpus else None
     ok = bool(gpus) and power is not None and 30 <= power <= 1200 \
         and (mon.get("energy_j") or 0) > 0 and (mon.get("samples_per_joule") or 0) > 0
-    return Check("monitor: NVML power and energy", verdict(ok if res else None),
-                 f"mean {power} W, {mon.get('energy_j')} J, "
-                 f"{mon.get('samples_per_joule')} samples/J", {"monitor": mon})
+    figure = (f"mean {power:,.0f} W, {mon['energy_j']:,.0f} J, "
+              f"{mon['samples_per_joule']:,.2f} samples/J" if ok else
+              f"mean {power} W, {mon.get('energy_j')} J, "
+              f"{mon.get('samples_per_joule')} samples/J")
+    return Check("monitor: NVML power and energy", verdict(ok if res else None), figure,
+                 {"monitor": mon})
 
 
 def calibration_check(res: dict[str, Any] | None) -> Check:

@@ -93,6 +93,10 @@ def test_model_verdicts_follow_the_figures(gpu_acceptance):
     assert checks["resnet50_inference_float32 runs"].figure == "broke"
     inductor = checks["compile inductor: bf16 training"]
     assert inductor.verdict == "pass" and "1.33x eager" in inductor.figure
+    del results["resnet50_training_bfloat16"]  # a rerun of the compile modes alone
+    alone = {c.name: c for c in gpu_acceptance.model_checks(results)}
+    assert alone["compile inductor: bf16 training"].figure == \
+        "1,200 img/s, eager not run, compile 70 s"
 
 
 def test_language_model_verdicts_follow_the_results(gpu_acceptance, tmp_path):
@@ -146,6 +150,18 @@ def test_collective_verdict_needs_nccl_and_every_size(gpu_acceptance, tmp_path):
         size(8), unchecked]}).verdict == "fail"
     assert "--c=1" in gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1,
                                                 autotune=False).commands["comms_nccl1"]
+    # every all_reduce sweep of the plan reaches COMMS_END (b x f^k; 8 x 4^k stopped at
+    # 128 MiB and failed the check on the first GPU it ran on)
+    from dlbench.comms.sizes import sweep
+    for gpus in (1, 2):
+        plan = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=gpus, autotune=False)
+        swept = [cmd for name, cmd in plan.commands.items()
+                 if name.startswith("comms_") and "--e=" + str(end) in cmd]
+        assert len(swept) == (4 if gpus == 1 else 6)
+        for cmd in swept:
+            flag = {a.split("=")[0]: int(a.split("=")[1]) for a in cmd
+                    if a.startswith(("--b=", "--e=", "--f="))}
+            assert sweep(flag["--b"], flag["--e"], flag["--f"])[-1] == end
     failed = gpu_acceptance.comms_check("comms_nccl1", {"status": "failed", "error": "x"})
     assert (failed.verdict, failed.figure) == ("fail", "x")
     assert gpu_acceptance.comms_check("comms_nccl1", None).verdict == "skip"
@@ -213,9 +229,10 @@ def test_point_to_point_over_nccl_needs_every_test_of_every_size_validated(gpu_a
 
 
 def test_monitor_and_summary(gpu_acceptance):
-    res = {"extra": {"monitor": {"gpus": [{"power_mean_w": 480.0}], "energy_j": 5000.0,
-                                 "samples_per_joule": 3.1}}}
-    assert gpu_acceptance.monitor_check(res).verdict == "pass"
+    res = {"extra": {"monitor": {"gpus": [{"power_mean_w": 421.3264000004}], "energy_j": 809.793,
+                                 "samples_per_joule": 4.741952573064968}}}
+    check = gpu_acceptance.monitor_check(res)
+    assert check.verdict == "pass" and check.figure == "mean 421 W, 810 J, 4.74 samples/J"
     res["extra"]["monitor"]["gpus"][0]["power_mean_w"] = 5.0  # below any working GPU
     assert gpu_acceptance.monitor_check(res).verdict == "fail"
     assert gpu_acceptance.monitor_check(None).verdict == "skip"
