@@ -1,9 +1,8 @@
 """dlbench.flop_counter: grouped-query attention counted as its kernels compute it.
 
 The fused attention operators run here on the meta device (shapes only); their CUDA
-kernels are not exercised. torch releases before 2.12 (the lent GPU machine's 2.11) assert
-equal query and key/value heads in their formulas; that rule is put in place by
-monkeypatching, so the tests fail wherever torch's own formula is used instead of ours.
+kernels are not exercised. torch 2.11's formulas (those of the H100 it failed on) assert
+equal query and key/value heads; that rule is put in place by monkeypatching, so the tests fail wherever torch's own formula is used instead of ours.
 """
 
 from __future__ import annotations

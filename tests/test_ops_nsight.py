@@ -114,7 +114,7 @@ def test_ncu_runs_each_batch_of_a_builds_inputs_under_a_stand_in_with_params_opt
                                            "kernel"], False)])
 def test_ncu_gets_params_replay_buffer_only_under_application_replay(extra, buffered):
     """PARAM's --app-replay-buffer file applies to application replay alone: current ncu
-    exits 1 when it is given under the default kernel replay (seen on a lent H100), so it
+    exits 1 when it is given under the default kernel replay (seen on an H100), so it
     is passed only where the args file chooses application replay (its last
     --replay-mode counts, as in ncu)."""
     options = nsight.TOOLS["ncu"].options("out.log", extra)
@@ -189,7 +189,7 @@ def test_the_batchs_gpu_is_one_this_process_sees():
 def test_a_batch_on_cuda_alone_runs_on_the_gpu_its_launch_left_visible(monkeypatch):
     """The launcher writes device "cuda" (no index) into the batch's config and leaves the
     batch one GPU: the batch makes the current GPU its device. torch.set_device refuses a
-    device without an index, which failed every --ncu batch on a lent H100; that GPU path
+    device without an index, which failed every --ncu batch on an H100; that GPU path
     is not exercised here (torch.cuda's calls are stood in for)."""
     chosen = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

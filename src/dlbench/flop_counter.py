@@ -2,7 +2,7 @@
 formulas that know grouped-query attention.
 
 torch's own formulas for the fused attention kernels (flash, memory-efficient, cuDNN)
-assert that keys and values have as many heads as the queries in releases before 2.12, so
+assert that keys and values have as many heads as the queries in torch 2.11 and before, so
 counting a Llama-style model (8 key/value heads for 32 query heads) on a GPU, where
 transformers passes ``enable_gqa=True`` to ``scaled_dot_product_attention``, raised an
 AssertionError and failed the cell. The kernels broadcast each key/value head over its
