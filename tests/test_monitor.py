@@ -173,9 +173,11 @@ class FakeNvml:
     NVML_CLOCK_SM = 1
     NVML_TEMPERATURE_GPU = 0
 
+    WATTS = 600.0  # what GPU 0's energy counter draws; its power reading lags at 200 W
+
     def __init__(self):
         self.calls = {}
-        self.energy = {0: iter([1_000_000, 1_060_000])}  # mJ at start and end: 60 J
+        self.born = time.perf_counter()
 
     def _count(self, name):
         self.calls[name] = self.calls.get(name, 0) + 1
@@ -222,7 +224,7 @@ class FakeNvml:
     def nvmlDeviceGetTotalEnergyConsumption(self, h):
         if h == 1:
             raise FakeNvmlError("Not Supported")
-        return next(self.energy[0])
+        return int(1_000_000 + self.WATTS * (time.perf_counter() - self.born) * 1000)  # mJ
 
 
 def test_gpu_energy_from_the_nvml_counter_else_integrated_power_with_an_nvml_test_double():
@@ -234,12 +236,18 @@ def test_gpu_energy_from_the_nvml_counter_else_integrated_power_with_an_nvml_tes
         time.sleep(0.25)
     s = mon.summary(items=1000)
     gpu0, gpu1 = s["gpus"]
-    assert gpu0["energy_method"] == "nvml_total_energy" and gpu0["energy_j"] == pytest.approx(60)
+    assert gpu0["energy_method"] == "nvml_total_energy"
+    assert gpu0["energy_j"] == pytest.approx(600 * s["duration_s"], rel=0.05)
     assert gpu1["energy_method"] == "integrated_power"
     t = mon.series()["t_s"]  # integrated over the samples' span, which is the phase's
     assert gpu1["energy_j"] == pytest.approx(300 * (t[-1] - t[0]))
     assert gpu1["energy_j"] == pytest.approx(300 * s["duration_s"], rel=0.25)
-    assert gpu0["power_mean_w"] == pytest.approx(200) and gpu1["power_max_w"] == pytest.approx(300)
+    # GPU 0's mean and peak from its counter, not from its lagging 200 W reading (as
+    # NVML's one-second average is on an H100: its peak came out below the mean there)
+    assert gpu0["power_mean_w"] == pytest.approx(600, rel=0.05)
+    assert gpu0["power_max_w"] == pytest.approx(600, rel=0.05)
+    assert set(mon.series()["gpu0_power_w"]) == {200}  # the reading stays in the series
+    assert gpu1["power_mean_w"] == pytest.approx(300) and gpu1["power_max_w"] == pytest.approx(300)
     assert gpu0["utilization_mean_percent"] == pytest.approx(87)
     assert gpu1["utilization_mean_percent"] is None
     assert nvml.calls["util1"] == 1  # an unsupported reading is not asked for again
@@ -249,9 +257,22 @@ def test_gpu_energy_from_the_nvml_counter_else_integrated_power_with_an_nvml_tes
     assert s["energy_sources"] == ["gpu:integrated_power", "gpu:nvml_total_energy"]
     assert s["energy_note"] == "partial: no readable RAPL counters"
     assert s["samples_per_joule"] == pytest.approx(1000 / s["energy_j"])
-    assert s["power_max_w"] == pytest.approx(500)
+    assert s["power_max_w"] == pytest.approx(900, rel=0.05)
     mon.close()
     assert nvml.calls["shutdown"] == 1
+
+
+def test_power_from_an_energy_counter_over_intervals_of_a_tenth_of_a_second_at_least():
+    """Readings every 0.05 s pair up; the end's 0.02 s remainder joins the last interval; a
+    counter that went back and a missing reading give no figure; one reading gives none."""
+    t = [0.0, 0.05, 0.10, 0.15, 0.20, 0.22]
+    mj = [0, 10_000, 20_000, 30_000, 40_000, 44_000]  # 200 W throughout
+    assert monitor._interval_power(t, mj) == [None, None, 200.0, None, None, 200.0]
+    assert monitor._interval_power([0.0, 0.03], [0, 6_000]) == [None, 200.0]  # short phase
+    assert monitor._interval_power([0.0, 0.2, 0.4], [50_000, 10_000, 50_000]) == [
+        None, None, 200.0]
+    assert monitor._interval_power([0.0, 0.2, 0.4], [0, None, 80_000]) == [None, None, 200.0]
+    assert monitor._interval_power([0.0], [0]) == [None]
 
 
 def test_unknown_gpu_id_is_noted_and_nvml_released_with_an_nvml_test_double():

@@ -1,11 +1,16 @@
 """Resource monitor: memory, utilisation, power and energy of a cell's measured phase.
 
 A background thread samples at a fixed interval, from the start to the end of the measured
-iterations: per GPU (NVML) power draw, utilisation, memory used, SM clock and temperature;
+iterations: per GPU (NVML) power draw, energy counter, utilisation, memory used, SM clock
+and temperature;
 the RSS and CPU use of the runner's process and all its descendants (psutil); the host's
 RAPL energy counters where the machine exposes readable ones. Energy of the phase comes
 from counters read at its start and end (NVML's total-energy counter, RAPL), or from the
-power samples integrated over time where a GPU has no energy counter. Nothing is parsed
+power samples integrated over time where a GPU has no energy counter. A GPU's power
+between two samples comes from its energy counter where it has one: NVML's power reading is
+an average over about a second on recent boards (H100), so in a phase of a second or less
+it still shows the idle GPU before it, and its peak came out below the phase's mean.
+Nothing is parsed
 from a tool's text output. When no source of energy exists, the summary says so in
 ``energy_note`` and leaves ``energy_j`` null: never a zero.
 
@@ -40,11 +45,14 @@ POWERCAP_ROOT = Path("/sys/class/powercap")
 # Every 0.5 s: on a busy 2-core host, sampling every 0.1 s cost 1.4 % of throughput
 # (benchmarks/monitor_overhead.py); NVML averages power over about a second anyway.
 DEFAULT_INTERVAL_MS = 500.0
+# An energy counter's power is taken over intervals no shorter than this: the counter moves
+# in steps, so a few ms between two readings would give a spike or a zero.
+SHORTEST_POWER_INTERVAL_S = 0.1
 # psutil walks /proc to find descendants; they rarely change during a measurement, so the
 # list is refreshed at most this often to keep each sample cheap.
 CHILDREN_REFRESH_S = 1.0
-GPU_FIELDS = ("power_w", "utilization_percent", "memory_used_bytes", "sm_clock_mhz",
-              "temperature_c")
+GPU_FIELDS = ("power_w", "energy_mj", "utilization_percent", "memory_used_bytes",
+              "sm_clock_mhz", "temperature_c")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -239,6 +247,8 @@ class NvmlGpus:
         try:
             if field == "power_w":
                 return nvml.nvmlDeviceGetPowerUsage(h) / 1000.0
+            if field == "energy_mj":
+                return float(nvml.nvmlDeviceGetTotalEnergyConsumption(h))
             if field == "utilization_percent":
                 return float(nvml.nvmlDeviceGetUtilizationRates(h).gpu)
             if field == "memory_used_bytes":
@@ -469,17 +479,25 @@ class ResourceMonitor:
 
         power = values("power_w")
         start, end = self._gpu_energy[i] if i < len(self._gpu_energy) else (None, None)
+        counted = _interval_power(cols.get("t_s", []), cols.get(f"gpu{i}_energy_mj", []))
         if start is not None and end is not None and end >= start:
             energy, method = (end - start) / 1000.0, "nvml_total_energy"
         elif len(power) >= 2 and len(power) == len(cols["t_s"]):
             energy, method = _trapezoid(cols["t_s"], power), "integrated_power"
         else:
             energy, method = None, None
+        duration = self._t1 - self._t0
+        if method == "nvml_total_energy" and duration > 0:
+            # The counter's mean and its intervals' peak: NVML's lagging power reading is
+            # kept in the series only.
+            mean, peak = energy / duration, max(_present(counted), default=None)
+        else:
+            mean, peak = _mean(power), max(power) if power else None
         mem, clock, util, temp = (values("memory_used_bytes"), values("sm_clock_mhz"),
                                   values("utilization_percent"), values("temperature_c"))
         return {
             "id": self.gpus.ids[i], "index": self.gpus.indices[i], "name": self.gpus.names[i],
-            "power_mean_w": _mean(power), "power_max_w": max(power) if power else None,
+            "power_mean_w": mean, "power_max_w": peak if peak is not None else mean,
             "utilization_mean_percent": _mean(util),
             "memory_used_peak_bytes": int(max(mem)) if mem else None,
             "sm_clock_mean_mhz": _mean(clock), "temperature_max_c": max(temp) if temp else None,
@@ -526,7 +544,12 @@ class ResourceMonitor:
         totals = [0.0] * len(t)
         if with_gpus and self.gpus:
             for i in range(len(self.gpus.handles)):
-                for k, v in enumerate(cols.get(f"gpu{i}_power_w", [])):
+                counted = _interval_power(t, cols.get(f"gpu{i}_energy_mj", []))
+                sampled = cols.get(f"gpu{i}_power_w", [])
+                # A GPU's power over the interval ending at each sample: from its energy
+                # counter where it has one (NVML's reading lags by about a second).
+                series = counted if any(v is not None for v in counted) else sampled
+                for k, v in enumerate(series):
                     totals[k] += v or 0.0
         host = cols.get("host_energy_j")
         if host:
@@ -540,6 +563,33 @@ class ResourceMonitor:
                 last = (t[k], host[k])
             totals = totals[1:]  # the first sample has no interval behind it
         return max(totals) if totals and any(totals) else None
+
+
+def _interval_power(t: Sequence[float], energy_mj: Sequence[Any],
+                    shortest: float = SHORTEST_POWER_INTERVAL_S) -> list[float | None]:
+    """Watts from an energy counter (mJ) over intervals of at least ``shortest`` seconds
+    between its readings, each at the sample that ends its interval (None elsewhere). A
+    last interval shorter than that joins the one before it: the counter moves in steps,
+    and a reading a few ms after the last would make one step a spike. A counter that went
+    back (a driver reload) gives no figure for that interval."""
+    out: list[float | None] = [None] * len(t)
+    read = [k for k in range(min(len(t), len(energy_mj))) if energy_mj[k] is not None]
+    if len(read) < 2:
+        return out
+    bounds = [read[0]]
+    for k in read[1:]:
+        if t[k] - t[bounds[-1]] >= shortest:
+            bounds.append(k)
+    if bounds[-1] != read[-1]:  # the end's remainder joins the last interval
+        if len(bounds) > 1:
+            bounds[-1] = read[-1]
+        else:
+            bounds.append(read[-1])
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        joules, seconds = (energy_mj[b] - energy_mj[a]) / 1000.0, t[b] - t[a]
+        if joules >= 0 and seconds > 0:
+            out[b] = joules / seconds
+    return out
 
 
 def _present(values: Iterable[Any]) -> list[Any]:
