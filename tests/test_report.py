@@ -471,6 +471,20 @@ def test_precision_speedup_is_relative_to_float32_of_the_same_cell(tmp_path):
     assert speedup["speedup"].tolist() == pytest.approx([2.0, 2.0])
 
 
+def test_precision_bars_stand_in_the_order_of_their_legend(tmp_path, monkeypatch):
+    """tf32, bfloat16, float16 (the precision order of every legend), not alphabetically:
+    the bars of an H100's ResNet-50 stood bfloat16, float16, tf32 under a tf32-first key."""
+    monkeypatch.setitem(SPEEDUP, "tf32", 1.9)
+    results = [model_result("order", model_cell("resnet50", "training", p, 256))
+               for p in ("float32", "tf32", "bfloat16", "float16")]
+    figure = model_charts.speedup_figure(model_charts.model_frame(
+        load(write_parquet(tmp_path, results))))
+    spec = json.dumps(figure.chart.to_dict())
+    offsets = re.findall(r'"xOffset": \{"field": "precision", "sort": (\[[^]]*\])', spec)
+    assert offsets and {tuple(json.loads(o)) for o in offsets} == {
+        ("tf32", "bfloat16", "float16")}
+
+
 def test_sections_without_data_are_left_out(tmp_path):
     results = [model_result("fp32only", model_cell("alexnet", "inference", "float32", b))
                for b in (16, 32, 64)]

@@ -410,9 +410,10 @@ def speedup_frame(models: pd.DataFrame) -> pd.DataFrame:
 def speedup_bars(frame: pd.DataFrame, panels: list[str], axis: str, baseline: str,
                  colour: alt.Color, tooltip: list[alt.Tooltip],
                  encoding: Encoding) -> alt.FacetChart:
-    """Bars of ``speedup`` (a ``ratio_frame``) per batch size, one per value of ``axis``,
-    a dashed parity line, the ratio written over each bar where the labels fit."""
-    order = ordered(frame[axis])
+    """Bars of ``speedup`` (a ``ratio_frame``) per batch size, one per value of ``axis``
+    in the legend's order, a dashed parity line, the ratio written over each bar where the
+    labels fit."""
+    order = ordered(frame[axis], encodings.PREFERRED.get(axis, ()))
     base = alt.Chart().encode(
         x=alt.X("batch_size:O", title="batch size", axis=alt.Axis(labelAngle=0), scale=BAND),
         xOffset=alt.XOffset(f"{axis}:N", sort=order),
