@@ -131,7 +131,8 @@ def power_figure(models: pd.DataFrame) -> Figure | None:
     chart = faceted(chart, panels, encoding, frame).resolve_scale(y="independent")
     return Figure("power", "Power against batch size",
                   "Mean power over the measured iterations (energy over time) and the highest "
-                  "sampled draw." + encoding.note(), styled(chart), shows=encoding.defaults, table=_numbers(encoding, [
+                  "draw over one sampling interval (a GPU's from its energy counter)."
+                  + encoding.note(), styled(chart), shows=encoding.defaults, table=_numbers(encoding, [
                       Column("power_mean_w", "mean power (W)", ",.1f"),
                       Column("power_max_w", "max power (W)", ",.1f")], "power_mean_w"))
 
