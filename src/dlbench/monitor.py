@@ -490,14 +490,16 @@ class ResourceMonitor:
         if method == "nvml_total_energy" and duration > 0:
             # The counter's mean and its intervals' peak: NVML's lagging power reading is
             # kept in the series only.
-            mean, peak = energy / duration, max(_present(counted), default=None)
+            mean = energy / duration
+            # no interval figure (its readings failed): the highest draw is the mean at least
+            peak = max(_present(counted), default=None) or max([*power, mean])
         else:
             mean, peak = _mean(power), max(power) if power else None
         mem, clock, util, temp = (values("memory_used_bytes"), values("sm_clock_mhz"),
                                   values("utilization_percent"), values("temperature_c"))
         return {
             "id": self.gpus.ids[i], "index": self.gpus.indices[i], "name": self.gpus.names[i],
-            "power_mean_w": mean, "power_max_w": peak if peak is not None else mean,
+            "power_mean_w": mean, "power_max_w": peak,
             "utilization_mean_percent": _mean(util),
             "memory_used_peak_bytes": int(max(mem)) if mem else None,
             "sm_clock_mean_mhz": _mean(clock), "temperature_max_c": max(temp) if temp else None,
