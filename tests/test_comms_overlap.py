@@ -34,13 +34,13 @@ def test_the_kernels_compute_what_they_count_into_their_own_buffer():
     assert torch.equal(out, a @ b) and out.dtype == torch.float64
     assert (gemm.flops, gemm.bytes) == (2 * 8**3, 3 * 64 * 8)
     add = overlap.kernel("add", 4, "bfloat16", torch.device("cpu"))
-    assert add.run().dtype == torch.bfloat16 and (add.flops, add.bytes) == (16, 3 * 16 * 2)
+    assert add.run().dtype == torch.bfloat16 and (add.flops, add.bytes) == (32, 3 * 16 * 2)
     copy = overlap.kernel("copy", 4, "float32", torch.device("cpu"))
     assert (copy.flops, copy.bytes) == (0, 2 * 16 * 4)
 
 
 @pytest.mark.parametrize(("name", "want", "flops", "moved"), [
-    ("add", lambda a, b: a + b, 16, 3), ("sub", lambda a, b: a - b, 16, 3),
+    ("add", lambda a, b: a + 2 * b, 32, 3), ("sub", lambda a, b: a - 2 * b, 32, 3),
     ("add_num", lambda a, b: a + 20, 16, 2), ("sub_num", lambda a, b: a - 20, 16, 2),
     ("copy", lambda a, b: a, 0, 2), ("d2h", lambda a, b: a, 0, 1),
     ("h2d", lambda a, b: a, 0, 1)])

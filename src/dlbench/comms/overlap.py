@@ -4,7 +4,8 @@ comms-compute --kernel K --num-compute N --mm-dim D --comp-data-type T``).
 Each measured iteration issues the size's collectives (one, or ``window`` of them when
 non-blocking) without waiting, then ``num_compute`` compute kernels on ``mm_dim`` x
 ``mm_dim`` elements (PARAM's, but for the embedding lookup, which needs FBGEMM: a square
-GEMM; an elementwise add or sub of two operands, add_num or sub_num of one and a number;
+GEMM; an elementwise add or sub of two operands, a + 2b and a - 2b as PARAM's; add_num or
+sub_num of one and 20 (PARAM's sub_num adds it, which its name says it does not);
 a copy on the device; d2h or h2d, a copy to or from a pinned host buffer, the traffic a
 training step's offloading or input pipeline puts beside its collectives), and waits for
 both. PARAM's d2h and h2d allocate their destination in every run (d2h in pageable
@@ -28,6 +29,7 @@ from typing import Any
 
 KERNELS = ("gemm", "add", "sub", "add_num", "sub_num", "copy", "d2h", "h2d")
 NUMBER = 20  # what add_num and sub_num add or take away (PARAM's)
+ALPHA = 2  # add and sub scale their second operand by it (PARAM's alpha=2)
 NO_KERNEL = "none"  # the compute_kernel of a collective timed on its own
 COMPUTE_DATA_TYPES = ("float32", "float16", "bfloat16", "float64")
 
@@ -57,9 +59,10 @@ def kernel(name: str, dim: int, data_type: str, device: Any) -> Kernel:
     if name == "gemm":
         return Kernel(name, lambda: torch.matmul(a, b, out=out), 2.0 * square * dim,
                       3 * square * element)
-    if name in ("add", "sub"):
+    if name in ("add", "sub"):  # PARAM's a + 2b and a - 2b: a multiply and an add each
         op = torch.add if name == "add" else torch.sub
-        return Kernel(name, lambda: op(a, b, out=out), square, 3 * square * element)
+        return Kernel(name, lambda: op(a, b, alpha=ALPHA, out=out), 2 * square,
+                      3 * square * element)
     if name in ("add_num", "sub_num"):
         op = torch.add if name == "add_num" else torch.sub
         return Kernel(name, lambda: op(a, NUMBER, out=out), square, 2 * square * element)
