@@ -572,21 +572,17 @@ def honesty_checks(out: Path, not_run: Mapping[str, str] = NOTHING_SKIPPED) -> l
 
 
 def ncu_batch_check(res: dict[str, Any] | None) -> Check:
-    """PARAM's --ncu: each launch exited 0 and its CSV log holds kernel rows."""
+    """PARAM's --ncu: each launch exited 0 and its CSV log became a table of kernels."""
     name = "ops --ncu (PARAM's batch under ncu)"
     launches = ((res or {}).get("extra") or {}).get("nsight") or []
     if (res or {}).get("status") != "ok" or not launches:
         return Check(name, "fail", (res or {}).get("error") or "no ncu launch recorded")
-    kernels = 0
-    for launch in launches:
-        log = Path(launch["file"])
-        rows = [line for line in (log.read_text(errors="replace").splitlines()
-                                  if log.is_file() else []) if line.startswith('"')]
-        kernels += max(0, len(rows) - 1)  # the header, then a row per kernel and metric
-    ok = all(launch["returncode"] == 0 for launch in launches) and kernels > 0
-    return Check(name, verdict(ok), f"{len(launches)} launch(es), {kernels} kernel metric "
-                 f"row(s), exit codes {[launch['returncode'] for launch in launches]}",
-                 {"launches": launches})
+    kernels = sum(launch.get("kernels") or 0 for launch in launches)
+    errors = [launch["table_error"] for launch in launches if launch.get("table_error")]
+    ok = all(launch["returncode"] == 0 for launch in launches) and kernels > 0 and not errors
+    return Check(name, verdict(ok), f"{len(launches)} launch(es), {kernels} kernel launch(es) "
+                 f"in their tables, exit codes {[launch['returncode'] for launch in launches]}"
+                 + "".join(f"; {e}" for e in errors), {"launches": launches})
 
 
 def profile_checks(out: Path, not_run: Mapping[str, str] = NOTHING_SKIPPED) -> list[Check]:

@@ -416,21 +416,22 @@ def test_collectives_beside_gemms_are_checked_for_both_parts_times(gpu_acceptanc
     assert gpu_acceptance.compute_overlap_check(copies).verdict == "fail"  # no TFLOP/s
 
 
-def test_params_ncu_batch_needs_every_launch_to_exit_0_and_log_kernels(gpu_acceptance,
-                                                                      tmp_path):
-    """The verdict on PARAM's --ncu from the launches a result records and the CSV logs
-    they name (written here by hand: ncu is not run)."""
-    log = tmp_path / "out_1_2_0_ncu.log"
-    log.write_text('==PROF== Connected to process 1\n"ID","Kernel Name","Metric Name"\n'
-                   '"0","vectorized_elementwise_kernel","gpu__time_duration.sum"\n')
-    launch = {"tool": "ncu", "file": str(log), "returncode": 0, "inputs": 1}
+def test_params_ncu_batch_needs_every_launch_to_exit_0_and_log_kernels(gpu_acceptance):
+    """The verdict on PARAM's --ncu from the launches a result records, each with the
+    kernel launches its log's table holds (written here by hand: ncu is not run)."""
+    launch = {"tool": "ncu", "file": "out_1_2_0_ncu.log", "returncode": 0, "inputs": 1,
+              "table": "out_1_2_0_ncu.parquet", "kernels": 3}
     res = {"status": "ok", "extra": {"nsight": [launch]}}
     check = gpu_acceptance.ncu_batch_check(res)
-    assert check.verdict == "pass" and "1 kernel metric row(s)" in check.figure
+    assert check.verdict == "pass"
+    assert check.figure == "1 launch(es), 3 kernel launch(es) in their tables, exit codes [0]"
     assert gpu_acceptance.ncu_batch_check(
         {"status": "ok", "extra": {"nsight": [{**launch, "returncode": 1}]}}).verdict == "fail"
-    log.write_text("==PROF== No kernels were profiled.\n")
-    assert gpu_acceptance.ncu_batch_check(res).verdict == "fail"
+    nothing = {"status": "ok", "extra": {"nsight": [{**launch, "kernels": 0}]}}
+    assert gpu_acceptance.ncu_batch_check(nothing).verdict == "fail"
+    unread = {**launch, "kernels": None, "table_error": "x.log: not ncu's details CSV"}
+    check = gpu_acceptance.ncu_batch_check({"status": "ok", "extra": {"nsight": [unread]}})
+    assert check.verdict == "fail" and check.figure.endswith("; x.log: not ncu's details CSV")
     missing = gpu_acceptance.ncu_batch_check({"status": "failed", "error": "--ncu: 'ncu' not "
                                               "found on PATH (give --ncu-bin)"})
     assert missing.verdict == "fail" and missing.figure.startswith("--ncu: 'ncu' not found")

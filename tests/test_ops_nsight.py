@@ -108,6 +108,73 @@ def test_ncu_runs_each_batch_of_a_builds_inputs_under_a_stand_in_with_params_opt
         ("ncu", 2, 0), ("ncu", 1, 0), ("ncu", 1, 0)]
 
 
+DETAILS_LOG = """==PROF== Connected to process 4242 (/usr/bin/python3.12)
+==PROF== Profiling "vectorized_elementwise_kernel": 0%....50%....100% - 1 pass
+"ID","Process ID","Process Name","Host Name","thread Domain:Push/Pop_Range:PL_Type:PL_Value\
+:CLR_Type:Color:Msg_Type:Msg","Kernel Name","Context","Stream","Block Size","Grid Size",\
+"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value","Rule Name"
+"0","4242","python3.12","node1","<default>:measure:param_bench:measure","vectorized_elementwise\
+_kernel<4, add>","1","7","(128, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics",\
+"gpu__time_duration.sum","usecond","2.46",""
+"0","4242","python3.12","node1","<default>:measure:param_bench:measure","vectorized_elementwise\
+_kernel<4, add>","1","7","(128, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics",\
+"dram__bytes.sum","byte","1,048,576",""
+"1","4242","python3.12","node1","<default>:measure:param_bench:measure","vectorized_elementwise\
+_kernel<4, add>","1","7","(128, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics",\
+"gpu__time_duration.sum","usecond","n/a",""
+==PROF== Disconnected from process 4242
+"""
+
+
+def test_an_ncu_details_log_becomes_a_table_of_launches_and_metrics(tmp_path):
+    """ncu's details page as PARAM's --ncu writes it (an NVTX column as --nvtx adds; ncu
+    itself is not run): its messages around the table left out, IDs as
+    numbers, each value as a number where it is one; a log without a table (no kernel
+    profiled) is None, a CSV of another page is one line naming the file."""
+    from dlbench.profiling.tables import TableError
+    from dlbench.profiling.tools.ncu import ncu_details
+
+    log_file = tmp_path / "run_ncu.log"
+    log_file.write_text(DETAILS_LOG)
+    table = ncu_details(log_file, tmp_path / "run_ncu.parquet")
+    rows = table.to_pylist()
+    assert [(r["ID"], r["Metric Name"], r["value"]) for r in rows] == [
+        (0, "gpu__time_duration.sum", 2.46), (0, "dram__bytes.sum", 1048576.0),
+        (1, "gpu__time_duration.sum", None)]
+    assert rows[0]["Kernel Name"] == "vectorized_elementwise_kernel<4, add>"
+    assert rows[0]["Metric Value"] == "2.46" and rows[0]["Metric Unit"] == "usecond"
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(tmp_path / "run_ncu.parquet").equals(table)
+    log_file.write_text("==PROF== Connected to process 1\n==WARNING== No kernels were "
+                        "profiled.\n")
+    assert ncu_details(log_file, tmp_path / "none.parquet") is None
+    log_file.write_text('"ID","Process ID","Kernel Name","gpu__time_duration.sum"\n'
+                        '"","","","nsecond"\n"0","1","k","2,000"\n')
+    with pytest.raises(TableError, match=r"run_ncu.log: not ncu's details CSV \(no column "
+                                         r"Metric Name, Metric Unit, Metric Value\)$"):
+        ncu_details(log_file, tmp_path / "raw.parquet")
+
+
+def test_each_ncu_launch_gets_its_logs_table_and_kernel_count(tmp_path, on_path):
+    """A stand-in ncu that runs the batch and writes a details log (ncu itself is not
+    exercised): the result's record of each launch names the Parquet table made beside
+    the log and counts its kernel launches; a log without a table counts none."""
+    path = stand_in(tmp_path, "ncu")
+    path.write_text(path.read_text().replace(
+        "    json.dump(", f"    f.write({DETAILS_LOG!r})\n    0 and json.dump("))
+    code, _, res = run_ops(tmp_path, add_config(tmp_path, 1), "-i", "1", "--ncu")
+    assert code == 0 and res["status"] == "ok"
+    (launch,) = res["extra"]["nsight"]
+    assert launch["kernels"] == 2 and launch["table"] == launch["file"].replace(".log",
+                                                                                ".parquet")
+    assert Path(launch["table"]).is_file()
+    stand_in(tmp_path, "ncu")  # a log of no table
+    code, _, res = run_ops(tmp_path, add_config(tmp_path, 1), "-i", "1", "--ncu")
+    (launch,) = res["extra"]["nsight"]
+    assert code == 0 and launch["kernels"] == 0 and "table" not in launch
+
+
 @pytest.mark.parametrize(("extra", "buffered"), [
     ([], False), (["--replay-mode", "kernel"], False), (["--replay-mode", "application"], True),
     (["--replay-mode=app-range"], True), (["--replay-mode", "application", "--replay-mode",

@@ -20,7 +20,8 @@ with ``CUDA_VISIBLE_DEVICES`` naming the batch's GPU. The batch command is
 ``run_batch`` reads the same config). Each launch adds PARAM's record to the JSON-lines
 file (``{"ncu_file" | "nsys_file", "ncu_cmd_str" | "nsys_cmd_str", "config",
 "start_run_id", "end_run_id"}``, plus its ``returncode``); a tool that exits non-zero is an
-error of the run, not of the measurements.
+error of the run, not of the measurements. An ncu log also becomes a Parquet table beside
+it (``dlbench.profiling.tools.ncu.ncu_details``), which the result's record names.
 
 Where dlbench differs from PARAM: the ranges are push/pop, so the NVTX filter ends in
 ``/``; ``--app-replay-buffer file`` is passed only where the args file asks for
@@ -46,6 +47,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from multiprocessing import shared_memory
+from pathlib import Path
 from typing import Any
 
 from dlbench.cellrun import CellError
@@ -228,10 +230,12 @@ class Nsight:
                   "config": config, "start_run_id": f"{batch.build_id}|{first}",
                   "end_run_id": f"{batch.build_id}|{last}", "returncode": returncode}
         self.writer.write(record)
-        self.records.append({"tool": tool.name, "file": out_file, "command": cmd,
-                             "start_run_id": record["start_run_id"],
-                             "end_run_id": record["end_run_id"],
-                             "inputs": len(batch.inputs), "returncode": returncode})
+        entry = {"tool": tool.name, "file": out_file, "command": cmd,
+                 "start_run_id": record["start_run_id"], "end_run_id": record["end_run_id"],
+                 "inputs": len(batch.inputs), "returncode": returncode}
+        if tool.name == "ncu" and returncode == 0:
+            entry.update(details_table(out_file))
+        self.records.append(entry)
         if returncode != 0:
             self.on_error(batch.op_name, record["start_run_id"],
                           f"{batch.op_name}: {tool.name} exited with code {returncode} on "
@@ -239,6 +243,27 @@ class Nsight:
                           f"(its output: {out_file})")
         else:
             log.info("%s result: %s", tool.name, out_file)
+
+
+def details_table(log_file: str) -> dict[str, Any]:
+    """An ncu log's kernels and metrics as Parquet beside it (``..._ncu.parquet``): its
+    ``table`` and how many ``kernels`` it holds, or why there is none (``table_error``)."""
+    try:
+        from dlbench.profiling.tables import TableError
+        from dlbench.profiling.tools.ncu import ncu_details
+    except ImportError as exc:  # pyarrow
+        log.warning("ncu log %s: no table (%s)", log_file, exc)
+        return {"table_error": str(exc)}
+    table_file = log_file.removesuffix(".log") + ".parquet"
+    try:
+        table = ncu_details(Path(log_file), Path(table_file))
+    except TableError as exc:
+        log.warning("ncu log %s: no table (%s)", log_file, exc)
+        return {"table_error": str(exc)}
+    if table is None:
+        log.warning("ncu profiled no kernel (its log: %s)", log_file)
+        return {"kernels": 0}
+    return {"table": table_file, "kernels": len(set(table.column("ID").to_pylist()))}
 
 
 def run(cmd: list[str], env: dict[str, str]) -> int:

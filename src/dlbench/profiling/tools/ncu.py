@@ -98,6 +98,58 @@ def ncu_kernels(source: Path, dest: Path) -> Any:
     return table
 
 
+# The details page's columns a table needs (``ncu --csv`` without ``--page``, PARAM's log):
+# one row per kernel launch and metric; the others (Context, Stream, NVTX ranges, rules)
+# vary with ncu's version and options and are kept as they come.
+DETAILS_COLUMNS = ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value")
+
+
+def ncu_details(source: Path, dest: Path) -> Any:
+    """ncu's details page as CSV (PARAM's ``--ncu`` log: ncu's own messages around it) ->
+    Parquet, a row per launch and metric: every column as text but ``ID`` (int64), plus
+    ``value``, the metric's value as a number where it is one (thousands separators
+    read). Returns the table, or None where the log holds no table (ncu profiled no kernel:
+    it then prints its messages alone)."""
+    import pyarrow as pa
+
+    from dlbench.profiling.tables import (
+        TableError,
+        is_number,
+        parse_number,
+        read_csv,
+        write_parquet,
+    )
+
+    rows = read_csv(source)
+    starts = [i for i, row in enumerate(rows) if row[:1] == ["ID"]]
+    if not starts:
+        return None
+    header, data = rows[starts[0]], rows[starts[0] + 1:]
+    missing = [name for name in DETAILS_COLUMNS if name not in header]
+    if missing:
+        raise TableError(f"{source}: not ncu's details CSV (no column {', '.join(missing)})")
+    # ncu's messages after the table (==PROF== Disconnected ...) are not rows of it
+    data = [row for row in data if len(row) == len(header)]
+    fields, arrays = [], []
+    for j, name in enumerate(header):
+        values = [row[j] for row in data]
+        if name == "ID":
+            if not all(v.isdigit() for v in values):
+                raise TableError(f"{source}: an ID that is not a number")
+            array = pa.array([int(v) for v in values], pa.int64())
+        else:
+            array = pa.array(values, pa.string())
+        fields.append(pa.field(name, array.type))
+        arrays.append(array)
+    j = header.index("Metric Value")
+    fields.append(pa.field("value", pa.float64()))
+    arrays.append(pa.array([parse_number(row[j]) if is_number(row[j]) else None
+                            for row in data], pa.float64()))
+    table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+    write_parquet(table, dest)
+    return table
+
+
 def _nvtx_columns(header: Sequence[str]) -> set[str]:
     return {name for name in header if "Push/Pop_Range" in name or "Start/Stop_Range" in name}
 
