@@ -66,6 +66,7 @@ ARCHIVE_FILE_LIMIT = 4 << 20
 # right outcome, on an H200 it may fit); its inference in bfloat16 takes 16 GB.
 LLM_TRAIN = {"gpt2_xl": (4, 1024), "llama3_8b": (1, 2048)}  # model -> (batch, sequence)
 LLM_SERVE_BATCHES = (1, 32)
+LLM_SERVE_COMPILE = "cudagraphs"  # the compiled serving cell's mode (batch 1)
 COMMS_END = 256 << 20  # bytes: the largest all_reduce of the NCCL check
 LLM_PROMPT, LLM_OUTPUT = 512, 64
 
@@ -207,11 +208,15 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
                 "-o", str(ops / "add_ncu_batch"))
     # Measured ceilings: the calibration cell (GEMM per precision, STREAM copy/triad).
     plan.runner("calibration", "dlbench.calibrate", "--device", "gpu")
+    serve = ("dlbench.llm", "--model=llama3_8b", "--device=gpu", "--dtype=bfloat16",
+             f"--prompt_length={LLM_PROMPT}", f"--output_length={LLM_OUTPUT}",
+             "--num_batches=3", "--num_warmup_batches=1")
     for batch in LLM_SERVE_BATCHES:
-        plan.runner(f"llm_serve_b{batch}", "dlbench.llm", "--model=llama3_8b",
-                    f"--batch_size={batch}", "--device=gpu", "--dtype=bfloat16",
-                    f"--prompt_length={LLM_PROMPT}", f"--output_length={LLM_OUTPUT}",
-                    "--num_batches=3", "--num_warmup_batches=1")
+        plan.runner(f"llm_serve_b{batch}", *serve, f"--batch_size={batch}")
+    # The same decode replayed as CUDA graphs (dynamo, no inductor: seconds to compile):
+    # eager decode at batch 1 is bound by the host's kernel launches.
+    plan.runner(f"llm_serve_b1_{LLM_SERVE_COMPILE}", *serve, "--batch_size=1",
+                f"--compile={LLM_SERVE_COMPILE}")
     for model, (batch, tokens) in LLM_TRAIN.items():
         opts = json.dumps({"sequence_length": tokens, "activation_checkpointing": True})
         plan.runner(f"llm_train_{model}", "dlbench.pytorch", f"--model={model}",
@@ -538,6 +543,7 @@ def llm_checks(results: dict[str, dict | None], out: Path,
                             f"{1e3 * extra.get('tpot_s', 0):.2f} ms, "
                             f"{extra.get('output_tokens_per_s', 0):,.0f} output tokens/s"
                             if ok else res.get("error") or "no result", extra))
+    checks.append(compiled_serving_check(results))
     facts = facts_of(out / "llm_bare.json", "llm_bare", not_run) or {}
     ratio = facts.get("ratio")
     checks.append(Check("gpt2_xl training: runner against a bare loop",
@@ -545,6 +551,23 @@ def llm_checks(results: dict[str, dict | None], out: Path,
                         f"ratio {ratio:.4f}" if ratio else facts.get("error", "no figures"),
                         facts))
     return checks
+
+
+def compiled_serving_check(results: Mapping[str, dict | None]) -> Check:
+    """Llama-3-8B decode at batch 1 compiled: it runs, and its TPOT against eager's."""
+    title = f"llama3_8b bf16 inference, batch 1, {LLM_SERVE_COMPILE}"
+    res = results.get(f"llm_serve_b1_{LLM_SERVE_COMPILE}") or {}
+    if res.get("status") == "not_run":
+        return Check(title, "skip", res["error"])
+    extra = res.get("extra") or {}
+    tpot = extra.get("tpot_s") or 0
+    ok = res.get("status") == "ok" and tpot > 0 and (extra.get("ttft_s") or 0) > 0
+    if not ok:
+        return Check(title, "fail", res.get("error") or "no result")
+    eager = ((results.get("llm_serve_b1") or {}).get("extra") or {}).get("tpot_s")
+    return Check(title, "pass", f"TTFT {1e3 * extra['ttft_s']:.1f} ms, TPOT {1e3 * tpot:.2f} ms"
+                 + (f" ({eager / tpot:.2f}x eager's speed)" if eager else ", eager not run"),
+                 extra)
 
 
 def _mfu(res: dict[str, Any]) -> str:

@@ -123,6 +123,19 @@ def test_language_model_verdicts_follow_the_results(gpu_acceptance, tmp_path):
     (tmp_path / "llm_bare.json").write_text(json.dumps({"ratio": 0.991}))
     checks = {c.name: c for c in gpu_acceptance.llm_checks(results, tmp_path)}
     assert checks["gpt2_xl training: runner against a bare loop"].verdict == "pass"
+    graphs = "llama3_8b bf16 inference, batch 1, cudagraphs"
+    assert checks[graphs].verdict == "fail" and checks[graphs].figure == "no result"
+    results["llm_serve_b1_cudagraphs"] = {"status": "ok", "extra": {"ttft_s": 0.02,
+                                                                    "tpot_s": 0.004}}
+    check = {c.name: c for c in gpu_acceptance.llm_checks(results, tmp_path)}[graphs]
+    assert check.verdict == "pass"
+    assert check.figure == "TTFT 20.0 ms, TPOT 4.00 ms (2.00x eager's speed)"
+    del results["llm_serve_b1"]
+    check = {c.name: c for c in gpu_acceptance.llm_checks(results, tmp_path)}[graphs]
+    assert check.figure.endswith("TPOT 4.00 ms, eager not run")
+    plan = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
+    command = plan.commands["llm_serve_b1_cudagraphs"]
+    assert {"--compile=cudagraphs", "--batch_size=1", "--model=llama3_8b"} <= set(command)
 
 
 def test_collective_verdict_needs_nccl_and_every_size(gpu_acceptance, tmp_path):
@@ -333,7 +346,8 @@ def test_only_runs_the_commands_named_and_skips_the_other_checks(gpu_acceptance,
     checks = {c.name: c for c in gpu_acceptance.run_all(plan, gpus=1, budget=600,
                                                          only=("honesty", "llm_serve"))}
     assert sorted(p.stem for p in (tmp_path / "logs").glob("*.log")) == [
-        "aggregate", "honesty", "llm_serve_b1", "llm_serve_b32", "report"]
+        "aggregate", "honesty", "llm_serve_b1", "llm_serve_b1_cudagraphs", "llm_serve_b32",
+        "report"]
     assert checks["timing honesty"].figure == "the honesty part left no figures"
     assert checks["timing honesty"].verdict == "fail"  # it ran and left nothing
     for name in ("resnet50_training_float32 runs", "bf16 8192^3 matmul", "profile torch",
