@@ -565,9 +565,10 @@ def compiled_serving_check(results: Mapping[str, dict | None]) -> Check:
     if not ok:
         return Check(title, "fail", res.get("error") or "no result")
     eager = ((results.get("llm_serve_b1") or {}).get("extra") or {}).get("tpot_s")
+    again = (extra.get("compile") or {}).get("recompilations_measured")
     return Check(title, "pass", f"TTFT {1e3 * extra['ttft_s']:.1f} ms, TPOT {1e3 * tpot:.2f} ms"
-                 + (f" ({eager / tpot:.2f}x eager's speed)" if eager else ", eager not run"),
-                 extra)
+                 + (f" ({eager / tpot:.2f}x eager's speed)" if eager else ", eager not run")
+                 + (f", {again} compiled while measured" if again else ""), extra)
 
 
 def _mfu(res: dict[str, Any]) -> str:
