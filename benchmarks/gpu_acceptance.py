@@ -50,6 +50,7 @@ BARE_RATIO = 0.99
 TIMER_RATIO = 0.98
 EVENTS_VS_DISCRETE = 0.10
 LLM_BARE_RATIO = 0.98
+PEAK_OVER_MEAN = 0.98  # a GPU's power peak against its mean (interval edges aside)
 # The time budget: the commands run in order until it is spent (a lent GPU comes with
 # minutes, not hours); the aggregate and the report come after it.
 BUDGET_S = 420
@@ -433,11 +434,15 @@ def monitor_check(res: dict[str, Any] | None) -> Check:
     mon = ((res or {}).get("extra") or {}).get("monitor") or {}
     gpus = mon.get("gpus") or []
     power = gpus[0].get("power_mean_w") if gpus else None
+    peak = gpus[0].get("power_max_w") if gpus else None
+    # The peak is the draw of one interval, never below the phase's mean (a lagging
+    # power reading once put it there).
     ok = bool(gpus) and power is not None and 30 <= power <= 1200 \
+        and peak is not None and peak >= PEAK_OVER_MEAN * power \
         and (mon.get("energy_j") or 0) > 0 and (mon.get("samples_per_joule") or 0) > 0
-    figure = (f"mean {power:,.0f} W, {mon['energy_j']:,.0f} J, "
+    figure = (f"mean {power:,.0f} W, peak {peak:,.0f} W, {mon['energy_j']:,.0f} J, "
               f"{mon['samples_per_joule']:,.2f} samples/J" if ok else
-              f"mean {power} W, {mon.get('energy_j')} J, "
+              f"mean {power} W, peak {peak} W, {mon.get('energy_j')} J, "
               f"{mon.get('samples_per_joule')} samples/J")
     return Check("monitor: NVML power and energy", verdict(ok if res else None), figure,
                  {"monitor": mon})

@@ -243,10 +243,15 @@ def test_point_to_point_over_nccl_needs_every_test_of_every_size_validated(gpu_a
 
 
 def test_monitor_and_summary(gpu_acceptance):
-    res = {"extra": {"monitor": {"gpus": [{"power_mean_w": 421.3264000004}], "energy_j": 809.793,
+    gpu = {"power_mean_w": 421.3264000004, "power_max_w": 455.2}
+    res = {"extra": {"monitor": {"gpus": [gpu], "energy_j": 809.793,
                                  "samples_per_joule": 4.741952573064968}}}
     check = gpu_acceptance.monitor_check(res)
-    assert check.verdict == "pass" and check.figure == "mean 421 W, 810 J, 4.74 samples/J"
+    assert check.verdict == "pass"
+    assert check.figure == "mean 421 W, peak 455 W, 810 J, 4.74 samples/J"
+    gpu["power_max_w"] = 374.0  # below the mean, as NVML's lagging reading gave it
+    assert gpu_acceptance.monitor_check(res).verdict == "fail"
+    gpu["power_max_w"] = 455.2
     res["extra"]["monitor"]["gpus"][0]["power_mean_w"] = 5.0  # below any working GPU
     assert gpu_acceptance.monitor_check(res).verdict == "fail"
     assert gpu_acceptance.monitor_check(None).verdict == "skip"
