@@ -216,8 +216,8 @@ class Nsight:
         shm = shared_memory.SharedMemory(create=True, size=len(text))
         try:
             shm.buf[:len(text)] = text
-            cmd = [launch.binary, *tool.options(out_file, launch.extra), *launch.extra, *self.batch_cmd,
-                   "-s", shm.name]
+            cmd = [launch.binary, *tool.options(out_file, launch.extra), *launch.extra,
+                   *self.batch_cmd, "-s", shm.name]
             if log.isEnabledFor(logging.DEBUG):
                 cmd.append("-v")
             log.info("running: %s", shlex.join(cmd))
