@@ -477,7 +477,6 @@ class ResourceMonitor:
 
         power = values("power_w")
         start, end = self._gpu_energy[i] if i < len(self._gpu_energy) else (None, None)
-        counted = _interval_power(cols.get("t_s", []), cols.get(f"gpu{i}_energy_mj", []))
         if start is not None and end is not None and end >= start:
             energy, method = (end - start) / 1000.0, "nvml_total_energy"
         elif len(power) >= 2 and len(power) == len(cols["t_s"]):
@@ -489,6 +488,7 @@ class ResourceMonitor:
             # The counter's mean and its intervals' peak: NVML's lagging power reading is
             # kept in the series only.
             mean = energy / duration
+            counted = _interval_power(cols.get("t_s", []), cols.get(f"gpu{i}_energy_mj", []))
             # no interval figure (its readings failed): the highest draw is the mean at least
             peak = max(_present(counted), default=None) or max([*power, mean])
         else:

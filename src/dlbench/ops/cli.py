@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Enable the torch profiler; trace to <prefix>_trace.json.")
     p.add_argument("--et", action="store_true",
                    help="Collect PyTorch's execution trace of the run into <prefix>_et.json "
-                        "(what PARAM's et_replay and Chakra read)."),
+                        "(what PARAM's et_replay and Chakra read).")
     p.add_argument("-l", "--log-level", default="INFO", help="Log output verbosity.")
     p.add_argument("--version", action="store_true", help="Print version.")
     p.add_argument("--output", default=None, help="dlbench result JSON path")

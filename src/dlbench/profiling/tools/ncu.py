@@ -4,6 +4,7 @@ The profiled run exports ``report.ncu-rep``; ``ncu --import ... --csv --page raw
 a header row, a unit row and one row per profiled kernel launch, which becomes
 ``kernels.parquet``: one column per metric with its unit in the field's metadata, plus
 ``duration_ns`` from ``gpu__time_duration.sum``. The report sums launches per kernel name.
+PARAM's ``--ncu`` log (ncu's details page as CSV) becomes a table too (``ncu_details``).
 """
 
 from __future__ import annotations
