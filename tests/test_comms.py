@@ -251,6 +251,30 @@ def test_the_chart_counts_processes_on_all_nodes_and_tells_node_counts_apart():
     assert "step_factor" in placed and "validate" in placed
 
 
+def test_one_process_has_no_bus_bandwidth_to_chart():
+    """A one-process cell's bus bandwidth (0 by definition) is null in the chart's data,
+    beside a two-process cell's; with one-process cells only, the figure is the time
+    panel alone."""
+    def row(cell, gpus, size, seconds):
+        return {"cell_id": cell, "source": f"{cell}.json", "study": "net", "kind": "comms",
+                "status": "ok", "throughput": 1 / seconds, "name": f"all_reduce|{size}",
+                "pass": "collective", "op_name": "all_reduce", "collective": "all_reduce",
+                "num_gpus": gpus, "num_nodes": 1, "system": "a", "device": "gpu",
+                "data_type": "float32", "framework": "pytorch", "bytes_per_iteration": size,
+                "time_median_s": seconds, "time_p95_s": seconds * 1.1,
+                "gbps": size / seconds / 1e9,
+                "bus_gbps": S.bus_factor("all_reduce", gpus) * size / seconds / 1e9}
+
+    both = prepare(pd.DataFrame([row("one", 1, 1024, 1e-5), row("two", 2, 1024, 2e-5)]))
+    data = comms_charts.comms_frame(both).set_index("cell")
+    assert pd.isna(data.loc["a/one", "busbw_gbps"])
+    assert data.loc["a/two", "busbw_gbps"] == pytest.approx(1024 / 2e-5 / 1e9)
+    assert "vconcat" in comms_charts.bandwidth_figure(both).chart.to_dict()
+    alone = prepare(pd.DataFrame([row("one", 1, size, 1e-5) for size in (1024, 4096)]))
+    spec = json.dumps(comms_charts.bandwidth_figure(alone).chart.to_dict())
+    assert "vconcat" not in spec and "bus bandwidth" not in spec and "median time" in spec
+
+
 def simulated(collective, inputs):
     """What each rank receives, computed here from every rank's input (float64 lists);
     a collective with a root has rank 0 for it."""

@@ -50,15 +50,19 @@ def _sizes_frame(rows: pd.DataFrame) -> pd.DataFrame:
     # The message size, from the measurement's name (a bidirectional test moves two
     # messages of it per time).
     size = rows["name"].map(message_bytes)
+    ranks = rows["num_gpus"].astype(int) * nodes
     return pd.DataFrame({
         "cell": rows["cell"], "collective": pd.Series(panel, index=rows.index),
-        "ranks": rows["num_gpus"].astype(int) * nodes,
+        "ranks": ranks,
         **{a: rows.get(a, pd.Series(None, index=rows.index, dtype=object)) for a in OTHER_AXES},
         "size_bytes": pd.to_numeric(size, errors="coerce").fillna(
             rows["bytes_per_iteration"]).astype(float),
         "time_us": 1e6 * rows["time_median_s"].astype(float),
         "time_p95_us": 1e6 * rows["time_p95_s"].astype(float),
-        "algbw_gbps": rows["gbps"], "busbw_gbps": rows["bus_gbps"],
+        "algbw_gbps": rows["gbps"],
+        # One process moves nothing over a link: its bus bandwidth is 0 by definition, a
+        # figure that says nothing of the hardware, so it is left out (null), not drawn.
+        "busbw_gbps": rows["bus_gbps"].where(ranks > 1),
     })
 
 
@@ -95,10 +99,12 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
         return line_panels(data, panels, encoding, x=x, colour=colour, tooltip=tips, y=y,
                            field=field, whisker=whisker)
 
-    chart = alt.vconcat(
-        panels_of(alt.Y("busbw_gbps:Q", title="bus bandwidth (GB/s)"), "busbw_gbps"),
-        panels_of(alt.Y("time_us:Q", title="median time (µs)", scale=alt.Scale(type="log")),
-                  "time_us", "time_p95_us"))
+    time = panels_of(alt.Y("time_us:Q", title="median time (µs)", scale=alt.Scale(type="log")),
+                     "time_us", "time_p95_us")
+    # Cells of one process only (a single GPU): no bus bandwidth to draw, the times alone.
+    chart = (alt.vconcat(panels_of(alt.Y("busbw_gbps:Q", title="bus bandwidth (GB/s)"),
+                                   "busbw_gbps"), time)
+             if data["busbw_gbps"].notna().any() else time)
     placed = encoding.placed(("collective",))
     return Figure(
         "comms-bandwidth", "Collectives: bandwidth and time against message size",
@@ -106,7 +112,8 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
         "process moves over its link (nccl-tests: 2(n-1)/n for all_reduce, (n-1)/n for "
         "all_gather, reduce_scatter, all_to_all(v), gather and scatter, 1 for broadcast, "
         "reduce and "
-        "point-to-point; 0 for one process). "
+        "point-to-point; none for one process, which moves nothing over a link, and no "
+        "panel where every cell has one). "
         "Bottom: the median time of one collective, whisker to p95, the slowest process's "
         "per iteration. One panel per collective, one colour per process count; "
         "point-to-point cells have three: latency (half a ping-pong), unidirectional and "
