@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -71,6 +72,31 @@ def test_comms_cells_are_named_by_collective_and_ranks_and_checked_in_one_line()
     with pytest.raises(study.ConfigError, match="collective: unknown value 'reduce_scatter_v'"):
         study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
             "collective": "reduce_scatter_v"}}}})
+
+
+def test_params_base_collectives_are_the_single_tensor_ones_timed_here(tmp_path):
+    """PARAM's all_gather_base and reduce_scatter_base (all_gather_into_tensor,
+    reduce_scatter_tensor) are the all_gather and reduce_scatter cells and runs here: the
+    same cell id in a study, the collective recorded under its name by the runner, which
+    calls it by its current name (no deprecation warning)."""
+    from dlbench.comms import runner
+
+    def cell(name):
+        (one,) = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+            "collective": name, "num_gpus": 2}}}})
+        return one
+
+    assert cell("all_gather_base").id == cell("all_gather").id
+    assert cell("reduce_scatter_base").params["collective"] == "reduce_scatter"
+    out = tmp_path / "cell.json"
+    with warnings.catch_warnings():  # torch 2.14 deprecates reduce_scatter_tensor's name
+        warnings.simplefilter("error", FutureWarning)
+        assert runner.main(["--device=cpu", "--collective", "reduce_scatter_base", "--b=64",
+                            "--e=64", "--w=1", "--n=2", "--c=1", f"--output={out}"]) == 0
+    res = R.read(out)
+    assert res["status"] == "ok" and res["cell"]["collective"] == "reduce_scatter"
+    assert [m["name"] for m in res["measurements"]] == ["reduce_scatter|64"]
+    assert res["measurements"][0]["extra"]["validated"] is True
 
 
 def test_a_collective_cell_on_several_nodes_says_so_in_its_id_and_asks_slurm_for_them():

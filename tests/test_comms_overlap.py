@@ -5,6 +5,7 @@ CPU, the chart. The CUDA path (the kernels on a stream of their own beside NCCL'
 by CUDA events) is not exercised here: it runs in the GPU acceptance check."""
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -60,6 +61,36 @@ def test_params_other_kernels_compute_what_they_count(name, want, flops, moved):
         overlap.kernel("conv", 4, "float32", torch.device("cpu"))
 
 
+def test_params_mm_dim_shapes_give_a_gemm_and_operands_of_their_own():
+    """mm_shape (PARAM's --mm-dim m n p): a GEMM of A[m,n] and B[n,p], counted as such;
+    the elementwise kernels' m x n operands (a third value, which PARAM allows them but
+    add and sub, unused); the counts of values PARAM refuses, refused."""
+    import torch
+
+    cpu = torch.device("cpu")
+    torch.manual_seed(7)
+    gemm = overlap.kernel("gemm", 100, "float64", cpu, "6,4,3")
+    torch.manual_seed(7)
+    a, b = torch.rand(6, 4, dtype=torch.float64), torch.rand(4, 3, dtype=torch.float64)
+    out = gemm.run()
+    assert out.shape == (6, 3) and torch.equal(out, a @ b)
+    assert (gemm.flops, gemm.bytes) == (2 * 6 * 4 * 3, (24 + 12 + 18) * 8)
+    add = overlap.kernel("add", 100, "float32", cpu, "5,3")
+    assert add.run().shape == (5, 3) and (add.flops, add.bytes) == (30, 3 * 15 * 4)
+    h2d = overlap.kernel("h2d", 100, "float32", cpu, "5,3,7")
+    assert h2d.run().shape == (5, 3) and h2d.bytes == 15 * 4
+    assert overlap.operands("gemm", 9) == (9, 9, 9)
+    assert overlap.operands("copy", 9, "2,5") == (2, 5, 5)
+    for name, shape, message in [
+            ("gemm", "6,4", "gemm takes m,n,p (A[m,n] times B[n,p]), got '6,4'"),
+            ("add", "6,4,3", "add takes m,n, got '6,4,3'"),
+            ("sub_num", "6", "'6' has 1 value(s): give m,n or m,n,p"),
+            ("copy", "6,x", "'6,x' is not two or three comma-separated integers"),
+            ("gemm", "6,0,2", "'6,0,2': every value must be >= 1")]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            overlap.operands(name, 100, shape)
+
+
 class _Work:
     """A collective's work handle whose future completes ``seconds`` after it is issued
     (a gloo thread's)."""
@@ -111,8 +142,9 @@ def test_a_study_overlaps_collectives_with_kernels_as_cells_of_their_own():
     assert sorted(beside) == [10, 20]
     assert beside[20].id.rsplit("_", 1)[0] == "pytorch_all-reduce_float32_8x_gemm_gpu"
     argv = kinds.get("comms").command(beside[20].params, Path("x.json"), "python", None)
-    assert argv[argv.index("--kernel=gemm"):][:4] == [
-        "--kernel=gemm", "--num-compute=20", "--mm-dim=2048", "--comp-data-type=bfloat16"]
+    assert argv[argv.index("--kernel=gemm"):][:5] == [
+        "--kernel=gemm", "--num-compute=20", "--mm-dim=2048", "--mm-shape=",
+        "--comp-data-type=bfloat16"]
     argv = kinds.get("comms").command(alone[0].params, Path("x.json"), "python", None)
     assert "--kernel=none" in argv and not any(a.startswith("--mm-dim") for a in argv)
     (p2p,) = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
@@ -125,6 +157,58 @@ def test_a_study_overlaps_collectives_with_kernels_as_cells_of_their_own():
              "compute_data_type: unknown value 'int8'")]:
         with pytest.raises(study.ConfigError, match=f"study 'c': {message}"):
             study.expand_config({"studies": {"c": {"kind": "comms", "grid": grid}}})
+
+
+def test_a_study_gives_a_gemm_its_shape_and_refuses_one_its_kernel_does_not_take():
+    """mm_shape leaves mm_dim out of the cell and reaches the runner as --mm-shape; a cell
+    without it keeps the id it had before the axis; a shape the kernel does not take is
+    one line naming the study and the axis."""
+    def cells(**grid):
+        return study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+            "num_gpus": 8, "compute_kernel": "gemm", **grid}}}})
+
+    (square,) = cells(mm_dim=2048)
+    assert square.id == "pytorch_all-reduce_float32_8x_gemm_gpu_6e1a5498"
+    (shaped,) = cells(mm_dim=2048, mm_shape="4096,8192,28672")
+    assert shaped.params["mm_dim"] is None and shaped.params["mm_shape"] == "4096,8192,28672"
+    assert shaped.id.rsplit("_", 1)[0] == "pytorch_all-reduce_float32_8x_gemm_gpu"
+    assert shaped.id != square.id
+    argv = kinds.get("comms").command(shaped.params, Path("x.json"), "python", None)
+    assert "--mm-shape=4096,8192,28672" in argv
+    assert not any(a.startswith("--mm-dim") for a in argv)
+    for grid, message in [
+            ({"mm_shape": "4096,8192"}, "mm_shape: gemm takes m,n,p"),
+            ({"compute_kernel": "add", "mm_shape": "8,8,8"}, "mm_shape: add takes m,n"),
+            ({"mm_shape": "8,y"}, "mm_shape: '8,y' is not two or three")]:
+        with pytest.raises(study.ConfigError, match=re.escape(f"study 'c': {message}")):
+            cells(**grid)
+
+
+def test_the_runner_reads_params_mm_dim_with_three_values_as_a_gemm_shape(tmp_path, capsys):
+    """PARAM's --mm-dim m n p on the runner's command line: the cell records the shape
+    and the GEMM's FLOPs are 2mnp; two values for a GEMM are refused in one line."""
+    from dlbench.comms import runner
+
+    assert runner.params_mm_dim(["--mm-dim", "4", "5", "--b=8"]) == ["--mm-shape=4,5", "--b=8"]
+    assert runner.params_mm_dim(["--mm-dim", "4", "--b=8"]) == ["--mm-dim", "4", "--b=8"]
+    assert runner.params_mm_dim(["--comp-dim", "4", "5", "6"]) == ["--mm-shape=4,5,6"]
+    assert runner.params_mm_dim(["--comp-dim", "4", "--comp-dim=5"]) == [
+        "--mm-dim", "4", "--mm-dim=5"]
+    out = tmp_path / "cell.json"
+    rc = runner.main(["--device=cpu", "--mode", "comms-compute", "--mm-dim", "24", "16", "8",
+                      "--num-compute=2", "--b=64", "--e=64", "--w=1", "--n=2",
+                      f"--output={out}"])
+    res = R.read(out)
+    assert rc == 0 and res["status"] == "ok", res.get("error")
+    R.validate(res)
+    assert (res["cell"]["mm_shape"], res["cell"]["mm_dim"]) == ("24,16,8", None)
+    alone = res["extra"]["compute_alone"]
+    assert alone["shape"] == [24, 16, 8] and alone["dim"] is None
+    assert alone["flops_per_iteration"] == 2 * 2.0 * 24 * 16 * 8
+    with pytest.raises(SystemExit) as exc:
+        runner.main(["--device=cpu", "--kernel", "gemm", "--mm-dim", "64", "32"])
+    assert exc.value.code == 2
+    assert "--mm-dim/--mm-shape: gemm takes m,n,p" in capsys.readouterr().err
 
 
 def test_the_runner_takes_params_mode_and_refuses_a_kernel_it_would_not_run(capsys):
@@ -151,7 +235,7 @@ def test_in_comms_compute_mode_a_size_times_its_collective_apart_from_the_kernel
 
     made = []
 
-    def sleeping(name, dim, data_type, device):
+    def sleeping(name, dim, data_type, device, shape=""):
         made.append((name, dim, data_type, device.type))
         return overlap.Kernel(name, lambda: time.sleep(0.004), 2.0 * dim**3, 3.0 * dim * dim)
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench import nccl_env
-from dlbench.comms.overlap import COMPUTE_DATA_TYPES, KERNELS, NO_KERNEL
+from dlbench.comms.overlap import COMPUTE_DATA_TYPES, KERNELS, NO_KERNEL, shape_form_problem
 from dlbench.comms.sizes import (
     COLLECTIVES,
     PT2PT_PATTERNS,
@@ -181,6 +181,11 @@ def _computing(params: Mapping[str, Any]) -> bool:
     return _collective(params) and params.get("compute_kernel") not in (None, NO_KERNEL)
 
 
+def _square(params: Mapping[str, Any]) -> bool:
+    """Overlapped cells whose kernel's operands are mm_dim x mm_dim (no mm_shape)."""
+    return _computing(params) and not params.get("mm_shape")
+
+
 _DEVICES = ("cpu", "gpu")
 _LLM = "llm_inference"  # the cell kind of language-model inference (dlbench.kinds)
 _LLM_RUNNER = "llm"  # its runner's name in the flag maps
@@ -300,7 +305,10 @@ TABLE: tuple[Axis, ...] = (
     # Collective communication (dlbench.comms; PARAM's comms.py flags): one collective over
     # message sizes begin_size, x step_factor, ... up to end_size bytes.
     Axis("collective", str, "all_reduce", kinds=(_COMMS,), choices=COLLECTIVES,
-         flags={_COMMS: Flag("--collective")}),
+         flags={_COMMS: Flag("--collective")},
+         # PARAM's names of the single-tensor all_gather and reduce_scatter, the ones
+         # dlbench times (its plain names gather into and scatter from lists of tensors).
+         aliases={"all_gather_base": "all_gather", "reduce_scatter_base": "reduce_scatter"}),
     Axis("data_type", str, "float32", kinds=(_COMMS,), choices=tuple(COMMS_DATA_TYPES),
          flags={_COMMS: Flag("--data-type")}, help="the element type of the buffers"),
     Axis("begin_size", int, 8, kinds=(_COMMS,), minimum=1, applies=_swept,
@@ -355,7 +363,8 @@ TABLE: tuple[Axis, ...] = (
               "non-blocking collective or a point-to-point bandwidth test (its time "
               "divided by them is one operation's)"),
     # PARAM's --mode comms-compute (dlbench.comms.overlap): each iteration's collectives
-    # overlapped with num_compute kernels on mm_dim x mm_dim operands, each part timed.
+    # overlapped with num_compute kernels on mm_dim x mm_dim operands (or mm_shape's), each
+    # part timed.
     Axis("compute_kernel", str, NO_KERNEL, kinds=(_COMMS,), choices=(NO_KERNEL, *KERNELS),
          since=3, applies=_collective, flags={_COMMS: Flag("--kernel")},
          help="none: the collectives alone; gemm, add, sub, add_num, sub_num, copy, d2h "
@@ -364,9 +373,16 @@ TABLE: tuple[Axis, ...] = (
     Axis("num_compute", int, 100, kinds=(_COMMS,), minimum=1, since=3, applies=_computing,
          flags={_COMMS: Flag("--num-compute")},
          help="compute kernels in each iteration beside its collectives"),
-    Axis("mm_dim", int, 100, kinds=(_COMMS,), minimum=1, since=3, applies=_computing,
+    Axis("mm_dim", int, 100, kinds=(_COMMS,), minimum=1, since=3, applies=_square,
          flags={_COMMS: Flag("--mm-dim")},
          help="the compute kernel's operands are mm_dim x mm_dim (a GEMM's: both)"),
+    # PARAM's --mm-dim with two or three values (dlbench.comms.overlap.operands): a GEMM of
+    # a layer's own shape beside the collectives, instead of a square one.
+    Axis("mm_shape", str, "", kinds=(_COMMS,), since=3, applies=_computing,
+         form=shape_form_problem, flags={_COMMS: Flag("--mm-shape")},
+         help="the compute kernel's operands instead of mm_dim x mm_dim, comma-separated: "
+              "m,n,p for gemm (A[m,n] times B[n,p]), m,n for the others (PARAM's --mm-dim "
+              "m n p)"),
     Axis("compute_data_type", str, "float32", kinds=(_COMMS,), choices=COMPUTE_DATA_TYPES,
          since=3, applies=_computing, flags={_COMMS: Flag("--comp-data-type")},
          help="the element type of the compute kernel's operands"),

@@ -3,8 +3,9 @@ comms-compute --kernel K --num-compute N --mm-dim D --comp-data-type T``).
 
 Each measured iteration issues the size's collectives (one, or ``window`` of them when
 non-blocking) without waiting, then ``num_compute`` compute kernels on ``mm_dim`` x
-``mm_dim`` elements (PARAM's, but for the embedding lookup, which needs FBGEMM: a square
-GEMM; an elementwise add or sub of two operands, a + 2b and a - 2b as PARAM's; add_num or
+``mm_dim`` elements, or the shape ``mm_shape`` gives (PARAM's ``--mm-dim m n p``: a GEMM
+of A[m,n] and B[n,p], the other kernels' m x n operands). The kernels are PARAM's, but for
+the embedding lookup, which needs FBGEMM: a GEMM; an elementwise add or sub of two operands, a + 2b and a - 2b as PARAM's; add_num or
 sub_num of one and 20 (PARAM's sub_num adds it, which its name says it does not);
 a copy on the device; d2h or h2d, a copy to or from a pinned host buffer, the traffic a
 training step's offloading or input pipeline puts beside its collectives), and waits for
@@ -46,19 +47,72 @@ class Kernel:
     bytes: float
 
 
-def kernel(name: str, dim: int, data_type: str, device: Any) -> Kernel:
-    """``name`` on ``dim`` x ``dim`` operands of ``data_type``, written into a buffer made
-    here, so that a run allocates nothing."""
+# How many of PARAM's --mm-dim values a kernel takes beside one (a square): a GEMM's
+# m n p (A[m,n] B[n,p]), add's and sub's m n; the other kernels take two or three and use
+# the first two, as PARAM does.
+SHAPE_VALUES = {"gemm": (3,), "add": (2,), "sub": (2,)}
+OTHER_SHAPE_VALUES = (2, 3)
+
+
+def shape_values(text: str) -> list[int]:
+    """``mm_shape``'s values ("4096,8192,1024"); none for an empty one."""
+    return [int(v) for v in text.split(",")] if text.strip() else []
+
+
+def shape_form_problem(text: str) -> str | None:
+    """Why ``text`` is no ``mm_shape`` (two or three positive integers, comma-separated),
+    or None."""
+    if not text.strip():
+        return None
+    try:
+        values = shape_values(text)
+    except ValueError:
+        return f"{text!r} is not two or three comma-separated integers (m,n or m,n,p)"
+    if len(values) not in (2, 3):
+        return (f"{text!r} has {len(values)} value(s): give m,n or m,n,p (one size is "
+                "mm_dim's)")
+    if min(values) < 1:
+        return f"{text!r}: every value must be >= 1"
+    return None
+
+
+def operands(name: str, dim: int, shape: str = "") -> tuple[int, int, int]:
+    """(m, n, p) of kernel ``name``: a GEMM multiplies A[m,n] by B[n,p], the other kernels
+    take m x n operands (p unused). ``shape`` (``mm_shape``) where given, else ``dim``
+    squared. A count of values PARAM refuses for the kernel raises ValueError."""
+    problem = shape_form_problem(shape)
+    if problem:
+        raise ValueError(problem)
+    values = shape_values(shape)
+    if not values:
+        return dim, dim, dim
+    takes = SHAPE_VALUES.get(name, OTHER_SHAPE_VALUES)
+    if len(values) not in takes:
+        form = {"gemm": "m,n,p (A[m,n] times B[n,p])", "add": "m,n", "sub": "m,n"}[name]
+        raise ValueError(f"{name} takes {form}, got {shape!r}")
+    m, n = values[:2]
+    return m, n, values[2] if len(values) == 3 else n
+
+
+def kernel(name: str, dim: int, data_type: str, device: Any, shape: str = "") -> Kernel:
+    """``name`` on ``dim`` x ``dim`` operands of ``data_type`` (or those ``shape`` gives:
+    ``operands``), written into a buffer made here, so that a run allocates nothing."""
     import torch
 
+    if name not in KERNELS:
+        raise ValueError(f"unknown compute kernel {name!r} (valid: {', '.join(KERNELS)})")
+    m, n, p = operands(name, dim, shape)
     dtype = getattr(torch, data_type)
     element = torch.empty((), dtype=dtype).element_size()
-    a, b = (torch.rand(dim, dim, dtype=dtype, device=device) for _ in range(2))
-    out = torch.empty(dim, dim, dtype=dtype, device=device)
-    square = float(dim * dim)
     if name == "gemm":
-        return Kernel(name, lambda: torch.matmul(a, b, out=out), 2.0 * square * dim,
-                      3 * square * element)
+        a = torch.rand(m, n, dtype=dtype, device=device)
+        b = torch.rand(n, p, dtype=dtype, device=device)
+        out = torch.empty(m, p, dtype=dtype, device=device)
+        return Kernel(name, lambda: torch.matmul(a, b, out=out), 2.0 * m * n * p,
+                      float(m * n + n * p + m * p) * element)
+    a, b = (torch.rand(m, n, dtype=dtype, device=device) for _ in range(2))
+    out = torch.empty(m, n, dtype=dtype, device=device)
+    square = float(m * n)  # the elements of one operand
     if name in ("add", "sub"):  # PARAM's a + 2b and a - 2b: a multiply and an add each
         op = torch.add if name == "add" else torch.sub
         return Kernel(name, lambda: op(a, b, alpha=ALPHA, out=out), 2 * square,
@@ -71,14 +125,14 @@ def kernel(name: str, dim: int, data_type: str, device: Any) -> Kernel:
     if name in ("d2h", "h2d"):
         # Pinned (page-locked) where there is a GPU, so that the copy is an asynchronous
         # DMA on the kernels' stream.
-        host = torch.empty(dim, dim, dtype=dtype, pin_memory=device.type == "cuda")
+        host = torch.empty(m, n, dtype=dtype, pin_memory=device.type == "cuda")
         if name == "d2h":
             return Kernel(name, lambda: host.copy_(a, non_blocking=True), 0.0,
                           square * element)
         host.copy_(a)
         return Kernel(name, lambda: out.copy_(host, non_blocking=True), 0.0,
                       square * element)
-    raise ValueError(f"unknown compute kernel {name!r} (valid: {', '.join(KERNELS)})")
+    raise AssertionError(f"kernel {name!r} listed in KERNELS but not built")
 
 
 def compute_step(work: Kernel, count: int) -> Callable[[Any], None]:

@@ -24,7 +24,8 @@ bandwidth, each a measurement (dlbench.comms.pt2pt).
 ``--kernel gemm|add|sub|add_num|sub_num|copy|d2h|h2d`` (or PARAM's ``--mode
 comms-compute``, whose kernel is gemm)
 overlaps each iteration's collectives with ``--num-compute`` runs of the kernel on
-``--mm-dim`` square operands of ``--comp-data-type``: a size's measurement is then the
+``--mm-dim`` square operands (or those of ``--mm-shape m,n,p``, PARAM's ``--mm-dim m n
+p``) of ``--comp-data-type``: a size's measurement is then the
 collectives' own part of the overlapped iterations, and its extra the computation's,
 against the kernels timed alone before the sweep (dlbench.comms.overlap).
 
@@ -36,6 +37,7 @@ value (dlbench.comms.validation).
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import sys
 from pathlib import Path
@@ -61,7 +63,8 @@ def parser() -> argparse.ArgumentParser:
         description="Time one collective over a sweep of message sizes among --num_gpus "
                     "processes (PARAM's comms.py flags: --collective, --b, --e, --f, --w, "
                     "--n, --data-type, --c, --z, --sb, --ss, --root, --pt2pt, --window, "
-                    "--mode, --kernel, --num-compute, --mm-dim, --comp-data-type).")
+                    "--mode, --kernel, --num-compute, --mm-dim, --comp-data-type; --mm-dim's "
+                    "two or three values are --mm-shape's).")
     axes.add_flags(p, KIND, "pytorch", kind=KIND)
     p.add_argument("--mode", choices=MODES,
                    help="PARAM's benchmark mode: comms-compute overlaps the collectives with "
@@ -122,14 +125,22 @@ def _call(collective: str, buffers: tuple, async_op: bool = False, root: int = 0
         return lambda _: dist.scatter(target, scatter_list=pieces, src=root,
                                       async_op=async_op)
     if collective == "all_gather":
-        return lambda _: dist.all_gather_into_tensor(target, source, async_op=async_op)
+        gather = _single_tensor(dist, "all_gather_single", "all_gather_into_tensor")
+        return lambda _: gather(target, source, async_op=async_op)
     if collective == "reduce_scatter":
-        return lambda _: dist.reduce_scatter_tensor(target, source, async_op=async_op)
+        scatter = _single_tensor(dist, "reduce_scatter_single", "reduce_scatter_tensor")
+        return lambda _: scatter(target, source, async_op=async_op)
     if splits is not None:
         ins, outs = splits
         return lambda _: dist.all_to_all_single(target, source, output_split_sizes=outs,
                                                 input_split_sizes=ins, async_op=async_op)
     return lambda _: dist.all_to_all_single(target, source, async_op=async_op)
+
+
+def _single_tensor(dist: Any, name: str, before: str) -> Any:
+    """The single-tensor collective under its current name (torch 2.14's ``*_single``;
+    the name it had before, which 2.14 deprecates, on older releases: the same call)."""
+    return getattr(dist, name, None) or getattr(dist, before)
 
 
 def _step(collective: str, buffers: tuple, window: int | None, root: int = 0,
@@ -211,7 +222,8 @@ def _compute_alone(args: argparse.Namespace, device: Any, sync: Any) -> tuple[An
 
     work, problem = None, None
     try:
-        work = overlap.kernel(args.kernel, args.mm_dim, args.comp_data_type, device)
+        work = overlap.kernel(args.kernel, args.mm_dim, args.comp_data_type, device,
+                              args.mm_shape)
     except (RuntimeError, MemoryError) as exc:
         problem = exc
     if not _all_allocated(problem is None, device):
@@ -222,7 +234,11 @@ def _compute_alone(args: argparse.Namespace, device: Any, sync: Any) -> tuple[An
                               sync, args.w, args.n)
     summary = stats.summarize(distributed.slowest_rank_times(loop.times_s, device))
     median = summary["median"]
-    alone = {"kernel": args.kernel, "dim": args.mm_dim, "data_type": args.comp_data_type,
+    m, n, p = overlap.operands(args.kernel, args.mm_dim, args.mm_shape)
+    alone = {"kernel": args.kernel, "dim": None if args.mm_shape else args.mm_dim,
+             # A GEMM's A[m,n] and B[n,p]; the other kernels' m x n operands.
+             "shape": [m, n, p] if args.kernel == "gemm" else [m, n],
+             "data_type": args.comp_data_type,
              "per_iteration": args.num_compute,
              "flops_per_iteration": work.flops * args.num_compute,
              "bytes_per_iteration": work.bytes * args.num_compute, "time_s": summary,
@@ -400,11 +416,35 @@ def _launch(args: argparse.Namespace, argv: list[str]) -> int:
     return rc or 1
 
 
+def params_mm_dim(argv: list[str]) -> list[str]:
+    """PARAM's ``--mm-dim m n p`` (or its other spelling, ``--comp-dim``) with two or three
+    values (a GEMM's A[m,n] and B[n,p], the other kernels' m x n) as
+    ``--mm-shape=m,n,p``; one value is ``--mm-dim``'s."""
+    out, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--comp-dim="):
+            arg = "--mm-dim=" + arg.partition("=")[2]
+        values = []
+        if arg in ("--mm-dim", "--comp-dim"):
+            arg = "--mm-dim"
+            values = list(itertools.takewhile(str.isdigit, argv[i + 1:]))
+        if len(values) > 1:
+            out.append(f"--mm-shape={','.join(values)}")
+            i += 1 + len(values)
+        else:
+            out.append(arg)
+            i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     argv = argv[1:] if argv[:1] == ["--"] else argv  # a torchrun worker's (see _launch)
+    argv = params_mm_dim(argv)
     p = parser()
     args = p.parse_args(argv)
+    args.collective = axes.get("collective").normalise(args.collective)  # PARAM's *_base
     if any(a == "--pt2pt" or a.startswith("--pt2pt=") for a in argv):
         args.collective = "pt2pt"  # PARAM's --pt2pt alone selects the point-to-point tests
     if args.mode == "comms-compute" and args.kernel == NO_KERNEL:
@@ -417,6 +457,13 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--root {problem}")
     if args.collective == "pt2pt" and args.kernel != NO_KERNEL:
         p.error(f"--kernel {args.kernel}: point-to-point tests run without a compute kernel")
+    if args.mm_shape and args.kernel != NO_KERNEL:
+        from dlbench.comms.overlap import operands
+
+        try:
+            operands(args.kernel, args.mm_dim, args.mm_shape)
+        except ValueError as exc:
+            p.error(f"--mm-dim/--mm-shape: {exc}")
     from dlbench import cli
 
     cli.check_minimums(p, args, KIND)

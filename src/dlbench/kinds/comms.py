@@ -9,7 +9,7 @@ from typing import Any
 
 from dlbench import axes, frameworks
 from dlbench.axes import AxisError
-from dlbench.comms.overlap import NO_KERNEL
+from dlbench.comms.overlap import NO_KERNEL, operands
 from dlbench.comms.sizes import (
     UNEVEN,
     exchange,
@@ -64,6 +64,12 @@ class CommsKind(CellKind):
         problem = root_problem(params["root"], ranks) if params.get("root") else None
         if problem:
             raise AxisError("root", f"{problem} (num_gpus x num_nodes)")
+        kernel, shape = params.get("compute_kernel"), params.get("mm_shape")
+        if shape and kernel not in (None, NO_KERNEL):
+            try:
+                operands(kernel, 1, shape)  # the count of values the kernel takes
+            except ValueError as exc:
+                raise AxisError("mm_shape", str(exc)) from None
         if (params.get("validate") and params["data_type"] == "int8"
                 and ranks > MAX_INT8_RANKS):
             raise AxisError("validate", f"int8 sums of {ranks} processes overflow the check's "
