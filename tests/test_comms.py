@@ -99,6 +99,39 @@ def test_params_base_collectives_are_the_single_tensor_ones_timed_here(tmp_path)
     assert res["measurements"][0]["extra"]["validated"] is True
 
 
+def test_sizes_read_with_units_as_nccl_tests_and_param_write_them():
+    assert [S.parse_size(t) for t in ("8", "64K", "256M", "1G", "4KiB", "2MB", "3 m")] == [
+        8, 65536, 268435456, 2**30, 4096, 2 * 2**20, 3 * 2**20]
+    for text in ("12X", "1.5M", "", "M"):
+        with pytest.raises(ValueError, match="is no size: bytes, or a whole number with K"):
+            S.parse_size(text)
+
+
+def test_the_runner_takes_params_long_flag_names_and_sizes_with_units(tmp_path, capsys):
+    """PARAM's comms.py spellings (--begin-size 1K --end-size 4K --blocking 1
+    --collectives --data-types --in-split ...) read as the short flags; a size it cannot
+    read is argparse's one line naming the flag."""
+    from dlbench.comms import runner
+
+    out = tmp_path / "cell.json"
+    assert runner.main(["--device=cpu", "--collectives", "all_reduce", "--data-types",
+                        "float64", "--begin-size", "1K", "--end-size", "4K", "--blocking", "1",
+                        "--w=1", "--n=2", f"--output={out}"]) == 0
+    res = R.read(out)
+    assert res["status"] == "ok"
+    cell = res["cell"]
+    assert (cell["begin_size"], cell["end_size"], cell["blocking"], cell["data_type"]) == (
+        1024, 4096, True, "float64")
+    assert [m["bytes_per_iteration"] for m in res["measurements"]] == [1024, 2048, 4096]
+    with pytest.raises(SystemExit) as exc:
+        runner.main(["--device=cpu", "--e", "12X"])
+    assert exc.value.code == 2
+    assert "argument --e/--end-size: '12X' is no size" in capsys.readouterr().err
+    args = runner.parser().parse_args(["--collective=all_to_allv", "--in-split", "1,2",
+                                       "--out-split", "3,4", "--sizes", "8,16"])
+    assert (args.i, args.o, args.ss) == ("1,2", "3,4", "8,16")
+
+
 def test_a_collective_cell_on_several_nodes_says_so_in_its_id_and_asks_slurm_for_them():
     """num_nodes 1 keeps the ids collective cells had before the axis; two nodes are one
     cluster job of two nodes with one task each (its GPUs on each), refused without a

@@ -35,6 +35,7 @@ from dlbench.comms.sizes import (
     PT2PT_PATTERNS,
     ROOTED,
     UNEVEN,
+    parse_size,
     sizes_problem,
     split_problem,
 )
@@ -58,6 +59,11 @@ class Flag:
     values: Mapping[Any, Any] | None = None
     dest: str | None = None
     help: str = ""
+    # Other spellings the runner takes (PARAM's long names: --begin-size for --b).
+    also: tuple[str, ...] = ()
+    # How the runner reads the flag's text where not as the axis's type (PARAM's sizes
+    # with units, --e 256M); a ValueError is argparse's one-line error naming the flag.
+    parse: Callable[[str], Any] | None = None
 
     @property
     def attr(self) -> str:
@@ -305,16 +311,21 @@ TABLE: tuple[Axis, ...] = (
     # Collective communication (dlbench.comms; PARAM's comms.py flags): one collective over
     # message sizes begin_size, x step_factor, ... up to end_size bytes.
     Axis("collective", str, "all_reduce", kinds=(_COMMS,), choices=COLLECTIVES,
-         flags={_COMMS: Flag("--collective")},
+         flags={_COMMS: Flag("--collective", also=("--collectives",))},
          # PARAM's names of the single-tensor all_gather and reduce_scatter, the ones
          # dlbench times (its plain names gather into and scatter from lists of tensors).
          aliases={"all_gather_base": "all_gather", "reduce_scatter_base": "reduce_scatter"}),
     Axis("data_type", str, "float32", kinds=(_COMMS,), choices=tuple(COMMS_DATA_TYPES),
-         flags={_COMMS: Flag("--data-type")}, help="the element type of the buffers"),
+         flags={_COMMS: Flag("--data-type", also=("--data-types",))},
+         help="the element type of the buffers"),
     Axis("begin_size", int, 8, kinds=(_COMMS,), minimum=1, applies=_swept,
-         flags={_COMMS: Flag("--b")}, help="the first message size, bytes"),
+         flags={_COMMS: Flag("--b", also=("--begin-size",), parse=parse_size,
+                             help="the first message size: bytes, or K, M, G (64K)")},
+         help="the first message size, bytes"),
     Axis("end_size", int, 256 * 2**20, kinds=(_COMMS,), minimum=1, applies=_swept,
-         flags={_COMMS: Flag("--e")}, help="the last message size, bytes"),
+         flags={_COMMS: Flag("--e", also=("--end-size",), parse=parse_size,
+                             help="the last message size: bytes, or K, M, G (256M)")},
+         help="the last message size, bytes"),
     Axis("step_factor", int, 2, kinds=(_COMMS,), minimum=2, applies=_swept,
          flags={_COMMS: Flag("--f")}, help="each message size is this many times the last"),
     Axis("step_bytes", int, 0, kinds=(_COMMS,), minimum=0, since=3, applies=_swept,
@@ -324,17 +335,17 @@ TABLE: tuple[Axis, ...] = (
     # PARAM's --ss: the sizes a model's buckets have, instead of a sweep (whose axes a cell
     # with a list leaves empty).
     Axis("message_sizes", str, "", kinds=(_COMMS,), since=3, form=sizes_problem,
-         flags={_COMMS: Flag("--ss")},
+         flags={_COMMS: Flag("--ss", also=("--sizes",))},
          help="message sizes in bytes, comma-separated, instead of the sweep from "
               "begin_size to end_size (PARAM's --ss)"),
     # PARAM's --i and --o: one all_to_allv exchange of uneven blocks instead of the sweep,
     # the same list on every rank (dlbench.comms.sizes.exchange).
     Axis("in_split", str, "", kinds=(_COMMS,), since=3, applies=_uneven, form=split_problem,
-         flags={_COMMS: Flag("--i")},
+         flags={_COMMS: Flag("--i", also=("--in-split",))},
          help="all_to_allv: the elements each rank sends to rank 0, 1, ..., comma-separated "
               "(rank j then receives in_split[j] from each), instead of the sweep"),
     Axis("out_split", str, "", kinds=(_COMMS,), since=3, applies=_uneven,
-         form=split_problem, flags={_COMMS: Flag("--o")},
+         form=split_problem, flags={_COMMS: Flag("--o", also=("--out-split",))},
          help="all_to_allv: the elements each rank receives from rank 0, 1, ..., "
               "comma-separated (rank s then sends out_split[s] to each), instead of the sweep"),
     Axis("validate", bool, False, kinds=(_COMMS,), since=3,
@@ -345,7 +356,7 @@ TABLE: tuple[Axis, ...] = (
     # its own); 0 issues `window` collectives back to back and waits once, as nccl-tests
     # times them: the host's launch and wait overlap the transfers, which small messages show.
     Axis("blocking", bool, True, kinds=(_COMMS,), since=3, applies=_collective,
-         flags={_COMMS: Flag("--z", values={True: 1, False: 0})},
+         flags={_COMMS: Flag("--z", values={True: 1, False: 0}, also=("--blocking",))},
          help="1: each collective waited for on its own; 0: `--window` collectives issued "
               "back to back, then waited for"),
     Axis("root", int, 0, kinds=(_COMMS,), minimum=0, since=3, applies=_rooted,
@@ -548,7 +559,7 @@ def add_flags(parser: argparse.ArgumentParser, runner: str, framework: str,
         if flag.style == "json":
             kw.update(type=cli.json_object, default={})
         elif axis.type is int:
-            kw.update(type=int, default=default)
+            kw.update(type=_parser_type(flag.parse) if flag.parse else int, default=default)
         elif flag.values is not None and all(type(v) is int for v in flag.values.values()):
             # A flag of numbers standing for the axis's values (PARAM's --c 0|1).
             kw.update(type=int, default=default, choices=sorted(set(flag.values.values())))
@@ -560,7 +571,18 @@ def add_flags(parser: argparse.ArgumentParser, runner: str, framework: str,
                 kw["choices"] = [*aliases, *valid]
         if axis.default is REQUIRED:
             kw["required"] = True
-        parser.add_argument(flag.option, help=help_text, **kw)
+        parser.add_argument(flag.option, *flag.also, help=help_text, **kw)
+
+
+def _parser_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``parse`` as an argparse type: its ValueError's text is the flag's error line."""
+    def read(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return read
 
 
 def cell_from_args(kind: str, runner: str, framework: str,

@@ -22,6 +22,8 @@ between two ranks: factor 1.
 
 from __future__ import annotations
 
+import re
+
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_allv",
                "broadcast", "reduce", "gather", "scatter", "pt2pt")
 # PARAM's --pt2pt patterns: one2one, rank 0 with rank 1; pairwise, every rank of the first
@@ -54,6 +56,21 @@ def bus_factor(collective: str, ranks: int) -> float:
 
 # A sweep of more sizes is a mistake (step_bytes 8 up to 256 MiB: 33 million sizes).
 MAX_SIZES = 1024
+
+
+# nccl-tests' and PARAM's size units (-b 8 -e 256M): binary, as theirs are.
+SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+_SIZE = re.compile(r"(\d+)\s*([KMG]?)(?:I?B)?")  # matched upper-cased
+
+
+def parse_size(text: str) -> int:
+    """A message size as nccl-tests and PARAM's ``--b``/``--e`` write it: bytes, or a
+    whole number with K, M or G (KiB, MiB, GiB; a trailing B or iB allowed)."""
+    match = _SIZE.fullmatch(text.strip().upper())
+    if match is None:
+        raise ValueError(f"{text!r} is no size: bytes, or a whole number with K, M or G "
+                         "(KiB, MiB, GiB), e.g. 256M")
+    return int(match.group(1)) * SIZE_UNITS[match.group(2)]
 
 
 def sweep_problem(begin: int, end: int, step_bytes: int, data_type: str) -> str | None:
