@@ -69,6 +69,9 @@ LLM_TRAIN = {"gpt2_xl": (4, 1024), "llama3_8b": (1, 2048)}  # model -> (batch, s
 LLM_SERVE_BATCHES = (1, 32)
 LLM_SERVE_COMPILE = "cudagraphs"  # the compiled serving cell's mode (batch 1)
 COMMS_END = 256 << 20  # bytes: the largest all_reduce of the NCCL check
+# The GEMM beside the collectives, as PARAM's --mm-dim m n p: A[4096, 8192] times
+# B[8192, 2048], as many FLOPs as a 4096-cube.
+COMMS_GEMM = (4096, 8192, 2048)
 LLM_PROMPT, LLM_OUTPUT = 512, 64
 
 
@@ -182,7 +185,8 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
                 f"--i={','.join(map(str, blocks))}", "--w=5", "--n=20", "--c=1")
     # The same sweep beside bf16 GEMMs on a stream of their own (PARAM's comms-compute).
     plan.runner(f"comms_nccl{most}_gemm", *comms, f"--num_gpus={most}", "--kernel=gemm",
-                "--num-compute=10", "--mm-dim=4096", "--comp-data-type=bfloat16")
+                "--num-compute=10", "--mm-dim", *map(str, COMMS_GEMM),
+                "--comp-data-type=bfloat16")
     # And beside 64 MiB host-to-device copies from pinned memory (PCIe or C2C traffic).
     plan.runner(f"comms_nccl{most}_h2d", *comms, f"--num_gpus={most}", "--kernel=h2d",
                 "--num-compute=4", "--mm-dim=4096", "--comp-data-type=float32")
@@ -408,18 +412,23 @@ def compute_overlap_check(res: dict[str, Any] | None, kernel: str = "gemm") -> C
     alone, sizes = extra.get("compute_alone") or {}, (res or {}).get("measurements") or []
     beside = [(m.get("extra") or {}).get("compute_overlapped") or {} for m in sizes]
     rate = alone.get("tflops" if gemm else "gbps") or 0
+    shape = alone.get("shape") or []  # a GEMM's m, n, p as PARAM's --mm-dim gave them
     ok = bool(res) and res.get("status") == "ok" and bool(sizes) and rate > 0 \
-        and all((b.get("slowdown") or 0) > 0 for b in beside)
+        and all((b.get("slowdown") or 0) > 0 for b in beside) \
+        and (not gemm or list(shape) == list(COMMS_GEMM))
     if not ok:
-        return Check(title, verdict(False if res else None),
-                     (res or {}).get("error") or ("no result" if not res else
-                                                  f"no {kernel} times beside the collectives"))
+        why = f"no {kernel} times beside the collectives"
+        if not res or res.get("error"):
+            why = (res or {}).get("error") or "no result"
+        elif gemm and rate > 0 and list(shape) != list(COMMS_GEMM):
+            why = f"GEMM shape {shape}, not PARAM's --mm-dim {list(COMMS_GEMM)}"
+        return Check(title, verdict(False if res else None), why)
     last, slowdown = sizes[-1], beside[-1]["slowdown"]
     parts = last["time_s"]["median"] * extra.get("collectives_per_iteration", 1) \
         + beside[-1]["time_s"]["median"]
     iteration = last["extra"]["iteration_time_s"]["median"]
     return Check(title, "pass",
-                 f"{'GEMM' if gemm else kernel} alone {rate:,.0f} "
+                 f"{'GEMM ' + '×'.join(map(str, shape)) if gemm else kernel} alone {rate:,.0f} "
                  f"{'TFLOP/s' if gemm else 'GB/s'}; beside "
                  f"{last['bytes_per_iteration'] / 2**20:g} MiB all_reduce {slowdown:.2f}x its "
                  f"time; iteration {iteration * 1e3:,.2f} ms against {parts * 1e3:,.2f} ms "

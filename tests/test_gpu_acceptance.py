@@ -398,8 +398,11 @@ def test_collectives_beside_gemms_are_checked_for_both_parts_times(gpu_acceptanc
     skips without a result."""
     one = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
     assert "comms_nccl2_gemm" not in one.commands
-    assert {"--kernel=gemm", "--num-compute=10", "--mm-dim=4096", "--comp-data-type=bfloat16",
-            "--num_gpus=1", "--c=1"} <= set(one.commands["comms_nccl1_gemm"])
+    gemm = one.commands["comms_nccl1_gemm"]
+    assert {"--kernel=gemm", "--num-compute=10", "--comp-data-type=bfloat16",
+            "--num_gpus=1", "--c=1"} <= set(gemm)
+    # PARAM's --mm-dim m n p, which the runner reads as the GEMM's shape
+    assert gemm[gemm.index("--mm-dim"):][:4] == ["--mm-dim", "4096", "8192", "2048"]
 
     def size(n, slowdown):
         return {"name": f"all_reduce|{n}", "bytes_per_iteration": n,
@@ -410,15 +413,22 @@ def test_collectives_beside_gemms_are_checked_for_both_parts_times(gpu_acceptanc
                                                  "slowdown": slowdown}}}
 
     res = {"status": "ok", "extra": {"backend": "nccl", "collectives_per_iteration": 1,
-                                     "compute_alone": {"tflops": 600.0}},
+                                     "compute_alone": {"tflops": 600.0,
+                                                       "shape": [4096, 8192, 2048]}},
            "measurements": [size(8, 1.0), size(256 << 20, 1.17)]}
     check = gpu_acceptance.compute_overlap_check(res)
     assert check.verdict == "pass", check.figure
-    assert check.figure == ("GEMM alone 600 TFLOP/s; beside 256 MiB all_reduce 1.17x its "
+    assert check.figure == ("GEMM 4096×8192×2048 alone 600 TFLOP/s; beside 256 MiB "
+                            "all_reduce 1.17x its "
                             "time; iteration 4.00 ms against 4.50 ms of its parts one after "
                             "the other")
     lost = {**res, "measurements": [size(8, 1.0), {**size(16, 1.0), "extra": {}}]}
     assert gpu_acceptance.compute_overlap_check(lost).verdict == "fail"
+    square = {**res, "extra": {**res["extra"], "compute_alone": {"tflops": 600.0,
+                                                                  "shape": [4096] * 3}}}
+    check = gpu_acceptance.compute_overlap_check(square)
+    assert (check.verdict, check.figure) == (
+        "fail", "GEMM shape [4096, 4096, 4096], not PARAM's --mm-dim [4096, 8192, 2048]")
     alone_missing = {**res, "extra": {"backend": "nccl"}}
     assert gpu_acceptance.compute_overlap_check(alone_missing).verdict == "fail"
     assert gpu_acceptance.compute_overlap_check(None).verdict == "skip"

@@ -57,8 +57,17 @@ KIND = "comms"
 Splits = tuple[list[int], list[int]] | None
 
 
+class _Parser(argparse.ArgumentParser):
+    """Reads PARAM's ``--mm-dim m n p`` as ``--mm-shape`` (``params_mm_dim``) wherever the
+    runner's flags are parsed."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(params_mm_dim(words), namespace)
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m dlbench.comms", allow_abbrev=False,
         description="Time one collective over a sweep of message sizes among --num_gpus "
                     "processes (PARAM's comms.py flags: --collective, --b, --e, --f, --w, "
@@ -441,7 +450,6 @@ def params_mm_dim(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     argv = argv[1:] if argv[:1] == ["--"] else argv  # a torchrun worker's (see _launch)
-    argv = params_mm_dim(argv)
     p = parser()
     args = p.parse_args(argv)
     args.collective = axes.get("collective").normalise(args.collective)  # PARAM's *_base
