@@ -132,6 +132,25 @@ def test_the_runner_takes_params_long_flag_names_and_sizes_with_units(tmp_path, 
     assert (args.i, args.o, args.ss) == ("1,2", "3,4", "8,16")
 
 
+def test_params_num_coll_issues_that_many_per_iteration_as_a_window(tmp_path, capsys):
+    """PARAM's --num-coll N (N collectives issued per iteration, waited for once): the
+    non-blocking window of N, recorded so; beside --window, one line."""
+    from dlbench.comms import runner
+
+    out = tmp_path / "cell.json"
+    assert runner.main(["--device=cpu", "--num-coll", "4", "--b=64", "--e=64", "--w=1",
+                        "--n=2", f"--output={out}"]) == 0
+    res = R.read(out)
+    assert res["status"] == "ok"
+    assert (res["cell"]["blocking"], res["cell"]["window"]) == (False, 4)
+    assert res["extra"]["collectives_per_iteration"] == 4
+    for argv, message in [(["--num-coll", "4", "--window=8"], "give one of them"),
+                          (["--num-coll-per-iteration", "0"], "--num-coll must be >= 1")]:
+        with pytest.raises(SystemExit) as exc:
+            runner.main(["--device=cpu", *argv])
+        assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
 def test_a_collective_cell_on_several_nodes_says_so_in_its_id_and_asks_slurm_for_them():
     """num_nodes 1 keeps the ids collective cells had before the axis; two nodes are one
     cluster job of two nodes with one task each (its GPUs on each), refused without a

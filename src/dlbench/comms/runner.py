@@ -78,6 +78,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=MODES,
                    help="PARAM's benchmark mode: comms-compute overlaps the collectives with "
                         "--kernel (gemm unless named), comms times them alone")
+    p.add_argument("--num-coll", "--num-coll-per-iteration", type=int, default=1,
+                   help="PARAM's collectives per iteration: more than 1 issues that many back "
+                        "to back and waits for them once, which is --z 0 --window N here")
     p.add_argument("--output", help="result JSON to write (rank 0)")
     p.add_argument("--study")
     p.add_argument("--cell_id")
@@ -455,6 +458,12 @@ def main(argv: list[str] | None = None) -> int:
     args.collective = axes.get("collective").normalise(args.collective)  # PARAM's *_base
     if any(a == "--pt2pt" or a.startswith("--pt2pt=") for a in argv):
         args.collective = "pt2pt"  # PARAM's --pt2pt alone selects the point-to-point tests
+    if args.num_coll < 1:
+        p.error(f"--num-coll must be >= 1, got {args.num_coll}")
+    if args.num_coll > 1:  # PARAM's: N issued per iteration, then waited for once
+        if any(a == "--window" or a.startswith("--window=") for a in argv):
+            p.error("--num-coll is --window's count here: give one of them")
+        args.z, args.window = 0, args.num_coll
     if args.mode == "comms-compute" and args.kernel == NO_KERNEL:
         args.kernel = "gemm"  # PARAM's default kernel
     if args.mode == "comms" and args.kernel != NO_KERNEL:
