@@ -175,6 +175,8 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
     most = 2 if gpus >= 2 else 1
     plan.runner(f"comms_nccl{most}_nonblocking", *comms, f"--num_gpus={most}", "--z=0",
                 "--window=20")
+    # The blocking sweep again, timed by CUDA events (PARAM's --use-device-time).
+    plan.runner("comms_nccl1_devicetime", *comms, "--num_gpus=1", "--use-device-time")
     # One all_to_allv of uneven blocks (PARAM's --i), 256 MiB from each GPU, validated.
     elements = COMMS_END // 4
     weights = range(1, most + 1)
@@ -380,14 +382,13 @@ def comms_check(name: str, res: dict[str, Any] | None) -> Check:
                  " GB/s", {"bus_gbps": [m["extra"]["bus_gbps"] for m in sizes]})
 
 
-def overlap_check(blocking: dict[str, Any] | None, nonblocking: dict[str, Any] | None
-                  ) -> Check:
-    """Non-blocking collectives against blocking ones on as many GPUs: at the smallest size,
-    where a blocking collective's time is mostly the host's launch and wait, a window issued
-    back to back must take less per collective."""
-    title = "non-blocking collectives overlap (smallest size)"
+def _faster_at_smallest(title: str, base: dict[str, Any] | None,
+                        other: dict[str, Any] | None, base_name: str, other_name: str
+                        ) -> Check:
+    """Two sweeps of one collective on as many GPUs: at the smallest size, where a blocking
+    collective's host time is mostly the host's launch and wait, ``other`` must be faster."""
     times = []
-    for res in (blocking, nonblocking):
+    for res in (base, other):
         sizes = (res or {}).get("measurements") or []
         if not res or res.get("status") == "not_run" or not sizes:
             return Check(title, "skip" if not res or res.get("status") == "not_run"
@@ -395,8 +396,28 @@ def overlap_check(blocking: dict[str, Any] | None, nonblocking: dict[str, Any] |
         times.append(sizes[0]["time_s"]["median"])
     ratio = times[1] / times[0]
     return Check(title, verdict(ratio < 1.0),
-                 f"{times[1] * 1e6:,.1f} µs against {times[0] * 1e6:,.1f} µs blocking "
-                 f"({ratio:.2f}x)", {"blocking_s": times[0], "nonblocking_s": times[1]})
+                 f"{times[1] * 1e6:,.1f} µs against {times[0] * 1e6:,.1f} µs {base_name} "
+                 f"({ratio:.2f}x)", {f"{base_name}_s": times[0], f"{other_name}_s": times[1]})
+
+
+def overlap_check(blocking: dict[str, Any] | None, nonblocking: dict[str, Any] | None
+                  ) -> Check:
+    """Non-blocking collectives against blocking ones: a window issued back to back must
+    take less per collective at the smallest size."""
+    return _faster_at_smallest("non-blocking collectives overlap (smallest size)", blocking,
+                               nonblocking, "blocking", "nonblocking")
+
+
+def device_time_check(host: dict[str, Any] | None, device: dict[str, Any] | None) -> Check:
+    """The sweep timed by CUDA events (PARAM's --use-device-time) against the same sweep on
+    the host's clock: shorter at the smallest size, without the host's launch and wait, and
+    its result says CUDA events timed it."""
+    title = "collectives timed on the device, CUDA events (smallest size)"
+    check = _faster_at_smallest(title, host, device, "host clock", "device")
+    timer = ((device or {}).get("extra") or {}).get("timer")
+    if check.verdict == "pass" and timer != "cuda_events":
+        check.verdict, check.figure = "fail", f"timer {timer!r}, not CUDA events"
+    return check
 
 
 def compute_overlap_check(res: dict[str, Any] | None, kernel: str = "gemm") -> Check:
@@ -684,6 +705,8 @@ def run_all(plan: Plan, gpus: int, budget: float,
     overlapped = [n for n in plan.commands if n.startswith("comms_") and "_nonblocking" in n]
     checks += [overlap_check(results.get(n.removesuffix("_nonblocking")), results.get(n))
                for n in overlapped]
+    checks += [device_time_check(results.get(n.removesuffix("_devicetime")), results.get(n))
+               for n in plan.commands if n.startswith("comms_") and n.endswith("_devicetime")]
     checks += op_checks(results, plan.out, not_run) + honesty_checks(plan.out, not_run)
     checks += profile_checks(plan.out, not_run) + llm_checks(results, plan.out, not_run)
     checks.append(ncu_batch_check(results.get("op_add_ncu_batch")))

@@ -151,6 +151,60 @@ def test_params_num_coll_issues_that_many_per_iteration_as_a_window(tmp_path, ca
         assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
+class _Event:
+    """A CUDA event's stand-in: ``record()`` takes the next instant of ``clock``."""
+
+    clock = iter(range(0, 10**6, 5))  # ms: each record 5 ms after the one before
+
+    def __init__(self, enable_timing=False):
+        self.at = None
+
+    def record(self):
+        self.at = next(_Event.clock)
+
+    def elapsed_time(self, end):
+        return end.at - self.at
+
+
+def test_device_time_puts_events_around_each_call_and_gives_the_measured_ones(
+        monkeypatch):
+    """PARAM's --use-device-time: each iteration's collectives between two CUDA events (a
+    stand-in here: no CUDA on this machine); the times are the last calls' (the measured
+    ones) in seconds. A study's cell says it in its id and passes the switch; device cpu is
+    one line."""
+    import argparse
+
+    import torch
+
+    from dlbench import kinds
+    from dlbench.comms import runner
+
+    monkeypatch.setattr(torch.cuda, "Event", _Event)
+    calls = []
+    args = argparse.Namespace(collective="all_reduce", root=0, use_device_time=True, w=1,
+                              n=2, window=20, kernel="none")
+    monkeypatch.setattr(runner, "_step", lambda *a: (lambda batch: calls.append(batch)))
+    (test,) = runner._timed_tests(args, (None, None), None, None, False, None, None)
+    for batch in range(3):
+        test.step(batch)
+    assert calls == [0, 1, 2] and test.device_timed is test.step
+    assert test.device_timed.times(2) == [0.005, 0.005]
+    (cell,) = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "num_gpus": 2, "device_time": True}}}})
+    assert cell.id.rsplit("_", 1)[0] == "pytorch_all-reduce_float32_2x_devicetime_gpu"
+    argv = kinds.get("comms").command(cell.params, Path("x.json"), "python", None)
+    assert "--use-device-time" in argv
+    assert runner.cell_of(runner.parser().parse_args(argv[3:]))["device_time"] is True
+    (host,) = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "num_gpus": 2}}}})
+    argv = kinds.get("comms").command(host.params, Path("x.json"), "python", None)
+    assert "--use-device-time" not in argv
+    with pytest.raises(study.ConfigError, match="study 'c': device_time: CUDA events time "
+                                                "the device: device gpu only"):
+        study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+            "device": "cpu", "device_time": True}}}})
+
+
 def test_a_collective_cell_on_several_nodes_says_so_in_its_id_and_asks_slurm_for_them():
     """num_nodes 1 keeps the ids collective cells had before the axis; two nodes are one
     cluster job of two nodes with one task each (its GPUs on each), refused without a

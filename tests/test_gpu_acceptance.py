@@ -171,7 +171,7 @@ def test_collective_verdict_needs_nccl_and_every_size(gpu_acceptance, tmp_path):
         plan = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=gpus, autotune=False)
         swept = [cmd for name, cmd in plan.commands.items()
                  if name.startswith("comms_") and "--e=" + str(end) in cmd]
-        assert len(swept) == (4 if gpus == 1 else 6)
+        assert len(swept) == (5 if gpus == 1 else 7)
         for cmd in swept:
             flag = {a.split("=")[0]: int(a.split("=")[1]) for a in cmd
                     if a.startswith(("--b=", "--e=", "--f="))}
@@ -217,6 +217,28 @@ def test_non_blocking_collectives_must_beat_blocking_ones_at_the_smallest_size(
     named = gpu_acceptance.comms_check("comms_nccl2_nonblocking", {"status": "failed",
                                                                    "error": "x"})
     assert named.name == "all_reduce over NCCL, 2 GPU(s), nonblocking"
+
+
+def test_collectives_timed_by_cuda_events_must_beat_the_host_clock_at_the_smallest_size(
+        gpu_acceptance, tmp_path):
+    """The blocking sweep again with PARAM's --use-device-time (one GPU): shorter than on
+    the host's clock at the smallest size, and its result names CUDA events as its timer."""
+    def res(median, timer="cuda_events"):
+        return {"status": "ok", "extra": {"timer": timer},
+                "measurements": [{"bytes_per_iteration": 16, "time_s": {"median": median}}]}
+
+    one = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
+    assert {"--use-device-time", "--num_gpus=1", "--c=1"} <= set(
+        one.commands["comms_nccl1_devicetime"])
+    check = gpu_acceptance.device_time_check(res(20e-6, "host"), res(8e-6))
+    assert check.verdict == "pass", check.figure
+    assert "8.0 µs against 20.0 µs host clock (0.40x)" in check.figure
+    assert gpu_acceptance.device_time_check(res(20e-6), res(25e-6)).verdict == "fail"
+    host_timed = gpu_acceptance.device_time_check(res(20e-6), res(8e-6, "host"))
+    assert (host_timed.verdict, host_timed.figure) == ("fail", "timer 'host', not CUDA events")
+    assert gpu_acceptance.device_time_check(res(20e-6), None).verdict == "skip"
+    assert gpu_acceptance.comms_check("comms_nccl1_devicetime", None).name == \
+        "all_reduce over NCCL, 1 GPU(s), devicetime"
 
 
 def test_point_to_point_over_nccl_needs_every_test_of_every_size_validated(gpu_acceptance,

@@ -359,6 +359,12 @@ TABLE: tuple[Axis, ...] = (
          flags={_COMMS: Flag("--z", values={True: 1, False: 0}, also=("--blocking",))},
          help="1: each collective waited for on its own; 0: `--window` collectives issued "
               "back to back, then waited for"),
+    # PARAM's --use-device-time: a collective's time from CUDA events on the device, without
+    # the host's launch and wait (an overlapped cell's collectives are timed so already).
+    Axis("device_time", bool, False, kinds=(_COMMS,), since=3, applies=_collective,
+         flags={_COMMS: Flag("--use-device-time", "switch")},
+         help="time each iteration's collectives with CUDA events on the device instead of "
+              "the host's clock (device gpu)"),
     Axis("root", int, 0, kinds=(_COMMS,), minimum=0, since=3, applies=_rooted,
          flags={_COMMS: Flag("--root")},
          help="the rank that broadcasts or scatters, or receives the reduction or the "
@@ -546,13 +552,17 @@ def add_flags(parser: argparse.ArgumentParser, runner: str, framework: str,
 
     for axis in of_kind(kind) if kind else TABLE:
         flag = axis.flag_for(runner)
-        if flag is None or flag.style in ("pair", "switch"):
+        if flag is None or flag.style == "pair":
             continue  # PARAM's parser is PARAM's own (dlbench.ops.cli)
         help_text = flag.help or axis.help or axis.name.replace("_", " ")
         default = axis.default if axis.default is not REQUIRED else None
         if flag.values is not None:
             default = flag.values.get(default, default)
         kw: dict[str, Any] = {"dest": flag.attr}
+        if flag.style == "switch":  # PARAM's --use-device-time: true where given
+            parser.add_argument(flag.option, *flag.also, action="store_true", help=help_text,
+                                **kw)
+            continue
         if flag.style == "bool":
             cli.add_bool(parser, flag.option, bool(default), help_text, dest=flag.attr)
             continue

@@ -85,6 +85,34 @@ def timed_loop(fetch: Callable[[], Any], step: Callable[[Any], Any], sync: Calla
     return LoopTimes(times, data_wait, compute)
 
 
+class DeviceTimedStep:
+    """``step`` between two CUDA events recorded on the current stream: the device's time
+    of each call, without the host's launch and wait (PARAM's --use-device-time). Run in
+    ``timed_loop``, whose per-iteration sync completes the events; the events for
+    ``calls`` calls (warmup and measured) are made here, outside any timed region."""
+
+    def __init__(self, step: Callable[[Any], Any], calls: int) -> None:
+        import torch
+
+        self._step = step
+        self._events = [(torch.cuda.Event(enable_timing=True),
+                         torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
+        self._calls = 0
+
+    def __call__(self, batch: Any) -> Any:
+        start, end = self._events[self._calls]
+        self._calls += 1
+        start.record()
+        out = self._step(batch)
+        end.record()
+        return out
+
+    def times(self, last: int) -> list[float]:
+        """Seconds of each of the ``last`` calls made (the measured ones)."""
+        done = self._events[self._calls - last:self._calls]
+        return [start.elapsed_time(end) / 1e3 for start, end in done]
+
+
 @dataclass
 class Workload:
     """What a framework builds for one model cell."""

@@ -37,6 +37,8 @@ class Test:
     # A collective overlapped with computation: the step, and the spans of its parts
     # (dlbench.comms.overlap.Overlapped); None for every other test.
     overlapped: Any = None
+    # A collective timed by CUDA events (harness.DeviceTimedStep, also its step).
+    device_timed: Any = None
 
 
 def tests(buffers: tuple, peer: int | None, sender: bool, window: int) -> list[Test]:

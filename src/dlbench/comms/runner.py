@@ -216,8 +216,13 @@ def _timed_tests(args: argparse.Namespace, buffers: tuple, window: int | None,
     if args.collective == "pt2pt":
         return pt2pt.tests(buffers, peer, sender, args.window)
     if work is None:
-        return [pt2pt.Test("collective", _step(args.collective, buffers, window, args.root,
-                                               splits), window or 1, 1)]
+        step = _step(args.collective, buffers, window, args.root, splits)
+        if args.use_device_time:  # PARAM's: CUDA events around each iteration's collectives
+            from dlbench import harness
+
+            timed = harness.DeviceTimedStep(step, args.w + args.n)
+            return [pt2pt.Test("collective", timed, window or 1, 1, device_timed=timed)]
+        return [pt2pt.Test("collective", step, window or 1, 1)]
     both = overlap.Overlapped(_call(args.collective, buffers, async_op=True, root=args.root,
                                     splits=splits),
                               window or 1, work, args.num_compute, device, args.w + args.n)
@@ -312,7 +317,11 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     window = None if args.z and not point_to_point else args.window  # per timed iteration
     res["extra"].update(ranks=ranks, bus_factor=factor, backend=dist.get_backend(),
                         hosts=hosts, num_hosts=len(set(hosts)),
-                        collectives_per_iteration=window or 1)
+                        collectives_per_iteration=window or 1,
+                        # what timed the collectives: CUDA events on their stream (asked
+                        # for, or overlapped with computation on a GPU) or the host's clock
+                        timer="cuda_events" if device.type == "cuda" and not point_to_point
+                        and (args.use_device_time or args.kernel != NO_KERNEL) else "host")
     if point_to_point:  # [sender, receiver] of each pair
         pairs = {r: S.pt2pt_peer(args.pt2pt, r, ranks) for r in range(ranks)}
         res["extra"]["pairs"] = [[r, p] for r, (p, sends) in pairs.items() if sends]
@@ -342,7 +351,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             loop = harness.timed_loop(lambda: None, test.step, sync, args.w, args.n)
             # Overlapped with computation, the collectives' own part of each iteration.
             own, computing = test.overlapped.times(args.n) if test.overlapped \
-                else (loop.times_s, None)
+                else (test.device_timed.times(args.n) if test.device_timed else loop.times_s,
+                      None)
             # One operation's time: an iteration's, shared among those it issued.
             times = [t / test.per_iteration
                      for t in distributed.slowest_rank_times(own, device)]
@@ -474,6 +484,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--root {problem}")
     if args.collective == "pt2pt" and args.kernel != NO_KERNEL:
         p.error(f"--kernel {args.kernel}: point-to-point tests run without a compute kernel")
+    if args.use_device_time and args.collective == "pt2pt":
+        p.error("--use-device-time: point-to-point tests are timed on the host")
+    if args.use_device_time and args.device != "gpu":
+        p.error("--use-device-time: CUDA events time the device, --device gpu only")
     if args.mm_shape and args.kernel != NO_KERNEL:
         from dlbench.comms.overlap import operands
 

@@ -41,6 +41,7 @@ class CommsKind(CellKind):
         # cells stay as they were.
         extra = [f"{nodes}nodes"] if nodes > 1 else []
         extra += ["nonblocking"] if params.get("blocking") is False else []
+        extra += ["devicetime"] if params.get("device_time") else []
         kernel = params.get("compute_kernel")
         extra += [kernel] if kernel not in (None, NO_KERNEL) else []  # ..._2x_gemm_gpu_...
         i = self.id_axes.index("num_gpus") + 1
@@ -64,6 +65,8 @@ class CommsKind(CellKind):
         problem = root_problem(params["root"], ranks) if params.get("root") else None
         if problem:
             raise AxisError("root", f"{problem} (num_gpus x num_nodes)")
+        if params.get("device_time") and params["device"] != "gpu":
+            raise AxisError("device_time", "CUDA events time the device: device gpu only")
         kernel, shape = params.get("compute_kernel"), params.get("mm_shape")
         if shape and kernel not in (None, NO_KERNEL):
             try:
