@@ -61,6 +61,19 @@ def test_cudagraphs_needs_a_gpu_and_channels_last_needs_image_inputs():
     assert "unknown value 'tensorrt'" in one_line_error({"model": "resnet18", "compile": "tensorrt"})
 
 
+def test_a_runner_asked_for_cudagraphs_on_the_cpu_records_a_failed_cell_in_one_line():
+    """Outside a study (whose check refuses it first), the runners' compile step refuses
+    CUDA graphs on a CPU device: dynamo would run the model eagerly under the mode's name."""
+    from dlbench.cellrun import CellError
+    from dlbench.pytorch import execution
+
+    with pytest.raises(CellError, match="compile cudagraphs captures CUDA graphs: a GPU "
+                                        "cell only, not device cpu"):
+        execution.compiled(torch.nn.Linear(2, 2), "cudagraphs", device=torch.device("cpu"))
+    linear = torch.nn.Linear(2, 2)
+    assert execution.compiled(linear, "eager", device="cpu") is linear
+
+
 def test_every_compile_mode_is_a_valid_cell_and_changes_the_id_only_off_its_default():
     cells = study.expand_config(cfg({"model": "resnet50", "device": "gpu",
                                      "compile": list(axes.COMPILE_MODES),

@@ -86,7 +86,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     cache = static_cache(model.config, batch, prompt + output, device, dtype)
     gen = torch.Generator().manual_seed(0)
     prompts = torch.randint(0, opts["vocab_size"], (batch, prompt), generator=gen).to(device)
-    forward = execution.compiled(model, args.compile)
+    forward = execution.compiled(model, args.compile, device=device)
     sync = precision.synchronizer(device)
     # The cache's argument: ``cache`` in transformers 5, ``past_key_values`` before. The
     # cache counts the positions written: the next tokens go after them.

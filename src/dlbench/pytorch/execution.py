@@ -37,12 +37,17 @@ STEADY_TOLERANCE = 0.10
 MAX_SETTLE_STEPS = 20
 
 
-def compiled(module: Any, mode: str, **options: Any) -> Any:
+def compiled(module: Any, mode: str, *, device: Any = None, **options: Any) -> Any:
     """The module (or function) as the cell runs it: itself for eager, else
     ``torch.compile``'s wrapper (lazy: compilation happens in the first call, timed by
-    ``first_step``); ``options`` go to torch.compile as they are."""
+    ``first_step``); ``options`` go to torch.compile as they are. CUDA graphs on another
+    ``device`` are refused in one line: dynamo would run such a cell eagerly and the
+    result would name a mode that never ran."""
     if mode == "eager":
         return module
+    if mode == "cudagraphs" and device is not None and torch.device(device).type != "cuda":
+        raise CellError(f"compile cudagraphs captures CUDA graphs: a GPU cell only, not "
+                        f"device {torch.device(device).type}")
     return torch.compile(module, **_COMPILE_ARGS[mode], **options)
 
 

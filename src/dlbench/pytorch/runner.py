@@ -259,7 +259,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         # FlopCounterMode sees PyTorch's operators only (deepwave's propagator is its own).
         extra["flops_note"] = "not available: FlopCounterMode counted no FLOPs in this model"
     # Compiled after DDP wraps the model, as PyTorch recommends for DDP with torch.compile.
-    cell_module = execution.compiled(model, args.compile)
+    cell_module = execution.compiled(model, args.compile, device=device)
     step = make_step(cell_module)
     if args.compile != "eager":
         extra["compile"] = compile_warmup(args.compile, step, batches, sync)
