@@ -151,6 +151,41 @@ def test_params_num_coll_issues_that_many_per_iteration_as_a_window(tmp_path, ca
         assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_params_comma_lists_run_each_data_type_and_collective_in_turn(capsys, caplog):
+    """PARAM's --collectives a,b --data-types x,y: each data type's collectives in turn
+    (PARAM's order), each run printed as a single one is; with a result file, or a bad
+    value anywhere in a list, one line before anything runs."""
+    from dlbench.comms import runner
+
+    runs, collectives = runner.listed_runs(["--collectives", "all_reduce,broadcast,",
+                                            "--b=64", "--data-types=float32,int32"])
+    assert collectives == 2 and runs == [
+        ["--b=64", "--collective=all_reduce", "--data-type=float32"],
+        ["--b=64", "--collective=broadcast", "--data-type=float32"],
+        ["--b=64", "--collective=all_reduce", "--data-type=int32"],
+        ["--b=64", "--collective=broadcast", "--data-type=int32"]]
+    assert runner.listed_runs(["--collective", "reduce", "--e=8"]) == (
+        [["--e=8", "--collective=reduce"]], 1)
+    caplog.set_level("INFO", logger="dlbench.comms")
+    assert runner.main(["--device=cpu", "--collectives", "all_reduce,all_gather",
+                        "--data-types", "float32,float64", "--b=64", "--e=64", "--w=1",
+                        "--n=2"]) == 0
+    measured = [r.getMessage() for r in caplog.records if " among " in r.getMessage()]
+    assert measured == [f"{c} of {t} among 1 rank(s) over gloo" for t in ("float32", "float64")
+                        for c in ("all_reduce", "all_gather")]
+    assert capsys.readouterr().out.count('__results.status__="ok"') == 4
+    for argv, message in [
+            (["--output=x.json"], "a result (--output, --study, --cell_id) is one "
+                                  "collective's in one data type"),
+            (["--pt2pt=one2one"], "no list of collectives beside it"),
+            (["--data-types=float32,float8"], "argument --data-type/--data-types: invalid "
+                                               "choice: 'float8'")]:
+        with pytest.raises(SystemExit) as exc:
+            runner.main(["--device=cpu", "--collectives=all_reduce,reduce", *argv])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and message in err and "collective 64 B" not in err
+
+
 class _Event:
     """A CUDA event's stand-in: ``record()`` takes the next instant of ``clock``."""
 

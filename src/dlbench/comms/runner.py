@@ -73,7 +73,8 @@ def parser() -> argparse.ArgumentParser:
                     "processes (PARAM's comms.py flags: --collective, --b, --e, --f, --w, "
                     "--n, --data-type, --c, --z, --sb, --ss, --root, --pt2pt, --window, "
                     "--mode, --kernel, --num-compute, --mm-dim, --comp-data-type; --mm-dim's "
-                    "two or three values are --mm-shape's).")
+                    "two or three values are --mm-shape's; --collectives and --data-types take "
+                    "PARAM's comma lists, each value in turn, printed, no result file).")
     axes.add_flags(p, KIND, "pytorch", kind=KIND)
     p.add_argument("--mode", choices=MODES,
                    help="PARAM's benchmark mode: comms-compute overlaps the collectives with "
@@ -251,10 +252,8 @@ def _compute_alone(args: argparse.Namespace, device: Any, sync: Any) -> tuple[An
                               sync, args.w, args.n)
     summary = stats.summarize(distributed.slowest_rank_times(loop.times_s, device))
     median = summary["median"]
-    m, n, p = overlap.operands(args.kernel, args.mm_dim, args.mm_shape)
     alone = {"kernel": args.kernel, "dim": None if args.mm_shape else args.mm_dim,
-             # A GEMM's A[m,n] and B[n,p]; the other kernels' m x n operands.
-             "shape": [m, n, p] if args.kernel == "gemm" else [m, n],
+             "shape": list(work.shape),
              "data_type": args.comp_data_type,
              "per_iteration": args.num_compute,
              "flops_per_iteration": work.flops * args.num_compute,
@@ -322,6 +321,9 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                         # for, or overlapped with computation on a GPU) or the host's clock
                         timer="cuda_events" if device.type == "cuda" and not point_to_point
                         and (args.use_device_time or args.kernel != NO_KERNEL) else "host")
+    if topo.rank == 0:  # what the lines below measure (one run may measure several)
+        log.info("%s of %s among %d rank(s) over %s", args.collective, args.data_type, ranks,
+                 res["extra"]["backend"])
     if point_to_point:  # [sender, receiver] of each pair
         pairs = {r: S.pt2pt_peer(args.pt2pt, r, ranks) for r in range(ranks)}
         res["extra"]["pairs"] = [[r, p] for r, (p, sends) in pairs.items() if sends]
@@ -460,18 +462,66 @@ def params_mm_dim(argv: list[str]) -> list[str]:
     return out
 
 
+# PARAM's flags that take a comma list (one run measures each value in turn), and the
+# flag of one value each run is given here.
+LISTS = {"--collective": "--collective", "--collectives": "--collective",
+         "--data-type": "--data-type", "--data-types": "--data-type"}
+# What names one cell's result: a run of several collectives or types has no one cell.
+ONE_CELL = ("--output", "--study", "--cell_id")
+
+
+def _given(argv: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in argv)
+
+
+def listed_runs(argv: list[str]) -> tuple[list[list[str]], int]:
+    """PARAM's comma lists (``--collectives all_reduce,all_gather --data-types
+    float32,bfloat16``) as one argument list per (data type, collective), in PARAM's order
+    (each data type's collectives in turn), and how many collectives were listed. An
+    argument list without lists is one run."""
+    rest, values = [], {"--collective": [], "--data-type": []}
+    i = 0
+    while i < len(argv):
+        name, eq, text = argv[i].partition("=")
+        if name in LISTS and (eq or i + 1 < len(argv)):
+            text = text if eq else argv[i + 1]
+            values[LISTS[name]] = [v for v in text.split(",") if v]  # the last one wins
+            i += 1 if eq else 2
+            continue
+        rest.append(argv[i])
+        i += 1
+    dtypes = [f"--data-type={v}" for v in values["--data-type"]] or [None]
+    collectives = [f"--collective={v}" for v in values["--collective"]] or [None]
+    runs = [[*rest, *(a for a in (c, d) if a)] for d in dtypes for c in collectives]
+    return runs, len(collectives)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     argv = argv[1:] if argv[:1] == ["--"] else argv  # a torchrun worker's (see _launch)
     p = parser()
+    runs, collectives = listed_runs(argv)
+    if len(runs) > 1 and any(_given(argv, flag) for flag in ONE_CELL):
+        p.error("--collectives/--data-types list several values: a result (--output, "
+                "--study, --cell_id) is one collective's in one data type; give one of "
+                "each, or list them in a study's grid (collective, data_type)")
+    if collectives > 1 and _given(argv, "--pt2pt"):
+        p.error("--pt2pt selects the point-to-point tests: no list of collectives beside it")
+    checked = [_checked(p, run) for run in runs]  # every run's flags before any runs
+    return max(_run(args, run) for args, run in checked)
+
+
+def _checked(p: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace,
+                                                                     list[str]]:
+    """The run's arguments, PARAM's spellings read; a bad one is argparse's one line."""
     args = p.parse_args(argv)
     args.collective = axes.get("collective").normalise(args.collective)  # PARAM's *_base
-    if any(a == "--pt2pt" or a.startswith("--pt2pt=") for a in argv):
+    if _given(argv, "--pt2pt"):
         args.collective = "pt2pt"  # PARAM's --pt2pt alone selects the point-to-point tests
     if args.num_coll < 1:
         p.error(f"--num-coll must be >= 1, got {args.num_coll}")
     if args.num_coll > 1:  # PARAM's: N issued per iteration, then waited for once
-        if any(a == "--window" or a.startswith("--window=") for a in argv):
+        if _given(argv, "--window"):
             p.error("--num-coll is --window's count here: give one of them")
         args.z, args.window = 0, args.num_coll
     if args.mode == "comms-compute" and args.kernel == NO_KERNEL:
@@ -522,6 +572,10 @@ def main(argv: list[str] | None = None) -> int:
         problem = S.sweep_problem(args.b, args.e, args.sb, args.data_type)
         if problem:
             p.error(f"--sb {problem}")
+    return args, argv
+
+
+def _run(args: argparse.Namespace, argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     from dlbench.pytorch import distributed
 
