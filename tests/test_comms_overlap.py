@@ -75,10 +75,13 @@ def test_params_mm_dim_shapes_give_a_gemm_and_operands_of_their_own():
     out = gemm.run()
     assert out.shape == (6, 3) and torch.equal(out, a @ b)
     assert (gemm.flops, gemm.bytes) == (2 * 6 * 4 * 3, (24 + 12 + 18) * 8)
+    assert gemm.shape == (6, 4, 3) and overlap.kernel("gemm", 5, "float32", cpu).shape == (
+        5, 5, 5)
     add = overlap.kernel("add", 100, "float32", cpu, "5,3")
     assert add.run().shape == (5, 3) and (add.flops, add.bytes) == (30, 3 * 15 * 4)
     h2d = overlap.kernel("h2d", 100, "float32", cpu, "5,3,7")
     assert h2d.run().shape == (5, 3) and h2d.bytes == 15 * 4
+    assert (add.shape, h2d.shape) == ((5, 3), (5, 3))  # the operands': p unused
     assert overlap.operands("gemm", 9) == (9, 9, 9)
     assert overlap.operands("copy", 9, "2,5") == (2, 5, 5)
     for name, shape, message in [

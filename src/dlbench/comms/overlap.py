@@ -23,6 +23,7 @@ the same kernels alone, measured in the same process before the sweep).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,6 +46,8 @@ class Kernel:
     # bytes one run reads and writes (the minimum: each operand once); a transfer between
     # host and device: the bytes crossing the link
     bytes: float
+    # the operands: a GEMM's (m, n, p), A[m,n] times B[n,p]; the other kernels' (m, n)
+    shape: tuple[int, ...] = ()
 
 
 # How many of PARAM's --mm-dim values a kernel takes beside one (a square): a GEMM's
@@ -97,11 +100,16 @@ def operands(name: str, dim: int, shape: str = "") -> tuple[int, int, int]:
 def kernel(name: str, dim: int, data_type: str, device: Any, shape: str = "") -> Kernel:
     """``name`` on ``dim`` x ``dim`` operands of ``data_type`` (or those ``shape`` gives:
     ``operands``), written into a buffer made here, so that a run allocates nothing."""
-    import torch
-
     if name not in KERNELS:
         raise ValueError(f"unknown compute kernel {name!r} (valid: {', '.join(KERNELS)})")
     m, n, p = operands(name, dim, shape)
+    built = _built(name, m, n, p, data_type, device)
+    return dataclasses.replace(built, shape=(m, n, p) if name == "gemm" else (m, n))
+
+
+def _built(name: str, m: int, n: int, p: int, data_type: str, device: Any) -> Kernel:
+    import torch
+
     dtype = getattr(torch, data_type)
     element = torch.empty((), dtype=dtype).element_size()
     if name == "gemm":
