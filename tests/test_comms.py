@@ -320,11 +320,13 @@ def test_non_blocking_issues_a_window_back_to_back_and_times_one_collective(
 def test_point_to_point_pairs_ranks_as_param_and_refuses_what_cannot_pair():
     """one2one: rank 0 sends to rank 1, the others idle; pairwise: rank i with i + n/2 (on
     two nodes of 8 GPUs, each GPU with its counterpart on the other node)."""
-    assert [S.pt2pt_peer("one2one", r, 4) for r in range(4)] == [
-        (1, True), (0, False), (None, False), (None, False)]
-    assert [S.pt2pt_peer("pairwise", r, 4) for r in range(4)] == [
-        (2, True), (3, True), (0, False), (1, False)]
-    assert S.pt2pt_peer("pairwise", 3, 16) == (11, True)
+    def peers(pattern, ranks):
+        pairs = S.pt2pt_pairs(pattern, ranks)
+        return [S.pt2pt_peer(pairs, r) for r in range(ranks)]
+
+    assert peers("one2one", 4) == [(1, True), (0, False), (None, False), (None, False)]
+    assert peers("pairwise", 4) == [(2, True), (3, True), (0, False), (1, False)]
+    assert peers("pairwise", 16)[3] == (11, True)
     cells = study.expand_config({"studies": {"p": {"kind": "comms", "grid": {
         "collective": "pt2pt", "pt2pt": ["one2one", "pairwise"], "num_gpus": 8,
         "num_nodes": [1, 2], "blocking": False, "window": 64}}}})
@@ -346,6 +348,56 @@ def test_point_to_point_pairs_ranks_as_param_and_refuses_what_cannot_pair():
                                                 "more, not 1"):
         study.expand_config({"studies": {"p": {"kind": "comms", "grid": {
             "collective": "pt2pt", "num_gpus": 1}}}})
+
+
+def test_params_src_and_dst_ranks_name_the_pairs_and_bad_ones_are_one_line(capsys):
+    """PARAM's --src-ranks/--dst-ranks (a rank, a comma list kept in order with each rank
+    once, an inclusive range start:end): src[i] sends to dst[i]; one given alone pairs with
+    PARAM's default (rank 0 sends, rank 1 receives); what PARAM refuses (one2one with
+    several, pairwise lists of unequal length or sharing a rank) and ranks outside the
+    cell are one line naming the axis, in a study and on the runner."""
+    from dlbench.comms import runner
+
+    assert S.rank_list("0:3") == [0, 1, 2, 3] and S.rank_list("5,1,5") == [5, 1]
+    assert S.pt2pt_pairs("pairwise", 8, "0:3", "7,6,5,4") == [(0, 7), (1, 6), (2, 5), (3, 4)]
+    assert S.pt2pt_pairs("one2one", 8, "", "5") == [(0, 5)]
+    assert S.pt2pt_pairs("one2one", 8, "6", "") == [(6, 1)]
+    for pattern, src, dst, field, message in [
+            ("one2one", "0,1", "2", "src_ranks", "one2one pairs one rank with one"),
+            ("pairwise", "0:2", "4,5", "dst_ranks", "3 and 2 rank(s)"),
+            ("pairwise", "0,1", "1,2", "dst_ranks", "rank 1 is in both"),
+            ("one2one", "3", "3", "dst_ranks", "rank 3 is in both"),
+            ("pairwise", "0:3", "4:8", "dst_ranks", "rank 8 is no rank of 8 process(es)"),
+            ("one2one", "0-1", "", "src_ranks", "'0-1' is no list of ranks"),
+            ("pairwise", "3:1", "4", "src_ranks", "'3:1' names no rank")]:
+        with pytest.raises(S.PairsError, match=re.escape(message)) as exc:
+            S.pt2pt_pairs(pattern, 8, src, dst)
+        assert exc.value.field == field
+        with pytest.raises(study.ConfigError, match=re.escape(f"study 'p': {field}: ")):
+            study.expand_config({"studies": {"p": {"kind": "comms", "grid": {
+                "collective": "pt2pt", "pt2pt": pattern, "num_gpus": 8, "src_ranks": src,
+                "dst_ranks": dst}}}})
+    (named,) = study.expand_config({"studies": {"p": {"kind": "comms", "grid": {
+        "collective": "pt2pt", "pt2pt": "pairwise", "num_gpus": 8, "src_ranks": "0:3",
+        "dst_ranks": "4:7"}}}})
+    (own,) = study.expand_config({"studies": {"p": {"kind": "comms", "grid": {
+        "collective": "pt2pt", "pt2pt": "pairwise", "num_gpus": 8}}}})
+    assert named.id.rsplit("_", 1)[0] == "pytorch_pt2pt_pairwise_0-3to4-7_float32_8x_gpu"
+    assert own.id.rsplit("_", 1)[0] == "pytorch_pt2pt_pairwise_float32_8x_gpu"
+    assert named.id.rsplit("_", 1)[1] != own.id.rsplit("_", 1)[1]
+    (reduced,) = study.expand_config({"studies": {"p": {"kind": "comms", "grid": {
+        "collective": "all_reduce", "num_gpus": 8, "src_ranks": "0:3"}}}})
+    assert reduced.params["src_ranks"] is None  # an all_reduce's pairs: none
+    for argv, message in [
+            (["--collective=all_reduce", "--src-ranks=1"], "--src-ranks names the ranks of "
+                                                           "point-to-point pairs, not of "
+                                                           "all_reduce"),
+            (["--pt2pt=one2one", "--dst-ranks=a"], "--dst-ranks 'a' is no list of ranks"),
+            (["--pt2pt=pairwise", "--num_gpus=4", "--src-ranks=0:1", "--dst-ranks=2:4"],
+             "--src-ranks/--dst-ranks: rank 4 is no rank of 4 process(es)")]:
+        with pytest.raises(SystemExit) as exc:
+            runner.main(["--device=cpu", *argv])
+        assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_a_point_to_point_message_is_checked_against_its_senders_pattern():
@@ -647,6 +699,19 @@ def test_one2one_among_three_processes_leaves_the_third_idle_and_measures_the_pa
     assert [m["pass"] for m in res["measurements"]] == ["latency", "unidirectional",
                                                         "bidirectional"]
     assert all(m["extra"]["validated"] for m in res["measurements"])
+
+
+def test_src_and_dst_ranks_pair_the_ranks_named_and_leave_the_others_idle(tmp_path):
+    """PARAM's --src-ranks 2 --dst-ranks 0 among three gloo processes: rank 2 sends, rank
+    0 receives (the pair recorded so), rank 1 idles; the messages validated."""
+    proc, res = run_comms(tmp_path, "--num_gpus=3", "--pt2pt=one2one", "--src-ranks=2",
+                          "--dst-ranks=0", "--window=2", "--b=512", "--e=512", "--c=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert res["status"] == "ok", res.get("error")
+    assert res["extra"]["pairs"] == [[2, 0]]
+    assert (res["cell"]["src_ranks"], res["cell"]["dst_ranks"]) == ("2", "0")
+    assert [(m["pass"], m["extra"]["validated"]) for m in res["measurements"]] == [
+        ("latency", True), ("unidirectional", True), ("bidirectional", True)]
 
 
 def test_a_size_no_rank_can_hold_ends_the_sweep_for_all_ranks_with_what_was_measured(tmp_path):

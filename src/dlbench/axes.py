@@ -36,6 +36,7 @@ from dlbench.comms.sizes import (
     ROOTED,
     UNEVEN,
     parse_size,
+    rank_list_problem,
     sizes_problem,
     split_problem,
 )
@@ -374,6 +375,15 @@ TABLE: tuple[Axis, ...] = (
          applies=_pt2pt, flags={_COMMS: Flag("--pt2pt")},
          help="point-to-point pattern: one2one (rank 0 and 1) or pairwise (rank i and "
               "i + n/2, all pairs at once)"),
+    # PARAM's --src-ranks and --dst-ranks: the pairs of a point-to-point pattern named
+    # (src_ranks[i] sends to dst_ranks[i]), instead of the pattern's own.
+    Axis("src_ranks", str, "", kinds=(_COMMS,), since=3, applies=_pt2pt,
+         form=rank_list_problem, flags={_COMMS: Flag("--src-ranks")},
+         help="point-to-point: the sending rank of each pair (a rank, '0,2' or a range "
+              "'0:3'; with dst_ranks, instead of the pattern's pairs)"),
+    Axis("dst_ranks", str, "", kinds=(_COMMS,), since=3, applies=_pt2pt,
+         form=rank_list_problem, flags={_COMMS: Flag("--dst-ranks")},
+         help="point-to-point: the receiving rank of each pair, in src_ranks' order"),
     Axis("window", int, 20, kinds=(_COMMS,), minimum=1, since=3, applies=_windowed,
          flags={_COMMS: Flag("--window")},
          help="operations issued back to back in each measured iteration of a "

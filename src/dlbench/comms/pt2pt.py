@@ -1,6 +1,6 @@
 """Point-to-point tests of a collective cell (``collective: pt2pt``, PARAM's ``--pt2pt``):
 what each rank runs in one measured iteration of a message size, between the ranks that
-``sizes.pt2pt_peer`` pairs (ranks without a peer run nothing, and time nothing).
+``sizes.pt2pt_pairs`` pairs (ranks without a peer run nothing, and time nothing).
 
 - ``latency``: a ping-pong, the sender's message and the receiver's answer, each waited
   for (blocking send and recv); the time recorded is half the round trip, one message's

@@ -18,8 +18,9 @@ iterations: an iteration's time divided by the window is one collective's, with 
 launch of each overlapping the transfer before it.
 
 ``--collective pt2pt`` (or PARAM's ``--pt2pt one2one|pairwise``) measures messages
-between pairs of ranks instead: a size's latency, unidirectional and bidirectional
-bandwidth, each a measurement (dlbench.comms.pt2pt).
+between pairs of ranks instead (those PARAM's ``--src-ranks`` and ``--dst-ranks`` name,
+else the pattern's): a size's latency, unidirectional and bidirectional bandwidth, each a
+measurement (dlbench.comms.pt2pt).
 
 ``--kernel gemm|add|sub|add_num|sub_num|copy|d2h|h2d`` (or PARAM's ``--mode
 comms-compute``, whose kernel is gemm)
@@ -71,7 +72,8 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m dlbench.comms", allow_abbrev=False,
         description="Time one collective over a sweep of message sizes among --num_gpus "
                     "processes (PARAM's comms.py flags: --collective, --b, --e, --f, --w, "
-                    "--n, --data-type, --c, --z, --sb, --ss, --root, --pt2pt, --window, "
+                    "--n, --data-type, --c, --z, --sb, --ss, --root, --pt2pt, --src-ranks, "
+                    "--dst-ranks, --window, "
                     "--mode, --kernel, --num-compute, --mm-dim, --comp-data-type; --mm-dim's "
                     "two or three values are --mm-shape's; --collectives and --data-types take "
                     "PARAM's comma lists, each value in turn, printed, no result file).")
@@ -307,12 +309,13 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     element = S.DATA_TYPES[args.data_type]
     hosts = distributed.rank_hosts()  # one collective, before any timing
     point_to_point = args.collective == "pt2pt"
-    peer, sender = None, False
+    peer, sender, pairs = None, False, []
     if point_to_point:
-        problem = S.pt2pt_problem(args.pt2pt, ranks)
-        if problem:
-            raise cellrun.CellError(problem)
-        peer, sender = S.pt2pt_peer(args.pt2pt, topo.rank, ranks)
+        try:
+            pairs = S.pt2pt_pairs(args.pt2pt, ranks, args.src_ranks, args.dst_ranks)
+        except ValueError as exc:
+            raise cellrun.CellError(str(exc)) from None
+        peer, sender = S.pt2pt_peer(pairs, topo.rank)
     window = None if args.z and not point_to_point else args.window  # per timed iteration
     res["extra"].update(ranks=ranks, bus_factor=factor, backend=dist.get_backend(),
                         hosts=hosts, num_hosts=len(set(hosts)),
@@ -325,8 +328,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         log.info("%s of %s among %d rank(s) over %s", args.collective, args.data_type, ranks,
                  res["extra"]["backend"])
     if point_to_point:  # [sender, receiver] of each pair
-        pairs = {r: S.pt2pt_peer(args.pt2pt, r, ranks) for r in range(ranks)}
-        res["extra"]["pairs"] = [[r, p] for r, (p, sends) in pairs.items() if sends]
+        res["extra"]["pairs"] = [list(pair) for pair in pairs]
     work, alone = None, None
     if args.kernel != NO_KERNEL and not point_to_point:
         work, alone = _compute_alone(args, device, sync)
@@ -534,6 +536,18 @@ def _checked(p: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Name
         p.error(f"--root {problem}")
     if args.collective == "pt2pt" and args.kernel != NO_KERNEL:
         p.error(f"--kernel {args.kernel}: point-to-point tests run without a compute kernel")
+    for flag, text in (("--src-ranks", args.src_ranks), ("--dst-ranks", args.dst_ranks)):
+        problem = S.rank_list_problem(text)
+        if text and args.collective != "pt2pt":
+            p.error(f"{flag} names the ranks of point-to-point pairs, not of "
+                    f"{args.collective}")
+        if problem:
+            p.error(f"{flag} {problem}")
+    if args.src_ranks or args.dst_ranks:
+        problem = S.pt2pt_problem(args.pt2pt, args.num_gpus * args.num_nodes,
+                                  args.src_ranks, args.dst_ranks)
+        if problem:
+            p.error(f"--src-ranks/--dst-ranks: {problem}")
     if args.use_device_time and args.collective == "pt2pt":
         p.error("--use-device-time: point-to-point tests are timed on the host")
     if args.use_device_time and args.device != "gpu":

@@ -17,7 +17,8 @@ line does: with an input split, rank r sends in_split[j] elements to rank j, so 
 receives in_split[j] from each rank; with an output split, rank r receives out_split[s]
 from rank s, so rank s sends out_split[s] to each (``exchange``).
 Point-to-point tests (``pt2pt``, PARAM's ``--pt2pt``) move one message of the size
-between two ranks: factor 1.
+between two ranks: factor 1. Which ranks: the pattern's pairs, or those PARAM's
+``--src-ranks`` and ``--dst-ranks`` name (``pt2pt_pairs``).
 """
 
 from __future__ import annotations
@@ -181,22 +182,103 @@ def root_problem(root: int, ranks: int) -> str | None:
     return f"{root} is no rank of {ranks} process(es): the root is one of 0 to {ranks - 1}"
 
 
-def pt2pt_problem(pattern: str, ranks: int) -> str | None:
-    """Why ``ranks`` processes cannot run a point-to-point pattern; None when they can."""
-    if ranks < 2:
-        return f"pt2pt needs two processes or more, not {ranks}"
-    if pattern == "pairwise" and ranks % 2:
-        return f"pt2pt pairwise pairs the processes: {ranks} is an odd count"
+# PARAM's rank list (--src-ranks, --dst-ranks): one rank, ranks separated by commas, or an
+# inclusive range start:end.
+_RANK_LIST = re.compile(r"^\s*(\d+\s*(,\s*\d+\s*)*|\d+\s*:\s*\d+\s*)$")
+
+
+def rank_list_problem(text: str) -> str | None:
+    """Why ``text`` is no rank list; None when it is (or is empty: the pattern's own)."""
+    if not text:
+        return None
+    if not _RANK_LIST.match(text):
+        return (f"{text!r} is no list of ranks (a rank, ranks separated by commas: '0,2', "
+                "or a range: '0:3')")
+    if not rank_list(text):
+        return f"{text!r} names no rank: a range goes from its first rank up to its last"
     return None
 
 
-def pt2pt_peer(pattern: str, rank: int, ranks: int) -> tuple[int | None, bool]:
-    """The rank ``rank`` exchanges messages with (None: it takes no part) and whether it
-    is the sending side of the pair (the first half; rank 0 of one2one)."""
-    if pattern == "one2one":
-        return {0: (1, True), 1: (0, False)}.get(rank, (None, False))
-    half = ranks // 2
-    return (rank + half, True) if rank < half else (rank - half, False)
+def rank_list(text: str) -> list[int]:
+    """The ranks a rank list names, in its order, each once (PARAM's parseRankList); a
+    range start:end includes both ends."""
+    if not text:
+        return []
+    if ":" in text:
+        first, last = (int(v) for v in text.split(":"))
+        return list(range(first, last + 1))
+    return list(dict.fromkeys(int(v) for v in text.split(",")))
+
+
+class PairsError(ValueError):
+    """A point-to-point pattern that cannot run, and the axis that says so (``field``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def pt2pt_pairs(pattern: str, ranks: int, src: str = "", dst: str = ""
+                ) -> list[tuple[int, int]]:
+    """The (sender, receiver) pairs of a point-to-point pattern among ``ranks`` processes.
+    Without ``src``/``dst`` (PARAM's --src-ranks, --dst-ranks): one2one, rank 0 with 1;
+    pairwise, rank i with i + n/2. With either, PARAM's rules: src[i] with dst[i], rank 0
+    and rank 1 where one of them is not given; one2one takes one rank each, pairwise as
+    many of each, no rank in both. Raises PairsError saying what cannot run."""
+    if ranks < 2:
+        raise PairsError("num_gpus", f"pt2pt needs two processes or more, not {ranks}")
+    for name, text in (("src_ranks", src), ("dst_ranks", dst)):
+        problem = rank_list_problem(text)
+        if problem:
+            raise PairsError(name, problem)
+    if not src and not dst:
+        if pattern == "one2one":
+            return [(0, 1)]
+        if ranks % 2:
+            raise PairsError("num_gpus", f"pt2pt pairwise pairs the processes: {ranks} is an "
+                                         "odd count")
+        half = ranks // 2
+        return [(r, r + half) for r in range(half)]
+    lists = {"src_ranks": rank_list(src) or [0], "dst_ranks": rank_list(dst) or [1]}
+    for name, listed in lists.items():
+        outside = [r for r in listed if r >= ranks]
+        if outside:
+            raise PairsError(name, f"rank {outside[0]} is no rank of {ranks} process(es) "
+                                   f"(0 to {ranks - 1})")
+    senders, receivers = lists.values()
+    if pattern == "one2one" and (len(senders) > 1 or len(receivers) > 1):
+        raise PairsError("src_ranks" if len(senders) > 1 else "dst_ranks",
+                         f"pt2pt one2one pairs one rank with one: {senders} with "
+                         f"{receivers} (pairwise pairs several)")
+    if len(senders) != len(receivers):
+        raise PairsError("dst_ranks", f"pt2pt pairwise pairs src_ranks[i] with "
+                                      f"dst_ranks[i]: {len(senders)} and {len(receivers)} "
+                                      "rank(s)")
+    both = sorted(set(senders) & set(receivers))
+    if both:
+        raise PairsError("dst_ranks", f"rank {both[0]} is in both src_ranks and dst_ranks: "
+                                      "a rank sends or receives, with one peer")
+    return list(zip(senders, receivers, strict=True))
+
+
+def pt2pt_problem(pattern: str, ranks: int, src: str = "", dst: str = "") -> str | None:
+    """Why ``ranks`` processes cannot run a point-to-point pattern; None when they can."""
+    try:
+        pt2pt_pairs(pattern, ranks, src, dst)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def pt2pt_peer(pairs: list[tuple[int, int]], rank: int) -> tuple[int | None, bool]:
+    """The rank ``rank`` exchanges messages with among ``pairs`` (None: it takes no part)
+    and whether it is the sending side of its pair."""
+    for sender, receiver in pairs:
+        if rank == sender:
+            return receiver, True
+        if rank == receiver:
+            return sender, False
+    return None, False
 
 
 def sweep(begin: int, end: int, factor: int, step_bytes: int = 0) -> list[int]:

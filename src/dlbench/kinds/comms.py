@@ -12,14 +12,15 @@ from dlbench.axes import AxisError
 from dlbench.comms.overlap import NO_KERNEL, operands
 from dlbench.comms.sizes import (
     UNEVEN,
+    PairsError,
     exchange,
-    pt2pt_problem,
+    pt2pt_pairs,
     root_problem,
     split_of,
     sweep_problem,
 )
 from dlbench.comms.validation import MAX_INT8_RANKS
-from dlbench.kinds import CellKind
+from dlbench.kinds import CellKind, slug
 
 
 class CommsKind(CellKind):
@@ -48,7 +49,11 @@ class CommsKind(CellKind):
         parts = [*parts[:i], *extra, *parts[i:]]
         if params.get("collective") == "pt2pt":  # pytorch_pt2pt_pairwise_float32_...
             j = self.id_axes.index("collective") + 1
-            parts = [*parts[:j], str(params.get("pt2pt")), *parts[j:]]
+            pairs = [str(params.get("pt2pt"))]
+            if params.get("src_ranks") or params.get("dst_ranks"):  # ..._pairwise_0-3to4-7_
+                pairs.append(slug(f"{params.get('src_ranks') or 0}to"
+                                  f"{params.get('dst_ranks') or 1}"))
+            parts = [*parts[:j], *pairs, *parts[j:]]
         if params.get("root"):  # pytorch_broadcast_root3_float32_...: a root other than 0
             j = self.id_axes.index("collective") + 1
             parts = [*parts[:j], f"root{params['root']}", *parts[j:]]
@@ -59,9 +64,12 @@ class CommsKind(CellKind):
             raise AxisError("framework", "collective benchmarks run on pytorch only")
         ranks = params["num_gpus"] * (params.get("num_nodes") or 1)
         if params["collective"] == "pt2pt":
-            problem = pt2pt_problem(params["pt2pt"], ranks)
-            if problem:
-                raise AxisError("num_gpus", f"{problem} (num_gpus x num_nodes)")
+            try:
+                pt2pt_pairs(params["pt2pt"], ranks, params.get("src_ranks") or "",
+                            params.get("dst_ranks") or "")
+            except PairsError as exc:
+                raise AxisError(exc.field, f"{exc} (num_gpus x num_nodes)"
+                                if exc.field == "num_gpus" else str(exc)) from None
         problem = root_problem(params["root"], ranks) if params.get("root") else None
         if problem:
             raise AxisError("root", f"{problem} (num_gpus x num_nodes)")
