@@ -390,7 +390,7 @@ def test_params_src_and_dst_ranks_name_the_pairs_and_bad_ones_are_one_line(capsy
     assert reduced.params["src_ranks"] is None  # an all_reduce's pairs: none
     for argv, message in [
             (["--collective=all_reduce", "--src-ranks=1"], "--src-ranks names the ranks of "
-                                                           "point-to-point pairs, not of "
+                                                           "pt2pt or incast, not of "
                                                            "all_reduce"),
             (["--pt2pt=one2one", "--dst-ranks=a"], "--dst-ranks 'a' is no list of ranks"),
             (["--pt2pt=pairwise", "--num_gpus=4", "--src-ranks=0:1", "--dst-ranks=2:4"],
@@ -398,6 +398,73 @@ def test_params_src_and_dst_ranks_name_the_pairs_and_bad_ones_are_one_line(capsy
         with pytest.raises(SystemExit) as exc:
             runner.main(["--device=cpu", *argv])
         assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_incast_and_multicast_take_params_ranks_leaving_the_root_out_in_one_line_each(
+        capsys):
+    """PARAM's incast (src_ranks, else every rank, to the root) and multicast (the root to
+    dst_ranks, else every rank): the root left out of its peers; what leaves no peer, or
+    names a rank outside the cell, one line naming the axis; ids say the peers named and
+    a root other than 0; no compute kernel beside them; the root's link's bytes per size."""
+    from dlbench.comms import runner
+
+    assert S.fan_peers("incast", 4, 0) == [1, 2, 3]
+    assert S.fan_peers("multicast", 8, 3, dst="0:5") == [0, 1, 2, 4, 5]
+    assert S.fan_peers("incast", 8, 2, src="6,2,1", dst="7") == [6, 1]  # dst: not incast's
+    assert S.bus_factor("incast", 8) == S.bus_factor("multicast", 8) == 1.0
+    for collective, root, src, dst, field, message in [
+            ("incast", 0, "0", "", "src_ranks", "'0' names the root (0) alone"),
+            ("multicast", 1, "", "1:9", "dst_ranks", "rank 8 is no rank of 8 process(es)"),
+            ("incast", 0, "x", "", "src_ranks", "'x' is no list of ranks")]:
+        with pytest.raises(S.PairsError, match=re.escape(message)) as exc:
+            S.fan_peers(collective, 8, root, src, dst)
+        assert exc.value.field == field
+        with pytest.raises(study.ConfigError, match=re.escape(f"study 'f': {field}: ")):
+            study.expand_config({"studies": {"f": {"kind": "comms", "grid": {
+                "collective": collective, "num_gpus": 8, "root": root, "src_ranks": src,
+                "dst_ranks": dst}}}})
+    with pytest.raises(study.ConfigError, match=re.escape(
+            "study 'f': num_gpus: incast needs two processes or more, not 1")):
+        study.expand_config({"studies": {"f": {"kind": "comms", "grid": {
+            "collective": "incast", "num_gpus": 1}}}})
+    cells = study.expand_config({"studies": {"f": {"kind": "comms", "grid": {
+        "collective": ["incast", "multicast"], "num_gpus": 8, "root": 2,
+        "src_ranks": "4:7", "compute_kernel": "gemm"}}}})
+    assert sorted(c.id.rsplit("_", 1)[0] for c in cells) == [
+        "pytorch_incast_root2_from4-7_float32_8x_gpu",
+        "pytorch_multicast_root2_float32_8x_gpu"]
+    assert {c.params["compute_kernel"] for c in cells} == {None}
+    for argv, message in [
+            (["--collective=multicast", "--src-ranks=1"], "--src-ranks names the ranks of "
+                                                          "pt2pt or incast, not of multicast"),
+            (["--collective=incast", "--num_gpus=2", "--root=1", "--src-ranks=1"],
+             "--src-ranks/--dst-ranks: '1' names the root (1) alone"),
+            (["--collective=incast", "--kernel=gemm"], "--kernel gemm: incast "
+                                                       "(point-to-point messages) runs "
+                                                       "without a compute kernel")]:
+        with pytest.raises(SystemExit) as exc:
+            runner.main(["--device=cpu", *argv])
+        assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_an_incast_row_from_the_wrong_sender_fails_the_roots_check():
+    """The root's rows hold each sender's pattern: rows swapped (a message delivered into
+    another sender's place) fail; a multicast receiver holds the root's."""
+    import torch
+
+    from dlbench.comms import validation as V
+
+    count, peers = 40, (1, 3)
+    rows = torch.zeros(2, count)
+    for j, peer in enumerate(peers):
+        rows[j].copy_(V._sent("incast", torch.arange(count), peer, 4, count))
+    assert V.check("incast", (torch.zeros(count), rows), 0, 4, root=0, peers=peers).wrong == 0
+    swapped = V.check("incast", (None, rows.flip(0)), 0, 4, root=0, peers=peers)
+    assert swapped.wrong > 0 and swapped.elements == 2 * count
+    assert V.check("incast", (torch.zeros(count), None), 2, 4, peers=peers).elements == 0
+    got = V._sent("multicast", torch.arange(count), 2, 4, count)
+    assert V.check("multicast", (None, got), 0, 4, root=2, peers=(0, 1)).wrong == 0
+    assert V.check("multicast", (None, got), 0, 4, root=1, peers=(0, 2)).wrong > 0
 
 
 def test_a_point_to_point_message_is_checked_against_its_senders_pattern():
@@ -514,7 +581,8 @@ def simulated(collective, inputs):
             for r in range(n)]  # all_to_all
 
 
-@pytest.mark.parametrize("collective", [c for c in S.COLLECTIVES if c != "pt2pt"])
+@pytest.mark.parametrize("collective", [c for c in S.COLLECTIVES
+                                        if c != "pt2pt" and c not in S.FAN])
 @pytest.mark.parametrize("ranks", [1, 3, 4])
 def test_the_validation_patterns_give_what_the_collective_must_deliver(collective, ranks):
     """Every rank's expected values equal the collective done by hand on every rank's
@@ -584,9 +652,9 @@ def test_a_size_whose_data_arrive_wrong_fails_the_cell_with_the_sizes_before_it(
 
     real = V.check
 
-    def check(collective, buffers, rank, ranks, peer=None, root=0, splits=None):
+    def check(collective, buffers, rank, ranks, peer=None, root=0, splits=None, peers=()):
         if buffers[0].numel() * 4 < 64:
-            return real(collective, buffers, rank, ranks, peer, root, splits)
+            return real(collective, buffers, rank, ranks, peer, root, splits, peers)
         return V.Check(rank, 3, buffers[0].numel(), 5, 0.0, 1.0)
 
     monkeypatch.setattr(V, "check", check)
@@ -714,6 +782,33 @@ def test_src_and_dst_ranks_pair_the_ranks_named_and_leave_the_others_idle(tmp_pa
         ("latency", True), ("unidirectional", True), ("bidirectional", True)]
 
 
+def test_incast_and_multicast_among_three_processes_move_each_peers_message_validated(
+        tmp_path):
+    """PARAM's incast (ranks 1 and 2 to the root, rank 0) and multicast from rank 2 to
+    ranks 0 and 1 on three gloo processes: the pairs recorded, every message validated,
+    each size's bytes those crossing the root's link (two messages), bus = algorithm
+    bandwidth."""
+    proc, res = run_comms(tmp_path, "--num_gpus=3", "--collective=incast", "--b=1024",
+                          "--e=4096", "--f=4", "--c=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert res["status"] == "ok", res.get("error")
+    assert res["extra"]["pairs"] == [[1, 0], [2, 0]]
+    assert [(m["name"], m["bytes_per_iteration"], m["extra"]["validated"])
+            for m in res["measurements"]] == [("incast|1024", 2048.0, True),
+                                              ("incast|4096", 8192.0, True)]
+    assert all(m["extra"]["bus_gbps"] == m["gbps"] for m in res["measurements"])
+    proc, res = run_comms(tmp_path, "--num_gpus=3", "--collective=multicast", "--root=2",
+                          "--dst-ranks=0,1", "--b=512", "--e=512", "--c=1", "--z=0",
+                          "--window=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert res["status"] == "ok", res.get("error")
+    assert res["extra"]["pairs"] == [[2, 0], [2, 1]]
+    assert (res["cell"]["root"], res["cell"]["dst_ranks"], res["cell"]["src_ranks"]) == (
+        2, "0,1", None)
+    (m,) = res["measurements"]
+    assert (m["bytes_per_iteration"], m["extra"]["validated"]) == (1024.0, True)
+
+
 def test_a_size_no_rank_can_hold_ends_the_sweep_for_all_ranks_with_what_was_measured(tmp_path):
     """The second size (1 TiB) cannot be allocated: every rank stops there together (none
     waits in a collective), the first size stays measured and the rest are named."""
@@ -767,7 +862,7 @@ def test_comms_cells_through_the_workflow_into_the_table_and_report(tmp_path):
         m["extra"]["bus_gbps"] for m in res["measurements"]]
 
 
-@pytest.mark.parametrize("collective", sorted(S.ROOTED))
+@pytest.mark.parametrize("collective", sorted(S.ROOTED - S.FAN))  # FAN: their own test
 def test_a_root_other_than_rank_0_sends_or_receives_and_is_checked_there(collective):
     """PARAM's --root: the root's pattern is what a broadcast or a scatter sends; after a
     reduce or a gather only the root's buffer holds the result, so only it is checked."""

@@ -32,6 +32,7 @@ from dlbench import nccl_env
 from dlbench.comms.overlap import COMPUTE_DATA_TYPES, KERNELS, NO_KERNEL, shape_form_problem
 from dlbench.comms.sizes import (
     COLLECTIVES,
+    FAN,
     PT2PT_PATTERNS,
     ROOTED,
     UNEVEN,
@@ -162,6 +163,21 @@ def _collective(params: Mapping[str, Any]) -> bool:
     return not _pt2pt(params)
 
 
+def _sources(params: Mapping[str, Any]) -> bool:
+    """Cells whose senders may be named: point-to-point pairs' and an incast's."""
+    return params.get("collective") in ("pt2pt", "incast")
+
+
+def _destinations(params: Mapping[str, Any]) -> bool:
+    return params.get("collective") in ("pt2pt", "multicast")
+
+
+def _overlappable(params: Mapping[str, Any]) -> bool:
+    """Collectives a compute kernel may run beside (incast and multicast are batches of
+    point-to-point messages, as pt2pt's)."""
+    return _collective(params) and params.get("collective") not in FAN
+
+
 def _windowed(params: Mapping[str, Any]) -> bool:
     """Cells that issue a window of operations per iteration: non-blocking collectives and
     point-to-point bandwidth tests."""
@@ -185,7 +201,7 @@ def _rooted(params: Mapping[str, Any]) -> bool:
 
 def _computing(params: Mapping[str, Any]) -> bool:
     """Collective cells that overlap their collectives with compute kernels."""
-    return _collective(params) and params.get("compute_kernel") not in (None, NO_KERNEL)
+    return _overlappable(params) and params.get("compute_kernel") not in (None, NO_KERNEL)
 
 
 def _square(params: Mapping[str, Any]) -> bool:
@@ -369,7 +385,8 @@ TABLE: tuple[Axis, ...] = (
     Axis("root", int, 0, kinds=(_COMMS,), minimum=0, since=3, applies=_rooted,
          flags={_COMMS: Flag("--root")},
          help="the rank that broadcasts or scatters, or receives the reduction or the "
-              "gathered pieces (broadcast, reduce, gather, scatter)"),
+              "gathered pieces (broadcast, reduce, gather, scatter), an incast's messages "
+              "or sends a multicast's"),
     # PARAM's --pt2pt (with collective pt2pt): which ranks exchange messages.
     Axis("pt2pt", str, "one2one", kinds=(_COMMS,), choices=PT2PT_PATTERNS, since=3,
          applies=_pt2pt, flags={_COMMS: Flag("--pt2pt")},
@@ -377,13 +394,15 @@ TABLE: tuple[Axis, ...] = (
               "i + n/2, all pairs at once)"),
     # PARAM's --src-ranks and --dst-ranks: the pairs of a point-to-point pattern named
     # (src_ranks[i] sends to dst_ranks[i]), instead of the pattern's own.
-    Axis("src_ranks", str, "", kinds=(_COMMS,), since=3, applies=_pt2pt,
+    Axis("src_ranks", str, "", kinds=(_COMMS,), since=3, applies=_sources,
          form=rank_list_problem, flags={_COMMS: Flag("--src-ranks")},
          help="point-to-point: the sending rank of each pair (a rank, '0,2' or a range "
-              "'0:3'; with dst_ranks, instead of the pattern's pairs)"),
-    Axis("dst_ranks", str, "", kinds=(_COMMS,), since=3, applies=_pt2pt,
+              "'0:3'; with dst_ranks, instead of the pattern's pairs); incast: the ranks "
+              "sending to the root (every rank when empty)"),
+    Axis("dst_ranks", str, "", kinds=(_COMMS,), since=3, applies=_destinations,
          form=rank_list_problem, flags={_COMMS: Flag("--dst-ranks")},
-         help="point-to-point: the receiving rank of each pair, in src_ranks' order"),
+         help="point-to-point: the receiving rank of each pair, in src_ranks' order; "
+              "multicast: the ranks the root sends to (every rank when empty)"),
     Axis("window", int, 20, kinds=(_COMMS,), minimum=1, since=3, applies=_windowed,
          flags={_COMMS: Flag("--window")},
          help="operations issued back to back in each measured iteration of a "
@@ -393,7 +412,7 @@ TABLE: tuple[Axis, ...] = (
     # overlapped with num_compute kernels on mm_dim x mm_dim operands (or mm_shape's), each
     # part timed.
     Axis("compute_kernel", str, NO_KERNEL, kinds=(_COMMS,), choices=(NO_KERNEL, *KERNELS),
-         since=3, applies=_collective, flags={_COMMS: Flag("--kernel")},
+         since=3, applies=_overlappable, flags={_COMMS: Flag("--kernel")},
          help="none: the collectives alone; gemm, add, sub, add_num, sub_num, copy, d2h "
               "or h2d: that kernel computing (or copying) beside them in every iteration "
               "(PARAM's --mode comms-compute)"),

@@ -41,6 +41,7 @@ import argparse
 import itertools
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +96,10 @@ def cell_of(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _tensors(collective: str, count: int, dtype: Any, ranks: int, device: Any,
-             splits: Splits = None) -> tuple:
+             splits: Splits = None, fan: Fan | None = None) -> tuple:
     """The buffers of one size: (input, output) as the collective takes them (an
-    all_to_allv's: as long as this rank's ``splits``, input and output)."""
+    all_to_allv's: as long as this rank's ``splits``, input and output; an incast's root:
+    a row for each sender's message, a multicast's receivers: the message)."""
     import torch
 
     def make(n: int) -> Any:
@@ -107,6 +109,11 @@ def _tensors(collective: str, count: int, dtype: Any, ranks: int, device: Any,
 
     if splits is not None:
         return make(sum(splits[0])), torch.empty(sum(splits[1]), dtype=dtype, device=device)
+    if fan is not None:
+        rows = len(fan.peers) if collective == "incast" and fan.rank == fan.root else (
+            1 if collective == "multicast" and fan.rank in fan.peers else 0)
+        target = torch.empty(rows, count, dtype=dtype, device=device) if rows else None
+        return make(count), (target[0] if collective == "multicast" and rows else target)
     if collective in S.PIECE_IN:
         return make(count // ranks), torch.empty(count, dtype=dtype, device=device)
     if collective in S.PIECE_OUT:
@@ -117,14 +124,17 @@ def _tensors(collective: str, count: int, dtype: Any, ranks: int, device: Any,
 
 
 def _call(collective: str, buffers: tuple, async_op: bool = False, root: int = 0,
-          splits: Splits = None) -> Any:
+          splits: Splits = None, fan: Fan | None = None) -> Any:
     """The collective on a size's buffers, a function of an (unused) batch; with
     ``async_op`` it returns its work handle without waiting. ``root``: the rank that
     broadcasts or scatters, or receives the reduction or the gathered pieces; ``splits``:
-    an all_to_allv's blocks to and from each rank."""
+    an all_to_allv's blocks to and from each rank; ``fan``: an incast's or multicast's
+    ranks."""
     import torch.distributed as dist
 
     source, target = buffers
+    if fan is not None:
+        return _fan_call(collective, buffers, fan, async_op)
     if collective == "all_reduce":
         return lambda _: dist.all_reduce(source, async_op=async_op)
     if collective == "broadcast":
@@ -152,6 +162,53 @@ def _call(collective: str, buffers: tuple, async_op: bool = False, root: int = 0
     return lambda _: dist.all_to_all_single(target, source, async_op=async_op)
 
 
+@dataclass(frozen=True)
+class Fan:
+    """An incast's or multicast's ranks: this one, the root, and the root's peers (the
+    senders of an incast, the receivers of a multicast)."""
+
+    rank: int
+    root: int
+    peers: tuple[int, ...]
+
+
+class _Works:
+    """The work handles of one batch of point-to-point messages, waited for as one."""
+
+    def __init__(self, works: list[Any]) -> None:
+        self.works = works
+
+    def wait(self) -> None:
+        for work in self.works:
+            work.wait()
+
+
+def _fan_call(collective: str, buffers: tuple, fan: Fan, async_op: bool) -> Any:
+    """PARAM's incast (every sender's message to the root, into its row of the root's
+    buffer) and multicast (the root's message to every receiver): each rank's messages one
+    batch of isend/irecv (one NCCL group), issued at once; a rank outside them issues
+    nothing. What a step issues is built here, before any timing."""
+    import torch.distributed as dist
+
+    source, target = buffers
+    ops: list[Any] = []
+    if collective == "incast" and fan.rank == fan.root:
+        ops = [dist.P2POp(dist.irecv, target[j], peer) for j, peer in enumerate(fan.peers)]
+    elif collective == "incast" and fan.rank in fan.peers:
+        ops = [dist.P2POp(dist.isend, source, fan.root)]
+    elif fan.rank == fan.root:
+        ops = [dist.P2POp(dist.isend, source, peer) for peer in fan.peers]
+    elif fan.rank in fan.peers:
+        ops = [dist.P2POp(dist.irecv, target, fan.root)]
+
+    def issue(_: Any) -> _Works:
+        return _Works(dist.batch_isend_irecv(ops) if ops else [])
+
+    if async_op:
+        return issue
+    return lambda batch: issue(batch).wait()
+
+
 def _single_tensor(dist: Any, name: str, before: str) -> Any:
     """The single-tensor collective under its current name (torch 2.14's ``*_single``;
     the name it had before, which 2.14 deprecates, on older releases: the same call)."""
@@ -159,12 +216,12 @@ def _single_tensor(dist: Any, name: str, before: str) -> Any:
 
 
 def _step(collective: str, buffers: tuple, window: int | None, root: int = 0,
-          splits: Splits = None) -> Any:
+          splits: Splits = None, fan: Fan | None = None) -> Any:
     """What the timed region runs: one collective (blocking, ``window`` None), or
     ``window`` of them issued back to back and then waited for, and nothing else."""
     if window is None:
-        return _call(collective, buffers, root=root, splits=splits)
-    issue = _call(collective, buffers, async_op=True, root=root, splits=splits)
+        return _call(collective, buffers, root=root, splits=splits, fan=fan)
+    issue = _call(collective, buffers, async_op=True, root=root, splits=splits, fan=fan)
 
     def step(batch: Any) -> None:
         works = [issue(batch) for _ in range(window)]
@@ -186,7 +243,7 @@ def _all_allocated(ok: bool, device: Any) -> bool:
 
 def _validate(collective: str, buffers: tuple, rank: int, ranks: int, sync: Any,
               size: int, peer: int | None = None, root: int = 0,
-              splits: Splits = None) -> None:
+              splits: Splits = None, fan: Fan | None = None) -> None:
     """PARAM's --c 1, after a size's timed iterations: the collective (a point-to-point
     cell: each pair's exchange with ``peer``) once more on known data, every rank's check
     gathered so that all of them stop together on a failure."""
@@ -199,11 +256,12 @@ def _validate(collective: str, buffers: tuple, rank: int, ranks: int, sync: Any,
     if collective == "pt2pt":
         pt2pt.exchange(buffers, peer)
     else:
-        _call(collective, buffers, root=root, splits=splits)(0)
+        _call(collective, buffers, root=root, splits=splits, fan=fan)(0)
     sync()
     checks: list[Any] = [None] * ranks
     dist.all_gather_object(checks, validation.check(collective, buffers, rank, ranks, peer,
-                                                    root, splits))
+                                                    root, splits,
+                                                    fan.peers if fan else ()))
     failure = validation.verdict(collective, S.size_text(size), checks)
     if failure:
         raise cellrun.CellError(failure)
@@ -211,7 +269,7 @@ def _validate(collective: str, buffers: tuple, rank: int, ranks: int, sync: Any,
 
 def _timed_tests(args: argparse.Namespace, buffers: tuple, window: int | None,
                  peer: int | None, sender: bool, work: Any, device: Any,
-                 splits: Splits = None) -> list[Any]:
+                 splits: Splits = None, fan: Fan | None = None) -> list[Any]:
     """What a size times: the collective (one test; with ``work``, a compute kernel,
     overlapped with it), or a point-to-point cell's three."""
     from dlbench.comms import overlap, pt2pt
@@ -219,13 +277,16 @@ def _timed_tests(args: argparse.Namespace, buffers: tuple, window: int | None,
     if args.collective == "pt2pt":
         return pt2pt.tests(buffers, peer, sender, args.window)
     if work is None:
-        step = _step(args.collective, buffers, window, args.root, splits)
+        step = _step(args.collective, buffers, window, args.root, splits, fan)
+        # An incast or multicast moves a message between the root and each of its peers.
+        messages = len(fan.peers) if fan else 1
         if args.use_device_time:  # PARAM's: CUDA events around each iteration's collectives
             from dlbench import harness
 
             timed = harness.DeviceTimedStep(step, args.w + args.n)
-            return [pt2pt.Test("collective", timed, window or 1, 1, device_timed=timed)]
-        return [pt2pt.Test("collective", step, window or 1, 1)]
+            return [pt2pt.Test("collective", timed, window or 1, messages,
+                               device_timed=timed)]
+        return [pt2pt.Test("collective", step, window or 1, messages)]
     both = overlap.Overlapped(_call(args.collective, buffers, async_op=True, root=args.root,
                                     splits=splits),
                               window or 1, work, args.num_compute, device, args.w + args.n)
@@ -327,7 +388,17 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     if topo.rank == 0:  # what the lines below measure (one run may measure several)
         log.info("%s of %s among %d rank(s) over %s", args.collective, args.data_type, ranks,
                  res["extra"]["backend"])
-    if point_to_point:  # [sender, receiver] of each pair
+    fan = None
+    if args.collective in S.FAN:
+        try:
+            peers = S.fan_peers(args.collective, ranks, args.root, args.src_ranks,
+                                args.dst_ranks)
+        except ValueError as exc:
+            raise cellrun.CellError(str(exc)) from None
+        fan = Fan(topo.rank, args.root, tuple(peers))
+        pairs = [(p, args.root) if args.collective == "incast" else (args.root, p)
+                 for p in peers]
+    if pairs:  # [sender, receiver] of each pair
         res["extra"]["pairs"] = [list(pair) for pair in pairs]
     work, alone = None, None
     if args.kernel != NO_KERNEL and not point_to_point:
@@ -339,7 +410,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         splits = _rank_splits(args.collective, given, count, topo.rank, ranks)
         buffers, problem = None, None
         try:
-            buffers = _tensors(args.collective, count, dtype, ranks, device, splits)
+            buffers = _tensors(args.collective, count, dtype, ranks, device, splits, fan)
         except (RuntimeError, MemoryError) as exc:
             problem = exc
         if not _all_allocated(problem is None, device):
@@ -350,7 +421,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             break
         size = count * element
         measured = []
-        for test in _timed_tests(args, buffers, window, peer, sender, work, device, splits):
+        for test in _timed_tests(args, buffers, window, peer, sender, work, device, splits,
+                                 fan):
             dist.barrier()
             loop = harness.timed_loop(lambda: None, test.step, sync, args.w, args.n)
             # Overlapped with computation, the collectives' own part of each iteration.
@@ -378,7 +450,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                              m["extra"]["compute_overlapped"]["slowdown"])
         if args.c:
             _validate(args.collective, buffers, topo.rank, ranks, sync, size, peer, args.root,
-                      splits)
+                      splits, fan)
             for m in measured:
                 m["extra"]["validated"] = True
         res["measurements"] += measured
@@ -536,18 +608,26 @@ def _checked(p: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Name
         p.error(f"--root {problem}")
     if args.collective == "pt2pt" and args.kernel != NO_KERNEL:
         p.error(f"--kernel {args.kernel}: point-to-point tests run without a compute kernel")
-    for flag, text in (("--src-ranks", args.src_ranks), ("--dst-ranks", args.dst_ranks)):
+    if args.collective in S.FAN and args.kernel != NO_KERNEL:
+        p.error(f"--kernel {args.kernel}: {args.collective} (point-to-point messages) runs "
+                "without a compute kernel")
+    for flag, text, takes in (("--src-ranks", args.src_ranks, ("pt2pt", "incast")),
+                              ("--dst-ranks", args.dst_ranks, ("pt2pt", "multicast"))):
         problem = S.rank_list_problem(text)
-        if text and args.collective != "pt2pt":
-            p.error(f"{flag} names the ranks of point-to-point pairs, not of "
+        if text and args.collective not in takes:
+            p.error(f"{flag} names the ranks of {' or '.join(takes)}, not of "
                     f"{args.collective}")
         if problem:
             p.error(f"{flag} {problem}")
     if args.src_ranks or args.dst_ranks:
-        problem = S.pt2pt_problem(args.pt2pt, args.num_gpus * args.num_nodes,
-                                  args.src_ranks, args.dst_ranks)
-        if problem:
-            p.error(f"--src-ranks/--dst-ranks: {problem}")
+        ranks = args.num_gpus * args.num_nodes
+        try:
+            if args.collective in S.FAN:
+                S.fan_peers(args.collective, ranks, args.root, args.src_ranks, args.dst_ranks)
+            else:
+                S.pt2pt_pairs(args.pt2pt, ranks, args.src_ranks, args.dst_ranks)
+        except ValueError as exc:
+            p.error(f"--src-ranks/--dst-ranks: {exc}")
     if args.use_device_time and args.collective == "pt2pt":
         p.error("--use-device-time: point-to-point tests are timed on the host")
     if args.use_device_time and args.device != "gpu":

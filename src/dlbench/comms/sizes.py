@@ -16,6 +16,9 @@ PARAM's), over the same sweep as all_to_all; PARAM's ``--i`` (in_split) or ``--o
 line does: with an input split, rank r sends in_split[j] elements to rank j, so rank j
 receives in_split[j] from each rank; with an output split, rank r receives out_split[s]
 from rank s, so rank s sends out_split[s] to each (``exchange``).
+PARAM's incast and multicast move one message of the size between the root and each of
+its peers, all at once: their measured bytes are those crossing the root's link (the
+message times the peers), factor 1.
 Point-to-point tests (``pt2pt``, PARAM's ``--pt2pt``) move one message of the size
 between two ranks: factor 1. Which ranks: the pattern's pairs, or those PARAM's
 ``--src-ranks`` and ``--dst-ranks`` name (``pt2pt_pairs``).
@@ -26,14 +29,18 @@ from __future__ import annotations
 import re
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_allv",
-               "broadcast", "reduce", "gather", "scatter", "pt2pt")
+               "broadcast", "reduce", "gather", "scatter", "incast", "multicast", "pt2pt")
+# PARAM's many-to-one and one-to-many patterns of point-to-point messages: every sender
+# sends the root one message at once (incast: src_ranks, else every rank), or the root
+# sends one to every receiver (multicast: dst_ranks, else every rank).
+FAN = frozenset({"incast", "multicast"})
 # PARAM's --pt2pt patterns: one2one, rank 0 with rank 1; pairwise, every rank of the first
 # half with its counterpart in the second (rank i with i + n/2: on two nodes of as many
 # GPUs, each GPU with the same GPU of the other node), all pairs at once.
 PT2PT_PATTERNS = ("one2one", "pairwise")
 # Collectives with a root (PARAM's --root): the rank that broadcasts or scatters, or
 # receives the sum or the gathered pieces.
-ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter"})
+ROOTED = frozenset({"broadcast", "reduce", "gather", "scatter", *FAN})
 DATA_TYPES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int8": 1}
 # Collectives whose buffer is split into one piece per rank: its elements are a multiple
 # of the rank count.
@@ -49,7 +56,7 @@ PIECE_OUT = frozenset({"reduce_scatter", "scatter"})
 
 def bus_factor(collective: str, ranks: int) -> float:
     """Bus bandwidth over algorithm bandwidth for ``ranks`` processes."""
-    if collective in ("broadcast", "reduce", "pt2pt"):
+    if collective in ("broadcast", "reduce", "pt2pt", *FAN):
         return 1.0
     share = (ranks - 1) / ranks
     return 2 * share if collective == "all_reduce" else share
@@ -259,6 +266,29 @@ def pt2pt_pairs(pattern: str, ranks: int, src: str = "", dst: str = ""
         raise PairsError("dst_ranks", f"rank {both[0]} is in both src_ranks and dst_ranks: "
                                       "a rank sends or receives, with one peer")
     return list(zip(senders, receivers, strict=True))
+
+
+def fan_peers(collective: str, ranks: int, root: int, src: str = "", dst: str = ""
+              ) -> list[int]:
+    """The ranks an incast's root receives from (``src``, PARAM's --src-ranks, else every
+    rank) or a multicast's root sends to (``dst``, --dst-ranks, else every rank), the root
+    left out as PARAM does. Raises PairsError saying what cannot run."""
+    if ranks < 2:
+        raise PairsError("num_gpus", f"{collective} needs two processes or more, not {ranks}")
+    field, text = ("src_ranks", src) if collective == "incast" else ("dst_ranks", dst)
+    problem = rank_list_problem(text)
+    if problem:
+        raise PairsError(field, problem)
+    listed = rank_list(text) or list(range(ranks))
+    outside = [r for r in listed if r >= ranks]
+    if outside:
+        raise PairsError(field, f"rank {outside[0]} is no rank of {ranks} process(es) (0 to "
+                                f"{ranks - 1})")
+    peers = [r for r in listed if r != root]
+    if not peers:
+        raise PairsError(field, f"{text!r} names the root ({root}) alone: no rank for "
+                                f"{collective}")
+    return peers
 
 
 def pt2pt_problem(pattern: str, ranks: int, src: str = "", dst: str = "") -> str | None:

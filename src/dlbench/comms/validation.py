@@ -8,7 +8,8 @@ that a sum, a chunk in the wrong place or a chunk from the wrong rank each show:
 value is at most 16, or 1.5 x ranks for the reductions, which float16, bfloat16 and
 float32 hold exactly (bfloat16 up to 170 ranks) and int8 up to 84 ranks
 (``MAX_INT8_RANKS``). A point-to-point pair exchanges messages holding its sender's
-pattern (``fill`` and ``check`` given the rank's peer). A collective with a root is
+pattern (``fill`` and ``check`` given the rank's peer), an incast's or multicast's messages
+their sender's (the root's peers given). A collective with a root is
 filled and checked given it: the root's pattern is the one a broadcast or scatter sends,
 and only the root receives a reduce or gather (the others' buffers are not checked). An
 all_to_allv's blocks, even or not, follow all_to_all's pattern, placed by the rank's
@@ -21,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dlbench.comms.sizes import PIECE_IN, PIECE_OUT
+from dlbench.comms.sizes import FAN, PIECE_IN, PIECE_OUT
 
 # int8 holds the largest all_reduce or reduce_scatter value, 1.5 x ranks, up to 127.
 MAX_INT8_RANKS = 84
@@ -54,7 +55,7 @@ def _sent(collective: str, i: Any, rank: int, ranks: int, chunk: int, root: int 
     an all_to_allv's blocks to each rank)."""
     import torch
 
-    if collective in ("all_gather", "gather", "pt2pt"):  # this rank's share; a message
+    if collective in ("all_gather", "gather", "pt2pt", *FAN):  # this rank's share; a message
         return _message(i, rank)
     if collective in ("all_reduce", "reduce"):  # odd ranks add one at odd elements
         return (1 + (i % 2) * (rank % 2)).float()
@@ -149,13 +150,17 @@ class Check:
 
 def check(collective: str, buffers: tuple, rank: int, ranks: int,
           peer: int | None = None, root: int = 0,
-          splits: tuple[list[int], list[int]] | None = None) -> Check:
+          splits: tuple[list[int], list[int]] | None = None,
+          peers: tuple[int, ...] = ()) -> Check:
     """Compare ``rank``'s result buffer with what the collective must give (pt2pt: what
-    ``peer`` sent; reduce: only on ``root``), a span at a time on its device. Whole-number types are compared exactly;
+    ``peer`` sent; reduce: only on ``root``; incast and multicast: given the root's
+    ``peers``), a span at a time on its device. Whole-number types are compared exactly;
     floating types with a margin of ``ranks`` units in the last place (a reduction's order
     may round differently)."""
     if collective == "pt2pt":
         return check_pt2pt(buffers, rank, peer)
+    if collective in FAN:
+        return check_fan(collective, buffers, rank, root, peers)
 
     source, _ = buffers
     if collective in ("reduce", "gather") and rank != root:
@@ -172,6 +177,24 @@ def check_pt2pt(buffers: tuple, rank: int, peer: int | None) -> Check:
     if peer is None:
         return Check(rank, 0, 0)
     return _compare(buffers[1], rank, 1, lambda i: _message(i, peer))
+
+
+def check_fan(collective: str, buffers: tuple, rank: int, root: int,
+              peers: tuple[int, ...]) -> Check:
+    """An incast's root: each row against the pattern of the sender it came from (a
+    message from the wrong rank shows); a multicast's receivers: the root's pattern. The
+    other ranks receive nothing."""
+    import torch
+
+    target = buffers[1]
+    if target is None:
+        return Check(rank, 0, 0)
+    if collective == "multicast":
+        return _compare(target, rank, 1, lambda i: _message(i, root))
+    count = target.shape[1]
+    senders = torch.tensor(peers, device=target.device)
+    return _compare(target.reshape(-1), rank, 1,
+                    lambda i: _message(i % count, senders[i // count]))
 
 
 def _compare(result: Any, rank: int, ranks: int, want_at: Any) -> Check:

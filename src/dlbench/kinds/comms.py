@@ -11,9 +11,11 @@ from dlbench import axes, frameworks
 from dlbench.axes import AxisError
 from dlbench.comms.overlap import NO_KERNEL, operands
 from dlbench.comms.sizes import (
+    FAN,
     UNEVEN,
     PairsError,
     exchange,
+    fan_peers,
     pt2pt_pairs,
     root_problem,
     split_of,
@@ -54,6 +56,11 @@ class CommsKind(CellKind):
                 pairs.append(slug(f"{params.get('src_ranks') or 0}to"
                                   f"{params.get('dst_ranks') or 1}"))
             parts = [*parts[:j], *pairs, *parts[j:]]
+        named = {"incast": ("from", "src_ranks"), "multicast": ("to", "dst_ranks")}.get(
+            params.get("collective"), ("", ""))
+        if params.get(named[1]):  # pytorch_incast_from1-3_float32_...: the peers named
+            j = self.id_axes.index("collective") + 1
+            parts = [*parts[:j], slug(f"{named[0]}{params[named[1]]}"), *parts[j:]]
         if params.get("root"):  # pytorch_broadcast_root3_float32_...: a root other than 0
             j = self.id_axes.index("collective") + 1
             parts = [*parts[:j], f"root{params['root']}", *parts[j:]]
@@ -73,6 +80,13 @@ class CommsKind(CellKind):
         problem = root_problem(params["root"], ranks) if params.get("root") else None
         if problem:
             raise AxisError("root", f"{problem} (num_gpus x num_nodes)")
+        if params["collective"] in FAN:
+            try:
+                fan_peers(params["collective"], ranks, params.get("root") or 0,
+                          params.get("src_ranks") or "", params.get("dst_ranks") or "")
+            except PairsError as exc:
+                raise AxisError(exc.field, f"{exc} (num_gpus x num_nodes)"
+                                if exc.field == "num_gpus" else str(exc)) from None
         if params.get("device_time") and params["device"] != "gpu":
             raise AxisError("device_time", "CUDA events time the device: device gpu only")
         kernel, shape = params.get("compute_kernel"), params.get("mm_shape")
