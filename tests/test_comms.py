@@ -467,6 +467,43 @@ def test_an_incast_row_from_the_wrong_sender_fails_the_roots_check():
     assert V.check("multicast", (None, got), 0, 4, root=1, peers=(0, 2)).wrong > 0
 
 
+def test_comm_groups_split_the_ranks_as_params_multi_comms_and_refuse_what_cannot_split(
+        capsys):
+    """PARAM's --multi-comms N: rank r in communicator r mod N, each running the collective
+    among its members at once; the count must divide the processes; a root is one of a
+    group's ranks; the id says the groups; point-to-point cells and incast name their own
+    ranks (no groups)."""
+    from dlbench.comms import runner
+
+    assert S.group_members(2, 8) == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert S.group_members(8, 16)[3] == [3, 11]  # on two nodes of 8: one GPU per node
+    assert S.groups_problem(4, 8) is None and S.groups_problem(1, 3) is None
+    cells = study.expand_config({"studies": {"g": {"kind": "comms", "grid": {
+        "collective": ["all_reduce", "pt2pt", "incast"], "num_gpus": 8, "comm_groups": 4,
+        "root": 1}}}})
+    assert sorted((c.id.rsplit("_", 1)[0], c.params["comm_groups"]) for c in cells) == [
+        ("pytorch_all-reduce_float32_8x_4groups_gpu", 4),
+        ("pytorch_incast_root1_float32_8x_gpu", None),
+        ("pytorch_pt2pt_one2one_float32_8x_gpu", None)]
+    for grid, message in [
+            ({"num_gpus": 4, "comm_groups": 3}, "comm_groups: 4 process(es) do not split into "
+                                                "3 groups of one size"),
+            ({"num_gpus": 8, "comm_groups": 4, "collective": "reduce", "root": 2},
+             "root: 2 is no rank of 2 process(es): the root is one of 0 to 1 (each of "
+             "comm_groups)")]:
+        with pytest.raises(study.ConfigError, match=re.escape(f"study 'g': {message}")):
+            study.expand_config({"studies": {"g": {"kind": "comms", "grid": grid}}})
+    for argv, message in [
+            (["--num_gpus=4", "--multi-comms=3"], "--multi-comms 4 process(es) do not split"),
+            (["--num_gpus=4", "--multi-comms=2", "--pt2pt=one2one"],
+             "--multi-comms: pt2pt names its own ranks"),
+            (["--num_gpus=4", "--multi-comms=2", "--collective=scatter", "--root=2"],
+             "--root 2 is no rank of 2 process(es)")]:
+        with pytest.raises(SystemExit) as exc:
+            runner.main(["--device=cpu", *argv])
+        assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
 def test_a_point_to_point_message_is_checked_against_its_senders_pattern():
     import torch
 
@@ -807,6 +844,26 @@ def test_incast_and_multicast_among_three_processes_move_each_peers_message_vali
         2, "0,1", None)
     (m,) = res["measurements"]
     assert (m["bytes_per_iteration"], m["extra"]["validated"]) == (1024.0, True)
+
+
+def test_two_communicators_of_two_processes_each_run_at_once_validated(tmp_path):
+    """--multi-comms 2 on four gloo processes: ranks 0 and 2, 1 and 3 each all_reduce
+    among themselves at once (the bus factor of two ranks, 1, not of four, 1.5), and
+    broadcast from each group's rank 1 (global ranks 2 and 3); every group's data
+    validated."""
+    proc, res = run_comms(tmp_path, "--num_gpus=4", "--multi-comms=2", "--b=1024",
+                          "--e=1024", "--c=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert res["status"] == "ok", res.get("error")
+    assert res["cell"]["comm_groups"] == 2 and res["extra"]["groups"] == [[0, 2], [1, 3]]
+    assert (res["extra"]["ranks"], res["extra"]["group_ranks"]) == (4, 2)
+    (m,) = res["measurements"]
+    assert m["extra"]["validated"] and m["extra"]["bus_gbps"] == pytest.approx(m["gbps"])
+    proc, res = run_comms(tmp_path, "--num_gpus=4", "--multi-comms=2",
+                          "--collective=broadcast", "--root=1", "--b=256", "--e=256", "--c=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert res["status"] == "ok", res.get("error")
+    assert [m["extra"]["validated"] for m in res["measurements"]] == [True]
 
 
 def test_a_size_no_rank_can_hold_ends_the_sweep_for_all_ranks_with_what_was_measured(tmp_path):

@@ -386,7 +386,7 @@ TABLE: tuple[Axis, ...] = (
          flags={_COMMS: Flag("--root")},
          help="the rank that broadcasts or scatters, or receives the reduction or the "
               "gathered pieces (broadcast, reduce, gather, scatter), an incast's messages "
-              "or sends a multicast's"),
+              "or sends a multicast's (of each group's ranks, with comm_groups)"),
     # PARAM's --pt2pt (with collective pt2pt): which ranks exchange messages.
     Axis("pt2pt", str, "one2one", kinds=(_COMMS,), choices=PT2PT_PATTERNS, since=3,
          applies=_pt2pt, flags={_COMMS: Flag("--pt2pt")},
@@ -408,6 +408,12 @@ TABLE: tuple[Axis, ...] = (
          help="operations issued back to back in each measured iteration of a "
               "non-blocking collective or a point-to-point bandwidth test (its time "
               "divided by them is one operation's)"),
+    # PARAM's --multi-comms: the ranks split into this many communicators (rank % groups),
+    # each running the collective among its members at once.
+    Axis("comm_groups", int, 1, kinds=(_COMMS,), minimum=1, since=3, applies=_overlappable,
+         flags={_COMMS: Flag("--multi-comms")},
+         help="communicators the ranks are split into (rank r in group r mod comm_groups), "
+              "each running the collective among its members at the same time"),
     # PARAM's --mode comms-compute (dlbench.comms.overlap): each iteration's collectives
     # overlapped with num_compute kernels on mm_dim x mm_dim operands (or mm_shape's), each
     # part timed.

@@ -30,6 +30,10 @@ p``) of ``--comp-data-type``: a size's measurement is then the
 collectives' own part of the overlapped iterations, and its extra the computation's,
 against the kernels timed alone before the sweep (dlbench.comms.overlap).
 
+``--multi-comms N`` (PARAM's) splits the ranks into N communicators (rank r in group r
+mod N), each running the collective among its members at the same time: sizes, bus
+factor, root and validation are a group's, the times the slowest rank's of all.
+
 With ``--c 1`` (PARAM's data validation) each size is checked after its timed iterations:
 the collective once more on known data, the cell failed when any rank receives a wrong
 value (dlbench.comms.validation).
@@ -74,7 +78,7 @@ def parser() -> argparse.ArgumentParser:
         description="Time one collective over a sweep of message sizes among --num_gpus "
                     "processes (PARAM's comms.py flags: --collective, --b, --e, --f, --w, "
                     "--n, --data-type, --c, --z, --sb, --ss, --root, --pt2pt, --src-ranks, "
-                    "--dst-ranks, --window, "
+                    "--dst-ranks, --window, --multi-comms, "
                     "--mode, --kernel, --num-compute, --mm-dim, --comp-data-type; --mm-dim's "
                     "two or three values are --mm-shape's; --collectives and --data-types take "
                     "PARAM's comma lists, each value in turn, printed, no result file).")
@@ -124,42 +128,47 @@ def _tensors(collective: str, count: int, dtype: Any, ranks: int, device: Any,
 
 
 def _call(collective: str, buffers: tuple, async_op: bool = False, root: int = 0,
-          splits: Splits = None, fan: Fan | None = None) -> Any:
+          splits: Splits = None, fan: Fan | None = None, group: Any = None) -> Any:
     """The collective on a size's buffers, a function of an (unused) batch; with
     ``async_op`` it returns its work handle without waiting. ``root``: the rank that
-    broadcasts or scatters, or receives the reduction or the gathered pieces; ``splits``:
-    an all_to_allv's blocks to and from each rank; ``fan``: an incast's or multicast's
-    ranks."""
+    broadcasts or scatters, or receives the reduction or the gathered pieces (of
+    ``group``'s ranks); ``splits``: an all_to_allv's blocks to and from each rank;
+    ``fan``: an incast's or multicast's ranks; ``group``: the communicator (PARAM's
+    --multi-comms), None for every rank's."""
     import torch.distributed as dist
 
     source, target = buffers
     if fan is not None:
         return _fan_call(collective, buffers, fan, async_op)
+    # torch names a root by its global rank, also in a group.
+    owner = root if group is None else dist.get_global_rank(group, root)
     if collective == "all_reduce":
-        return lambda _: dist.all_reduce(source, async_op=async_op)
+        return lambda _: dist.all_reduce(source, group=group, async_op=async_op)
     if collective == "broadcast":
-        return lambda _: dist.broadcast(source, src=root, async_op=async_op)
+        return lambda _: dist.broadcast(source, src=owner, group=group, async_op=async_op)
     if collective == "reduce":
-        return lambda _: dist.reduce(source, dst=root, async_op=async_op)
+        return lambda _: dist.reduce(source, dst=owner, group=group, async_op=async_op)
     if collective in ("gather", "scatter"):  # the root's buffer in one piece per rank
         whole = target if collective == "gather" else source
-        pieces = list(whole.chunk(dist.get_world_size())) if dist.get_rank() == root else None
+        pieces = (list(whole.chunk(dist.get_world_size(group)))
+                  if dist.get_rank(group) == root else None)
         if collective == "gather":
-            return lambda _: dist.gather(source, gather_list=pieces, dst=root,
+            return lambda _: dist.gather(source, gather_list=pieces, dst=owner, group=group,
                                          async_op=async_op)
-        return lambda _: dist.scatter(target, scatter_list=pieces, src=root,
+        return lambda _: dist.scatter(target, scatter_list=pieces, src=owner, group=group,
                                       async_op=async_op)
     if collective == "all_gather":
         gather = _single_tensor(dist, "all_gather_single", "all_gather_into_tensor")
-        return lambda _: gather(target, source, async_op=async_op)
+        return lambda _: gather(target, source, group=group, async_op=async_op)
     if collective == "reduce_scatter":
         scatter = _single_tensor(dist, "reduce_scatter_single", "reduce_scatter_tensor")
-        return lambda _: scatter(target, source, async_op=async_op)
+        return lambda _: scatter(target, source, group=group, async_op=async_op)
     if splits is not None:
         ins, outs = splits
         return lambda _: dist.all_to_all_single(target, source, output_split_sizes=outs,
-                                                input_split_sizes=ins, async_op=async_op)
-    return lambda _: dist.all_to_all_single(target, source, async_op=async_op)
+                                                input_split_sizes=ins, group=group,
+                                                async_op=async_op)
+    return lambda _: dist.all_to_all_single(target, source, group=group, async_op=async_op)
 
 
 @dataclass(frozen=True)
@@ -216,12 +225,13 @@ def _single_tensor(dist: Any, name: str, before: str) -> Any:
 
 
 def _step(collective: str, buffers: tuple, window: int | None, root: int = 0,
-          splits: Splits = None, fan: Fan | None = None) -> Any:
+          splits: Splits = None, fan: Fan | None = None, group: Any = None) -> Any:
     """What the timed region runs: one collective (blocking, ``window`` None), or
     ``window`` of them issued back to back and then waited for, and nothing else."""
     if window is None:
-        return _call(collective, buffers, root=root, splits=splits, fan=fan)
-    issue = _call(collective, buffers, async_op=True, root=root, splits=splits, fan=fan)
+        return _call(collective, buffers, root=root, splits=splits, fan=fan, group=group)
+    issue = _call(collective, buffers, async_op=True, root=root, splits=splits, fan=fan,
+                  group=group)
 
     def step(batch: Any) -> None:
         works = [issue(batch) for _ in range(window)]
@@ -243,10 +253,13 @@ def _all_allocated(ok: bool, device: Any) -> bool:
 
 def _validate(collective: str, buffers: tuple, rank: int, ranks: int, sync: Any,
               size: int, peer: int | None = None, root: int = 0,
-              splits: Splits = None, fan: Fan | None = None) -> None:
+              splits: Splits = None, fan: Fan | None = None, group: Any = None) -> None:
     """PARAM's --c 1, after a size's timed iterations: the collective (a point-to-point
     cell: each pair's exchange with ``peer``) once more on known data, every rank's check
-    gathered so that all of them stop together on a failure."""
+    gathered so that all of them stop together on a failure. ``rank`` and ``ranks`` are
+    the collective's (``group``'s); a failure names the global rank."""
+    import dataclasses
+
     import torch.distributed as dist
 
     from dlbench.comms import pt2pt, validation
@@ -256,12 +269,12 @@ def _validate(collective: str, buffers: tuple, rank: int, ranks: int, sync: Any,
     if collective == "pt2pt":
         pt2pt.exchange(buffers, peer)
     else:
-        _call(collective, buffers, root=root, splits=splits, fan=fan)(0)
+        _call(collective, buffers, root=root, splits=splits, fan=fan, group=group)(0)
     sync()
-    checks: list[Any] = [None] * ranks
-    dist.all_gather_object(checks, validation.check(collective, buffers, rank, ranks, peer,
-                                                    root, splits,
-                                                    fan.peers if fan else ()))
+    checks: list[Any] = [None] * dist.get_world_size()
+    mine = validation.check(collective, buffers, rank, ranks, peer, root, splits,
+                            fan.peers if fan else ())
+    dist.all_gather_object(checks, dataclasses.replace(mine, rank=dist.get_rank()))
     failure = validation.verdict(collective, S.size_text(size), checks)
     if failure:
         raise cellrun.CellError(failure)
@@ -269,7 +282,8 @@ def _validate(collective: str, buffers: tuple, rank: int, ranks: int, sync: Any,
 
 def _timed_tests(args: argparse.Namespace, buffers: tuple, window: int | None,
                  peer: int | None, sender: bool, work: Any, device: Any,
-                 splits: Splits = None, fan: Fan | None = None) -> list[Any]:
+                 splits: Splits = None, fan: Fan | None = None,
+                 group: Any = None) -> list[Any]:
     """What a size times: the collective (one test; with ``work``, a compute kernel,
     overlapped with it), or a point-to-point cell's three."""
     from dlbench.comms import overlap, pt2pt
@@ -277,7 +291,7 @@ def _timed_tests(args: argparse.Namespace, buffers: tuple, window: int | None,
     if args.collective == "pt2pt":
         return pt2pt.tests(buffers, peer, sender, args.window)
     if work is None:
-        step = _step(args.collective, buffers, window, args.root, splits, fan)
+        step = _step(args.collective, buffers, window, args.root, splits, fan, group)
         # An incast or multicast moves a message between the root and each of its peers.
         messages = len(fan.peers) if fan else 1
         if args.use_device_time:  # PARAM's: CUDA events around each iteration's collectives
@@ -288,7 +302,7 @@ def _timed_tests(args: argparse.Namespace, buffers: tuple, window: int | None,
                                device_timed=timed)]
         return [pt2pt.Test("collective", step, window or 1, messages)]
     both = overlap.Overlapped(_call(args.collective, buffers, async_op=True, root=args.root,
-                                    splits=splits),
+                                    splits=splits, group=group),
                               window or 1, work, args.num_compute, device, args.w + args.n)
     return [pt2pt.Test("collective", both.step, window or 1, 1, overlapped=both)]
 
@@ -356,7 +370,15 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                                 store=dist.HashStore(), rank=0, world_size=1)
     res["environment"] = torch_environment.collect(device)
-    ranks = topo.world_size
+    # The processes of one collective: every rank, or each communicator's (PARAM's
+    # --multi-comms: the world split by rank mod comm_groups, all running at once).
+    group, ranks, rank = None, topo.world_size, topo.rank
+    if args.multi_comms > 1:
+        members = S.group_members(args.multi_comms, topo.world_size)
+        made = [dist.new_group(m) for m in members]  # every rank makes every group
+        mine = topo.rank % args.multi_comms
+        group, ranks, rank = made[mine], len(members[mine]), members[mine].index(topo.rank)
+        res["extra"]["groups"] = members
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     dtype = getattr(torch, args.data_type)
     given = _given_exchange(args, ranks)  # an all_to_allv's uneven blocks (--i, --o)
@@ -378,7 +400,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             raise cellrun.CellError(str(exc)) from None
         peer, sender = S.pt2pt_peer(pairs, topo.rank)
     window = None if args.z and not point_to_point else args.window  # per timed iteration
-    res["extra"].update(ranks=ranks, bus_factor=factor, backend=dist.get_backend(),
+    res["extra"].update(ranks=topo.world_size, group_ranks=ranks, bus_factor=factor,
+                        backend=dist.get_backend(),
                         hosts=hosts, num_hosts=len(set(hosts)),
                         collectives_per_iteration=window or 1,
                         # what timed the collectives: CUDA events on their stream (asked
@@ -386,7 +409,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                         timer="cuda_events" if device.type == "cuda" and not point_to_point
                         and (args.use_device_time or args.kernel != NO_KERNEL) else "host")
     if topo.rank == 0:  # what the lines below measure (one run may measure several)
-        log.info("%s of %s among %d rank(s) over %s", args.collective, args.data_type, ranks,
+        log.info("%s of %s among %d rank(s)%s over %s", args.collective, args.data_type,
+                 ranks, f" in each of {args.multi_comms} groups" if group else "",
                  res["extra"]["backend"])
     fan = None
     if args.collective in S.FAN:
@@ -407,7 +431,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     if given:
         res["extra"]["exchange"] = {"in_splits": given[0], "out_splits": given[1]}
     for i, count in enumerate(counts):
-        splits = _rank_splits(args.collective, given, count, topo.rank, ranks)
+        splits = _rank_splits(args.collective, given, count, rank, ranks)
         buffers, problem = None, None
         try:
             buffers = _tensors(args.collective, count, dtype, ranks, device, splits, fan)
@@ -422,7 +446,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         size = count * element
         measured = []
         for test in _timed_tests(args, buffers, window, peer, sender, work, device, splits,
-                                 fan):
+                                 fan, group):
             dist.barrier()
             loop = harness.timed_loop(lambda: None, test.step, sync, args.w, args.n)
             # Overlapped with computation, the collectives' own part of each iteration.
@@ -449,8 +473,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                              m["extra"]["compute_overlapped"]["time_s"]["median"] * 1e6,
                              m["extra"]["compute_overlapped"]["slowdown"])
         if args.c:
-            _validate(args.collective, buffers, topo.rank, ranks, sync, size, peer, args.root,
-                      splits, fan)
+            _validate(args.collective, buffers, rank, ranks, sync, size, peer, args.root,
+                      splits, fan, group)
             for m in measured:
                 m["extra"]["validated"] = True
         res["measurements"] += measured
@@ -603,7 +627,15 @@ def _checked(p: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Name
     if args.mode == "comms" and args.kernel != NO_KERNEL:
         p.error(f"--kernel {args.kernel} computes beside the collectives: that is --mode "
                 "comms-compute, not comms")
-    problem = S.root_problem(args.root, args.num_gpus * args.num_nodes)
+    world = args.num_gpus * args.num_nodes
+    if args.multi_comms > 1 and (args.collective == "pt2pt" or args.collective in S.FAN):
+        p.error(f"--multi-comms: {args.collective} names its own ranks; communicators split "
+                "the ranks of the other collectives")
+    problem = S.groups_problem(args.multi_comms, world)
+    if problem:
+        p.error(f"--multi-comms {problem}")
+    ranks = world // max(1, args.multi_comms)  # the processes of one collective
+    problem = S.root_problem(args.root, ranks)
     if args.collective in S.ROOTED and problem:
         p.error(f"--root {problem}")
     if args.collective == "pt2pt" and args.kernel != NO_KERNEL:
@@ -620,7 +652,6 @@ def _checked(p: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Name
         if problem:
             p.error(f"{flag} {problem}")
     if args.src_ranks or args.dst_ranks:
-        ranks = args.num_gpus * args.num_nodes
         try:
             if args.collective in S.FAN:
                 S.fan_peers(args.collective, ranks, args.root, args.src_ranks, args.dst_ranks)
@@ -650,7 +681,7 @@ def _checked(p: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Name
             p.error(f"{flag} {problem}")
     if args.collective == S.UNEVEN and (args.i or args.o):
         try:
-            S.exchange(S.split_of(args.i), S.split_of(args.o), args.num_gpus * args.num_nodes)
+            S.exchange(S.split_of(args.i), S.split_of(args.o), ranks)
         except ValueError as exc:
             p.error(f"--{'i' if args.i else 'o'}: {exc}")
         if args.ss:

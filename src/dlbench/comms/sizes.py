@@ -182,6 +182,20 @@ def measured_label(collective: str, pass_: str) -> str:
     return f"{collective} {pass_}" if collective == "pt2pt" else collective
 
 
+def group_members(groups: int, ranks: int) -> list[list[int]]:
+    """The ranks of each communicator when ``ranks`` processes are split into ``groups``
+    (PARAM's --multi-comms): rank r in group r mod groups."""
+    return [list(range(g, ranks, groups)) for g in range(groups)]
+
+
+def groups_problem(groups: int, ranks: int) -> str | None:
+    """Why ``ranks`` processes cannot be split into ``groups`` equal communicators."""
+    if groups > 1 and ranks % groups:
+        return (f"{ranks} process(es) do not split into {groups} groups of one size "
+                "(comm_groups must divide them)")
+    return None
+
+
 def root_problem(root: int, ranks: int) -> str | None:
     """Why ``root`` cannot be the root of a collective among ``ranks`` processes."""
     if root < ranks:

@@ -16,6 +16,7 @@ from dlbench.comms.sizes import (
     PairsError,
     exchange,
     fan_peers,
+    groups_problem,
     pt2pt_pairs,
     root_problem,
     split_of,
@@ -47,6 +48,8 @@ class CommsKind(CellKind):
         extra += ["devicetime"] if params.get("device_time") else []
         kernel = params.get("compute_kernel")
         extra += [kernel] if kernel not in (None, NO_KERNEL) else []  # ..._2x_gemm_gpu_...
+        groups = params.get("comm_groups") or 1
+        extra += [f"{groups}groups"] if groups > 1 else []  # ..._8x_4groups_gpu_...
         i = self.id_axes.index("num_gpus") + 1
         parts = [*parts[:i], *extra, *parts[i:]]
         if params.get("collective") == "pt2pt":  # pytorch_pt2pt_pairwise_float32_...
@@ -69,7 +72,12 @@ class CommsKind(CellKind):
     def check(self, params: Mapping[str, Any], datasets: Mapping[str, Any]) -> None:
         if self.name not in frameworks.get(params["framework"]).kinds:
             raise AxisError("framework", "collective benchmarks run on pytorch only")
-        ranks = params["num_gpus"] * (params.get("num_nodes") or 1)
+        world = params["num_gpus"] * (params.get("num_nodes") or 1)
+        groups = params.get("comm_groups") or 1
+        problem = groups_problem(groups, world)
+        if problem:
+            raise AxisError("comm_groups", f"{problem} (num_gpus x num_nodes)")
+        ranks = world // groups  # the processes of one collective
         if params["collective"] == "pt2pt":
             try:
                 pt2pt_pairs(params["pt2pt"], ranks, params.get("src_ranks") or "",
@@ -79,7 +87,8 @@ class CommsKind(CellKind):
                                 if exc.field == "num_gpus" else str(exc)) from None
         problem = root_problem(params["root"], ranks) if params.get("root") else None
         if problem:
-            raise AxisError("root", f"{problem} (num_gpus x num_nodes)")
+            of = "each of comm_groups" if groups > 1 else "num_gpus x num_nodes"
+            raise AxisError("root", f"{problem} ({of})")
         if params["collective"] in FAN:
             try:
                 fan_peers(params["collective"], ranks, params.get("root") or 0,
