@@ -186,6 +186,37 @@ def test_params_comma_lists_run_each_data_type_and_collective_in_turn(capsys, ca
         assert exc.value.code == 2 and message in err and "collective 64 B" not in err
 
 
+def test_a_run_prints_params_comms_res_table_with_its_own_figures(tmp_path, capsys):
+    """PARAM's COMMS-RES lines on stdout (a header, one line per size, --tag in the name),
+    as scripts reading PARAM's output split them: total size, elements per rank (a piece
+    for all_gather, as PARAM counts), the time percentiles and bandwidths of the result's
+    own measurements."""
+    from dlbench.comms import runner
+
+    out = tmp_path / "cell.json"
+    assert runner.main(["--device=cpu", "--collective=all_gather", "--b=1K", "--e=8K",
+                        "--f=8", "--w=1", "--n=4", "--tag=rail0", f"--output={out}"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    heads = [line.split() for line in printed if line.strip().startswith("COMMS-RES ")]
+    assert heads == [["COMMS-RES", "total-size", "(B)", "nElementsPerRank", "Time(us):p50",
+                      "p75", "p95", "Min", "Max", "AlgBW(GB/s)", "BusBW(GB/s)",
+                      "TotalTime(us):p50"]]
+    rows = [line.split() for line in printed if "COMMS-RES-" in line]
+    res = R.read(out)
+    assert [r[0] for r in rows] == ["COMMS-RES-all_gather-float32-rail0"] * 2
+    for row, m in zip(rows, res["measurements"], strict=True):
+        assert int(row[1]) == m["bytes_per_iteration"] and int(row[2]) == m["extra"][
+            "elements"]  # one process: its piece is the whole buffer
+        assert float(row[3]) == pytest.approx(m["time_s"]["median"] * 1e6, abs=0.051)
+        assert float(row[6]) == pytest.approx(m["time_s"]["min"] * 1e6, abs=0.051)
+        assert float(row[8]) == pytest.approx(m["gbps"], abs=5e-4)
+        assert float(row[10]) == 0.0
+    from dlbench.comms import param_output
+
+    assert param_output.elements_per_rank("reduce_scatter", 64, 4) == 16
+    assert param_output.elements_per_rank("broadcast", 64, 4) == 64
+
+
 class _Event:
     """A CUDA event's stand-in: ``record()`` takes the next instant of ``clock``."""
 
@@ -746,6 +777,11 @@ def test_two_processes_sweep_sizes_and_record_both_bandwidths(tmp_path, monkeypa
         assert m["gbps"] == pytest.approx(m["bytes_per_iteration"] / m["time_s"]["median"] / 1e9)
         assert m["extra"]["bus_gbps"] == pytest.approx(m["gbps"] * 0.5)
         assert m["extra"]["validated"] is True  # --c 1: each size's data checked
+    # PARAM's COMMS-RES lines, once (rank 0) through torchrun: a piece per rank counted.
+    rows = [line.split() for line in proc.stdout.splitlines() if "COMMS-RES-" in line]
+    assert [(r[0], int(r[1]), int(r[2])) for r in rows] == [
+        ("COMMS-RES-reduce_scatter-float32", size, size // 4 // 2)
+        for size in (1024, 8192, 65536)]
     assert res["cell"]["validate"] is True
 
 
@@ -773,6 +809,7 @@ def test_four_processes_pairwise_measure_latency_and_both_bandwidths_validated(t
     assert res["status"] == "ok" and res["cell"]["collective"] == "pt2pt"
     assert (res["cell"]["pt2pt"], res["cell"]["window"]) == ("pairwise", 4)
     assert res["extra"]["pairs"] == [[0, 2], [1, 3]]
+    assert "COMMS-RES" not in proc.stdout  # PARAM's table has no column for these tests
     assert [(m["name"], m["pass"], m["bytes_per_iteration"]) for m in res["measurements"]] == [
         ("pt2pt|256", "latency", 256.0), ("pt2pt|256", "unidirectional", 256.0),
         ("pt2pt|256", "bidirectional", 512.0), ("pt2pt|4096", "latency", 4096.0),

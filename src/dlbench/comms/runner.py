@@ -51,6 +51,7 @@ from typing import Any
 
 from dlbench import axes, cellrun, multinode
 from dlbench import result as R
+from dlbench.comms import param_output
 from dlbench.comms import sizes as S
 from dlbench.comms.overlap import NO_KERNEL
 
@@ -89,6 +90,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--num-coll", "--num-coll-per-iteration", type=int, default=1,
                    help="PARAM's collectives per iteration: more than 1 issues that many back "
                         "to back and waits for them once, which is --z 0 --window N here")
+    p.add_argument("--tag", default="",
+                   help="PARAM's: a word added to the name of every COMMS-RES line printed")
     p.add_argument("--output", help="result JSON to write (rank 0)")
     p.add_argument("--study")
     p.add_argument("--cell_id")
@@ -430,6 +433,9 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         res["extra"]["compute_alone"] = alone
     if given:
         res["extra"]["exchange"] = {"in_splits": given[0], "out_splits": given[1]}
+    table = topo.rank == 0 and not point_to_point  # PARAM's COMMS-RES lines (stdout)
+    if table:
+        print(param_output.header(), flush=True)
     for i, count in enumerate(counts):
         splits = _rank_splits(args.collective, given, count, rank, ranks)
         buffers, problem = None, None
@@ -464,6 +470,11 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             if test.overlapped:
                 m["extra"].update(_overlapped_extra(loop.times_s, computing, alone, device))
             measured.append(m)
+            if table:
+                total = m["extra"]["iteration_time_s"]["median"] if test.overlapped else 0.0
+                print(param_output.line(args.collective, args.data_type, args.tag, size,
+                                        count, ranks, times, m["gbps"], m["extra"]["bus_gbps"],
+                                        total), flush=True)
             if topo.rank == 0:
                 log.info("%s %s %d B: %.1f us, algbw %.3f GB/s, busbw %.3f GB/s",
                          args.collective, test.pass_, size, m["time_s"]["median"] * 1e6,
