@@ -217,6 +217,31 @@ def test_a_run_prints_params_comms_res_table_with_its_own_figures(tmp_path, caps
     assert param_output.elements_per_rank("broadcast", 64, 4) == 64
 
 
+def test_the_resource_monitor_covers_the_sweep_and_takes_the_launchers_flag(tmp_path):
+    """A config's monitor interval and every profile job pass --monitor_interval_ms to the
+    runner (before, the collectives' runner refused the flag and every such cell failed):
+    the monitor samples the whole sweep, its summary in the result, its series beside it;
+    0 turns it off."""
+    import json
+
+    from dlbench.comms import runner
+    from dlbench.profiling import commands
+
+    (cell,) = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "num_gpus": 1, "device": "cpu", "end_size": 65536, "iterations": 40}}}})
+    argv = commands.runner_argv(json.loads(cell.to_json()), tmp_path, "python", (None, None))
+    assert argv[-1] == "--monitor_interval_ms=0"
+    assert runner.parser().parse_args(argv[3:]).monitor_interval_ms == 0.0
+    out = tmp_path / "cell.json"
+    assert runner.main([*argv[3:-4], "--monitor_interval_ms=5", f"--output={out}"]) == 0
+    res = R.read(out)
+    summary = res["extra"]["monitor"]
+    assert res["status"] == "ok" and summary["enabled"] and summary["sample_count"] >= 1
+    assert (tmp_path / summary["series_file"]).exists()
+    assert runner.main([*argv[3:-4], "--monitor_interval_ms=0", f"--output={out}"]) == 0
+    assert R.read(out)["extra"]["monitor"]["enabled"] is False
+
+
 class _Event:
     """A CUDA event's stand-in: ``record()`` takes the next instant of ``clock``."""
 

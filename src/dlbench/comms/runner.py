@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlbench import axes, cellrun, multinode
+from dlbench import axes, cellrun, monitor, multinode
 from dlbench import result as R
 from dlbench.comms import param_output
 from dlbench.comms import sizes as S
@@ -90,6 +90,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--num-coll", "--num-coll-per-iteration", type=int, default=1,
                    help="PARAM's collectives per iteration: more than 1 issues that many back "
                         "to back and waits for them once, which is --z 0 --window N here")
+    monitor.add_arguments(p)  # the launcher's and the profile jobs' --monitor_interval_ms
     p.add_argument("--tag", default="",
                    help="PARAM's: a word added to the name of every COMMS-RES line printed")
     p.add_argument("--output", help="result JSON to write (rank 0)")
@@ -363,6 +364,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
 
     from dlbench import harness
     from dlbench.pytorch import distributed, torch_environment
+    from dlbench.pytorch.runner import monitored_gpus
 
     topo = distributed.topology()
     if args.device == "gpu" and not torch.cuda.is_available():
@@ -436,62 +438,69 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     table = topo.rank == 0 and not point_to_point  # PARAM's COMMS-RES lines (stdout)
     if table:
         print(param_output.header(), flush=True)
-    for i, count in enumerate(counts):
-        splits = _rank_splits(args.collective, given, count, rank, ranks)
-        buffers, problem = None, None
-        try:
-            buffers = _tensors(args.collective, count, dtype, ranks, device, splits, fan)
-        except (RuntimeError, MemoryError) as exc:
-            problem = exc
-        if not _all_allocated(problem is None, device):
-            res["extra"]["sizes_not_measured"] = [c * element for c in counts[i:]]
-            res["extra"]["stopped_by"] = (cellrun.one_line(problem) if problem
-                                          else "another rank could not allocate its buffers")
-            del buffers
-            break
-        size = count * element
-        measured = []
-        for test in _timed_tests(args, buffers, window, peer, sender, work, device, splits,
-                                 fan, group):
-            dist.barrier()
-            loop = harness.timed_loop(lambda: None, test.step, sync, args.w, args.n)
-            # Overlapped with computation, the collectives' own part of each iteration.
-            own, computing = test.overlapped.times(args.n) if test.overlapped \
-                else (test.device_timed.times(args.n) if test.device_timed else loop.times_s,
-                      None)
-            # One operation's time: an iteration's, shared among those it issued.
-            times = [t / test.per_iteration
-                     for t in distributed.slowest_rank_times(own, device)]
-            m = R.measurement(
-                name=S.measurement_name(args.collective, size), op_name=args.collective, pass_=test.pass_,
-                times_s=times, items_per_iteration=1.0, throughput_unit="iterations/s",
-                bytes_per_iteration=float(size * test.messages), extra={"elements": count})
-            m["extra"]["bus_gbps"] = m["gbps"] * factor
-            if test.overlapped:
-                m["extra"].update(_overlapped_extra(loop.times_s, computing, alone, device))
-            measured.append(m)
-            if table:
-                total = m["extra"]["iteration_time_s"]["median"] if test.overlapped else 0.0
-                print(param_output.line(args.collective, args.data_type, args.tag, size,
-                                        count, ranks, times, m["gbps"], m["extra"]["bus_gbps"],
-                                        total), flush=True)
-            if topo.rank == 0:
-                log.info("%s %s %d B: %.1f us, algbw %.3f GB/s, busbw %.3f GB/s",
-                         args.collective, test.pass_, size, m["time_s"]["median"] * 1e6,
-                         m["gbps"], m["extra"]["bus_gbps"])
+    # The resource monitor (rank 0, every GPU of the cell on its node) covers the whole
+    # sweep: each size's warmup and measured iterations, and its validation.
+    mon = monitor.ResourceMonitor(args.monitor_interval_ms if topo.rank == 0 else 0,
+                                  gpus=monitored_gpus(device, args.num_gpus))
+    with mon:
+        for i, count in enumerate(counts):
+            splits = _rank_splits(args.collective, given, count, rank, ranks)
+            buffers, problem = None, None
+            try:
+                buffers = _tensors(args.collective, count, dtype, ranks, device, splits, fan)
+            except (RuntimeError, MemoryError) as exc:
+                problem = exc
+            if not _all_allocated(problem is None, device):
+                res["extra"]["sizes_not_measured"] = [c * element for c in counts[i:]]
+                res["extra"]["stopped_by"] = (cellrun.one_line(problem) if problem
+                                              else "another rank could not allocate its buffers")
+                del buffers
+                break
+            size = count * element
+            measured = []
+            for test in _timed_tests(args, buffers, window, peer, sender, work, device, splits,
+                                     fan, group):
+                dist.barrier()
+                loop = harness.timed_loop(lambda: None, test.step, sync, args.w, args.n)
+                # Overlapped with computation, the collectives' own part of each iteration.
+                own, computing = test.overlapped.times(args.n) if test.overlapped \
+                    else (test.device_timed.times(args.n) if test.device_timed else loop.times_s,
+                          None)
+                # One operation's time: an iteration's, shared among those it issued.
+                times = [t / test.per_iteration
+                         for t in distributed.slowest_rank_times(own, device)]
+                m = R.measurement(
+                    name=S.measurement_name(args.collective, size), op_name=args.collective, pass_=test.pass_,
+                    times_s=times, items_per_iteration=1.0, throughput_unit="iterations/s",
+                    bytes_per_iteration=float(size * test.messages), extra={"elements": count})
+                m["extra"]["bus_gbps"] = m["gbps"] * factor
                 if test.overlapped:
-                    log.info("%s beside it: %.1f us, %.2fx its time alone", args.kernel,
-                             m["extra"]["compute_overlapped"]["time_s"]["median"] * 1e6,
-                             m["extra"]["compute_overlapped"]["slowdown"])
-        if args.c:
-            _validate(args.collective, buffers, rank, ranks, sync, size, peer, args.root,
-                      splits, fan, group)
-            for m in measured:
-                m["extra"]["validated"] = True
-        res["measurements"] += measured
-        del buffers
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+                    m["extra"].update(_overlapped_extra(loop.times_s, computing, alone, device))
+                measured.append(m)
+                if table:
+                    total = m["extra"]["iteration_time_s"]["median"] if test.overlapped else 0.0
+                    print(param_output.line(args.collective, args.data_type, args.tag, size,
+                                            count, ranks, times, m["gbps"], m["extra"]["bus_gbps"],
+                                            total), flush=True)
+                if topo.rank == 0:
+                    log.info("%s %s %d B: %.1f us, algbw %.3f GB/s, busbw %.3f GB/s",
+                             args.collective, test.pass_, size, m["time_s"]["median"] * 1e6,
+                             m["gbps"], m["extra"]["bus_gbps"])
+                    if test.overlapped:
+                        log.info("%s beside it: %.1f us, %.2fx its time alone", args.kernel,
+                                 m["extra"]["compute_overlapped"]["time_s"]["median"] * 1e6,
+                                 m["extra"]["compute_overlapped"]["slowdown"])
+            if args.c:
+                _validate(args.collective, buffers, rank, ranks, sync, size, peer, args.root,
+                          splits, fan, group)
+                for m in measured:
+                    m["extra"]["validated"] = True
+            res["measurements"] += measured
+            del buffers
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    if topo.rank == 0:
+        monitor.attach(res, args.output, mon)
     if not res["measurements"]:
         raise cellrun.CellError(f"no message size ran ({res['extra'].get('stopped_by')})")
 
