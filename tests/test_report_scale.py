@@ -211,6 +211,15 @@ def test_a_row_without_any_axis_of_a_line_style_reads_none_not_blank():
     assert encodings.labels(frame, []).tolist() == ["", "", ""]
 
 
+def test_text_values_that_say_nothing_alone_carry_their_axis_in_a_legend():
+    """Point-to-point pairs named by src_ranks and dst_ranks: "src 0,1 · dst 3,2" in the
+    legend, not "0,1 · 3,2"; a framework's name stays as it is."""
+    frame = pd.DataFrame({"framework": ["pytorch"] * 2, "src_ranks": ["0,1", "0"],
+                          "dst_ranks": ["3,2", "8"]})
+    assert encodings.labels(frame, ["framework", "src_ranks", "dst_ranks"]).tolist() == [
+        "pytorch · src 0,1 · dst 3,2", "pytorch · src 0 · dst 8"]
+
+
 def test_every_model_axis_of_the_axis_table_has_a_place():
     """A new axis needs no edit of the report: the candidates come from the axis table."""
     placed = set(encodings.model_axes()) | set(encodings.ROLES)

@@ -56,6 +56,10 @@ def model_axes() -> list[str]:
 # How a value of a numeric axis reads in a legend or a panel title ("pytorch · 2 GPUs").
 VALUE_LABELS = {"num_gpus": "{} GPU(s)", "num_batches": "{} iterations",
                 "num_warmup_batches": "{} warm-up", "num_loader_threads": "{} loader threads"}
+# Text values that say nothing without their axis ("0,1" of src_ranks): with its name.
+TEXT_LABELS = {"src_ranks": "src {}", "dst_ranks": "dst {}", "mm_shape": "shape {}",
+               "in_split": "in split {}", "out_split": "out split {}",
+               "message_sizes": "sizes {}"}
 
 
 def title(axis: str) -> str:
@@ -79,7 +83,8 @@ def series_title(series: Iterable[str]) -> str | list[str]:
 
 def value_label(axis: str, value: object) -> str:
     """One value of ``axis`` in words: numbers with what they count, booleans with their
-    axis ("cudnn benchmark off"), text as it is; empty for null."""
+    axis ("cudnn benchmark off"), text as it is (with its axis where the text alone says
+    nothing: "src 0,1"); empty for null."""
     if value is None or (isinstance(value, float) and value != value):
         return ""
     if pd.api.types.is_bool(value):
@@ -87,7 +92,7 @@ def value_label(axis: str, value: object) -> str:
     if pd.api.types.is_number(value):
         number = int(value) if float(value).is_integer() else value
         return VALUE_LABELS.get(axis, f"{title(axis)} {{}}").format(number)
-    return str(value)
+    return TEXT_LABELS.get(axis, "{}").format(value)
 
 
 NONE = "(none)"
