@@ -245,7 +245,7 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
 def check_plan_parses(plan: Plan) -> list[str]:
     """Each runner command against the runner's own parser (what --dry proves)."""
     from dlbench.calibrate.runner import parser as calibrate_parser
-    from dlbench.comms.runner import parser as comms_parser
+    from dlbench.comms.command_line import parser as comms_parser
     from dlbench.llm.runner import parser as llm_parser
     from dlbench.ops.cli import build_parser as ops_parser
     from dlbench.pytorch import runner

@@ -190,12 +190,12 @@ def test_a_study_gives_a_gemm_its_shape_and_refuses_one_its_kernel_does_not_take
 def test_the_runner_reads_params_mm_dim_with_three_values_as_a_gemm_shape(tmp_path, capsys):
     """PARAM's --mm-dim m n p on the runner's command line: the cell records the shape
     and the GEMM's FLOPs are 2mnp; two values for a GEMM are refused in one line."""
-    from dlbench.comms import runner
+    from dlbench.comms import command_line, runner
 
-    assert runner.params_mm_dim(["--mm-dim", "4", "5", "--b=8"]) == ["--mm-shape=4,5", "--b=8"]
-    assert runner.params_mm_dim(["--mm-dim", "4", "--b=8"]) == ["--mm-dim", "4", "--b=8"]
-    assert runner.params_mm_dim(["--comp-dim", "4", "5", "6"]) == ["--mm-shape=4,5,6"]
-    assert runner.params_mm_dim(["--comp-dim", "4", "--comp-dim=5"]) == [
+    assert command_line.params_mm_dim(["--mm-dim", "4", "5", "--b=8"]) == ["--mm-shape=4,5", "--b=8"]
+    assert command_line.params_mm_dim(["--mm-dim", "4", "--b=8"]) == ["--mm-dim", "4", "--b=8"]
+    assert command_line.params_mm_dim(["--comp-dim", "4", "5", "6"]) == ["--mm-shape=4,5,6"]
+    assert command_line.params_mm_dim(["--comp-dim", "4", "--comp-dim=5"]) == [
         "--mm-dim", "4", "--mm-dim=5"]
     out = tmp_path / "cell.json"
     rc = runner.main(["--device=cpu", "--mode", "comms-compute", "--mm-dim", "24", "16", "8",

@@ -42,61 +42,22 @@ value (dlbench.comms.validation).
 from __future__ import annotations
 
 import argparse
-import itertools
 import logging
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dlbench import axes, cellrun, monitor, multinode
 from dlbench import result as R
+from dlbench.comms import fan as fans
 from dlbench.comms import param_output
 from dlbench.comms import sizes as S
+from dlbench.comms.command_line import KIND, ONE_CELL, checked, given, listed_runs, parser
 from dlbench.comms.overlap import NO_KERNEL
 
-# PARAM's --mode: the collectives alone, or overlapped with a compute kernel.
-MODES = ("comms", "comms-compute")
-
 log = logging.getLogger("dlbench.comms")
-KIND = "comms"
 # An all_to_allv's blocks on one rank: the elements it sends to and receives from each rank.
 Splits = tuple[list[int], list[int]] | None
-
-
-class _Parser(argparse.ArgumentParser):
-    """Reads PARAM's ``--mm-dim m n p`` as ``--mm-shape`` (``params_mm_dim``) wherever the
-    runner's flags are parsed."""
-
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        words = list(sys.argv[1:] if args is None else args)
-        return super().parse_known_args(params_mm_dim(words), namespace)
-
-
-def parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="python -m dlbench.comms", allow_abbrev=False,
-        description="Time one collective over a sweep of message sizes among --num_gpus "
-                    "processes (PARAM's comms.py flags: --collective, --b, --e, --f, --w, "
-                    "--n, --data-type, --c, --z, --sb, --ss, --root, --pt2pt, --src-ranks, "
-                    "--dst-ranks, --window, --multi-comms, "
-                    "--mode, --kernel, --num-compute, --mm-dim, --comp-data-type; --mm-dim's "
-                    "two or three values are --mm-shape's; --collectives and --data-types take "
-                    "PARAM's comma lists, each value in turn, printed, no result file).")
-    axes.add_flags(p, KIND, "pytorch", kind=KIND)
-    p.add_argument("--mode", choices=MODES,
-                   help="PARAM's benchmark mode: comms-compute overlaps the collectives with "
-                        "--kernel (gemm unless named), comms times them alone")
-    p.add_argument("--num-coll", "--num-coll-per-iteration", type=int, default=1,
-                   help="PARAM's collectives per iteration: more than 1 issues that many back "
-                        "to back and waits for them once, which is --z 0 --window N here")
-    monitor.add_arguments(p)  # the launcher's and the profile jobs' --monitor_interval_ms
-    p.add_argument("--tag", default="",
-                   help="PARAM's: a word added to the name of every COMMS-RES line printed")
-    p.add_argument("--output", help="result JSON to write (rank 0)")
-    p.add_argument("--study")
-    p.add_argument("--cell_id")
-    return p
 
 
 def cell_of(args: argparse.Namespace) -> dict[str, Any]:
@@ -104,7 +65,7 @@ def cell_of(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _tensors(collective: str, count: int, dtype: Any, ranks: int, device: Any,
-             splits: Splits = None, fan: Fan | None = None) -> tuple:
+             splits: Splits = None, fan: fans.Fan | None = None) -> tuple:
     """The buffers of one size: (input, output) as the collective takes them (an
     all_to_allv's: as long as this rank's ``splits``, input and output; an incast's root:
     a row for each sender's message, a multicast's receivers: the message)."""
@@ -118,10 +79,8 @@ def _tensors(collective: str, count: int, dtype: Any, ranks: int, device: Any,
     if splits is not None:
         return make(sum(splits[0])), torch.empty(sum(splits[1]), dtype=dtype, device=device)
     if fan is not None:
-        rows = len(fan.peers) if collective == "incast" and fan.rank == fan.root else (
-            1 if collective == "multicast" and fan.rank in fan.peers else 0)
-        target = torch.empty(rows, count, dtype=dtype, device=device) if rows else None
-        return make(count), (target[0] if collective == "multicast" and rows else target)
+        return fans.buffers(collective, count, make,
+                            lambda *shape: torch.empty(*shape, dtype=dtype, device=device), fan)
     if collective in S.PIECE_IN:
         return make(count // ranks), torch.empty(count, dtype=dtype, device=device)
     if collective in S.PIECE_OUT:
@@ -132,7 +91,7 @@ def _tensors(collective: str, count: int, dtype: Any, ranks: int, device: Any,
 
 
 def _call(collective: str, buffers: tuple, async_op: bool = False, root: int = 0,
-          splits: Splits = None, fan: Fan | None = None, group: Any = None) -> Any:
+          splits: Splits = None, fan: fans.Fan | None = None, group: Any = None) -> Any:
     """The collective on a size's buffers, a function of an (unused) batch; with
     ``async_op`` it returns its work handle without waiting. ``root``: the rank that
     broadcasts or scatters, or receives the reduction or the gathered pieces (of
@@ -143,7 +102,7 @@ def _call(collective: str, buffers: tuple, async_op: bool = False, root: int = 0
 
     source, target = buffers
     if fan is not None:
-        return _fan_call(collective, buffers, fan, async_op)
+        return fans.call(collective, buffers, fan, async_op)
     # torch names a root by its global rank, also in a group.
     owner = root if group is None else dist.get_global_rank(group, root)
     if collective == "all_reduce":
@@ -175,53 +134,6 @@ def _call(collective: str, buffers: tuple, async_op: bool = False, root: int = 0
     return lambda _: dist.all_to_all_single(target, source, group=group, async_op=async_op)
 
 
-@dataclass(frozen=True)
-class Fan:
-    """An incast's or multicast's ranks: this one, the root, and the root's peers (the
-    senders of an incast, the receivers of a multicast)."""
-
-    rank: int
-    root: int
-    peers: tuple[int, ...]
-
-
-class _Works:
-    """The work handles of one batch of point-to-point messages, waited for as one."""
-
-    def __init__(self, works: list[Any]) -> None:
-        self.works = works
-
-    def wait(self) -> None:
-        for work in self.works:
-            work.wait()
-
-
-def _fan_call(collective: str, buffers: tuple, fan: Fan, async_op: bool) -> Any:
-    """PARAM's incast (every sender's message to the root, into its row of the root's
-    buffer) and multicast (the root's message to every receiver): each rank's messages one
-    batch of isend/irecv (one NCCL group), issued at once; a rank outside them issues
-    nothing. What a step issues is built here, before any timing."""
-    import torch.distributed as dist
-
-    source, target = buffers
-    ops: list[Any] = []
-    if collective == "incast" and fan.rank == fan.root:
-        ops = [dist.P2POp(dist.irecv, target[j], peer) for j, peer in enumerate(fan.peers)]
-    elif collective == "incast" and fan.rank in fan.peers:
-        ops = [dist.P2POp(dist.isend, source, fan.root)]
-    elif fan.rank == fan.root:
-        ops = [dist.P2POp(dist.isend, source, peer) for peer in fan.peers]
-    elif fan.rank in fan.peers:
-        ops = [dist.P2POp(dist.irecv, target, fan.root)]
-
-    def issue(_: Any) -> _Works:
-        return _Works(dist.batch_isend_irecv(ops) if ops else [])
-
-    if async_op:
-        return issue
-    return lambda batch: issue(batch).wait()
-
-
 def _single_tensor(dist: Any, name: str, before: str) -> Any:
     """The single-tensor collective under its current name (torch 2.14's ``*_single``;
     the name it had before, which 2.14 deprecates, on older releases: the same call)."""
@@ -229,7 +141,7 @@ def _single_tensor(dist: Any, name: str, before: str) -> Any:
 
 
 def _step(collective: str, buffers: tuple, window: int | None, root: int = 0,
-          splits: Splits = None, fan: Fan | None = None, group: Any = None) -> Any:
+          splits: Splits = None, fan: fans.Fan | None = None, group: Any = None) -> Any:
     """What the timed region runs: one collective (blocking, ``window`` None), or
     ``window`` of them issued back to back and then waited for, and nothing else."""
     if window is None:
@@ -257,7 +169,7 @@ def _all_allocated(ok: bool, device: Any) -> bool:
 
 def _validate(collective: str, buffers: tuple, rank: int, ranks: int, sync: Any,
               size: int, peer: int | None = None, root: int = 0,
-              splits: Splits = None, fan: Fan | None = None, group: Any = None) -> None:
+              splits: Splits = None, fan: fans.Fan | None = None, group: Any = None) -> None:
     """PARAM's --c 1, after a size's timed iterations: the collective (a point-to-point
     cell: each pair's exchange with ``peer``) once more on known data, every rank's check
     gathered so that all of them stop together on a failure. ``rank`` and ``ranks`` are
@@ -286,7 +198,7 @@ def _validate(collective: str, buffers: tuple, rank: int, ranks: int, sync: Any,
 
 def _timed_tests(args: argparse.Namespace, buffers: tuple, window: int | None,
                  peer: int | None, sender: bool, work: Any, device: Any,
-                 splits: Splits = None, fan: Fan | None = None,
+                 splits: Splits = None, fan: fans.Fan | None = None,
                  group: Any = None) -> list[Any]:
     """What a size times: the collective (one test; with ``work``, a compute kernel,
     overlapped with it), or a point-to-point cell's three."""
@@ -424,7 +336,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                                 args.dst_ranks)
         except ValueError as exc:
             raise cellrun.CellError(str(exc)) from None
-        fan = Fan(topo.rank, args.root, tuple(peers))
+        fan = fans.Fan(topo.rank, args.root, tuple(peers))
         pairs = [(p, args.root) if args.collective == "incast" else (args.root, p)
                  for p in peers]
     if pairs:  # [sender, receiver] of each pair
@@ -558,166 +470,19 @@ def _launch(args: argparse.Namespace, argv: list[str]) -> int:
     return rc or 1
 
 
-def params_mm_dim(argv: list[str]) -> list[str]:
-    """PARAM's ``--mm-dim m n p`` (or its other spelling, ``--comp-dim``) with two or three
-    values (a GEMM's A[m,n] and B[n,p], the other kernels' m x n) as
-    ``--mm-shape=m,n,p``; one value is ``--mm-dim``'s."""
-    out, i = [], 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg.startswith("--comp-dim="):
-            arg = "--mm-dim=" + arg.partition("=")[2]
-        values = []
-        if arg in ("--mm-dim", "--comp-dim"):
-            arg = "--mm-dim"
-            values = list(itertools.takewhile(str.isdigit, argv[i + 1:]))
-        if len(values) > 1:
-            out.append(f"--mm-shape={','.join(values)}")
-            i += 1 + len(values)
-        else:
-            out.append(arg)
-            i += 1
-    return out
-
-
-# PARAM's flags that take a comma list (one run measures each value in turn), and the
-# flag of one value each run is given here.
-LISTS = {"--collective": "--collective", "--collectives": "--collective",
-         "--data-type": "--data-type", "--data-types": "--data-type"}
-# What names one cell's result: a run of several collectives or types has no one cell.
-ONE_CELL = ("--output", "--study", "--cell_id")
-
-
-def _given(argv: list[str], flag: str) -> bool:
-    return any(a == flag or a.startswith(flag + "=") for a in argv)
-
-
-def listed_runs(argv: list[str]) -> tuple[list[list[str]], int]:
-    """PARAM's comma lists (``--collectives all_reduce,all_gather --data-types
-    float32,bfloat16``) as one argument list per (data type, collective), in PARAM's order
-    (each data type's collectives in turn), and how many collectives were listed. An
-    argument list without lists is one run."""
-    rest, values = [], {"--collective": [], "--data-type": []}
-    i = 0
-    while i < len(argv):
-        name, eq, text = argv[i].partition("=")
-        if name in LISTS and (eq or i + 1 < len(argv)):
-            text = text if eq else argv[i + 1]
-            values[LISTS[name]] = [v for v in text.split(",") if v]  # the last one wins
-            i += 1 if eq else 2
-            continue
-        rest.append(argv[i])
-        i += 1
-    dtypes = [f"--data-type={v}" for v in values["--data-type"]] or [None]
-    collectives = [f"--collective={v}" for v in values["--collective"]] or [None]
-    runs = [[*rest, *(a for a in (c, d) if a)] for d in dtypes for c in collectives]
-    return runs, len(collectives)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     argv = argv[1:] if argv[:1] == ["--"] else argv  # a torchrun worker's (see _launch)
     p = parser()
     runs, collectives = listed_runs(argv)
-    if len(runs) > 1 and any(_given(argv, flag) for flag in ONE_CELL):
+    if len(runs) > 1 and any(given(argv, flag) for flag in ONE_CELL):
         p.error("--collectives/--data-types list several values: a result (--output, "
                 "--study, --cell_id) is one collective's in one data type; give one of "
                 "each, or list them in a study's grid (collective, data_type)")
-    if collectives > 1 and _given(argv, "--pt2pt"):
+    if collectives > 1 and given(argv, "--pt2pt"):
         p.error("--pt2pt selects the point-to-point tests: no list of collectives beside it")
-    checked = [_checked(p, run) for run in runs]  # every run's flags before any runs
-    return max(_run(args, run) for args, run in checked)
-
-
-def _checked(p: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace,
-                                                                     list[str]]:
-    """The run's arguments, PARAM's spellings read; a bad one is argparse's one line."""
-    args = p.parse_args(argv)
-    args.collective = axes.get("collective").normalise(args.collective)  # PARAM's *_base
-    if _given(argv, "--pt2pt"):
-        args.collective = "pt2pt"  # PARAM's --pt2pt alone selects the point-to-point tests
-    if args.num_coll < 1:
-        p.error(f"--num-coll must be >= 1, got {args.num_coll}")
-    if args.num_coll > 1:  # PARAM's: N issued per iteration, then waited for once
-        if _given(argv, "--window"):
-            p.error("--num-coll is --window's count here: give one of them")
-        args.z, args.window = 0, args.num_coll
-    if args.mode == "comms-compute" and args.kernel == NO_KERNEL:
-        args.kernel = "gemm"  # PARAM's default kernel
-    if args.mode == "comms" and args.kernel != NO_KERNEL:
-        p.error(f"--kernel {args.kernel} computes beside the collectives: that is --mode "
-                "comms-compute, not comms")
-    world = args.num_gpus * args.num_nodes
-    if args.multi_comms > 1 and (args.collective == "pt2pt" or args.collective in S.FAN):
-        p.error(f"--multi-comms: {args.collective} names its own ranks; communicators split "
-                "the ranks of the other collectives")
-    problem = S.groups_problem(args.multi_comms, world)
-    if problem:
-        p.error(f"--multi-comms {problem}")
-    ranks = world // max(1, args.multi_comms)  # the processes of one collective
-    problem = S.root_problem(args.root, ranks)
-    if args.collective in S.ROOTED and problem:
-        p.error(f"--root {problem}")
-    if args.collective == "pt2pt" and args.kernel != NO_KERNEL:
-        p.error(f"--kernel {args.kernel}: point-to-point tests run without a compute kernel")
-    if args.collective in S.FAN and args.kernel != NO_KERNEL:
-        p.error(f"--kernel {args.kernel}: {args.collective} (point-to-point messages) runs "
-                "without a compute kernel")
-    for flag, text, takes in (("--src-ranks", args.src_ranks, ("pt2pt", "incast")),
-                              ("--dst-ranks", args.dst_ranks, ("pt2pt", "multicast"))):
-        problem = S.rank_list_problem(text)
-        if text and args.collective not in takes:
-            p.error(f"{flag} names the ranks of {' or '.join(takes)}, not of "
-                    f"{args.collective}")
-        if problem:
-            p.error(f"{flag} {problem}")
-    if args.src_ranks or args.dst_ranks:
-        try:
-            if args.collective in S.FAN:
-                S.fan_peers(args.collective, ranks, args.root, args.src_ranks, args.dst_ranks)
-            else:
-                S.pt2pt_pairs(args.pt2pt, ranks, args.src_ranks, args.dst_ranks)
-        except ValueError as exc:
-            p.error(f"--src-ranks/--dst-ranks: {exc}")
-    if args.use_device_time and args.collective == "pt2pt":
-        p.error("--use-device-time: point-to-point tests are timed on the host")
-    if args.use_device_time and args.device != "gpu":
-        p.error("--use-device-time: CUDA events time the device, --device gpu only")
-    if args.mm_shape and args.kernel != NO_KERNEL:
-        from dlbench.comms.overlap import operands
-
-        try:
-            operands(args.kernel, args.mm_dim, args.mm_shape)
-        except ValueError as exc:
-            p.error(f"--mm-dim/--mm-shape: {exc}")
-    from dlbench import cli
-
-    cli.check_minimums(p, args, KIND)
-    for flag, text in (("--i", args.i), ("--o", args.o)):
-        problem = S.split_problem(text)
-        if text and args.collective != S.UNEVEN:
-            p.error(f"{flag} splits the blocks of {S.UNEVEN}, not {args.collective}")
-        if problem:
-            p.error(f"{flag} {problem}")
-    if args.collective == S.UNEVEN and (args.i or args.o):
-        try:
-            S.exchange(S.split_of(args.i), S.split_of(args.o), ranks)
-        except ValueError as exc:
-            p.error(f"--{'i' if args.i else 'o'}: {exc}")
-        if args.ss:
-            p.error("--ss: an all_to_allv given --i or --o exchanges those blocks, no list "
-                    "of sizes")
-    elif args.ss:  # PARAM's list of sizes instead of the sweep
-        problem = S.sizes_problem(args.ss)
-        if problem:
-            p.error(f"--ss {problem}")
-    else:
-        if args.b > args.e:
-            p.error(f"--b {args.b} is above --e {args.e}: no message size")
-        problem = S.sweep_problem(args.b, args.e, args.sb, args.data_type)
-        if problem:
-            p.error(f"--sb {problem}")
-    return args, argv
+    ready = [checked(p, run) for run in runs]  # every run's flags before any runs
+    return max(_run(args, run) for args, run in ready)
 
 
 def _run(args: argparse.Namespace, argv: list[str]) -> int:

@@ -1,0 +1,202 @@
+"""The command line of ``python -m dlbench.comms``: its flags (the collective axes', from
+dlbench.axes, and PARAM's comms.py spellings), PARAM's forms read as dlbench's
+(``--mm-dim m n p``, comma lists of collectives and data types, ``--num-coll``,
+``--pt2pt`` alone, ``--mode``), and every check of a run's flags, each refusal
+argparse's one line naming the flag."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from typing import Any
+
+from dlbench import axes, monitor
+from dlbench.comms import sizes as S
+from dlbench.comms.overlap import NO_KERNEL
+
+KIND = "comms"
+# PARAM's --mode: the collectives alone, or overlapped with a compute kernel.
+MODES = ("comms", "comms-compute")
+
+
+class Parser(argparse.ArgumentParser):
+    """Reads PARAM's ``--mm-dim m n p`` as ``--mm-shape`` (``params_mm_dim``) wherever the
+    runner's flags are parsed."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(params_mm_dim(words), namespace)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = Parser(
+        prog="python -m dlbench.comms", allow_abbrev=False,
+        description="Time one collective over a sweep of message sizes among --num_gpus "
+                    "processes (PARAM's comms.py flags: --collective, --b, --e, --f, --w, "
+                    "--n, --data-type, --c, --z, --sb, --ss, --root, --pt2pt, --src-ranks, "
+                    "--dst-ranks, --window, --multi-comms, "
+                    "--mode, --kernel, --num-compute, --mm-dim, --comp-data-type; --mm-dim's "
+                    "two or three values are --mm-shape's; --collectives and --data-types take "
+                    "PARAM's comma lists, each value in turn, printed, no result file).")
+    axes.add_flags(p, KIND, "pytorch", kind=KIND)
+    p.add_argument("--mode", choices=MODES,
+                   help="PARAM's benchmark mode: comms-compute overlaps the collectives with "
+                        "--kernel (gemm unless named), comms times them alone")
+    p.add_argument("--num-coll", "--num-coll-per-iteration", type=int, default=1,
+                   help="PARAM's collectives per iteration: more than 1 issues that many back "
+                        "to back and waits for them once, which is --z 0 --window N here")
+    monitor.add_arguments(p)  # the launcher's and the profile jobs' --monitor_interval_ms
+    p.add_argument("--tag", default="",
+                   help="PARAM's: a word added to the name of every COMMS-RES line printed")
+    p.add_argument("--output", help="result JSON to write (rank 0)")
+    p.add_argument("--study")
+    p.add_argument("--cell_id")
+    return p
+
+
+def params_mm_dim(argv: list[str]) -> list[str]:
+    """PARAM's ``--mm-dim m n p`` (or its other spelling, ``--comp-dim``) with two or three
+    values (a GEMM's A[m,n] and B[n,p], the other kernels' m x n) as
+    ``--mm-shape=m,n,p``; one value is ``--mm-dim``'s."""
+    out, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--comp-dim="):
+            arg = "--mm-dim=" + arg.partition("=")[2]
+        values = []
+        if arg in ("--mm-dim", "--comp-dim"):
+            arg = "--mm-dim"
+            values = list(itertools.takewhile(str.isdigit, argv[i + 1:]))
+        if len(values) > 1:
+            out.append(f"--mm-shape={','.join(values)}")
+            i += 1 + len(values)
+        else:
+            out.append(arg)
+            i += 1
+    return out
+
+
+# PARAM's flags that take a comma list (one run measures each value in turn), and the
+# flag of one value each run is given here.
+LISTS = {"--collective": "--collective", "--collectives": "--collective",
+         "--data-type": "--data-type", "--data-types": "--data-type"}
+# What names one cell's result: a run of several collectives or types has no one cell.
+ONE_CELL = ("--output", "--study", "--cell_id")
+
+
+def given(argv: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in argv)
+
+
+def listed_runs(argv: list[str]) -> tuple[list[list[str]], int]:
+    """PARAM's comma lists (``--collectives all_reduce,all_gather --data-types
+    float32,bfloat16``) as one argument list per (data type, collective), in PARAM's order
+    (each data type's collectives in turn), and how many collectives were listed. An
+    argument list without lists is one run."""
+    rest, values = [], {"--collective": [], "--data-type": []}
+    i = 0
+    while i < len(argv):
+        name, eq, text = argv[i].partition("=")
+        if name in LISTS and (eq or i + 1 < len(argv)):
+            text = text if eq else argv[i + 1]
+            values[LISTS[name]] = [v for v in text.split(",") if v]  # the last one wins
+            i += 1 if eq else 2
+            continue
+        rest.append(argv[i])
+        i += 1
+    dtypes = [f"--data-type={v}" for v in values["--data-type"]] or [None]
+    collectives = [f"--collective={v}" for v in values["--collective"]] or [None]
+    runs = [[*rest, *(a for a in (c, d) if a)] for d in dtypes for c in collectives]
+    return runs, len(collectives)
+
+
+def checked(p: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace,
+                                                                     list[str]]:
+    """The run's arguments, PARAM's spellings read; a bad one is argparse's one line."""
+    args = p.parse_args(argv)
+    args.collective = axes.get("collective").normalise(args.collective)  # PARAM's *_base
+    if given(argv, "--pt2pt"):
+        args.collective = "pt2pt"  # PARAM's --pt2pt alone selects the point-to-point tests
+    if args.num_coll < 1:
+        p.error(f"--num-coll must be >= 1, got {args.num_coll}")
+    if args.num_coll > 1:  # PARAM's: N issued per iteration, then waited for once
+        if given(argv, "--window"):
+            p.error("--num-coll is --window's count here: give one of them")
+        args.z, args.window = 0, args.num_coll
+    if args.mode == "comms-compute" and args.kernel == NO_KERNEL:
+        args.kernel = "gemm"  # PARAM's default kernel
+    if args.mode == "comms" and args.kernel != NO_KERNEL:
+        p.error(f"--kernel {args.kernel} computes beside the collectives: that is --mode "
+                "comms-compute, not comms")
+    world = args.num_gpus * args.num_nodes
+    if args.multi_comms > 1 and (args.collective == "pt2pt" or args.collective in S.FAN):
+        p.error(f"--multi-comms: {args.collective} names its own ranks; communicators split "
+                "the ranks of the other collectives")
+    problem = S.groups_problem(args.multi_comms, world)
+    if problem:
+        p.error(f"--multi-comms {problem}")
+    ranks = world // max(1, args.multi_comms)  # the processes of one collective
+    problem = S.root_problem(args.root, ranks)
+    if args.collective in S.ROOTED and problem:
+        p.error(f"--root {problem}")
+    if args.collective == "pt2pt" and args.kernel != NO_KERNEL:
+        p.error(f"--kernel {args.kernel}: point-to-point tests run without a compute kernel")
+    if args.collective in S.FAN and args.kernel != NO_KERNEL:
+        p.error(f"--kernel {args.kernel}: {args.collective} (point-to-point messages) runs "
+                "without a compute kernel")
+    for flag, text, takes in (("--src-ranks", args.src_ranks, ("pt2pt", "incast")),
+                              ("--dst-ranks", args.dst_ranks, ("pt2pt", "multicast"))):
+        problem = S.rank_list_problem(text)
+        if text and args.collective not in takes:
+            p.error(f"{flag} names the ranks of {' or '.join(takes)}, not of "
+                    f"{args.collective}")
+        if problem:
+            p.error(f"{flag} {problem}")
+    if args.src_ranks or args.dst_ranks:
+        try:
+            if args.collective in S.FAN:
+                S.fan_peers(args.collective, ranks, args.root, args.src_ranks, args.dst_ranks)
+            else:
+                S.pt2pt_pairs(args.pt2pt, ranks, args.src_ranks, args.dst_ranks)
+        except ValueError as exc:
+            p.error(f"--src-ranks/--dst-ranks: {exc}")
+    if args.use_device_time and args.collective == "pt2pt":
+        p.error("--use-device-time: point-to-point tests are timed on the host")
+    if args.use_device_time and args.device != "gpu":
+        p.error("--use-device-time: CUDA events time the device, --device gpu only")
+    if args.mm_shape and args.kernel != NO_KERNEL:
+        from dlbench.comms.overlap import operands
+
+        try:
+            operands(args.kernel, args.mm_dim, args.mm_shape)
+        except ValueError as exc:
+            p.error(f"--mm-dim/--mm-shape: {exc}")
+    from dlbench import cli
+
+    cli.check_minimums(p, args, KIND)
+    for flag, text in (("--i", args.i), ("--o", args.o)):
+        problem = S.split_problem(text)
+        if text and args.collective != S.UNEVEN:
+            p.error(f"{flag} splits the blocks of {S.UNEVEN}, not {args.collective}")
+        if problem:
+            p.error(f"{flag} {problem}")
+    if args.collective == S.UNEVEN and (args.i or args.o):
+        try:
+            S.exchange(S.split_of(args.i), S.split_of(args.o), ranks)
+        except ValueError as exc:
+            p.error(f"--{'i' if args.i else 'o'}: {exc}")
+        if args.ss:
+            p.error("--ss: an all_to_allv given --i or --o exchanges those blocks, no list "
+                    "of sizes")
+    elif args.ss:  # PARAM's list of sizes instead of the sweep
+        problem = S.sizes_problem(args.ss)
+        if problem:
+            p.error(f"--ss {problem}")
+    else:
+        if args.b > args.e:
+            p.error(f"--b {args.b} is above --e {args.e}: no message size")
+        problem = S.sweep_problem(args.b, args.e, args.sb, args.data_type)
+        if problem:
+            p.error(f"--sb {problem}")
+    return args, argv
