@@ -458,9 +458,12 @@ def compute_overlap_check(res: dict[str, Any] | None, kernel: str = "gemm") -> C
                   "iteration_s": iteration, "parts_s": parts})
 
 
-def monitor_check(res: dict[str, Any] | None) -> Check:
+def monitor_check(res: dict[str, Any] | None,
+                  title: str = "monitor: NVML power and energy") -> Check:
+    """The resource monitor of a GPU cell: NVML power between idle and a board's limit,
+    a peak not below the mean, energy and samples per joule."""
     if res and res.get("status") == "not_run":
-        return Check("monitor: NVML power and energy", "skip", res["error"])
+        return Check(title, "skip", res["error"])
     mon = ((res or {}).get("extra") or {}).get("monitor") or {}
     gpus = mon.get("gpus") or []
     power = gpus[0].get("power_mean_w") if gpus else None
@@ -474,8 +477,7 @@ def monitor_check(res: dict[str, Any] | None) -> Check:
               f"{mon['samples_per_joule']:,.2f} samples/J" if ok else
               f"mean {power} W, peak {peak} W, {mon.get('energy_j')} J, "
               f"{mon.get('samples_per_joule')} samples/J")
-    return Check("monitor: NVML power and energy", verdict(ok if res else None), figure,
-                 {"monitor": mon})
+    return Check(title, verdict(ok if res else None), figure, {"monitor": mon})
 
 
 def calibration_check(res: dict[str, Any] | None) -> Check:
@@ -688,6 +690,8 @@ def run_all(plan: Plan, gpus: int, budget: float,
         results[name] = {"status": "not_run", "error": reason}
     checks = model_checks(results)
     checks.append(monitor_check(results.get("resnet50_training_bfloat16")))
+    # A collective cell's monitor, around its whole sweep (never run on a GPU before).
+    checks.append(monitor_check(results.get("comms_nccl1"), "monitor: a collective sweep"))
     checks.append(calibration_check(results.get("calibration")))
     for name in ("resnet50_training_ddp1", "resnet50_training_ddp2"):
         if name in plan.commands:

@@ -277,6 +277,9 @@ def test_monitor_and_summary(gpu_acceptance):
     res["extra"]["monitor"]["gpus"][0]["power_mean_w"] = 5.0  # below any working GPU
     assert gpu_acceptance.monitor_check(res).verdict == "fail"
     assert gpu_acceptance.monitor_check(None).verdict == "skip"
+    sweep = gpu_acceptance.monitor_check({"status": "not_run", "error": "budget"},
+                                         "monitor: a collective sweep")
+    assert (sweep.name, sweep.verdict) == ("monitor: a collective sweep", "skip")
     text = gpu_acceptance.summary_markdown(
         [gpu_acceptance.Check("a", "pass", "1"), gpu_acceptance.Check("b", "fail", "2")], "H100")
     assert "| b | 2 | fail |" in text and "1 failed." in text
