@@ -140,6 +140,7 @@ def test_calibration_runner_measures_gemm_and_stream_on_this_cpu(tmp_path):
     out = tmp_path / "cells" / f"{cell.id}.json"
     done = subprocess.run([sys.executable, "-m", "dlbench.calibrate", "--device", "cpu",
                            "--gemm_sizes", "48,96", "--stream_elements", str(2**20),
+                           "--monitor_interval_ms=5",
                            f"--output={out}", f"--study={cell.study}", f"--cell_id={cell.id}"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -159,6 +160,8 @@ def test_calibration_runner_measures_gemm_and_stream_on_this_cpu(tmp_path):
         else:
             assert m["op_name"] in ("copy", "triad") and m["gbps"] > 0
     assert {"copy", "triad"} <= {m["op_name"] for m in res["measurements"]}
+    # The resource monitor around the sweep (its power where a GPU or RAPL gives one).
+    assert res["extra"]["monitor"]["enabled"] and res["extra"]["monitor"]["sample_count"] >= 1
     emulated = sorted(set(("float64", "float32", "bfloat16", "float16")) - set(native))
     assert res["extra"].get("emulated_precisions_not_measured", []) == \
         [p for p in ("bfloat16", "float16") if p in emulated]

@@ -41,7 +41,7 @@ def run_cell(tmp_path: Path, *flags: str) -> tuple[subprocess.CompletedProcess, 
 
 def test_a_cell_times_each_prefill_and_each_output_token_and_says_what_it_timed(tmp_path):
     proc, res = run_cell(tmp_path, "--model=gpt2_tiny", "--batch_size=2", "--prompt_length=24",
-                         "--output_length=6", "--num_batches=3")
+                         "--output_length=6", "--num_batches=3", "--monitor_interval_ms=2")
     assert proc.returncode == 0, proc.stderr[-2000:]
     R.validate(res)
     assert res["status"] == "ok" and res["kind"] == "llm_inference"
@@ -59,6 +59,8 @@ def test_a_cell_times_each_prefill_and_each_output_token_and_says_what_it_timed(
     assert "TTFT" in extra["timed"] and "TPOT" in extra["timed"] and "synchronised" in extra["timed"]
     assert extra["kv_cache_bytes"] == L.kv_cache_bytes(L.default_opts("gpt2_tiny"), 2, 30, 4)
     assert extra["output_tokens_per_s"] > 0 and extra["peak_memory_bytes"] > 0
+    # The resource monitor over the measured generations: 3 x (2 x 24 + 5 x 2) tokens.
+    assert extra["monitor"]["enabled"] and extra["monitor"]["items"] == 3 * (48 + 10)
     # Every __key__=value line is JSON, as DLBS's log parser reads them.
     for line in proc.stdout.splitlines():
         match = DLBS_LINE.match(line)

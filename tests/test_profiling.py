@@ -622,3 +622,42 @@ def test_workflow_profiles_a_cell_apart_and_a_missing_tool_is_a_recorded_failure
     for href in links:
         assert (results / "report" / href).exists(), href
     assert re.search(r'id="chart-profile-torch-tiny-[^"]+"', section)
+
+
+def _runner_parsers():
+    """Each runner module's own parser (what ``python -m <module>`` parses)."""
+    from dlbench.calibrate.runner import parser as calibrate
+    from dlbench.comms.command_line import parser as comms
+    from dlbench.llm.runner import parser as llm
+    from dlbench.mxnet.runner import build_parser as mxnet
+    from dlbench.ops.cli import build_parser as ops
+    from dlbench.pytorch.runner import parser as pytorch
+
+    return {"dlbench.pytorch": pytorch, "dlbench.mxnet": mxnet, "dlbench.ops": ops,
+            "dlbench.calibrate": calibrate, "dlbench.llm": llm, "dlbench.comms": comms}
+
+
+def test_every_runner_takes_the_monitor_flag_that_launches_and_profile_jobs_pass(tmp_path):
+    """A config's monitor interval (through the launcher) and every profile job add
+    --monitor_interval_ms to a cell's runner command: each runner of the shipped configs'
+    cells (a model of each framework, operators, language model, calibration, collectives)
+    must parse it (the language-model, calibration and collectives runners refused it,
+    failing every such cell). Argument lists only: nothing runs."""
+    import yaml
+
+    from dlbench.profiling import commands
+
+    repo = Path(__file__).resolve().parents[1]
+    config = yaml.safe_load((repo / "config" / "config.yaml").read_text())
+    comms = yaml.safe_load((repo / "config" / "examples" / "comms.yaml").read_text())
+    cells = study.expand_config({**config, "studies": {**config["studies"],
+                                                       **comms["studies"]}})
+    parsers, seen = _runner_parsers(), {}
+    for cell in cells:
+        argv = commands.runner_argv(json.loads(cell.to_json()), tmp_path, "python",
+                                    (None, None))
+        seen.setdefault(argv[2], argv)
+    assert set(seen) == set(parsers)  # every runner a shipped config reaches
+    for module, argv in seen.items():
+        args = parsers[module]().parse_args(argv[3:])
+        assert args.monitor_interval_ms == 0.0, module

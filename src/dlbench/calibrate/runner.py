@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from dlbench import cellrun, cpu, harness
+from dlbench import cellrun, cpu, harness, monitor
 from dlbench import result as R
 
 log = logging.getLogger("dlbench.calibrate")
@@ -36,6 +36,7 @@ def parser() -> argparse.ArgumentParser:
                    help="comma-separated n of the n x n GEMMs (default: by device)")
     p.add_argument("--stream_elements", type=int,
                    help="float32 elements per STREAM array (default: by device)")
+    monitor.add_arguments(p)  # the launcher's and the profile jobs' --monitor_interval_ms
     p.add_argument("--output", help="result JSON to write")
     p.add_argument("--study")
     p.add_argument("--cell_id")
@@ -91,6 +92,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     import torch
 
     from dlbench.pytorch import torch_environment
+    from dlbench.pytorch.runner import monitored_gpus
 
     if args.device == "gpu" and not torch.cuda.is_available():
         raise cellrun.CellError("device gpu: torch sees no CUDA device")
@@ -109,21 +111,26 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         precisions.remove("float8")  # no FP8 tensor cores: no FP8 ceiling to measure
         res["extra"]["unsupported_precisions_not_measured"] = ["float8"]
     skipped = []
-    for build in kernels(args, device, precisions):
-        kernel = None
-        try:
-            kernel = build()
-            res["measurements"].append(measure(kernel, args, sync))
-            log.info("%s: %s", kernel.name, _figure(res["measurements"][-1]))
-        except (RuntimeError, MemoryError) as exc:  # one kernel: the others still run
-            what = kernel.name if kernel else "a kernel"
-            skipped.append({"kernel": what, "status": "oom" if cellrun.is_oom(exc) else "failed",
-                            "error": cellrun.one_line(exc)})
-            log.warning("%s skipped: %s", what, cellrun.one_line(exc))
-        finally:
-            del kernel
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+    # The resource monitor samples the whole sweep: every kernel's warmup and measurement.
+    mon = monitor.ResourceMonitor(args.monitor_interval_ms, gpus=monitored_gpus(device, 1))
+    with mon:
+        for build in kernels(args, device, precisions):
+            kernel = None
+            try:
+                kernel = build()
+                res["measurements"].append(measure(kernel, args, sync))
+                log.info("%s: %s", kernel.name, _figure(res["measurements"][-1]))
+            except (RuntimeError, MemoryError) as exc:  # one kernel: the others still run
+                what = kernel.name if kernel else "a kernel"
+                skipped.append({"kernel": what,
+                                "status": "oom" if cellrun.is_oom(exc) else "failed",
+                                "error": cellrun.one_line(exc)})
+                log.warning("%s skipped: %s", what, cellrun.one_line(exc))
+            finally:
+                del kernel
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+    monitor.attach(res, args.output, mon)
     if skipped:
         res["extra"]["skipped_kernels"] = skipped
     if not res["measurements"]:

@@ -15,13 +15,14 @@ size and the peak memory.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import logging
 import resource
 import sys
 from typing import Any
 
-from dlbench import axes, cellrun, harness, stats
+from dlbench import axes, cellrun, harness, monitor, stats
 from dlbench import result as R
 from dlbench.models import llm as L
 
@@ -37,6 +38,7 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m dlbench.llm",
         description="Prefill and token-by-token decode of a decoder-only language model.")
     axes.add_flags(p, RUNNER, "pytorch")
+    monitor.add_arguments(p)  # the launcher's and the profile jobs' --monitor_interval_ms
     p.add_argument("--output", help="result JSON to write")
     p.add_argument("--study")
     p.add_argument("--cell_id")
@@ -70,6 +72,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     import torch
 
     from dlbench.pytorch import execution, precision, torch_environment
+    from dlbench.pytorch.runner import monitored_gpus
     from dlbench.pytorch.zoo import llm as zoo_llm
 
     if args.device == "gpu" and not torch.cuda.is_available():
@@ -102,7 +105,9 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     ttft: list[float] = []
     tpot: list[float] = []
     measured_from = execution.DynamoCounts.now()
-    with torch.inference_mode():
+    # The resource monitor samples the measured generations (from the first one's start).
+    mon = monitor.ResourceMonitor(args.monitor_interval_ms, gpus=monitored_gpus(device, 1))
+    with torch.inference_mode(), contextlib.ExitStack() as sampled:
         # transformers' static cache allocates its layers in its first update: one eager
         # token first, so that a compiled forward never sees it unallocated (a graph
         # compiled so is guarded on it and compiled again in the next generation's prefill,
@@ -111,6 +116,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         for generation in range(args.num_warmup_batches + args.num_batches):
             if generation == args.num_warmup_batches:
                 measured_from = execution.DynamoCounts.now()
+                sampled.enter_context(mon)
             cache.reset()  # untimed: positions from 0 again
             sync()
             # A warm generation is its loops' warmup: untimed, and inside the NVTX range
@@ -144,6 +150,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         again = execution.DynamoCounts.now().frames - measured_from.frames
         res["extra"]["compile"] = {"mode": args.compile, "recompilations_measured": again,
                                    **({"recompiled_in_measurement": True} if again else {})}
+    monitor.attach(res, args.output, mon)
     ttft_median = res["measurements"][0]["time_s"]["median"]
     decode_median = res["measurements"][1]["time_s"]["median"] if tpot else 0.0
     peak, peak_what = peak_memory(device)
