@@ -56,8 +56,6 @@ def call(collective: str, buffers: tuple, fan: Fan, async_op: bool) -> Any:
     return lambda batch: issue(batch).wait()
 
 
-
-
 def buffers(collective: str, count: int, make: Any, empty: Any, fan: Fan) -> tuple:
     """A size's buffers on this rank: the message it sends, and where it receives (an
     incast's root: a row per sender; a multicast's receivers: the message; else None)."""
