@@ -305,15 +305,6 @@ def fan_peers(collective: str, ranks: int, root: int, src: str = "", dst: str = 
     return peers
 
 
-def pt2pt_problem(pattern: str, ranks: int, src: str = "", dst: str = "") -> str | None:
-    """Why ``ranks`` processes cannot run a point-to-point pattern; None when they can."""
-    try:
-        pt2pt_pairs(pattern, ranks, src, dst)
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
 def pt2pt_peer(pairs: list[tuple[int, int]], rank: int) -> tuple[int | None, bool]:
     """The rank ``rank`` exchanges messages with among ``pairs`` (None: it takes no part)
     and whether it is the sending side of its pair."""
