@@ -517,6 +517,50 @@ def test_both_readers_read_every_record_with_its_label(mxnet_python, flat_datase
     _assert_rows(out["parts"][1], expected[7:])
 
 
+_CLOSE_MIDWAY = """
+    import json
+    import multiprocessing.pool
+    import time
+    from dlbench.mxnet import data, record_loader
+    from dlbench.mxnet.record_loader import GluonRecordReader
+
+    rec, idx = data.resolve_record({folder!r})
+    seen = []
+    real = multiprocessing.pool.Pool.terminate
+    decode = record_loader.RingImages.__getitem__
+
+    def slow(self, key):  # the forked workers inherit it: batches still decoding at close
+        time.sleep(0.05)
+        return decode(self, key)
+
+    record_loader.RingImages.__getitem__ = slow
+
+    def terminate(pool):
+        seen.append([r.ready() for r in pending])
+        real(pool)
+
+    multiprocessing.pool.Pool.terminate = terminate
+    reader = GluonRecordReader(rec, idx, batch_size=4, input_shape=(3, 32, 24), workers=2)
+    reader.next()
+    pending = list(reader.loader._worker_pool._cache.values())  # the tasks in flight
+    reader.close()
+    print(json.dumps({{"pending": len(pending), "ready_at_terminate": seen}}))
+"""
+
+
+@pytest.mark.mxnet
+def test_closing_a_gluon_reader_midway_waits_for_its_prefetched_batches_first(
+        mxnet_python, flat_dataset):
+    """An endless reader closed after one batch still has prefetched batches being
+    decoded: close() waits for them before terminating the pool, since a worker stopped
+    while sending one back leaves the pool's result queue locked and terminate hangs on
+    it (seen once: a test stuck in Pool.terminate for its whole timeout)."""
+    out = json.loads(run_helper(mxnet_python, _CLOSE_MIDWAY.format(folder=str(flat_dataset)))
+                     .strip().splitlines()[-1])
+    assert out["pending"] >= 1
+    assert out["ready_at_terminate"] == [[True] * out["pending"]]
+
+
 @pytest.mark.mxnet
 @pytest.mark.parametrize("reader,threads", [("native", "1"), ("gluon", "2")])
 def test_loader_only_cell_records_its_reader(mxnet_python, tmp_path, flat_dataset, reader,

@@ -47,6 +47,9 @@ NAME = "gluon"
 DECODER = "opencv" if cv2 is not None else "pillow"
 SCALE = (0.08, 1.0)  # RandomResizedCrop's defaults, as the PyTorch readers use them
 RATIO = (3.0 / 4.0, 4.0 / 3.0)
+# How long close() waits for each prefetched batch still being decoded (Gluon's own
+# timeout for a batch).
+PENDING_BATCH_WAIT_S = 120.0
 
 
 def crop_box(width: int, height: int, rng: random.Random) -> tuple[int, int, int, int]:
@@ -329,8 +332,15 @@ class GluonRecordReader:
 
     def close(self) -> None:
         """Stop the worker processes now rather than at garbage collection (Gluon's
-        DataLoader terminates its pool only in ``__del__``)."""
+        DataLoader terminates its pool only in ``__del__``). The batches still being
+        decoded (prefetched, never asked for) are waited for first: a worker stopped while
+        it sends its batch back leaves the pool's result queue locked, and the pool's
+        terminate then waits on that lock for ever (CPython's multiprocessing.Pool). Every
+        task the pool still holds is waited for (Gluon's loader also prefetches the next
+        epoch's first batches as soon as one ends)."""
         pool = getattr(self.loader, "_worker_pool", None)
         if pool is not None:
+            for pending in list(getattr(pool, "_cache", {}).values()):
+                pending.wait(PENDING_BATCH_WAIT_S)
             pool.terminate()
             self.loader._worker_pool = None
