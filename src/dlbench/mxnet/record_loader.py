@@ -19,8 +19,10 @@ from __future__ import annotations
 import io
 import math
 import mmap
+import multiprocessing.pool
 import os
 import random
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,8 +49,8 @@ NAME = "gluon"
 DECODER = "opencv" if cv2 is not None else "pillow"
 SCALE = (0.08, 1.0)  # RandomResizedCrop's defaults, as the PyTorch readers use them
 RATIO = (3.0 / 4.0, 4.0 / 3.0)
-# How long close() waits for each prefetched batch still being decoded (Gluon's own
-# timeout for a batch).
+# How long close() waits for the prefetched batches still being decoded, in all (Gluon's
+# own timeout for one batch).
 PENDING_BATCH_WAIT_S = 120.0
 
 
@@ -340,7 +342,11 @@ class GluonRecordReader:
         epoch's first batches as soon as one ends)."""
         pool = getattr(self.loader, "_worker_pool", None)
         if pool is not None:
-            for pending in list(getattr(pool, "_cache", {}).values()):
-                pending.wait(PENDING_BATCH_WAIT_S)
+            # A pool already stopped (Gluon terminates it when a batch fails) never
+            # finishes its tasks: nothing to wait for.
+            if getattr(pool, "_state", None) == multiprocessing.pool.RUN:
+                deadline = time.monotonic() + PENDING_BATCH_WAIT_S
+                for pending in list(getattr(pool, "_cache", {}).values()):
+                    pending.wait(max(0.0, deadline - time.monotonic()))
             pool.terminate()
             self.loader._worker_pool = None
