@@ -83,8 +83,7 @@ class CommsKind(CellKind):
                 pt2pt_pairs(params["pt2pt"], ranks, params.get("src_ranks") or "",
                             params.get("dst_ranks") or "")
             except PairsError as exc:
-                raise AxisError(exc.field, f"{exc} (num_gpus x num_nodes)"
-                                if exc.field == "num_gpus" else str(exc)) from None
+                raise _axis_error(exc) from None
         problem = root_problem(params["root"], ranks) if params.get("root") else None
         if problem:
             of = "each of comm_groups" if groups > 1 else "num_gpus x num_nodes"
@@ -94,8 +93,7 @@ class CommsKind(CellKind):
                 fan_peers(params["collective"], ranks, params.get("root") or 0,
                           params.get("src_ranks") or "", params.get("dst_ranks") or "")
             except PairsError as exc:
-                raise AxisError(exc.field, f"{exc} (num_gpus x num_nodes)"
-                                if exc.field == "num_gpus" else str(exc)) from None
+                raise _axis_error(exc) from None
         if params.get("device_time") and params["device"] != "gpu":
             raise AxisError("device_time", "CUDA events time the device: device gpu only")
         kernel, shape = params.get("compute_kernel"), params.get("mm_shape")
@@ -136,3 +134,10 @@ class CommsKind(CellKind):
 
 
 KIND = CommsKind()
+
+
+def _axis_error(exc: PairsError) -> AxisError:
+    """A pattern that cannot pair as the study's one line: a count of processes says which
+    axes make it."""
+    extra = " (num_gpus x num_nodes)" if exc.field == "num_gpus" else ""
+    return AxisError(exc.field, f"{exc}{extra}")
