@@ -312,6 +312,16 @@ def verdict(ok: bool | None) -> str:
     return "skip" if ok is None else ("pass" if ok else "fail")
 
 
+def stages_text(res: dict[str, Any] | None) -> str:
+    """Where a cell's time went (dlbench.stages), for a check's line: "wall 31 s: startup
+    6.1, build 2.0, ...": what a cell spends outside its measured iterations on this GPU."""
+    stages = (res or {}).get("stages_s") or {}
+    if not stages:
+        return ""
+    total = sum(stages.values())
+    return f"wall {total:.0f} s: " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items())
+
+
 def model_checks(results: dict[str, dict | None]) -> list[Check]:
     checks = []
     for name, res in results.items():
@@ -319,8 +329,10 @@ def model_checks(results: dict[str, dict | None]) -> list[Check]:
             continue
         tput = throughput(res)
         error = (res or {}).get("error") or "no result"
+        where = stages_text(res)
         checks.append(Check(f"{name} runs", verdict(tput is not None),
-                            f"{tput:,.0f} img/s" if tput else error))
+                            (f"{tput:,.0f} img/s" + (f" ({where})" if where else ""))
+                            if tput else error, {"stages_s": (res or {}).get("stages_s")}))
     t = {p: throughput(results.get(f"resnet50_training_{p}")) for p in PRECISIONS}
     for fast in ("tf32", "bfloat16"):
         ok = None if None in (t[fast], t["float32"]) else t[fast] > t["float32"]

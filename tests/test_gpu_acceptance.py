@@ -91,6 +91,14 @@ def test_model_verdicts_follow_the_figures(gpu_acceptance):
     assert checks["no training cell ends with a NaN loss"].verdict == "fail"
     assert checks["resnet50_inference_float32 runs"].verdict == "fail"
     assert checks["resnet50_inference_float32 runs"].figure == "broke"
+    # A cell's line says where its time went on that GPU, when its result says so.
+    results["resnet50_training_tf32"]["stages_s"] = {"startup": 6.0, "build": 2.5,
+                                                     "measure": 10.0, "other": 1.5}
+    tf32 = {c.name: c for c in gpu_acceptance.model_checks(results)}["resnet50_training_tf32 runs"]
+    assert tf32.figure == "1,800 img/s (wall 20 s: startup 6.0, build 2.5, measure 10.0, other 1.5)"
+    assert tf32.detail["stages_s"]["build"] == 2.5
+    # A result without stages: the figure alone.
+    assert checks["resnet50_training_float32 runs"].figure == "1,000 img/s"
     inductor = checks["compile inductor: bf16 training"]
     assert inductor.verdict == "pass" and "1.33x eager" in inductor.figure
     del results["resnet50_training_bfloat16"]  # a rerun of the compile modes alone

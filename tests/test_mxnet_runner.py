@@ -242,6 +242,10 @@ def test_cell_writes_a_valid_result(mxnet_python, tmp_path, model, batch, forwar
     assert m["parameters"] == {**TORCHVISION_COUNTS, **DLBS_COUNTS}[model]
     assert all(t > 0 for t in m["times_s"]) and m["throughput"] > 0
     assert m["extra"]["contexts"] == ["cpu(0)"]
+    # Where its time went, from the MXNet environment too (dlbench.stages is stdlib only).
+    stages = res["stages_s"]
+    assert {"startup", "environment", "build", "warmup", "measure", "other"} <= set(stages)
+    assert stages["measure"] >= sum(m["times_s"])
 
 
 @pytest.mark.mxnet

@@ -93,6 +93,11 @@ def test_jsonl_has_params_layout_and_the_result_validates(tmp_path):
     assert mon["window"].startswith("the whole operator run")
     assert mon["energy_note"].startswith(f"over {mon['window']}")
     assert mon["samples_per_joule"] is None
+    # Each input's warm-up and measured calls in their stages (the forward and backward
+    # calls timed, and more: the phase holds the clocks' own work too).
+    stages = res["stages_s"]
+    assert stages["measure"] >= sum(fwd["times_s"]) + sum(bwd["times_s"])
+    assert stages["warmup"] > 0 and "environment" in stages
 
 
 def test_module_entry_point_runs_as_a_subprocess(tmp_path):

@@ -30,6 +30,14 @@ def test_training_cell_writes_a_valid_result_and_dlbs_lines(tmp_path):
                  if line.startswith("__results."))
     assert float(lines["__results.throughput__"]) == pytest.approx(m["throughput"], rel=1e-5)
     assert float(lines["__results.time__"]) == pytest.approx(m["time_s"]["mean"] * 1000, rel=1e-5)
+    # Where its time went: each stage the runner went through, the measured iterations
+    # inside "measure", and the stages adding up to the cell's wall time.
+    stages = res["stages_s"]
+    assert {"startup", "environment", "build", "flop_count", "warmup", "measure",
+            "other"} <= set(stages)
+    assert stages["measure"] >= sum(m["times_s"]) and stages["startup"] > 0
+    assert sum(v for k, v in stages.items() if k != "startup") == pytest.approx(
+        res["wall_time_s"], abs=1e-4)
 
 
 def test_inference_bfloat16_cell_with_dlbs_style_flags(tmp_path):

@@ -35,6 +35,7 @@ from dlbench.report import (
     resource_charts,
     roofline_charts,
     sections,
+    time_charts,
 )
 from dlbench.report.data import load
 
@@ -727,3 +728,39 @@ def test_two_systems_with_repeats_get_a_speedup_chart_error_bars_and_unstable_ce
     stability = section_of(html, "stability")
     assert stability.count("<tr>") == 1 + 2  # header and both precisions of b's bs32 cell
     assert "resnet50_training_float32_32" in stability
+
+
+def test_where_the_time_went_sums_each_studys_cells_once_by_stage(tmp_path):
+    """Each result's stages once (an operator cell has a row per input and pass), summed
+    per study; the caption says the measured share in words."""
+    first = model_result("a", model_cell("resnet50", "training", "float32", 32))
+    first["stages_s"] = {"startup": 2.0, "build": 1.0, "warmup": 3.0, "measure": 4.0,
+                         "other": 0.5}
+    second = model_result("a", model_cell("resnet50", "training", "float32", 64))
+    second["stages_s"] = {"startup": 2.0, "build": 1.0, "warmup": 1.0, "measure": 6.0,
+                          "other": 0.5}
+    ops = op_result("b")  # six rows
+    ops["stages_s"] = {"startup": 3.0, "warmup": 1.0, "measure": 2.0, "other": 1.0}
+    older = model_result("c", model_cell("alexnet", "inference", "float32", 16))  # no stages
+    parquet = write_parquet(tmp_path, [first, second, ops, older])
+    frame = load(parquet)
+    assert frame.loc[frame["study"] == "a", "wall_measure_s"].tolist() == [4.0, 6.0]
+    long = time_charts.stage_frame(frame)
+    seconds = {(row.study, row.stage): row.seconds for row in long.itertuples()}
+    assert seconds[("a", "measured")] == 10.0 and seconds[("a", "start-up")] == 4.0
+    assert seconds[("b", "measured")] == 2.0 and seconds[("b", "start-up")] == 3.0
+    assert not any(study == "c" for study, _ in seconds)
+    assert set(long.loc[long["study"] == "a", "cells"]) == {2}
+    assert long.loc[long["study"] == "a", "share"].sum() == pytest.approx(1.0)
+    # Stages in the order a cell goes through them, within each study.
+    assert long.loc[long["study"] == "a", "stage"].tolist() == [
+        "start-up", "build", "warm-up", "measured", "other"]
+    line = time_charts.summary_line(long)
+    assert line.startswith("The cells' own time: 28 s in 3 cell(s), of which the measured "
+                           "iterations took 12 s (43%).")
+    assert "The largest other part: start-up, 7 s." in line
+    outdir = tmp_path / "out"
+    render(parquet, outdir)
+    html = (outdir / "index.html").read_text()
+    assert "wall-time" in chart_names(html)
+    assert "of which the measured iterations took 12 s" in section_of(html, "time")

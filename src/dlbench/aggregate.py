@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dlbench import atomic, axes, efficiency, kinds, run_to_run, systems
+from dlbench import atomic, axes, efficiency, kinds, run_to_run, stages, systems
 from dlbench import result as R
 from dlbench.atomic import writing
 from dlbench.stats import SUMMARY_KEYS
@@ -51,6 +51,10 @@ MONITOR_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("energy_j", pa.float64()), ("samples_per_joule", pa.float64()),
     ("energy_note", pa.string()),
 ]
+
+# Where each cell's time went (result "stages_s", dlbench.stages): wall_<stage>_s.
+STAGE_COLUMNS: list[tuple[str, pa.DataType]] = [(f"wall_{name}_s", pa.float64())
+                                                for name in stages.NAMES]
 
 
 # Execution mode and numerical sanity of a model cell (result extra "compile", "accuracy",
@@ -111,7 +115,8 @@ def build_schema() -> pa.Schema:
             ("data_wait_s", pa.float64()), ("compute_s", pa.float64()),
             *EXECUTION_COLUMNS,
             *MONITOR_COLUMNS,
-            ("wall_time_s", pa.float64()), ("started_at", pa.string()), ("finished_at", pa.string()),
+            ("wall_time_s", pa.float64()), *STAGE_COLUMNS,
+            ("started_at", pa.string()), ("finished_at", pa.string()),
             *ENV_COLUMNS,
             ("times_s", pa.list_(pa.float64())),
             ("environment", pa.string()),  # JSON
@@ -188,7 +193,9 @@ def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
         "status": res["status"], "error": res.get("error"),
         **{name: cell.get(name) for name, _ in CELL_COLUMNS},
         "model_opts": _json(cell.get("model_opts")),
-        "wall_time_s": res.get("wall_time_s"), "started_at": res.get("started_at"),
+        "wall_time_s": res.get("wall_time_s"),
+        **{f"wall_{name}_s": (res.get("stages_s") or {}).get(name) for name in stages.NAMES},
+        "started_at": res.get("started_at"),
         "finished_at": res.get("finished_at"),
         **{name: env.get(name) for name, _ in ENV_COLUMNS},
         "gpu_model": ", ".join(sorted(set(gpus))) or None,

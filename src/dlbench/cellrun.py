@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dlbench import result as R
+from dlbench import stages
 
 log = logging.getLogger("dlbench")
 
@@ -72,6 +73,8 @@ def recorded(res: dict[str, Any], output: str | None, *, write: bool = True) -> 
     exception becomes ``oom`` or ``failed`` with a one-line error, and its traceback goes
     to the log. The exception is not re-raised: the caller decides the exit code from the
     status."""
+    startup = stages.process_age_s()
+    stages.reset()
     start = time.perf_counter()
     try:
         yield res
@@ -90,6 +93,7 @@ def recorded(res: dict[str, Any], output: str | None, *, write: bool = True) -> 
         if res["finished_at"] is None:
             R.finish(res, res["status"], res["error"])
         res["wall_time_s"] = time.perf_counter() - start
+        res["stages_s"] = stages.breakdown(res["wall_time_s"], startup)
         if write:
             print_dlbs_summary(res)
             if output:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from dlbench import axes, cellrun, cli, monitor, nvtx_ranges
+from dlbench import axes, cellrun, cli, monitor, nvtx_ranges, stages
 from dlbench import result as R
 
 
@@ -45,19 +45,30 @@ def timed_loop(fetch: Callable[[], Any], step: Callable[[Any], Any], sync: Calla
     """``fetch()`` gives an iteration's input, ``step(batch)`` runs it and ``sync()`` waits
     until the device has finished; each iteration ends synchronised, so the next one starts
     from an idle device."""
-    times: list[float] = []
-    data_wait = compute = 0.0
-    clock = time.perf_counter
     # Each range only around work: a profiler that captures the first "measure" range
     # (nsys) must not stop at an empty one.
     if warmup > 0:
         nvtx_ranges.push("warmup")
-        for _ in range(warmup):
-            step(fetch())
-            sync()
+        with stages.stage("warmup"):
+            for _ in range(warmup):
+                step(fetch())
+                sync()
         nvtx_ranges.pop()
     if measured > 0:
         nvtx_ranges.push("measure")
+    try:
+        with stages.stage("measure"):  # the hooks' start and end too
+            return _measured(fetch, step, sync, measured, hooks)
+    finally:
+        if measured > 0:
+            nvtx_ranges.pop()
+
+
+def _measured(fetch: Callable[[], Any], step: Callable[[Any], Any], sync: Callable[[], None],
+              measured: int, hooks: Sequence[Hook]) -> LoopTimes:
+    times: list[float] = []
+    data_wait = compute = 0.0
+    clock = time.perf_counter
     for hook in hooks:
         hook.measure_start()
     try:
@@ -80,8 +91,6 @@ def timed_loop(fetch: Callable[[], Any], step: Callable[[Any], Any], sync: Calla
     finally:
         for hook in hooks:
             hook.measure_end()
-        if measured > 0:
-            nvtx_ranges.pop()
     return LoopTimes(times, data_wait, compute)
 
 
@@ -174,8 +183,10 @@ def main(framework: str, build: Callable[[argparse.Namespace], Workload],
                        cell=axes.cell_from_args("model", framework, framework, args),
                        study=args.study, cell_id=args.cell_id)
     with cellrun.recorded(res, args.output or None):
-        res["environment"] = environment(args)
-        work = build(args)
+        with stages.stage("environment"):
+            res["environment"] = environment(args)
+        with stages.stage("build"):
+            work = build(args)
         mon = monitor.ResourceMonitor(args.monitor_interval_ms, gpus=work.gpus)
         res["measurements"] = [measure(work, args, res, hooks=[mon])]
         monitor.attach(res, args.output, mon)

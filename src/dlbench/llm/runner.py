@@ -22,7 +22,7 @@ import resource
 import sys
 from typing import Any
 
-from dlbench import axes, cellrun, harness, monitor, stats
+from dlbench import axes, cellrun, harness, monitor, stages, stats
 from dlbench import result as R
 from dlbench.models import llm as L
 
@@ -83,12 +83,14 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     opts = {**L.default_opts(args.model), **args.model_opts, "activation_checkpointing": False}
     # Served in the precision itself (weights cast to float16/bfloat16), as servers run.
     dtype = precision.pure(mode).param_dtype
-    with torch.device(device):  # made where it runs (no host copy of the weights first)
-        model = zoo_llm.make(args.model, opts).to(device=device, dtype=dtype).eval()
     batch, prompt, output = args.batch_size, args.prompt_length, args.output_length
-    cache = static_cache(model.config, batch, prompt + output, device, dtype)
-    gen = torch.Generator().manual_seed(0)
-    prompts = torch.randint(0, opts["vocab_size"], (batch, prompt), generator=gen).to(device)
+    with stages.stage("build"):
+        with torch.device(device):  # made where it runs (no host copy of the weights first)
+            model = zoo_llm.make(args.model, opts).to(device=device, dtype=dtype).eval()
+        cache = static_cache(model.config, batch, prompt + output, device, dtype)
+        gen = torch.Generator().manual_seed(0)
+        prompts = torch.randint(0, opts["vocab_size"], (batch, prompt),
+                                generator=gen).to(device)
     forward = execution.compiled(model, args.compile, device=device)
     sync = precision.synchronizer(device)
     # The cache's argument: ``cache`` in transformers 5, ``past_key_values`` before. The

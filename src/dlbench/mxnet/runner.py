@@ -16,7 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from dlbench import axes, cellrun, cli, cpu, environment, harness, models, monitor
+from dlbench import axes, cellrun, cli, cpu, environment, harness, models, monitor, stages
 from dlbench import result as R
 from dlbench.cellrun import CellError
 from dlbench.mxnet import reader_choice
@@ -113,7 +113,8 @@ class Plan:
 
 
 def run_cell(mx: ModuleType, args, res: dict[str, Any]) -> None:
-    res["environment"] = mxnet_environment(mx)
+    with stages.stage("environment"):
+        res["environment"] = mxnet_environment(mx)
     plan = make_plan(mx, args)
     # MXNet does not tell a GPU's compute capability: GPU cells say None (unknown).
     res["extra"]["precision_native"] = cpu.precision_native(plan.precision, args.device)
@@ -269,13 +270,14 @@ def _model_measurement(mx: ModuleType, args, plan: Plan, common: dict,
 
     from dlbench.mxnet import data, zoo
 
-    built = plan.spec.builder("mxnet")(plan.spec, plan.opts)
-    net = built.block
-    parameters = zoo.parameter_count(net, built.input_shape)
-    net.initialize(mx.init.Xavier(magnitude=2.0), ctx=plan.ctxs)
-    if plan.precision == "float16":
-        net.cast("float16")  # BatchNorm keeps float32 parameters (Gluon's cast rule)
-    net.hybridize(static_alloc=True, static_shape=True)
+    with stages.stage("build"):
+        built = plan.spec.builder("mxnet")(plan.spec, plan.opts)
+        net = built.block
+        parameters = zoo.parameter_count(net, built.input_shape)
+        net.initialize(mx.init.Xavier(magnitude=2.0), ctx=plan.ctxs)
+        if plan.precision == "float16":
+            net.cast("float16")  # BatchNorm keeps float32 parameters (Gluon's cast rule)
+        net.hybridize(static_alloc=True, static_shape=True)
 
     reader = None
     if plan.record:

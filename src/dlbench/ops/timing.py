@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from dlbench import nvtx_ranges
+from dlbench import nvtx_ranges, stages
 from dlbench.ops import modes
 from dlbench.ops.grammar import tensors_in
 from dlbench.ops.modes import Prepared, grad_targets
@@ -121,8 +121,10 @@ class Executor:
         gc.disable()  # as timeit does: no collector pauses inside timed calls
         try:
             with grad_mode(op):
-                prepared = modes.prepare(self.o.compile, fn, fargs, fkwargs, leaves,
-                                         self.o.backward, self.o.device)
+                with (stages.stage("compile") if self.o.compile != "eager"
+                      else contextlib.nullcontext()):
+                    prepared = modes.prepare(self.o.compile, fn, fargs, fkwargs, leaves,
+                                             self.o.backward, self.o.device)
                 self.facts = prepared.facts
                 for tag, count in (("warmup", self.o.warmup), ("measure", self.o.iterations)):
                     if tag == "measure" and prepared.counts is not None:
@@ -133,7 +135,8 @@ class Executor:
                 if prepared.counts is not None:
                     self._dynamo_facts(prepared.counts, before)
                 if self.o.compile != "eager":
-                    self.facts["accuracy"] = modes.accuracy(prepared, fn, fargs, fkwargs)
+                    with stages.stage("accuracy"):
+                        self.facts["accuracy"] = modes.accuracy(prepared, fn, fargs, fkwargs)
         finally:
             for leaf in leaves:
                 leaf.grad = None
@@ -162,6 +165,7 @@ class Executor:
         when tracing)."""
         text = f"param_bench:{tag}"
         with contextlib.ExitStack() as stack:
+            stack.enter_context(stages.stage(tag))
             for name in (tag, text):
                 nvtx_ranges.push(name)
                 stack.callback(nvtx_ranges.pop)

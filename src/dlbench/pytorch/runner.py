@@ -25,6 +25,7 @@ from dlbench import (
     models,
     monitor,
     multinode,
+    stages,
 )
 from dlbench import result as R
 from dlbench.profiling import torch_profiler
@@ -192,12 +193,13 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     res["extra"]["precision_native"] = precision_native(mode.name, device)
 
     # Made where it runs: an 8 B-parameter language model needs no 32 GB host copy first.
-    with torch.device(device):
-        built = zoo.build(args.model, args.model_opts)
-    if built.pure_precision:
-        mode = precision.pure(mode)
-    eager_module = built.module.to(device=device, dtype=mode.param_dtype)
-    model = execution.to_memory_format(eager_module, args.memory_format)
+    with stages.stage("build"):
+        with torch.device(device):
+            built = zoo.build(args.model, args.model_opts)
+        if built.pure_precision:
+            mode = precision.pure(mode)
+        eager_module = built.module.to(device=device, dtype=mode.param_dtype)
+        model = execution.to_memory_format(eager_module, args.memory_format)
     n_params = zoo.parameter_count(model)
     if args.data_dir:
         source, manifest = data.real(
@@ -248,8 +250,9 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
 
     flops = None
     if args.count_flops:  # on the eager model: compiled or not, the arithmetic is the same
-        flops = count_flops(make_step(model), next(batches))
-        sync()
+        with stages.stage("flop_count"):
+            flops = count_flops(make_step(model), next(batches))
+            sync()
     extra = dict(built.facts)
     if built.flops_per_sample is not None:
         # The model's standard formula per rank's batch (MFU's numerator), the count beside.
@@ -259,10 +262,12 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         # FlopCounterMode sees PyTorch's operators only (deepwave's propagator is its own).
         extra["flops_note"] = "not available: FlopCounterMode counted no FLOPs in this model"
     # Compiled after DDP wraps the model, as PyTorch recommends for DDP with torch.compile.
-    cell_module = execution.compiled(model, args.compile, device=device)
-    step = make_step(cell_module)
+    with stages.stage("build"):  # the optimizer too
+        cell_module = execution.compiled(model, args.compile, device=device)
+        step = make_step(cell_module)
     if args.compile != "eager":
-        extra["compile"] = compile_warmup(args.compile, step, batches, sync)
+        with stages.stage("compile"):
+            extra["compile"] = compile_warmup(args.compile, step, batches, sync)
     before = execution.DynamoCounts.now()
     times, wait, compute = timed_loop(batches, step, sync, args.num_warmup_batches,
                                       args.num_batches, hooks=hooks)
@@ -284,7 +289,9 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         if not extra["loss_finite"]:
             extra["last_loss_text"] = str(value)
     if accuracy.wanted(mode.name, args.compile):
-        extra["accuracy"] = accuracy_of(cell_module, eager_module, built, args, mode, device)
+        with stages.stage("accuracy"):
+            extra["accuracy"] = accuracy_of(cell_module, eager_module, built, args, mode,
+                                            device)
     if device_type == "cuda":
         extra["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
     res["measurements"] = [R.measurement(

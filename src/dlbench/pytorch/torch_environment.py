@@ -11,11 +11,18 @@ from typing import Any
 
 import torch
 
-from dlbench import environment, nccl_env
+from dlbench import environment, nccl_env, stages
 from dlbench.pytorch.precision import library_flags
 
 
 def collect(device: torch.device) -> dict[str, Any]:
+    """What a PyTorch cell ran on (dlbench.environment's facts, torch's, the GPUs'), timed
+    as the cell's ``environment`` stage."""
+    with stages.stage("environment"):
+        return _collect(device)
+
+
+def _collect(device: torch.device) -> dict[str, Any]:
     env = environment.collect()
     env.update({
         "framework": "pytorch", "framework_version": torch.__version__,

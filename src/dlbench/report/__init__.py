@@ -33,6 +33,7 @@ from dlbench.report import (
     roofline_charts,
     scaling_charts,
     tables,
+    time_charts,
 )
 from dlbench.report.data import ReportError, load, ordered
 from dlbench.report.export import javascript_bundle
@@ -64,6 +65,9 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
     candidates = [
         Section("cells", "Cells", "Cells of each study by kind and outcome.",
                 [tables.study_table(frame)]),
+        Section("time", "Where the time went",
+                "Each study's cells' wall time by stage: how much of a run measured.",
+                _present(time_charts.time_figure(frame))),
         Section("throughput", "Model throughput",
                 "How many samples per second each model processes as the batch grows.",
                 _present(model_charts.throughput_figure(models),

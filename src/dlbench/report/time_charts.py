@@ -1,0 +1,95 @@
+"""Where a study's time went: its cells' wall time by stage (dlbench.stages), summed.
+
+A study of short cells spends most of its time outside the measured iterations (starting
+Python and the framework, building models, warming up, checking accuracy); this chart says
+how much, per study and system, so that a team can shorten a study (fewer warm-up
+iterations, fewer processes) or see why one system's run took longer than another's.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from dlbench import stages
+from dlbench.report.data import joined, varying
+from dlbench.report.style import Column, Figure, NumbersTable, colour_scale, styled
+
+COLUMNS = [f"wall_{name}_s" for name in stages.NAMES]
+LABELS = {"startup": "start-up", "environment": "environment", "build": "build",
+          "flop_count": "FLOP count", "compile": "compile", "warmup": "warm-up",
+          "measure": "measured", "accuracy": "accuracy check", "other": "other"}
+# The measured iterations stand out; the stages around them in greys and light hues.
+COLOURS = {"start-up": "#9aa5b1", "environment": "#c1c7cd", "build": "#72b7b2",
+           "FLOP count": "#b279a2", "compile": "#eeca3b", "warm-up": "#f58518",
+           "measured": "#3b9c57", "accuracy check": "#ff9da6", "other": "#d8dde3"}
+
+
+def stage_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (system, study, stage): seconds summed over the study's cells (each
+    result file once, whatever its rows), the cells counted and the stage's share."""
+    if frame.empty or not set(COLUMNS) <= set(frame.columns):
+        return pd.DataFrame()
+    cells = frame.drop_duplicates("source")
+    cells = cells.assign(**{c: pd.to_numeric(cells[c], errors="coerce") for c in COLUMNS})
+    cells = cells[cells[COLUMNS].notna().any(axis=1)]
+    if cells.empty:
+        return pd.DataFrame()
+    cells = cells.assign(study=cells["study"].fillna(""), system=cells["system"].fillna(""))
+    groups = cells.groupby(["system", "study"], sort=False)
+    totals = groups[COLUMNS].sum(min_count=1).reset_index()
+    totals["cells"] = groups.size().to_numpy()
+    long = totals.melt(id_vars=["system", "study", "cells"], value_vars=COLUMNS,
+                       var_name="stage", value_name="seconds").dropna(subset=["seconds"])
+    long["stage"] = long["stage"].str.removeprefix("wall_").str.removesuffix("_s").map(LABELS)
+    long["share"] = long["seconds"] / long.groupby(["system", "study"])["seconds"].transform("sum")
+    label_columns = ["system", "study"] if len(varying(long, ["system"])) else ["study"]
+    long["label"] = joined(long[label_columns])
+    long["stage_order"] = long["stage"].map({label: i for i, label in enumerate(LABELS.values())})
+    return long.sort_values(["label", "stage_order"]).reset_index(drop=True)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def summary_line(long: pd.DataFrame) -> str:
+    """The whole run in words: its time, the measured share, the largest other stage."""
+    by_stage = long.groupby("stage")["seconds"].sum()
+    total = float(by_stage.sum())
+    measured = float(by_stage.get(LABELS["measure"], 0.0))
+    cells = int(long.drop_duplicates(["system", "study"])["cells"].sum())
+    line = (f"The cells' own time: {_minutes(total)} in {cells} cell(s), of which the "
+            f"measured iterations took {_minutes(measured)} ({measured / total:.0%}).")
+    others = by_stage.drop(LABELS["measure"], errors="ignore")
+    if not others.empty and total > 0:
+        most = str(others.idxmax())
+        line += f" The largest other part: {most}, {_minutes(float(others.max()))}."
+    return line
+
+
+def time_figure(frame: pd.DataFrame) -> Figure | None:
+    long = stage_frame(frame)
+    if long.empty or long["seconds"].sum() <= 0:
+        return None
+    stages_present = [label for label in LABELS.values() if label in set(long["stage"])]
+    chart = alt.Chart(long).mark_bar().encode(
+        x=alt.X("seconds:Q", title="seconds, summed over the study's cells", stack="zero"),
+        y=alt.Y("label:N", title=None, sort=None),
+        color=alt.Color("stage:N", title="stage",
+                        scale=colour_scale(stages_present, COLOURS),
+                        sort=stages_present),
+        order=alt.Order("stage_order:Q"),
+        tooltip=[alt.Tooltip("label:N", title="study"), alt.Tooltip("stage:N"),
+                 alt.Tooltip("seconds:Q", format=",.1f"), alt.Tooltip("share:Q", format=".0%"),
+                 alt.Tooltip("cells:Q")],
+    ).properties(width=560, height=alt.Step(22))
+    caption = (summary_line(long) + " Start-up is the runner's process starting (Python, "
+               "the framework's import) before its cell's record; other is what no stage "
+               "covers (process groups, data set-up, writing). Each stage is in each "
+               "result's stages_s and the table's wall_<stage>_s columns.")
+    return Figure("wall-time", "Where the time went", caption, styled(chart),
+                  table=NumbersTable([Column("label", "study"), Column("stage", "stage"),
+                                      Column("seconds", "seconds", ",.1f"),
+                                      Column("share", "share", ".0%"),
+                                      Column("cells", "cells", "d")], required="seconds"))
