@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from dlbench import cellrun, cpu, harness, monitor
+from dlbench import cellrun, cpu, harness, monitor, stages
 from dlbench import result as R
 
 log = logging.getLogger("dlbench.calibrate")
@@ -117,7 +117,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         for build in kernels(args, device, precisions):
             kernel = None
             try:
-                kernel = build()
+                with stages.stage("build"):  # the kernel's operands
+                    kernel = build()
                 res["measurements"].append(measure(kernel, args, sync))
                 log.info("%s: %s", kernel.name, _figure(res["measurements"][-1]))
             except (RuntimeError, MemoryError) as exc:  # one kernel: the others still run
