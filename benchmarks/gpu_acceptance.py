@@ -197,9 +197,11 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
     (cell,) = study.expand_config({"studies": {"gpu-check": {"grid": {
         "model": "resnet18", "phase": "inference", "batch_size": 32, "device": "gpu",
         "num_batches": 2, "num_warmup_batches": 1}}}})
-    # An operator cell under the same ncu job: its inputs' calls lie in "measure" too.
+    # An operator cell under the same ncu job: its inputs' calls lie in "measure" too, the
+    # L2 flush between them in its own range, which the job leaves out.
     (op_cell,) = study.expand_config({"studies": {"gpu-check-ops": {"kind": "ops", "grid": {
-        "op_config": str(small), "device": "gpu", "warmup": 1, "iterations": 2}}}})
+        "op_config": str(small), "device": "gpu", "warmup": 1, "iterations": 2,
+        "cuda_l2_cache": "off"}}}})
     for tool, settings, profiled in (("ncu", {"clock_control": "none"}, cell),
                                      ("torch", {}, cell),
                                      ("ncu_op", {"clock_control": "none"}, op_cell)):
@@ -666,7 +668,28 @@ def profile_checks(out: Path, not_run: Mapping[str, str] = NOTHING_SKIPPED) -> l
         checks.append(Check(f"profile {tool}", verdict(record.get("status") == "ok"),
                             record.get("error") or ", ".join(sorted(record.get("tables") or []))
                             or record.get("status", "no profile.json"), record))
+        if tool == "ncu_op" and record.get("status") == "ok":
+            checks.append(flush_excluded_check(out / "profiles" / tool))
     return checks
+
+
+FLUSH_KERNEL = "FillFunctor"  # the kernel of the L2 flush (a uint8 buffer's fill_)
+
+
+def flush_excluded_check(folder: Path) -> Check:
+    """The operator cell's ncu profile (--cuda-l2-cache off) holds the add's kernels and
+    none of the L2 flush's, whose NVTX range the job excludes."""
+    import pyarrow.parquet as pq
+
+    name = "ncu leaves the L2 flush out of an operator's profile"
+    kernels = next(folder.rglob("kernels.parquet"), None)
+    if kernels is None:
+        return Check(name, "fail", "no kernels.parquet")
+    names = pq.read_table(kernels, columns=["Kernel Name"]).column(0).to_pylist()
+    flushes = sum(FLUSH_KERNEL in str(n) for n in names)
+    return Check(name, verdict(bool(names) and not flushes),
+                 f"{len(names)} kernel launch(es), {flushes} of them the flush's",
+                 {"kernels": sorted(set(map(str, names)))})
 
 
 def run_all(plan: Plan, gpus: int, budget: float,

@@ -498,3 +498,28 @@ def test_params_ncu_batch_needs_every_launch_to_exit_0_and_log_kernels(gpu_accep
     missing = gpu_acceptance.ncu_batch_check({"status": "failed", "error": "--ncu: 'ncu' not "
                                               "found on PATH (give --ncu-bin)"})
     assert missing.verdict == "fail" and missing.figure.startswith("--ncu: 'ncu' not found")
+
+
+def test_the_operator_profile_must_hold_its_kernels_and_not_the_l2_flushs(gpu_acceptance,
+                                                                          tmp_path):
+    """The ncu profile of the operator cell with the L2 cache off: kernel names as ncu's
+    raw page gives them (written here by hand: ncu is not run)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    add = "void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add<float>>(int, T2)"
+    fill = "void at::native::vectorized_elementwise_kernel<4, FillFunctor<unsigned char>>(int)"
+
+    def verdict(names):
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        folder.mkdir()
+        pq.write_table(pa.table({"Kernel Name": names}), folder / "kernels.parquet")
+        return gpu_acceptance.flush_excluded_check(folder)
+
+    clean = verdict([add, add])
+    assert clean.verdict == "pass" and clean.figure == "2 kernel launch(es), 0 of them the flush's"
+    assert verdict([add, fill, add]).verdict == "fail"
+    assert verdict([]).verdict == "fail"
+    empty = tmp_path / "none"
+    empty.mkdir()
+    assert gpu_acceptance.flush_excluded_check(empty).figure == "no kernels.parquet"

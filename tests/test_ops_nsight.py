@@ -94,12 +94,12 @@ def test_ncu_runs_each_batch_of_a_builds_inputs_under_a_stand_in_with_params_opt
     assert first["config"]["config_build_id"] == "0|0"
     seen = json.loads(Path(first["ncu_file"]).read_text())
     # no --app-replay-buffer under ncu's default kernel replay (current ncu refuses it)
-    assert seen["argv"][:8] == ["--log-file", first["ncu_file"], "--csv", "--nvtx",
-                                "--nvtx-include", "param_bench:measure/",
-                                "--target-processes", "all"]
-    assert seen["argv"][8:10] == ["--metrics", "dram__bytes.sum,lts__t_bytes.sum"]
-    assert seen["argv"][10:13] == [sys.executable, "-m", "dlbench.ops.batch"]
-    assert seen["argv"][13] == "-s" and seen["code"] == 0
+    assert seen["argv"][:10] == ["--log-file", first["ncu_file"], "--csv", "--nvtx",
+                                 "--nvtx-include", "param_bench:measure/",
+                                 "--nvtx-exclude", "l2_flush/", "--target-processes", "all"]
+    assert seen["argv"][10:12] == ["--metrics", "dram__bytes.sum,lts__t_bytes.sum"]
+    assert seen["argv"][12:15] == [sys.executable, "-m", "dlbench.ops.batch"]
+    assert seen["argv"][15] == "-s" and seen["code"] == 0
     # the batch ran its two inputs, three measured calls each
     assert "input [0|0|0]" in seen["output"] and "input [0|0|1]" in seen["output"]
     assert "input [0|0|2]" not in seen["output"] and seen["output"].count("over 3") == 2
@@ -187,8 +187,8 @@ def test_ncu_gets_params_replay_buffer_only_under_application_replay(extra, buff
     options = nsight.TOOLS["ncu"].options("out.log", extra)
     assert (options[3:5] == ["--app-replay-buffer", "file"]) is buffered
     assert ("--app-replay-buffer" in options) is buffered
-    assert options[-5:] == ["--nvtx", "--nvtx-include", "param_bench:measure/",
-                            "--target-processes", "all"]
+    assert options[-7:] == ["--nvtx", "--nvtx-include", "param_bench:measure/",
+                            "--nvtx-exclude", "l2_flush/", "--target-processes", "all"]
 
 
 def test_nsys_alone_after_no_measured_call_with_params_counts(tmp_path, on_path):

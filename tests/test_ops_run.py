@@ -15,7 +15,7 @@ from dlbench import result as R
 from dlbench.ops import registry
 from dlbench.ops.cli import main
 from dlbench.ops.modes import Prepared
-from dlbench.ops.timing import ExecOptions, Executor, new_metrics
+from dlbench.ops.timing import ExecOptions, Executor, L2Flusher, new_metrics
 
 PARAM_CONFIGS = Path(__file__).resolve().parent / "data" / "param-configs"
 GVPROF_UNITS = Path(__file__).resolve().parents[1] / "config" / "ops" / "gvprof_units.json"
@@ -379,6 +379,35 @@ def test_gpu_continuous_loop_bookkeeping_runs_on_cpu_without_gpu_timing():
     assert len(metrics["backward"]["measure.time"]) == 1
     assert metrics["forward"]["measure.time"][0] > 0
     assert a.grad is not None and a.grad.shape == (64, 64)
+
+
+def test_the_l2_flush_runs_in_its_own_nvtx_range_that_the_ncu_job_excludes(monkeypatch):
+    """With the L2 cache off each measured call follows a flush, inside the input's
+    "measure" range: its own range around it (and nothing else) lets ncu leave the flush
+    kernel out. Run on the CPU with a host buffer standing in for the GPU's: the flush
+    kernel on a GPU and ncu's filter themselves are not exercised."""
+    from dlbench import nvtx_ranges
+    from dlbench.profiling import config as pconfig
+
+    stack, seen = [], []
+
+    def push(name):
+        stack.append(name)
+        seen.append(tuple(stack))
+
+    monkeypatch.setattr(nvtx_ranges, "_impl", (push, stack.pop))
+    executor = Executor(ExecOptions(device=torch.device("cpu"), warmup=2, iterations=3))
+    flusher = object.__new__(L2Flusher)
+    flusher.buffer, flusher.count = torch.empty(1 << 16, dtype=torch.uint8), 0
+    executor.flusher = flusher
+    op = registry.resolve("torch.add")()
+    executor.run(op, [torch.rand(8), torch.rand(8)], {}, "torch.add:0|0|0")
+    flushes = [s for s in seen if s[-1] == nvtx_ranges.L2_FLUSH]
+    assert [s[0] for s in flushes] == ["warmup"] * 2 + ["measure"] * 3 and flusher.count == 5
+    assert not any(len(s) > len(f) and s[:len(f)] == f for f in flushes for s in seen)
+    assert stack == []
+    excluded = pconfig.settings("ncu", {})["nvtx_exclude"]
+    assert excluded == [f"{nvtx_ranges.L2_FLUSH}/"]
 
 
 def test_inputs_the_allocator_cannot_hold_make_an_oom_result(tmp_path):

@@ -225,7 +225,7 @@ def test_ncu_command_lines_and_raw_page_table_with_ncu_test_double(tmp_path, dou
     profiled, export = doubles()
     assert profiled["argv"] == [
         "--target-processes", "all", "--nvtx", "--nvtx-include", "measure/",
-        "--section", "SpeedOfLight", "--metrics", "gpu__time_duration.sum,dram__bytes.sum",
+        "--nvtx-exclude", "l2_flush/", "--section", "SpeedOfLight", "--metrics", "gpu__time_duration.sum,dram__bytes.sum",
         "--clock-control", "none", "--launch-count", "50",
         "--cache-control", "all", "--replay-mode", "kernel",
         "--export", str(out / "report"), "--force-overwrite",

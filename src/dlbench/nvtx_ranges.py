@@ -8,6 +8,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+# Around the L2 flush between an operator's measured calls (--cuda-l2-cache off): inside
+# "measure" on the stack, so the ncu job excludes it by name (its nvtx_exclude).
+L2_FLUSH = "l2_flush"
+
 _impl: tuple[Callable[[str], object], Callable[[], object]] | None = None
 
 

@@ -10,8 +10,8 @@ samples no profiler): the batch's config (PARAM's layout: ``op_name``,
 shared memory, and the command is
 
     ncu --log-file <prefix>_<pid>_<time>_<n>_ncu.log --csv [--app-replay-buffer file] --nvtx
-        --nvtx-include param_bench:measure/ --target-processes all [--ncu-args-file words]
-        <batch command> -s <shared memory name>
+        --nvtx-include param_bench:measure/ --nvtx-exclude l2_flush/ --target-processes all
+        [--ncu-args-file words] <batch command> -s <shared memory name>
     nsys profile -t cuda,nvtx -o <prefix>_<pid>_<time>_<n>_nsys.nsys-rep [--nsys-args-file
         words] <batch command> -s <shared memory name>
 
@@ -24,7 +24,9 @@ error of the run, not of the measurements. An ncu log also becomes a Parquet tab
 it (``dlbench.profiling.tools.ncu.ncu_details``), which the result's record names.
 
 Where dlbench differs from PARAM: the ranges are push/pop, so the NVTX filter ends in
-``/``; ``--app-replay-buffer file`` is passed only where the args file asks for
+``/``, and the L2 flush between measured calls (``--cuda-l2-cache off``) is left out of
+ncu's profile (``--nvtx-exclude l2_flush/``: its own range, not the operator's work);
+``--app-replay-buffer file`` is passed only where the args file asks for
 application replay (``--replay-mode application`` or ``app-range``): the ncu PARAM was
 written for ignored it under its default kernel replay, current releases exit 1 on it there;
 each file name carries the launch's number (PARAM's second-resolution time stamp
@@ -50,6 +52,7 @@ from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Any
 
+from dlbench import nvtx_ranges
 from dlbench.cellrun import CellError
 
 log = logging.getLogger("dlbench.ops")
@@ -58,6 +61,7 @@ DEFAULT_BATCH_CMD = (sys.executable, "-m", "dlbench.ops.batch")
 # PARAM's NVTX range around the measured calls (dlbench.ops.timing), as ncu's push/pop
 # filter.
 MEASURE_RANGE = "param_bench:measure/"
+FLUSH_RANGE = f"{nvtx_ranges.L2_FLUSH}/"
 DATA_GENERATOR = "PyTorch:DefaultDataGenerator"  # PARAM's default (create_op_info)
 
 
@@ -77,8 +81,10 @@ class Tool:
             # their default kernel replay, which older ones ran ignoring it.
             buffer = ["--app-replay-buffer", "file"] if replay_mode(extra) in APP_REPLAY \
                 else []
+            # PARAM's filter, less the L2 flush between measured calls (its own range).
             return ["--log-file", out_file, "--csv", *buffer, "--nvtx",
-                    "--nvtx-include", MEASURE_RANGE, "--target-processes", "all"]
+                    "--nvtx-include", MEASURE_RANGE, "--nvtx-exclude", FLUSH_RANGE,
+                    "--target-processes", "all"]
         return ["profile", "-t", "cuda,nvtx", "-o", out_file]
 
 

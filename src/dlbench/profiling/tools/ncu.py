@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dlbench import nvtx_ranges
 from dlbench.profiling.base import Job, Profiler, ranked
 from dlbench.profiling.commands import Plan, ProfileError, Step
 from dlbench.profiling.spec import NUM_BATCHES, NUM_WARMUP_BATCHES, Choice, Int, Str, Strings
@@ -30,10 +31,12 @@ _TIME_UNITS_NS = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond
 def ncu_plan(runner: list[str], out_dir: Path, s: Mapping[str, Any]) -> Plan:
     ncu = s["binary"]
     argv = [ncu, "--target-processes", s["target_processes"]]
-    if s["nvtx_include"]:
+    if s["nvtx_include"] or s["nvtx_exclude"]:
         argv.append("--nvtx")
         for expr in s["nvtx_include"]:
             argv += ["--nvtx-include", expr]
+        for expr in s["nvtx_exclude"]:
+            argv += ["--nvtx-exclude", expr]
     if s["set"]:
         argv += ["--set", s["set"]]
     for section in s["sections"]:
@@ -183,6 +186,10 @@ class Ncu(Profiler):
         NUM_WARMUP_BATCHES,
         # Kernels launched while the runner's NVTX range "measure" is on the push/pop stack.
         Strings("nvtx_include", ["measure/"], "--nvtx-include expressions ([]: every kernel)."),
+        # The L2 flush between an operator's measured calls (--cuda-l2-cache off) is
+        # inside "measure" but not the operator's work.
+        Strings("nvtx_exclude", [f"{nvtx_ranges.L2_FLUSH}/"],
+                "--nvtx-exclude expressions ([]: none)."),
         Str("set", None, "--set (a section set).", nullable=True),
         Strings("sections", [], "--section, one per entry."),
         Strings("metrics", [], "--metrics, joined with commas."),
