@@ -751,6 +751,7 @@ def test_where_the_time_went_sums_each_studys_cells_once_by_stage(tmp_path):
     assert seconds[("b", "measured")] == 2.0 and seconds[("b", "start-up")] == 3.0
     assert not any(study == "c" for study, _ in seconds)
     assert set(long.loc[long["study"] == "a", "cells"]) == {2}
+    assert set(long.loc[long["study"] == "a", "label"]) == {"a · 2 cell(s), 48% measured"}
     assert long.loc[long["study"] == "a", "share"].sum() == pytest.approx(1.0)
     # Stages in the order a cell goes through them, within each study.
     assert long.loc[long["study"] == "a", "stage"].tolist() == [

@@ -44,7 +44,12 @@ def stage_frame(frame: pd.DataFrame) -> pd.DataFrame:
     long["stage"] = long["stage"].str.removeprefix("wall_").str.removesuffix("_s").map(LABELS)
     long["share"] = long["seconds"] / long.groupby(["system", "study"])["seconds"].transform("sum")
     label_columns = ["system", "study"] if len(varying(long, ["system"])) else ["study"]
-    long["label"] = joined(long[label_columns])
+    # Each bar says its cells and the share they spent measuring.
+    measured = (long["share"].where(long["stage"] == LABELS["measure"], 0.0)
+                .groupby([long["system"], long["study"]]).transform("sum"))
+    long["label"] = (joined(long[label_columns]) + " · " + long["cells"].astype(str)
+                     + " cell(s), " + (measured * 100).round().astype(int).astype(str)
+                     + "% measured")
     long["stage_order"] = long["stage"].map({label: i for i, label in enumerate(LABELS.values())})
     return long.sort_values(["label", "stage_order"]).reset_index(drop=True)
 
