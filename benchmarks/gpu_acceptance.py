@@ -494,6 +494,22 @@ def monitor_check(res: dict[str, Any] | None,
     return Check(title, verdict(ok if res else None), figure, {"monitor": mon})
 
 
+def clocks_check(res: dict[str, Any] | None, title: str) -> Check:
+    """The GPU's power limit and clock event reasons read by the monitor (NVML): readable
+    is the verdict; how long the clocks were held back, and why, is the figure."""
+    if res and res.get("status") == "not_run":
+        return Check(title, "skip", res["error"])
+    mon = ((res or {}).get("extra") or {}).get("monitor") or {}
+    limit, held = mon.get("gpu_power_limit_w"), mon.get("gpu_clocks_held_back")
+    clocks = ((mon.get("gpus") or [{}])[0].get("clocks") or {})
+    ok = limit is not None and 50 <= limit <= 1500 and held is not None
+    figure = (f"power limit {limit:,.0f} W; held back in {held:.0%} of "
+              f"{clocks.get('samples')} samples ({mon.get('gpu_clock_reasons') or 'no reason'})"
+              if ok else f"power limit {limit}, held back {held}")
+    return Check(title, verdict(ok if res else None), figure,
+                 {"clocks": clocks, "power_limit_w": limit})
+
+
 def calibration_check(res: dict[str, Any] | None) -> Check:
     """The calibration's bf16 GEMM and copy bandwidth against the vendor's peak table: a
     measured ceiling above the datasheet, or below a third of it, is not believable. Where
@@ -727,6 +743,12 @@ def run_all(plan: Plan, gpus: int, budget: float,
     checks.append(monitor_check(results.get("resnet50_training_bfloat16")))
     # A collective cell's monitor, around its whole sweep (never run on a GPU before).
     checks.append(monitor_check(results.get("comms_nccl1"), "monitor: a collective sweep"))
+    # What held the clocks back: a model's training steps, and the calibration's long GEMMs
+    # (where a power limit shows).
+    checks.append(clocks_check(results.get("resnet50_training_bfloat16"),
+                               "clocks: bf16 training's power limit and reasons"))
+    checks.append(clocks_check(results.get("calibration"),
+                               "clocks: the calibration's power limit and reasons"))
     checks.append(calibration_check(results.get("calibration")))
     for name in ("resnet50_training_ddp1", "resnet50_training_ddp2"):
         if name in plan.commands:

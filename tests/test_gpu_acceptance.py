@@ -288,6 +288,16 @@ def test_monitor_and_summary(gpu_acceptance):
     sweep = gpu_acceptance.monitor_check({"status": "not_run", "error": "budget"},
                                          "monitor: a collective sweep")
     assert (sweep.name, sweep.verdict) == ("monitor: a collective sweep", "skip")
+    # The clocks: a power limit and reasons read are the verdict, their share the figure.
+    res["extra"]["monitor"].update(gpu_power_limit_w=700.0, gpu_clocks_held_back=0.4,
+                                   gpu_clock_reasons="power cap 40%")
+    res["extra"]["monitor"]["gpus"][0]["clocks"] = {"samples": 20, "held_back": 0.4}
+    clocks = gpu_acceptance.clocks_check(res, "clocks")
+    assert clocks.verdict == "pass"
+    assert clocks.figure == "power limit 700 W; held back in 40% of 20 samples (power cap 40%)"
+    res["extra"]["monitor"]["gpu_clocks_held_back"] = None  # reasons not readable
+    assert gpu_acceptance.clocks_check(res, "clocks").verdict == "fail"
+    assert gpu_acceptance.clocks_check(None, "clocks").verdict == "skip"
     text = gpu_acceptance.summary_markdown(
         [gpu_acceptance.Check("a", "pass", "1"), gpu_acceptance.Check("b", "fail", "2")], "H100")
     assert "| b | 2 | fail |" in text and "1 failed." in text

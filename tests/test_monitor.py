@@ -227,14 +227,20 @@ class FakeNvml:
         return int(1_000_000 + self.WATTS * (time.perf_counter() - self.born) * 1000)  # mJ
 
 
-def test_gpu_energy_from_the_nvml_counter_else_integrated_power_with_an_nvml_test_double():
-    """NVML is a test double here: checks how readings become the summary, not NVML."""
-    nvml = FakeNvml()
+def sampled(nvml, seconds, items):
+    """A monitor of the test double's two GPUs every 10 ms for ``seconds``, and its
+    summary."""
     mon = monitor.ResourceMonitor(10, gpus=[0, "GPU-1111"], nvml=nvml,
                                   powercap_root=Path("/nonexistent"))
     with mon:
-        time.sleep(0.25)
-    s = mon.summary(items=1000)
+        time.sleep(seconds)
+    return mon, mon.summary(items=items)
+
+
+def test_gpu_energy_from_the_nvml_counter_else_integrated_power_with_an_nvml_test_double():
+    """NVML is a test double here: checks how readings become the summary, not NVML."""
+    nvml = FakeNvml()
+    mon, s = sampled(nvml, 0.25, 1000)
     gpu0, gpu1 = s["gpus"]
     assert gpu0["energy_method"] == "nvml_total_energy"
     assert gpu0["energy_j"] == pytest.approx(600 * s["duration_s"], rel=0.05)
@@ -260,6 +266,77 @@ def test_gpu_energy_from_the_nvml_counter_else_integrated_power_with_an_nvml_tes
     assert s["power_max_w"] == pytest.approx(900, rel=0.05)
     mon.close()
     assert nvml.calls["shutdown"] == 1
+
+
+class ThrottledNvml(FakeNvml):
+    """GPU 0 at its power cap every other sample (and once too hot too), with its power
+    limit and clocks; GPU 1 (a MIG-like handle) reports neither reasons nor settings."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads = 0
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        if h == 1:
+            raise FakeNvmlError("Not Supported")
+        self.reads += 1
+        if self.reads == 3:
+            return 0x4 | 0x40  # power cap and hardware thermal slowdown at once
+        return 0x4 if self.reads % 2 else 0x1  # power cap, else idle
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        if h == 1:
+            raise FakeNvmlError("Not Supported")
+        return 500_000  # mW: a 700 W board capped at 500 W
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h):
+        return 700_000
+
+    def nvmlDeviceGetMaxClockInfo(self, h, clock):
+        return 1980
+
+    def nvmlDeviceGetEccMode(self, h):
+        return (1, 1)
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        return 5
+
+
+def test_clocks_held_back_and_the_settings_a_gpu_ran_under_with_an_nvml_test_double():
+    """NVML is a test double: how clock event reasons and settings become the summary."""
+    mon, s = sampled(ThrottledNvml(), 0.2, 10)
+    gpu0, gpu1 = s["gpus"]
+    masks = [int(m) for m in mon.series()["gpu0_clock_reasons"]]
+    capped = sum(bool(m & 0x4) for m in masks) / len(masks)
+    assert gpu0["clocks"]["samples"] == len(masks) >= 3
+    assert gpu0["clocks"]["held_back"] == pytest.approx(capped)
+    assert gpu0["clocks"]["reasons"]["power_cap"] == pytest.approx(capped)
+    assert gpu0["clocks"]["reasons"]["thermal"] == pytest.approx(1 / len(masks))
+    assert gpu0["clocks"]["reasons"]["idle"] == pytest.approx(1 - capped)
+    assert gpu0["clocks"]["text"] == (f"power cap {capped:.0%}, thermal {1 / len(masks):.0%}")
+    assert gpu0["settings"]["power_limit_w"] == 500.0
+    assert gpu0["settings"]["default_power_limit_w"] == 700.0
+    assert gpu0["settings"]["sm_clock_max_mhz"] == 1980 and gpu0["settings"]["ecc"] is True
+    assert gpu0["settings"]["pcie_generation"] == 5
+    assert gpu0["settings"]["persistence_mode"] is None  # not given: unknown, not False
+    assert gpu1["clocks"] == {"samples": 0, "held_back": None, "reasons": {}, "text": None}
+    assert gpu1["settings"]["power_limit_w"] is None
+    assert s["gpu_power_limit_w"] == 500.0
+    assert s["gpu_clocks_held_back"] == pytest.approx(capped)
+    assert s["gpu_clock_reasons"] == gpu0["clocks"]["text"]
+    mon.close()
+
+
+def test_reasons_that_do_not_hold_a_gpu_back_are_counted_apart():
+    """Idle and clocks set by the user are not the GPU holding back under load."""
+    from dlbench import gpu_clocks
+
+    out = gpu_clocks.summarize([0x1, 0x2, 0x0, None, 0x20])
+    assert out["samples"] == 4 and out["held_back"] == 0.25
+    assert out["reasons"] == {"thermal": 0.25, "idle": 0.25, "clocks_set": 0.25}
+    assert out["text"] == "thermal 25%"
+    assert gpu_clocks.summarize([0x1, 0x10])["text"] is None
+    assert gpu_clocks.summarize([None])["held_back"] is None
 
 
 def test_power_from_an_energy_counter_over_intervals_of_a_tenth_of_a_second_at_least():

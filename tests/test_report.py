@@ -765,3 +765,25 @@ def test_where_the_time_went_sums_each_studys_cells_once_by_stage(tmp_path):
     html = (outdir / "index.html").read_text()
     assert "wall-time" in chart_names(html)
     assert "of which the measured iterations took 12 s" in section_of(html, "time")
+
+
+def test_cells_whose_gpu_clocks_were_held_back_are_listed_with_why(tmp_path):
+    """A cell at its power cap for most of its samples is listed with its reasons and power
+    limit; one held back for a sample in a hundred, or a CPU cell, is not."""
+    capped, brief, cpu = (model_result("s", model_cell("resnet50", "training", p, 64),
+                                       monitored=True)
+                          for p in ("float32", "float16", "bfloat16"))
+    capped["extra"]["monitor"].update(gpu_power_limit_w=500.0, gpu_clocks_held_back=0.62,
+                                      gpu_clock_reasons="power cap 62%")
+    brief["extra"]["monitor"].update(gpu_power_limit_w=700.0, gpu_clocks_held_back=0.01,
+                                     gpu_clock_reasons="thermal 1%")
+    cpu["cell"]["device"] = "cpu"
+    parquet = write_parquet(tmp_path, [capped, brief, cpu])
+    frame = load(parquet)
+    assert sorted(frame["gpu_power_limit_w"].dropna()) == [500.0, 700.0]
+    outdir = tmp_path / "out"
+    render(parquet, outdir)
+    clocks = section_of((outdir / "index.html").read_text(), "clocks")
+    assert clocks.count("<tr>") == 2  # the header and the capped cell
+    assert "power cap 62%" in clocks and "62%" in clocks and ">500<" in clocks
+    assert cell_id_of(capped["cell"]) in clocks and "thermal" not in clocks

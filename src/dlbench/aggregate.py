@@ -50,6 +50,10 @@ MONITOR_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("power_mean_w", pa.float64()), ("power_max_w", pa.float64()),
     ("energy_j", pa.float64()), ("samples_per_joule", pa.float64()),
     ("energy_note", pa.string()),
+    # The cell's GPUs' operating conditions (dlbench.gpu_clocks): the lowest power limit,
+    # and the share of samples the most held-back GPU ran below its clock, and why.
+    ("gpu_power_limit_w", pa.float64()), ("gpu_clocks_held_back", pa.float64()),
+    ("gpu_clock_reasons", pa.string()),
 ]
 
 # Where each cell's time went (result "stages_s", dlbench.stages): wall_<stage>_s.

@@ -1,8 +1,9 @@
 """Resource monitor: memory, utilisation, power and energy of a cell's measured phase.
 
 A background thread samples at a fixed interval, from the start to the end of the measured
-iterations: per GPU (NVML) power draw, energy counter, utilisation, memory used, SM clock
-and temperature; the RSS and CPU use of the runner's process and all its descendants
+iterations: per GPU (NVML) power draw, energy counter, utilisation, memory used, SM clock,
+temperature and the reasons its clock was held back (``dlbench.gpu_clocks``: power cap,
+thermal, hardware slowdown; with the power limit and clocks it ran under); the RSS and CPU use of the runner's process and all its descendants
 (psutil); the host's RAPL energy counters where the machine exposes readable ones. Energy
 of the phase comes from counters read at its start and end (NVML's total-energy counter,
 RAPL), or from the power samples integrated over time where a GPU has no energy counter.
@@ -37,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlbench import atomic, staging
+from dlbench import atomic, gpu_clocks, staging
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
 # Every 0.5 s: on a busy 2-core host, sampling every 0.1 s cost 1.4 % of throughput
@@ -50,7 +51,7 @@ SHORTEST_POWER_INTERVAL_S = 0.1
 # list is refreshed at most this often to keep each sample cheap.
 CHILDREN_REFRESH_S = 1.0
 GPU_FIELDS = ("power_w", "energy_mj", "utilization_percent", "memory_used_bytes",
-              "sm_clock_mhz", "temperature_c")
+              "sm_clock_mhz", "temperature_c", "clock_reasons")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -217,6 +218,7 @@ class NvmlGpus:
             raise
         self.ids = [str(i) for i in ids]
         self.indices = [self._call(nvml.nvmlDeviceGetIndex, h) for h in self.handles]
+        self.settings = [gpu_clocks.settings(nvml, h) for h in self.handles]
         self._unsupported: set[tuple[int, str]] = set()
         self._energy_start: list[int | None] = []
 
@@ -253,6 +255,9 @@ class NvmlGpus:
                 return float(nvml.nvmlDeviceGetMemoryInfo(h).used)
             if field == "sm_clock_mhz":
                 return float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
+            if field == "clock_reasons":  # a bit mask (exact as a float)
+                mask = gpu_clocks.reasons(nvml, h)
+                return float(mask) if mask is not None else None
             return float(nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU))
         except self.nvml.NVMLError:  # not supported here (MIG, older boards): stop asking
             self._unsupported.add((gpu, field))
@@ -448,6 +453,7 @@ class ResourceMonitor:
         device_peaks = [g["memory_used_peak_bytes"] for g in out["gpus"]
                         if g["memory_used_peak_bytes"] is not None]
         out["peak_device_memory_bytes"] = max(device_peaks) if device_peaks else None
+        out.update(_clocks_summary(out["gpus"]))
         out.update(self._energy_summary(out, duration, items))
         out["window"] = self.window
         if self.window != MEASURED_WINDOW:  # said with every figure, in the table too
@@ -502,6 +508,8 @@ class ResourceMonitor:
             "memory_used_peak_bytes": int(max(mem)) if mem else None,
             "sm_clock_mean_mhz": _mean(clock), "temperature_max_c": max(temp) if temp else None,
             "energy_j": energy, "energy_method": method,
+            "clocks": gpu_clocks.summarize(cols.get(f"gpu{i}_clock_reasons", [])),
+            "settings": self.gpus.settings[i],
         }
 
     def _energy_summary(self, out: Mapping[str, Any], duration: float,
@@ -590,6 +598,18 @@ def _interval_power(t: Sequence[float], energy_mj: Sequence[Any],
         if joules >= 0 and seconds > 0:
             out[b] = joules / seconds
     return out
+
+
+def _clocks_summary(gpus: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The cell's GPUs at a glance: the lowest power limit, and the share of samples the
+    most held-back GPU spent below its clock, with its reasons."""
+    limits = [g["settings"]["power_limit_w"] for g in gpus
+              if g["settings"].get("power_limit_w") is not None]
+    held = [g["clocks"] for g in gpus if g["clocks"]["held_back"] is not None]
+    worst = max(held, key=lambda c: c["held_back"], default=None)
+    return {"gpu_power_limit_w": min(limits, default=None),
+            "gpu_clocks_held_back": worst["held_back"] if worst else None,
+            "gpu_clock_reasons": worst["text"] if worst else None}
 
 
 def _present(values: Iterable[Any]) -> list[Any]:

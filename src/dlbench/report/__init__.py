@@ -81,6 +81,12 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
                 "unstable_cv threshold: their figures vary from run to run, so compare them "
                 "with care.",
                 _present(tables.unstable_table(frame))),
+        Section("clocks", "GPU clocks held back",
+                "Cells whose GPUs ran below their clock for part of the measurement (NVML's "
+                "clock event reasons, sampled by the resource monitor): their figures are "
+                "the GPU's at a lower clock, set by its power limit, its temperature or the "
+                "system; another system's cooling or power cap alone can differ so.",
+                _present(tables.held_back_table(frame))),
         Section("resources", "Energy and memory",
                 "What the resource monitor recorded over the measured iterations of each cell.",
                 _present(resource_charts.energy_figure(models),

@@ -166,6 +166,27 @@ def environment_table(frame: pd.DataFrame) -> str | None:
     return table(headers, rows, css="environment")
 
 
+# A cell whose GPU spent this share of its samples below its clock is listed.
+HELD_BACK_LISTED = 0.05
+
+
+def held_back_table(frame: pd.DataFrame) -> str | None:
+    """Cells whose GPU clocks were held back (power cap, thermal, hardware slowdown) for
+    part of their measurement, most first; None when there are none."""
+    if "gpu_clocks_held_back" not in frame:
+        return None
+    held = pd.to_numeric(frame["gpu_clocks_held_back"], errors="coerce")
+    rows = frame[held >= HELD_BACK_LISTED].assign(held=held)
+    if rows.empty:
+        return None
+    rows = rows.drop_duplicates(subset=["source"]).sort_values("held", ascending=False)
+    body = [[r.study, r.system, r.cell_id, f"{r.held:.0%}", r.gpu_clock_reasons or "",
+             f"{r.gpu_power_limit_w:,.0f}" if pd.notna(r.gpu_power_limit_w) else ""]
+            for _, r in rows.iterrows()]
+    return table(["study", "system", "cell", "samples held back", "why", "power limit (W)"],
+                 body, css="numeric-tail")
+
+
 def unstable_table(frame: pd.DataFrame) -> str | None:
     """Measurements whose runs disagree beyond the unstable_cv threshold, worst first;
     None when there are none (or no cell ran more than once)."""
