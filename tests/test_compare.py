@@ -81,6 +81,34 @@ def test_a_40_percent_slower_run_is_slower_with_an_interval_below_one_and_exits_
                  "--fail-on", "none"]) == 0
 
 
+def test_a_side_whose_gpu_clocks_were_held_back_says_so_beside_its_verdict(tmp_path):
+    """NEW slower, its GPU at its power cap in most samples: the verdict stands, and its
+    note says what may explain it; a side held back in one sample of a hundred says
+    nothing."""
+    write_result(tmp_path / "a", "sysA", model_cell(), noisy(0.100, seed=1))
+    path = write_result(tmp_path / "b", "sysB", model_cell(), noisy(0.140, seed=2))
+    res = R.read(path)
+    res["extra"]["monitor"] = {"gpu_power_limit_w": 500.0, "gpu_clocks_held_back": 0.62,
+                               "gpu_clock_reasons": "power cap 62%"}
+    R.write(res, path)
+    write_result(tmp_path / "a", "sysA", model_cell("alexnet"), noisy(0.05, seed=3))
+    path = write_result(tmp_path / "b", "sysB", model_cell("alexnet"), noisy(0.05, seed=4))
+    res = R.read(path)
+    res["extra"]["monitor"] = {"gpu_clocks_held_back": 0.01, "gpu_clock_reasons": "thermal 1%"}
+    R.write(res, path)
+    out = tmp_path / "out"
+    main([str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out), "--fail-on", "none"])
+    comparison = compare(str(tmp_path / "a"), str(tmp_path / "b"))
+    row = verdict_of(comparison)
+    assert row.verdict == "slower" and row.new_gpu_clocks_held_back == 0.62
+    assert row.note == "NEW's GPU clocks held back in 62% of samples (power cap 62%)"
+    assert not isinstance(verdict_of(comparison, "alexnet").note, str)  # no note: null
+    md = (out / "compare.md").read_text()
+    assert ("- resnet18 training float32 bs8: NEW's GPU clocks held back in 62% of samples "
+            "(power cap 62%)") in md
+    assert "held back" in (out / "compare.html").read_text()
+
+
 def test_two_runs_of_the_same_distribution_are_judged_the_same(tmp_path):
     for i, model in enumerate(["resnet18", "alexnet", "vgg11", "resnet50", "googlenet"]):
         write_result(tmp_path / "a", "x", model_cell(model), noisy(0.05 * (i + 1), seed=10 + i))

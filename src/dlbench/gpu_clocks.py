@@ -32,6 +32,9 @@ OTHER = {
 LABELS = {"power_cap": "power cap", "thermal": "thermal", "hardware_slowdown":
           "hardware slowdown", "idle": "idle", "clocks_set": "clocks set",
           "sync_boost": "sync boost"}
+# A cell whose GPU was held back in this share of its samples or more is pointed out (the
+# report's list, a note beside dlbench compare's verdict).
+NOTABLE = 0.05
 # A sample counts as held back when any of HELD_BACK's reasons is set.
 HELD_BACK_MASK = 0
 for _bits in HELD_BACK.values():
@@ -89,6 +92,14 @@ def summarize(samples: Iterable[Any]) -> dict[str, Any]:
     return {"samples": len(masks), "held_back": held,
             "reasons": {name: value for name, value in share.items() if value > 0},
             "text": describe(share)}
+
+
+def note(side: str, held_back: float | None, text: str | None) -> str | None:
+    """One line saying that ``side``'s GPU clocks were held back, where notably so."""
+    if held_back is None or held_back < NOTABLE:
+        return None
+    why = text if isinstance(text, str) and text else "reasons not recorded"
+    return f"{side}'s GPU clocks held back in {held_back:.0%} of samples ({why})"
 
 
 def describe(share: Mapping[str, float]) -> str | None:

@@ -160,6 +160,9 @@ def markdown(comparison: Comparison) -> str:
              for r in moved.itertuples()], right=8), "",
             "Ratios are NEW/BASE: above 1 is faster for throughput, slower for latency "
             "(p50/p95/p99), more for energy per sample and peak memory.", ""]
+        noted = moved[moved["note"].notna()]
+        lines += [f"- {_md(r.label)}: {_md(r.note)}" for r in noted.itertuples()]
+        lines += [""] if len(noted) else []
     for verdict, title in (("base only", "Only in BASE"), ("new only", "Only in NEW")):
         rows = _of(cells, verdict)
         if len(rows):

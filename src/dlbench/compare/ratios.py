@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dlbench import bootstrap
+from dlbench import bootstrap, gpu_clocks
 from dlbench.comms.sizes import measured_label
 
 __all__ = ["Settings", "compare_cells", "side_values", "summaries", "verdicts"]
@@ -73,7 +73,8 @@ def side_values(rows: pd.DataFrame) -> pd.DataFrame:
     several) and the sample its bootstrap draws from (``sample``, ``method``)."""
     spj = _numbers(rows, "samples_per_joule")
     with np.errstate(divide="ignore", invalid="ignore"):
-        rows = rows.assign(energy_per_sample_j=np.where(spj > 0, 1 / spj, np.nan))
+        rows = rows.assign(energy_per_sample_j=np.where(spj > 0, 1 / spj, np.nan),
+                           _held_back=_numbers(rows, "gpu_clocks_held_back"))
     group = rows.groupby("_key", sort=False)
     out = pd.DataFrame({
         "repeats": group.size(),
@@ -84,7 +85,12 @@ def side_values(rows: pd.DataFrame) -> pd.DataFrame:
         "items_per_iteration": group["items_per_iteration"].first(),
         "iterations": group["iterations"].sum(min_count=1),
         "system": group["system"].first(),
+        # The most held-back run's share of samples with its GPU below its clock, and why.
+        "gpu_clocks_held_back": group["_held_back"].max(),
     })
+    out["gpu_clock_reasons"] = (rows.sort_values("_held_back", ascending=False)
+                                .groupby("_key", sort=False)["gpu_clock_reasons"].first()
+                                .reindex(out.index))
     # Plain arrays and lists from here: iterating pandas groups costs ~1 ms a group.
     codes, uniques = pd.factorize(rows["_key"])
     positions: list[list[int]] = [[] for _ in uniques]
@@ -247,8 +253,25 @@ def compare_cells(base_rows: pd.DataFrame, new_rows: pd.DataFrame, keys: list[st
         for column in ("time_median_s", "throughput", "repeats", "iterations", "system"):
             out[f"{side}_{column}"] = values[column].to_numpy()
     out["throughput_unit"] = new["throughput_unit"].fillna(base["throughput_unit"]).to_numpy()
+    for side, values in (("base", base), ("new", new)):
+        out[f"{side}_gpu_clocks_held_back"] = values["gpu_clocks_held_back"].to_numpy()
     out["verdict"], out["note"] = verdicts(out, settings.threshold,
                                           settings.single_run_threshold)
+    out["note"] = _with_clock_notes(out["note"].to_numpy(), base, new)
+    return out
+
+
+def _with_clock_notes(notes: np.ndarray, base: pd.DataFrame, new: pd.DataFrame) -> np.ndarray:
+    """Each cell's note, plus a line for each side whose GPU clocks were held back (a
+    power cap or heat on one side alone can make the difference)."""
+    out = notes.copy()
+    sides = [(label, side["gpu_clocks_held_back"].to_numpy(float),
+              side["gpu_clock_reasons"].to_numpy()) for label, side in (("BASE", base),
+                                                                         ("NEW", new))]
+    for i in range(len(out)):
+        parts = [out[i], *(gpu_clocks.note(label, held[i] if np.isfinite(held[i]) else None,
+                                           reasons[i]) for label, held, reasons in sides)]
+        out[i] = "; ".join(p for p in parts if p) or None
     return out
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from dlbench import gpu_clocks
 from dlbench.report.data import STATUS_ORDER, cells, ordered
 
 
@@ -166,17 +167,13 @@ def environment_table(frame: pd.DataFrame) -> str | None:
     return table(headers, rows, css="environment")
 
 
-# A cell whose GPU spent this share of its samples below its clock is listed.
-HELD_BACK_LISTED = 0.05
-
-
 def held_back_table(frame: pd.DataFrame) -> str | None:
     """Cells whose GPU clocks were held back (power cap, thermal, hardware slowdown) for
     part of their measurement, most first; None when there are none."""
     if "gpu_clocks_held_back" not in frame:
         return None
     held = pd.to_numeric(frame["gpu_clocks_held_back"], errors="coerce")
-    rows = frame[held >= HELD_BACK_LISTED].assign(held=held)
+    rows = frame[held >= gpu_clocks.NOTABLE].assign(held=held)
     if rows.empty:
         return None
     rows = rows.drop_duplicates(subset=["source"]).sort_values("held", ascending=False)
