@@ -16,6 +16,10 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_acceptance.py"
+sys.path.insert(0, str(SCRIPT.parent))  # its parts, benchmarks/gpu_check, as it finds them
+
+from gpu_check import plan as planning  # noqa: E402
+from gpu_check import settings, verdicts  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +56,11 @@ def test_dry_mode_builds_every_command_and_the_runners_accept_them(tmp_path):
     assert matmul["torch.matmul"]["config"][0]["input"][0]["args"][0]["shape"] == [8192, 8192]
 
 
-def test_a_command_the_runner_refuses_is_reported(gpu_acceptance, tmp_path):
-    plan = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
-    assert gpu_acceptance.check_plan_parses(plan) == []
+def test_a_command_the_runner_refuses_is_reported(tmp_path):
+    plan = planning.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
+    assert planning.check_plan_parses(plan) == []
     plan.commands["resnet50_training_float32"].append("--dtype=float8")
-    (problem,) = gpu_acceptance.check_plan_parses(plan)
+    (problem,) = planning.check_plan_parses(plan)
     assert problem.startswith("resnet50_training_float32: ")
 
 
@@ -77,14 +81,14 @@ def result(tput, loss=1.0, status="ok", compile_facts=None):
                               "extra": extra}] if status == "ok" else []}
 
 
-def test_model_verdicts_follow_the_figures(gpu_acceptance):
+def test_model_verdicts_follow_the_figures():
     results = {f"resnet50_training_{p}": result(t) for p, t in
                (("float32", 1000), ("tf32", 1800), ("float16", 2500), ("bfloat16", 900))}
     results["resnet50_training_float16"] = result(2500, loss=None)
     results["resnet50_inference_float32"] = result(3000, status="failed")
     results["resnet50_training_bfloat16_inductor"] = result(
         1200, compile_facts={"compile_time_s": 70.0})
-    checks = {c.name: c for c in gpu_acceptance.model_checks(results)}
+    checks = {c.name: c for c in verdicts.model_checks(results)}
     assert checks["training tf32 faster than float32"].verdict == "pass"
     assert checks["training bfloat16 faster than float32"].verdict == "fail"
     assert checks["float16 training (GradScaler) has a finite loss"].verdict == "fail"
@@ -94,7 +98,7 @@ def test_model_verdicts_follow_the_figures(gpu_acceptance):
     # A cell's line says where its time went on that GPU, when its result says so.
     results["resnet50_training_tf32"]["stages_s"] = {"startup": 6.0, "build": 2.5,
                                                      "measure": 10.0, "other": 1.5}
-    tf32 = {c.name: c for c in gpu_acceptance.model_checks(results)}["resnet50_training_tf32 runs"]
+    tf32 = {c.name: c for c in verdicts.model_checks(results)}["resnet50_training_tf32 runs"]
     assert tf32.figure == "1,800 img/s (wall 20 s: startup 6.0, build 2.5, measure 10.0, other 1.5)"
     assert tf32.detail["stages_s"]["build"] == 2.5
     # A result without stages: the figure alone.
@@ -102,12 +106,12 @@ def test_model_verdicts_follow_the_figures(gpu_acceptance):
     inductor = checks["compile inductor: bf16 training"]
     assert inductor.verdict == "pass" and "1.33x eager" in inductor.figure
     del results["resnet50_training_bfloat16"]  # a rerun of the compile modes alone
-    alone = {c.name: c for c in gpu_acceptance.model_checks(results)}
+    alone = {c.name: c for c in verdicts.model_checks(results)}
     assert alone["compile inductor: bf16 training"].figure == \
         "1,200 img/s, eager not run, compile 70 s"
 
 
-def test_language_model_verdicts_follow_the_results(gpu_acceptance, tmp_path):
+def test_language_model_verdicts_follow_the_results(tmp_path):
     """An oom row for Llama-3-8B training is an answer (128 GB of float32 weights, gradients
     and Adam state); a failed inference cell or no bare-loop figures fail. MFU is computed
     from the vendor peak of the recorded GPU."""
@@ -120,7 +124,7 @@ def test_language_model_verdicts_follow_the_results(gpu_acceptance, tmp_path):
                "llm_serve_b1": {"status": "ok", "extra": {
                    "ttft_s": 0.02, "tpot_s": 0.008, "output_tokens_per_s": 120.0}},
                "llm_serve_b32": {"status": "failed", "error": "broke", "extra": {}}}
-    checks = {c.name: c for c in gpu_acceptance.llm_checks(results, tmp_path)}
+    checks = {c.name: c for c in verdicts.llm_checks(results, tmp_path)}
     gpt2 = checks["gpt2_xl bf16 training"]
     assert gpt2.verdict == "pass" and "MFU 40.4%" in gpt2.figure  # 400 of 989.4 TFLOP/s
     assert checks["llama3_8b bf16 training"].verdict == "pass"
@@ -129,30 +133,30 @@ def test_language_model_verdicts_follow_the_results(gpu_acceptance, tmp_path):
     assert checks["llama3_8b bf16 inference, batch 32"].verdict == "fail"
     assert checks["gpt2_xl training: runner against a bare loop"].verdict == "fail"
     (tmp_path / "llm_bare.json").write_text(json.dumps({"ratio": 0.991}))
-    checks = {c.name: c for c in gpu_acceptance.llm_checks(results, tmp_path)}
+    checks = {c.name: c for c in verdicts.llm_checks(results, tmp_path)}
     assert checks["gpt2_xl training: runner against a bare loop"].verdict == "pass"
     graphs = "llama3_8b bf16 inference, batch 1, cudagraphs"
     assert checks[graphs].verdict == "fail" and checks[graphs].figure == "no result"
     results["llm_serve_b1_cudagraphs"] = {"status": "ok", "extra": {"ttft_s": 0.02,
                                                                     "tpot_s": 0.004}}
-    check = {c.name: c for c in gpu_acceptance.llm_checks(results, tmp_path)}[graphs]
+    check = {c.name: c for c in verdicts.llm_checks(results, tmp_path)}[graphs]
     assert check.verdict == "pass"
     assert check.figure == "TTFT 20.0 ms, TPOT 4.00 ms (2.00x eager's speed)"
     del results["llm_serve_b1"]
     results["llm_serve_b1_cudagraphs"]["extra"]["compile"] = {"recompilations_measured": 2}
-    check = {c.name: c for c in gpu_acceptance.llm_checks(results, tmp_path)}[graphs]
+    check = {c.name: c for c in verdicts.llm_checks(results, tmp_path)}[graphs]
     assert check.figure.endswith("TPOT 4.00 ms, eager not run, 2 compiled while measured")
-    plan = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
+    plan = planning.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
     command = plan.commands["llm_serve_b1_cudagraphs"]
     assert {"--compile=cudagraphs", "--batch_size=1", "--model=llama3_8b"} <= set(command)
 
 
-def test_collective_verdict_needs_nccl_and_every_size(gpu_acceptance, tmp_path):
+def test_collective_verdict_needs_nccl_and_every_size(tmp_path):
     """The NCCL all_reduce check: each size up to COMMS_END measured over NCCL and its
     data validated; a gloo result, a sweep cut short, a size not validated or a failed
     cell fails it. Its commands parse (PARAM's short
     flags), a wrong one is reported."""
-    end = gpu_acceptance.COMMS_END
+    end = settings.COMMS_END
 
     def size(n):
         return {"name": f"all_reduce|{n}", "bytes_per_iteration": n, "time_s": {"median": 1e-3},
@@ -160,23 +164,23 @@ def test_collective_verdict_needs_nccl_and_every_size(gpu_acceptance, tmp_path):
 
     res = {"status": "ok", "extra": {"backend": "nccl"},
            "measurements": [size(8), size(end)]}
-    check = gpu_acceptance.comms_check("comms_nccl2", res)
+    check = verdicts.comms_check("comms_nccl2", res)
     assert check.verdict == "pass" and check.name == "all_reduce over NCCL, 2 GPU(s)"
     assert "256 MiB in 1,000 µs, bus 268.4 GB/s" in check.figure
-    assert gpu_acceptance.comms_check("comms_nccl2", {**res, "extra": {"backend": "gloo"}}
+    assert verdicts.comms_check("comms_nccl2", {**res, "extra": {"backend": "gloo"}}
                                       ).verdict == "fail"
-    assert gpu_acceptance.comms_check("comms_nccl2", {**res, "measurements": [size(8)]}
+    assert verdicts.comms_check("comms_nccl2", {**res, "measurements": [size(8)]}
                                       ).verdict == "fail"
     unchecked = {**size(end), "extra": {"bus_gbps": 1.0}}
-    assert gpu_acceptance.comms_check("comms_nccl2", {**res, "measurements": [
+    assert verdicts.comms_check("comms_nccl2", {**res, "measurements": [
         size(8), unchecked]}).verdict == "fail"
-    assert "--c=1" in gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1,
+    assert "--c=1" in planning.build_plan(tmp_path, sys.executable, gpus=1,
                                                 autotune=False).commands["comms_nccl1"]
     # every all_reduce sweep of the plan reaches COMMS_END (b x f^k; 8 x 4^k stopped at
     # 128 MiB and failed the check on the first GPU it ran on)
     from dlbench.comms.sizes import sweep
     for gpus in (1, 2):
-        plan = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=gpus, autotune=False)
+        plan = planning.build_plan(tmp_path, sys.executable, gpus=gpus, autotune=False)
         swept = [cmd for name, cmd in plan.commands.items()
                  if name.startswith("comms_") and "--e=" + str(end) in cmd]
         assert len(swept) == (5 if gpus == 1 else 7)
@@ -184,25 +188,24 @@ def test_collective_verdict_needs_nccl_and_every_size(gpu_acceptance, tmp_path):
             flag = {a.split("=")[0]: int(a.split("=")[1]) for a in cmd
                     if a.startswith(("--b=", "--e=", "--f="))}
             assert sweep(flag["--b"], flag["--e"], flag["--f"])[-1] == end
-    failed = gpu_acceptance.comms_check("comms_nccl1", {"status": "failed", "error": "x"})
+    failed = verdicts.comms_check("comms_nccl1", {"status": "failed", "error": "x"})
     assert (failed.verdict, failed.figure) == ("fail", "x")
-    assert gpu_acceptance.comms_check("comms_nccl1", None).verdict == "skip"
-    plan = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=2, autotune=False)
+    assert verdicts.comms_check("comms_nccl1", None).verdict == "skip"
+    plan = planning.build_plan(tmp_path, sys.executable, gpus=2, autotune=False)
     # all_to_allv of uneven blocks: one size, COMMS_END bytes from each GPU
     split = next(a for a in plan.commands["comms_nccl2_a2av"] if a.startswith("--i="))
     blocks = [int(b) for b in split.removeprefix("--i=").split(",")]
     assert sum(blocks) * 4 == end and len(blocks) == 2 and blocks[0] != blocks[1]
-    uneven = gpu_acceptance.comms_check("comms_nccl2_a2av", {**res, "measurements": [
+    uneven = verdicts.comms_check("comms_nccl2_a2av", {**res, "measurements": [
         {**size(end), "name": f"all_to_allv|{end}"}]})
     assert (uneven.verdict, uneven.name) == ("pass", "all_to_allv over NCCL, 2 GPU(s)")
-    assert gpu_acceptance.check_plan_parses(plan) == []
+    assert planning.check_plan_parses(plan) == []
     plan.commands["comms_nccl2"].append("--collective=reduce_scatter_v")
-    assert gpu_acceptance.check_plan_parses(plan) == [
+    assert planning.check_plan_parses(plan) == [
         "comms_nccl2: " + " ".join(plan.commands["comms_nccl2"][3:])]
 
 
-def test_non_blocking_collectives_must_beat_blocking_ones_at_the_smallest_size(
-        gpu_acceptance, tmp_path):
+def test_non_blocking_collectives_must_beat_blocking_ones_at_the_smallest_size(tmp_path):
     """The non-blocking NCCL sweep runs on the most GPUs there are (the blocking sweep it is
     compared with has the same count) with PARAM's --z 0; slower than blocking at the
     smallest size fails, a missing side is a skip or a failure as the result says."""
@@ -211,52 +214,50 @@ def test_non_blocking_collectives_must_beat_blocking_ones_at_the_smallest_size(
             {"bytes_per_iteration": 8 * 4**i, "time_s": {"median": t}}
             for i, t in enumerate(medians)]}
 
-    one = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
+    one = planning.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
     assert "comms_nccl2_nonblocking" not in one.commands
     command = one.commands["comms_nccl1_nonblocking"]
     assert {"--z=0", "--window=20", "--num_gpus=1", "--c=1"} <= set(command)
-    check = gpu_acceptance.overlap_check(res(20e-6, 1e-3), res(5e-6, 2e-3))
+    check = verdicts.overlap_check(res(20e-6, 1e-3), res(5e-6, 2e-3))
     assert check.verdict == "pass" and "5.0 µs against 20.0 µs blocking (0.25x)" \
         in check.figure
-    assert gpu_acceptance.overlap_check(res(20e-6), res(25e-6)).verdict == "fail"
-    assert gpu_acceptance.overlap_check(None, res(5e-6)).verdict == "skip"
-    failed = gpu_acceptance.overlap_check(res(20e-6), {"status": "failed", "error": "x"})
+    assert verdicts.overlap_check(res(20e-6), res(25e-6)).verdict == "fail"
+    assert verdicts.overlap_check(None, res(5e-6)).verdict == "skip"
+    failed = verdicts.overlap_check(res(20e-6), {"status": "failed", "error": "x"})
     assert (failed.verdict, failed.figure) == ("fail", "x")
-    named = gpu_acceptance.comms_check("comms_nccl2_nonblocking", {"status": "failed",
+    named = verdicts.comms_check("comms_nccl2_nonblocking", {"status": "failed",
                                                                    "error": "x"})
     assert named.name == "all_reduce over NCCL, 2 GPU(s), nonblocking"
 
 
-def test_collectives_timed_by_cuda_events_must_beat_the_host_clock_at_the_smallest_size(
-        gpu_acceptance, tmp_path):
+def test_collectives_timed_by_cuda_events_must_beat_the_host_clock_at_the_smallest_size(tmp_path):
     """The blocking sweep again with PARAM's --use-device-time (one GPU): shorter than on
     the host's clock at the smallest size, and its result names CUDA events as its timer."""
     def res(median, timer="cuda_events"):
         return {"status": "ok", "extra": {"timer": timer},
                 "measurements": [{"bytes_per_iteration": 16, "time_s": {"median": median}}]}
 
-    one = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
+    one = planning.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
     assert {"--use-device-time", "--num_gpus=1", "--c=1"} <= set(
         one.commands["comms_nccl1_devicetime"])
-    check = gpu_acceptance.device_time_check(res(20e-6, "host"), res(8e-6))
+    check = verdicts.device_time_check(res(20e-6, "host"), res(8e-6))
     assert check.verdict == "pass", check.figure
     assert "8.0 µs against 20.0 µs host clock (0.40x)" in check.figure
-    assert gpu_acceptance.device_time_check(res(20e-6), res(25e-6)).verdict == "fail"
-    host_timed = gpu_acceptance.device_time_check(res(20e-6), res(8e-6, "host"))
+    assert verdicts.device_time_check(res(20e-6), res(25e-6)).verdict == "fail"
+    host_timed = verdicts.device_time_check(res(20e-6), res(8e-6, "host"))
     assert (host_timed.verdict, host_timed.figure) == ("fail", "timer 'host', not CUDA events")
-    assert gpu_acceptance.device_time_check(res(20e-6), None).verdict == "skip"
-    assert gpu_acceptance.comms_check("comms_nccl1_devicetime", None).name == \
+    assert verdicts.device_time_check(res(20e-6), None).verdict == "skip"
+    assert verdicts.comms_check("comms_nccl1_devicetime", None).name == \
         "all_reduce over NCCL, 1 GPU(s), devicetime"
 
 
-def test_point_to_point_over_nccl_needs_every_test_of_every_size_validated(gpu_acceptance,
-                                                                           tmp_path):
+def test_point_to_point_over_nccl_needs_every_test_of_every_size_validated(tmp_path):
     """Two GPUs only (NCCL takes one GPU per process): the largest message is found by its
     name, not by the bidirectional test's bytes (both ways)."""
-    end = gpu_acceptance.COMMS_END
-    two = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=2, autotune=False)
+    end = settings.COMMS_END
+    two = planning.build_plan(tmp_path, sys.executable, gpus=2, autotune=False)
     assert "--pt2pt=one2one" in two.commands["comms_nccl2_pt2pt"]
-    assert "comms_nccl1_pt2pt" not in gpu_acceptance.build_plan(
+    assert "comms_nccl1_pt2pt" not in planning.build_plan(
         tmp_path, sys.executable, gpus=1, autotune=False).commands
 
     def test(size, name, ways=1, validated=True):
@@ -265,45 +266,45 @@ def test_point_to_point_over_nccl_needs_every_test_of_every_size_validated(gpu_a
 
     res = {"status": "ok", "extra": {"backend": "nccl"}, "measurements": [
         test(s, "latency") for s in (8, end)] + [test(end, "bidirectional", 2)]}
-    check = gpu_acceptance.comms_check("comms_nccl2_pt2pt", res)
+    check = verdicts.comms_check("comms_nccl2_pt2pt", res)
     assert (check.verdict, check.name) == ("pass", "pt2pt over NCCL, 2 GPU(s)")
     assert check.figure.startswith("2 sizes validated; 256 MiB in")
     res["measurements"][-1] = test(end, "bidirectional", 2, validated=False)
-    assert gpu_acceptance.comms_check("comms_nccl2_pt2pt", res).verdict == "fail"
+    assert verdicts.comms_check("comms_nccl2_pt2pt", res).verdict == "fail"
 
 
-def test_monitor_and_summary(gpu_acceptance):
+def test_monitor_and_summary():
     gpu = {"power_mean_w": 421.3264000004, "power_max_w": 455.2}
     res = {"extra": {"monitor": {"gpus": [gpu], "energy_j": 809.793,
                                  "samples_per_joule": 4.741952573064968}}}
-    check = gpu_acceptance.monitor_check(res)
+    check = verdicts.monitor_check(res)
     assert check.verdict == "pass"
     assert check.figure == "mean 421 W, peak 455 W, 810 J, 4.74 samples/J"
     gpu["power_max_w"] = 374.0  # below the mean, as NVML's lagging reading gave it
-    assert gpu_acceptance.monitor_check(res).verdict == "fail"
+    assert verdicts.monitor_check(res).verdict == "fail"
     gpu["power_max_w"] = 455.2
     res["extra"]["monitor"]["gpus"][0]["power_mean_w"] = 5.0  # below any working GPU
-    assert gpu_acceptance.monitor_check(res).verdict == "fail"
-    assert gpu_acceptance.monitor_check(None).verdict == "skip"
-    sweep = gpu_acceptance.monitor_check({"status": "not_run", "error": "budget"},
+    assert verdicts.monitor_check(res).verdict == "fail"
+    assert verdicts.monitor_check(None).verdict == "skip"
+    sweep = verdicts.monitor_check({"status": "not_run", "error": "budget"},
                                          "monitor: a collective sweep")
     assert (sweep.name, sweep.verdict) == ("monitor: a collective sweep", "skip")
     # The clocks: a power limit and reasons read are the verdict, their share the figure.
     res["extra"]["monitor"].update(gpu_power_limit_w=700.0, gpu_clocks_held_back=0.4,
                                    gpu_clock_reasons="power cap 40%")
     res["extra"]["monitor"]["gpus"][0]["clocks"] = {"samples": 20, "held_back": 0.4}
-    clocks = gpu_acceptance.clocks_check(res, "clocks")
+    clocks = verdicts.clocks_check(res, "clocks")
     assert clocks.verdict == "pass"
     assert clocks.figure == "power limit 700 W; held back in 40% of 20 samples (power cap 40%)"
     res["extra"]["monitor"]["gpu_clocks_held_back"] = None  # reasons not readable
-    assert gpu_acceptance.clocks_check(res, "clocks").verdict == "fail"
-    assert gpu_acceptance.clocks_check(None, "clocks").verdict == "skip"
-    text = gpu_acceptance.summary_markdown(
-        [gpu_acceptance.Check("a", "pass", "1"), gpu_acceptance.Check("b", "fail", "2")], "H100")
+    assert verdicts.clocks_check(res, "clocks").verdict == "fail"
+    assert verdicts.clocks_check(None, "clocks").verdict == "skip"
+    text = verdicts.summary_markdown(
+        [verdicts.Check("a", "pass", "1"), verdicts.Check("b", "fail", "2")], "H100")
     assert "| b | 2 | fail |" in text and "1 failed." in text
 
 
-def test_calibration_verdict_follows_the_ceilings_against_the_vendors_peaks(gpu_acceptance):
+def test_calibration_verdict_follows_the_ceilings_against_the_vendors_peaks():
     """An H100's figures as it gave them (bf16 761 of 989.4 TFLOP/s, copy 2,965 of
     3,350 GB/s) pass; an fp8 ceiling slower than bf16, or above its peak, fails; a GPU
     without fp8 says so and is judged on the rest."""
@@ -313,21 +314,21 @@ def test_calibration_verdict_follows_the_ceilings_against_the_vendors_peaks(gpu_
         return {"status": "ok", "measurements": measurements, "extra": {},
                 "environment": {"gpu_models": ["NVIDIA H100 80GB HBM3"]}}
 
-    check = gpu_acceptance.calibration_check(result(bfloat16=761.0))
+    check = verdicts.calibration_check(result(bfloat16=761.0))
     assert check.verdict == "pass", check.figure
     assert check.figure.startswith("bf16 GEMM 761 TFLOP/s of 989.4 peak; copy 2,965 GB/s")
-    check = gpu_acceptance.calibration_check(result(bfloat16=761.0, float8=1310.0))
+    check = verdicts.calibration_check(result(bfloat16=761.0, float8=1310.0))
     assert check.verdict == "pass" and check.figure.endswith("; fp8 GEMM 1,310 of 1978.9")
-    assert gpu_acceptance.calibration_check(result(bfloat16=761.0, float8=700.0)).verdict == \
+    assert verdicts.calibration_check(result(bfloat16=761.0, float8=700.0)).verdict == \
         "fail"
-    assert gpu_acceptance.calibration_check(result(bfloat16=761.0, float8=2100.0)).verdict == \
+    assert verdicts.calibration_check(result(bfloat16=761.0, float8=2100.0)).verdict == \
         "fail"
-    assert gpu_acceptance.calibration_check(result(bfloat16=1100.0)).verdict == "fail"
+    assert verdicts.calibration_check(result(bfloat16=1100.0)).verdict == "fail"
     no_fp8 = result(bfloat16=250.0)
     no_fp8["extra"]["unsupported_precisions_not_measured"] = ["float8"]
     no_fp8["environment"]["gpu_models"] = ["NVIDIA A100-SXM4-80GB"]
     no_fp8["measurements"][-1]["gbps"] = 1700.0  # of its 2,039
-    check = gpu_acceptance.calibration_check(no_fp8)
+    check = verdicts.calibration_check(no_fp8)
     assert check.verdict == "pass" and check.figure.endswith("; no fp8 tensor cores"), check
 
 
@@ -337,7 +338,7 @@ def test_a_spent_budget_skips_the_rest_saying_so_and_everything_is_archived(
     budget and is stopped, the others never start; their checks are skips naming the
     budget, not failures, and the archive holds the logs."""
     monkeypatch.setattr(gpu_acceptance, "MIN_SLOT", 0.5)
-    plan = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
+    plan = planning.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
     quick = [sys.executable, "-c", "pass"]
     for name in plan.commands:
         plan.commands[name] = quick
@@ -354,12 +355,12 @@ def test_a_spent_budget_skips_the_rest_saying_so_and_everything_is_archived(
         time.sleep(0.1)
     assert not Path(f"/proc/{child}").exists() or "zombie" in _state(child)
     stopped = checks["resnet50_training_float32 runs"]
-    assert stopped.verdict == "skip" and stopped.figure == gpu_acceptance.BUDGET_SPENT
+    assert stopped.verdict == "skip" and stopped.figure == settings.BUDGET_SPENT
     for name in ("resnet50_inference_bfloat16 runs", "timing honesty",
                  "calibration: measured ceilings", "gpt2_xl bf16 training", "profile ncu",
                  "monitor: NVML power and energy", "DDP ddp1"):
         assert checks[name].verdict == "skip", name
-        assert checks[name].figure == gpu_acceptance.BUDGET_SPENT, name
+        assert checks[name].figure == settings.BUDGET_SPENT, name
     assert [c.name for c in checks.values() if c.verdict == "fail"] == ["report renders"]
     assert (tmp_path / "logs" / "resnet50_training_float32.log").read_text() == "started\n"
     assert not (tmp_path / "logs" / "honesty.log").exists()
@@ -387,7 +388,7 @@ def _state(pid: int) -> str:
 def test_only_runs_the_commands_named_and_skips_the_other_checks(gpu_acceptance, tmp_path):
     """--only (a second call on a lent GPU): stand-in commands, no GPU exercised. A result
     an earlier call left in the folder is not taken for this call's."""
-    plan = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
+    plan = planning.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
     (plan.cells / "resnet50_training_float32.json").write_text(json.dumps(result(900.0)))
     (tmp_path / "llm_bare.json").write_text(json.dumps({"ratio": 1.0}))  # a part's, too
     for name in plan.commands:
@@ -402,15 +403,15 @@ def test_only_runs_the_commands_named_and_skips_the_other_checks(gpu_acceptance,
     for name in ("resnet50_training_float32 runs", "bf16 8192^3 matmul", "profile torch",
                  "gpt2_xl training: runner against a bare loop"):
         assert checks[name].verdict == "skip", name
-        assert checks[name].figure == gpu_acceptance.NOT_SELECTED, name
+        assert checks[name].figure == settings.NOT_SELECTED, name
 
 
-def test_every_result_is_named_as_the_aggregate_expects(gpu_acceptance, tmp_path):
+def test_every_result_is_named_as_the_aggregate_expects(tmp_path):
     """A runner's --study/--cell_id against the identity the aggregate reads from the
     result's path: a mismatch sets the result aside as invalid (a GPU run did this)."""
     from dlbench import aggregate
 
-    plan = gpu_acceptance.build_plan(tmp_path / "anywhere", sys.executable, gpus=2,
+    plan = planning.build_plan(tmp_path / "anywhere", sys.executable, gpus=2,
                                      autotune=True)
     runners = {n: c for n, c in plan.commands.items() if any(
         a.startswith("--output=") for a in c)}
@@ -422,24 +423,24 @@ def test_every_result_is_named_as_the_aggregate_expects(gpu_acceptance, tmp_path
         assert flags["cell_id"] == name
 
 
-def test_a_result_the_aggregate_sets_aside_fails_the_check(gpu_acceptance, tmp_path):
+def test_a_result_the_aggregate_sets_aside_fails_the_check(tmp_path):
     cells = tmp_path / "cells"
     log = tmp_path / "aggregate.log"
     log.write_text("dlbench.aggregate: invalid result file x.json: study is None but ...\n")
     (cells / "invalid").mkdir(parents=True)
-    assert gpu_acceptance.aggregate_check(0, 3, cells, log).verdict == "pass"
+    assert verdicts.aggregate_check(0, 3, cells, log).verdict == "pass"
     (cells / "invalid" / "x.20261125T000000Z.json").write_text("{}")
-    check = gpu_acceptance.aggregate_check(0, 3, cells, log)
+    check = verdicts.aggregate_check(0, 3, cells, log)
     assert check.verdict == "fail"
     assert check.figure.startswith("2 of 3 results in the table; first set aside: ")
-    assert gpu_acceptance.aggregate_check(1, 0, tmp_path / "none", log).verdict == "fail"
+    assert verdicts.aggregate_check(1, 0, tmp_path / "none", log).verdict == "fail"
 
 
-def test_collectives_beside_gemms_are_checked_for_both_parts_times(gpu_acceptance, tmp_path):
+def test_collectives_beside_gemms_are_checked_for_both_parts_times(tmp_path):
     """The NCCL sweep beside bf16 GEMMs (PARAM's comms-compute) on the most GPUs: it passes
     with the GEMMs' TFLOP/s alone and a slowdown beside every size, fails without them,
     skips without a result."""
-    one = gpu_acceptance.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
+    one = planning.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
     assert "comms_nccl2_gemm" not in one.commands
     gemm = one.commands["comms_nccl1_gemm"]
     assert {"--kernel=gemm", "--num-compute=10", "--comp-data-type=bfloat16",
@@ -459,59 +460,58 @@ def test_collectives_beside_gemms_are_checked_for_both_parts_times(gpu_acceptanc
                                      "compute_alone": {"tflops": 600.0,
                                                        "shape": [4096, 8192, 2048]}},
            "measurements": [size(8, 1.0), size(256 << 20, 1.17)]}
-    check = gpu_acceptance.compute_overlap_check(res)
+    check = verdicts.compute_overlap_check(res)
     assert check.verdict == "pass", check.figure
     assert check.figure == ("GEMM 4096×8192×2048 alone 600 TFLOP/s; beside 256 MiB "
                             "all_reduce 1.17x its "
                             "time; iteration 4.00 ms against 4.50 ms of its parts one after "
                             "the other")
     lost = {**res, "measurements": [size(8, 1.0), {**size(16, 1.0), "extra": {}}]}
-    assert gpu_acceptance.compute_overlap_check(lost).verdict == "fail"
+    assert verdicts.compute_overlap_check(lost).verdict == "fail"
     square = {**res, "extra": {**res["extra"], "compute_alone": {"tflops": 600.0,
                                                                   "shape": [4096] * 3}}}
-    check = gpu_acceptance.compute_overlap_check(square)
+    check = verdicts.compute_overlap_check(square)
     assert (check.verdict, check.figure) == (
         "fail", "GEMM shape [4096, 4096, 4096], not PARAM's --mm-dim [4096, 8192, 2048]")
     alone_missing = {**res, "extra": {"backend": "nccl"}}
-    assert gpu_acceptance.compute_overlap_check(alone_missing).verdict == "fail"
-    assert gpu_acceptance.compute_overlap_check(None).verdict == "skip"
-    failed = gpu_acceptance.compute_overlap_check({"status": "failed", "error": "x"})
+    assert verdicts.compute_overlap_check(alone_missing).verdict == "fail"
+    assert verdicts.compute_overlap_check(None).verdict == "skip"
+    failed = verdicts.compute_overlap_check({"status": "failed", "error": "x"})
     assert (failed.verdict, failed.figure) == ("fail", "x")
-    assert gpu_acceptance.comms_check("comms_nccl1_gemm", res).name == \
+    assert verdicts.comms_check("comms_nccl1_gemm", res).name == \
         "all_reduce over NCCL, 1 GPU(s), gemm"
     # beside host-to-device copies: their GB/s alone, not TFLOP/s (a copy has none)
     assert "--kernel=h2d" in one.commands["comms_nccl1_h2d"]
     copies = {**res, "extra": {**res["extra"], "compute_alone": {"tflops": 0.0,
                                                                  "gbps": 52.0}}}
-    check = gpu_acceptance.compute_overlap_check(copies, "h2d")
+    check = verdicts.compute_overlap_check(copies, "h2d")
     assert check.verdict == "pass" and check.figure.startswith("h2d alone 52 GB/s; beside")
     assert check.name == "h2d copies beside NCCL collectives (comms-compute)"
-    assert gpu_acceptance.compute_overlap_check(copies).verdict == "fail"  # no TFLOP/s
+    assert verdicts.compute_overlap_check(copies).verdict == "fail"  # no TFLOP/s
 
 
-def test_params_ncu_batch_needs_every_launch_to_exit_0_and_log_kernels(gpu_acceptance):
+def test_params_ncu_batch_needs_every_launch_to_exit_0_and_log_kernels():
     """The verdict on PARAM's --ncu from the launches a result records, each with the
     kernel launches its log's table holds (written here by hand: ncu is not run)."""
     launch = {"tool": "ncu", "file": "out_1_2_0_ncu.log", "returncode": 0, "inputs": 1,
               "table": "out_1_2_0_ncu.parquet", "kernels": 3}
     res = {"status": "ok", "extra": {"nsight": [launch]}}
-    check = gpu_acceptance.ncu_batch_check(res)
+    check = verdicts.ncu_batch_check(res)
     assert check.verdict == "pass"
     assert check.figure == "1 launch(es), 3 kernel launch(es) in their tables, exit codes [0]"
-    assert gpu_acceptance.ncu_batch_check(
+    assert verdicts.ncu_batch_check(
         {"status": "ok", "extra": {"nsight": [{**launch, "returncode": 1}]}}).verdict == "fail"
     nothing = {"status": "ok", "extra": {"nsight": [{**launch, "kernels": 0}]}}
-    assert gpu_acceptance.ncu_batch_check(nothing).verdict == "fail"
+    assert verdicts.ncu_batch_check(nothing).verdict == "fail"
     unread = {**launch, "kernels": None, "table_error": "x.log: not ncu's details CSV"}
-    check = gpu_acceptance.ncu_batch_check({"status": "ok", "extra": {"nsight": [unread]}})
+    check = verdicts.ncu_batch_check({"status": "ok", "extra": {"nsight": [unread]}})
     assert check.verdict == "fail" and check.figure.endswith("; x.log: not ncu's details CSV")
-    missing = gpu_acceptance.ncu_batch_check({"status": "failed", "error": "--ncu: 'ncu' not "
+    missing = verdicts.ncu_batch_check({"status": "failed", "error": "--ncu: 'ncu' not "
                                               "found on PATH (give --ncu-bin)"})
     assert missing.verdict == "fail" and missing.figure.startswith("--ncu: 'ncu' not found")
 
 
-def test_the_operator_profile_must_hold_its_kernels_and_not_the_l2_flushs(gpu_acceptance,
-                                                                          tmp_path):
+def test_the_operator_profile_must_hold_its_kernels_and_not_the_l2_flushs(tmp_path):
     """The ncu profile of the operator cell with the L2 cache off: kernel names as ncu's
     raw page gives them (written here by hand: ncu is not run)."""
     import pyarrow as pa
@@ -524,7 +524,7 @@ def test_the_operator_profile_must_hold_its_kernels_and_not_the_l2_flushs(gpu_ac
         folder = tmp_path / str(len(list(tmp_path.iterdir())))
         folder.mkdir()
         pq.write_table(pa.table({"Kernel Name": names}), folder / "kernels.parquet")
-        return gpu_acceptance.flush_excluded_check(folder)
+        return verdicts.flush_excluded_check(folder)
 
     clean = verdict([add, add])
     assert clean.verdict == "pass" and clean.figure == "2 kernel launch(es), 0 of them the flush's"
@@ -532,4 +532,4 @@ def test_the_operator_profile_must_hold_its_kernels_and_not_the_l2_flushs(gpu_ac
     assert verdict([]).verdict == "fail"
     empty = tmp_path / "none"
     empty.mkdir()
-    assert gpu_acceptance.flush_excluded_check(empty).figure == "no kernels.parquet"
+    assert verdicts.flush_excluded_check(empty).figure == "no kernels.parquet"
