@@ -51,6 +51,20 @@ def test_an_unknown_stage_is_refused_in_one_line():
         pass
 
 
+def test_a_framework_imported_inside_the_record_is_start_up_too():
+    """A runner that imports its framework inside the record marks it startup: added to
+    the process's start before the record, and within the wall time it is part of."""
+    with stages.stage("startup"):
+        time.sleep(0.05)
+    out = stages.breakdown(wall_s=0.5, startup_s=1.0)
+    assert 1.05 <= out["startup"] < 1.2
+    assert out["other"] == pytest.approx(0.5 - (out["startup"] - 1.0), abs=1e-5)
+    stages.reset()
+    with stages.stage("startup"):
+        pass
+    assert "startup" in stages.breakdown(wall_s=0.1, startup_s=None)  # not on /proc: its own
+
+
 def test_process_age_counts_from_the_process_start():
     code = ("import time; time.sleep(0.4); from dlbench import stages; "
             "print(stages.process_age_s())")

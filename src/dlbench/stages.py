@@ -3,9 +3,10 @@
 A cell is one process, so the stages are the process's: ``stage(name)`` charges the time
 inside it to ``name``. Stages are exclusive (time inside a stage nested in another counts
 for the inner one only), so they add up to at most the cell's wall time; what no stage
-covers is ``other``. ``startup`` is the time from the process's start (the interpreter,
-imports, parsing the flags) to its cell's record starting, read from the kernel's clock
-of the process (Linux; absent elsewhere), outside ``wall_time_s``.
+covers is ``other``. ``startup`` is the process starting: the time from its start (the
+interpreter, imports, parsing the flags) to its cell's record starting, read from the
+kernel's clock of the process (Linux; absent elsewhere), outside ``wall_time_s``, plus a
+framework's import that a runner makes inside the record (``stage("startup")``).
 
 Each measured cell spends most of its wall time outside its measured iterations when it
 is short; these figures say where (``stages_s`` in a result, ``wall_<stage>_s`` columns
@@ -22,7 +23,7 @@ from collections.abc import Iterator
 # In the order a cell goes through them (the table's columns and the report's bars).
 NAMES = ("startup", "environment", "build", "flop_count", "compile", "warmup", "measure",
          "accuracy", "other")
-_TIMED = frozenset(NAMES) - {"startup", "other"}
+_TIMED = frozenset(NAMES) - {"other"}
 
 _totals: dict[str, float] = {}
 _stack: list[str] = []
@@ -46,7 +47,7 @@ def _charge(now: float) -> None:
 
 @contextlib.contextmanager
 def stage(name: str) -> Iterator[None]:
-    """Charge the time inside to ``name`` (one of NAMES but startup and other)."""
+    """Charge the time inside to ``name`` (one of NAMES but other)."""
     if name not in _TIMED:
         raise ValueError(f"unknown stage {name!r} (valid: {', '.join(sorted(_TIMED))})")
     _charge(time.perf_counter())
@@ -74,9 +75,10 @@ def process_age_s() -> float | None:
 
 def breakdown(wall_s: float, startup_s: float | None) -> dict[str, float]:
     """The stages of the cell whose body took ``wall_s``: those that ran, ``other`` (the
-    rest of ``wall_s``) and ``startup`` when known; seconds, rounded to microseconds."""
+    rest of ``wall_s``) and ``startup`` (``startup_s`` before the record, when known, plus
+    any inside it); seconds, rounded to microseconds."""
     out = {name: round(_totals[name], 6) for name in NAMES if name in _totals}
     out["other"] = round(max(0.0, wall_s - sum(_totals.values())), 6)
-    if startup_s is not None:
-        out["startup"] = round(startup_s, 6)
+    if startup_s is not None or "startup" in _totals:
+        out["startup"] = round((startup_s or 0.0) + _totals.get("startup", 0.0), 6)
     return {name: out[name] for name in NAMES if name in out}

@@ -89,10 +89,11 @@ def measure(kernel: Any, args: argparse.Namespace, sync: Any) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
-    import torch
+    with stages.stage("startup"):  # the framework's import, inside the record
+        import torch
 
-    from dlbench.pytorch import torch_environment
-    from dlbench.pytorch.runner import monitored_gpus
+        from dlbench.pytorch import torch_environment
+        from dlbench.pytorch.runner import monitored_gpus
 
     if args.device == "gpu" and not torch.cuda.is_available():
         raise cellrun.CellError("device gpu: torch sees no CUDA device")

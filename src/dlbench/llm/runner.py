@@ -69,11 +69,12 @@ def peak_memory(device: Any) -> tuple[int, str]:
 
 
 def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
-    import torch
+    with stages.stage("startup"):  # the framework's import, inside the record
+        import torch
 
-    from dlbench.pytorch import execution, precision, torch_environment
-    from dlbench.pytorch.runner import monitored_gpus
-    from dlbench.pytorch.zoo import llm as zoo_llm
+        from dlbench.pytorch import execution, precision, torch_environment
+        from dlbench.pytorch.runner import monitored_gpus
+        from dlbench.pytorch.zoo import llm as zoo_llm
 
     if args.device == "gpu" and not torch.cuda.is_available():
         raise cellrun.CellError("device gpu: torch sees no CUDA device")

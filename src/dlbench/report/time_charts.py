@@ -80,7 +80,7 @@ def time_figure(frame: pd.DataFrame) -> Figure | None:
     stages_present = [label for label in LABELS.values() if label in set(long["stage"])]
     chart = alt.Chart(long).mark_bar().encode(
         x=alt.X("seconds:Q", title="seconds, summed over the study's cells", stack="zero"),
-        y=alt.Y("label:N", title=None, sort=None),
+        y=alt.Y("label:N", title=None, sort=None, axis=alt.Axis(labelLimit=400)),
         color=alt.Color("stage:N", title="stage",
                         scale=colour_scale(stages_present, COLOURS),
                         sort=stages_present),
@@ -91,8 +91,10 @@ def time_figure(frame: pd.DataFrame) -> Figure | None:
     ).properties(width=560, height=alt.Step(22))
     caption = (summary_line(long) + " Start-up is the runner's process starting (Python, "
                "the framework's import) before its cell's record; other is what no stage "
-               "covers (process groups, data set-up, writing). Each stage is in each "
-               "result's stages_s and the table's wall_<stage>_s columns.")
+               "covers (process groups, data set-up, writing). A PyTorch cell's first FLOP "
+               "count or optimizer imports torch._dynamo (over a second on a CPU), charged to "
+               "that stage. Each stage is in each result's stages_s and the table's "
+               "wall_<stage>_s columns.")
     return Figure("wall-time", "Where the time went", caption, styled(chart),
                   table=NumbersTable([Column("label", "study"), Column("stage", "stage"),
                                       Column("seconds", "seconds", ",.1f"),
