@@ -497,7 +497,7 @@ def test_sections_without_data_are_left_out(tmp_path):
     html = (outdir / "index.html").read_text()
     assert chart_names(html) == ["throughput"]
     for section in ("failures", "operators", "precision", "tflops", "paradnn", "loader",
-                    "resources", "profiles"):
+                    "resources", "profiles", "clocks", "time"):
         assert f'id="{section}"' not in html, section
     assert len(files) == 3
 

@@ -172,8 +172,8 @@ def held_back_table(frame: pd.DataFrame) -> str | None:
     part of their measurement, most first; None when there are none."""
     if "gpu_clocks_held_back" not in frame:
         return None
-    held = pd.to_numeric(frame["gpu_clocks_held_back"], errors="coerce")
-    rows = frame[held >= gpu_clocks.NOTABLE].assign(held=held)
+    with_held = frame.assign(held=pd.to_numeric(frame["gpu_clocks_held_back"], errors="coerce"))
+    rows = with_held[with_held["held"] >= gpu_clocks.NOTABLE]
     if rows.empty:
         return None
     rows = rows.drop_duplicates(subset=["source"]).sort_values("held", ascending=False)
