@@ -3,10 +3,11 @@
 A background thread samples at a fixed interval, from the start to the end of the measured
 iterations: per GPU (NVML) power draw, energy counter, utilisation, memory used, SM clock,
 temperature and the reasons its clock was held back (``dlbench.gpu_clocks``: power cap,
-thermal, hardware slowdown; with the power limit and clocks it ran under); the RSS and CPU use of the runner's process and all its descendants
-(psutil); the host's RAPL energy counters where the machine exposes readable ones. Energy
-of the phase comes from counters read at its start and end (NVML's total-energy counter,
-RAPL), or from the power samples integrated over time where a GPU has no energy counter.
+thermal, hardware slowdown; with the power limit and clocks it ran under); the RSS and
+CPU use of the runner's process and all its descendants (psutil); the host's RAPL energy
+counters where the machine exposes readable ones. Energy of the phase comes from counters
+read at its start and end (NVML's total-energy counter, RAPL), or from the power samples
+integrated over time where a GPU has no energy counter.
 A GPU's power between two samples comes from its energy counter where it has one: NVML's
 power reading is an average over about a second on recent boards (H100), so in a phase of
 a second or less it still shows the idle GPU before it, and its peak came out below the
