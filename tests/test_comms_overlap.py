@@ -61,6 +61,25 @@ def test_params_other_kernels_compute_what_they_count(name, want, flops, moved):
         overlap.kernel("conv", 4, "float32", torch.device("cpu"))
 
 
+def test_the_embedding_lookup_sums_each_bag_from_its_own_table():
+    """PARAM's emb_lookup as one embedding_bag over the tables side by side: each bag the
+    sum of its rows, each table's indices among its own rows, and the FLOPs and bytes
+    counted (an add per element gathered; the rows, the indices and the output)."""
+    import torch
+
+    spec = overlap.Tables(dim=6, rows=50, tables=3, batch=4, bag=5)
+    weight, indices, offsets = overlap.lookup_inputs(spec, torch.device("cpu"))
+    assert weight.shape == (150, 6) and indices.shape == (60,) and offsets[-1] == 60
+    for t, rows in enumerate(indices.reshape(3, 20)):
+        assert ((rows >= 50 * t) & (rows < 50 * (t + 1))).all()
+    work = overlap.kernel("emb_lookup", 100, "bfloat16", torch.device("cpu"), tables=spec)
+    out = work.run()
+    expected = weight[indices].reshape(12, 5, 6).sum(dim=1)
+    assert torch.allclose(out, expected)
+    assert (work.flops, work.shape) == (60 * 6, (3, 50, 6))
+    assert work.bytes == 60 * 6 * 4 + 60 * 8 + 12 * 6 * 4
+
+
 def test_params_mm_dim_shapes_give_a_gemm_and_operands_of_their_own():
     """mm_shape (PARAM's --mm-dim m n p): a GEMM of A[m,n] and B[n,p], counted as such;
     the elementwise kernels' m x n operands (a third value, which PARAM allows them but
@@ -187,6 +206,60 @@ def test_a_study_gives_a_gemm_its_shape_and_refuses_one_its_kernel_does_not_take
             cells(**grid)
 
 
+def test_a_study_shapes_an_embedding_lookup_by_its_tables_not_by_mm_dim():
+    """emb_lookup cells take the tables' axes (PARAM's flags on the runner's command line)
+    and none of mm_dim, mm_shape or compute_data_type; a GEMM cell of the same grid keeps
+    its id and takes no table axis."""
+    cells = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "num_gpus": 8, "compute_kernel": ["gemm", "emb_lookup"], "mm_dim": 2048,
+        "emb_dim": 64, "bag_size": 40}}}})
+    gemm, emb = sorted(cells, key=lambda c: c.params["compute_kernel"] == "emb_lookup")
+    assert gemm.id == "pytorch_all-reduce_float32_8x_gemm_gpu_6e1a5498"
+    assert gemm.params["emb_dim"] is None and gemm.params["bag_size"] is None
+    assert (emb.params["mm_dim"], emb.params["mm_shape"], emb.params["compute_data_type"]) \
+        == (None, None, None)
+    assert (emb.params["emb_dim"], emb.params["num_embs"], emb.params["num_emb_tables"],
+            emb.params["emb_batch_size"], emb.params["bag_size"]) == (64, 100000, 8, 512, 40)
+    assert emb.id.rsplit("_", 1)[0] == "pytorch_all-reduce_float32_8x_emb_lookup_gpu"
+    argv = kinds.get("comms").command(emb.params, Path("x.json"), "python", None)
+    assert argv[argv.index("--kernel=emb_lookup"):][:7] == [
+        "--kernel=emb_lookup", "--num-compute=100", "--emb-dim=64", "--num-embs=100000",
+        "--num-emb-tables-per-device=8", "--batch-size=512", "--bag-size=40"]
+    assert not any(a.startswith(("--mm-dim", "--comp-data-type")) for a in argv)
+    with pytest.raises(study.ConfigError, match="study 'c': bag_size: must be >= 1, got 0"):
+        study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+            "compute_kernel": "emb_lookup", "bag_size": 0}}}})
+
+
+def test_the_runner_overlaps_params_embedding_lookup_with_its_flags(tmp_path, capsys):
+    """PARAM's --kernel emb_lookup with its table flags (and their other spellings) in a
+    group of one: the tables the cell records, the lookups timed alone and beside each
+    size, their FLOPs counted; --mm-dim beside it is refused in one line."""
+    from dlbench.comms import runner
+
+    out = tmp_path / "cell.json"
+    rc = runner.main(["--device=cpu", "--kernel", "emb_lookup", "--ntables", "2",
+                      "--num-embs", "1000", "--emb-dim", "16", "--batch-size", "32",
+                      "--bag-size", "4", "--num-compute=2", "--b=64", "--e=256", "--f=4",
+                      "--w=1", "--n=2", "--c=1", f"--output={out}"])
+    res = R.read(out)
+    assert rc == 0 and res["status"] == "ok", res.get("error")
+    R.validate(res)
+    cell = res["cell"]
+    assert (cell["compute_kernel"], cell["num_emb_tables"], cell["emb_batch_size"],
+            cell["mm_dim"]) == ("emb_lookup", 2, 32, None)
+    alone = res["extra"]["compute_alone"]
+    assert alone["tables"] == {"dim": 16, "rows": 1000, "tables": 2, "batch": 32, "bag": 4}
+    assert (alone["shape"], alone["data_type"], alone["dim"]) == ([2, 1000, 16], "float32",
+                                                                  None)
+    assert alone["flops_per_iteration"] == 2 * (2 * 32 * 4 * 16)
+    assert all(m["extra"]["compute_overlapped"]["slowdown"] > 0 for m in res["measurements"])
+    with pytest.raises(SystemExit) as exc:
+        runner.main(["--device=cpu", "--kernel", "emb_lookup", "--mm-dim", "64"])
+    assert exc.value.code == 2
+    assert "--mm-dim/--mm-shape: emb_lookup is shaped by its tables" in capsys.readouterr().err
+
+
 def test_the_runner_reads_params_mm_dim_with_three_values_as_a_gemm_shape(tmp_path, capsys):
     """PARAM's --mm-dim m n p on the runner's command line: the cell records the shape
     and the GEMM's FLOPs are 2mnp; two values for a GEMM are refused in one line."""
@@ -238,7 +311,7 @@ def test_in_comms_compute_mode_a_size_times_its_collective_apart_from_the_kernel
 
     made = []
 
-    def sleeping(name, dim, data_type, device, shape=""):
+    def sleeping(name, dim, data_type, device, shape="", tables=None):
         made.append((name, dim, data_type, device.type))
         return overlap.Kernel(name, lambda: time.sleep(0.004), 2.0 * dim**3, 3.0 * dim * dim)
 

@@ -29,7 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from dlbench import nccl_env
-from dlbench.comms.overlap import COMPUTE_DATA_TYPES, KERNELS, NO_KERNEL, shape_form_problem
+from dlbench.comms.overlap import (
+    COMPUTE_DATA_TYPES,
+    EMBEDDING,
+    KERNELS,
+    NO_KERNEL,
+    Tables,
+    shape_form_problem,
+)
 from dlbench.comms.sizes import (
     COLLECTIVES,
     FAN,
@@ -204,9 +211,23 @@ def _computing(params: Mapping[str, Any]) -> bool:
     return _overlappable(params) and params.get("compute_kernel") not in (None, NO_KERNEL)
 
 
+def _dense(params: Mapping[str, Any]) -> bool:
+    """Overlapped cells whose kernel works on mm_dim or mm_shape operands (all but the
+    embedding lookup, whose tables shape it)."""
+    return _computing(params) and params.get("compute_kernel") != EMBEDDING
+
+
 def _square(params: Mapping[str, Any]) -> bool:
     """Overlapped cells whose kernel's operands are mm_dim x mm_dim (no mm_shape)."""
-    return _computing(params) and not params.get("mm_shape")
+    return _dense(params) and not params.get("mm_shape")
+
+
+def _embedding(params: Mapping[str, Any]) -> bool:
+    """Overlapped cells whose kernel is the embedding lookup."""
+    return _computing(params) and params.get("compute_kernel") == EMBEDDING
+
+
+_TABLES = Tables()  # PARAM's defaults of the embedding lookup (dlbench.comms.overlap)
 
 
 _DEVICES = ("cpu", "gpu")
@@ -419,9 +440,9 @@ TABLE: tuple[Axis, ...] = (
     # part timed.
     Axis("compute_kernel", str, NO_KERNEL, kinds=(_COMMS,), choices=(NO_KERNEL, *KERNELS),
          since=3, applies=_overlappable, flags={_COMMS: Flag("--kernel")},
-         help="none: the collectives alone; gemm, add, sub, add_num, sub_num, copy, d2h "
-              "or h2d: that kernel computing (or copying) beside them in every iteration "
-              "(PARAM's --mode comms-compute)"),
+         help="none: the collectives alone; gemm, add, sub, add_num, sub_num, copy, d2h, "
+              "h2d or emb_lookup: that kernel computing (or copying) beside them in every "
+              "iteration (PARAM's --mode comms-compute)"),
     Axis("num_compute", int, 100, kinds=(_COMMS,), minimum=1, since=3, applies=_computing,
          flags={_COMMS: Flag("--num-compute")},
          help="compute kernels in each iteration beside its collectives"),
@@ -430,14 +451,32 @@ TABLE: tuple[Axis, ...] = (
          help="the compute kernel's operands are mm_dim x mm_dim (a GEMM's: both)"),
     # PARAM's --mm-dim with two or three values (dlbench.comms.overlap.operands): a GEMM of
     # a layer's own shape beside the collectives, instead of a square one.
-    Axis("mm_shape", str, "", kinds=(_COMMS,), since=3, applies=_computing,
+    Axis("mm_shape", str, "", kinds=(_COMMS,), since=3, applies=_dense,
          form=shape_form_problem, flags={_COMMS: Flag("--mm-shape")},
          help="the compute kernel's operands instead of mm_dim x mm_dim, comma-separated: "
               "m,n,p for gemm (A[m,n] times B[n,p]), m,n for the others (PARAM's --mm-dim "
               "m n p)"),
     Axis("compute_data_type", str, "float32", kinds=(_COMMS,), choices=COMPUTE_DATA_TYPES,
-         since=3, applies=_computing, flags={_COMMS: Flag("--comp-data-type")},
+         since=3, applies=_dense, flags={_COMMS: Flag("--comp-data-type")},
          help="the element type of the compute kernel's operands"),
+    # PARAM's embedding lookup (--kernel emb_lookup): float32 tables, as PARAM's.
+    Axis("emb_dim", int, _TABLES.dim, kinds=(_COMMS,), minimum=1, since=3,
+         applies=_embedding, flags={_COMMS: Flag("--emb-dim")},
+         help="emb_lookup: the width of each table's rows"),
+    Axis("num_embs", int, _TABLES.rows, kinds=(_COMMS,), minimum=1, since=3,
+         applies=_embedding, flags={_COMMS: Flag("--num-embs")},
+         help="emb_lookup: the rows of each table (its hash size)"),
+    Axis("num_emb_tables", int, _TABLES.tables, kinds=(_COMMS,), minimum=1, since=3,
+         applies=_embedding,
+         flags={_COMMS: Flag("--num-emb-tables-per-device", dest="num_emb_tables",
+                             also=("--ntables", "--num-emb-tables"))},
+         help="emb_lookup: the tables on each process, looked up together"),
+    Axis("emb_batch_size", int, _TABLES.batch, kinds=(_COMMS,), minimum=1, since=3,
+         applies=_embedding, flags={_COMMS: Flag("--batch-size", dest="emb_batch_size")},
+         help="emb_lookup: the bags (samples) each lookup pools, per table"),
+    Axis("bag_size", int, _TABLES.bag, kinds=(_COMMS,), minimum=1, since=3,
+         applies=_embedding, flags={_COMMS: Flag("--bag-size")},
+         help="emb_lookup: the rows each bag sums"),
     # Language-model inference (dlbench.llm): a batch of prompts, then its output tokens.
     Axis("prompt_length", int, 128, kinds=(_LLM,), minimum=1,
          flags={_LLM_RUNNER: Flag("--prompt_length")}, help="tokens of each prompt"),

@@ -13,7 +13,7 @@ from typing import Any
 
 from dlbench import axes, monitor
 from dlbench.comms import sizes as S
-from dlbench.comms.overlap import NO_KERNEL
+from dlbench.comms.overlap import EMBEDDING, NO_KERNEL
 
 KIND = "comms"
 # PARAM's --mode: the collectives alone, or overlapped with a compute kernel.
@@ -36,7 +36,9 @@ def parser() -> argparse.ArgumentParser:
                     "processes (PARAM's comms.py flags: --collective, --b, --e, --f, --w, "
                     "--n, --data-type, --c, --z, --sb, --ss, --root, --pt2pt, --src-ranks, "
                     "--dst-ranks, --window, --multi-comms, "
-                    "--mode, --kernel, --num-compute, --mm-dim, --comp-data-type; --mm-dim's "
+                    "--mode, --kernel, --num-compute, --mm-dim, --comp-data-type, --emb-dim, "
+                    "--num-embs, --num-emb-tables-per-device, --batch-size, --bag-size; "
+                    "--mm-dim's "
                     "two or three values are --mm-shape's; --collectives and --data-types take "
                     "PARAM's comma lists, each value in turn, printed, no result file).")
     axes.add_flags(p, KIND, "pytorch", kind=KIND)
@@ -165,6 +167,9 @@ def checked(p: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Names
         p.error("--use-device-time: point-to-point tests are timed on the host")
     if args.use_device_time and args.device != "gpu":
         p.error("--use-device-time: CUDA events time the device, --device gpu only")
+    if args.kernel == EMBEDDING and (args.mm_shape or given(argv, "--mm-dim")):
+        p.error("--mm-dim/--mm-shape: emb_lookup is shaped by its tables (--emb-dim, "
+                "--num-embs, --num-emb-tables-per-device, --batch-size, --bag-size)")
     if args.mm_shape and args.kernel != NO_KERNEL:
         from dlbench.comms.overlap import operands
 

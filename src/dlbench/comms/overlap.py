@@ -5,11 +5,15 @@ Each measured iteration issues the size's collectives (one, or ``window`` of the
 non-blocking) without waiting, then ``num_compute`` compute kernels on ``mm_dim`` x
 ``mm_dim`` elements, or the shape ``mm_shape`` gives (PARAM's ``--mm-dim m n p``: a GEMM
 of A[m,n] and B[n,p], the other kernels' m x n operands), and waits for both. The kernels
-are PARAM's, but for the embedding lookup, which needs FBGEMM: a GEMM; an elementwise add
-or sub of two operands, a + 2b and a - 2b as PARAM's; add_num or sub_num of one and 20
+are PARAM's: a GEMM; an elementwise add or sub of two operands, a + 2b and a - 2b as PARAM's; add_num or sub_num of one and 20
 (PARAM's sub_num adds it, which its name says it does not); a copy on the device; d2h or
 h2d, a copy to or from a pinned host buffer, the traffic a training step's offloading or
-input pipeline puts beside its collectives. PARAM's d2h and h2d allocate their destination
+input pipeline puts beside its collectives; emb_lookup, a recommendation model's embedding
+lookup (``Tables``: ``tables`` tables of ``rows`` x ``dim`` float32, ``batch`` bags of
+``bag`` rows each, summed), the memory-bound gathers a DLRM step overlaps with its
+all_to_all. PARAM's lookup is FBGEMM's table-batched kernel; here it is PyTorch's
+``embedding_bag`` over the tables side by side, one call for all of them as FBGEMM's is
+(its default, every table batched), forward only, indices uniform over each table's rows. PARAM's d2h and h2d allocate their destination
 in every run (d2h in pageable memory, which makes the copy wait); here both buffers are
 made once, the host one pinned. On a GPU the kernels run on a stream of their own beside
 NCCL's, as a training step overlaps its gradients' all_reduce with the backward pass; on a
@@ -29,7 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-KERNELS = ("gemm", "add", "sub", "add_num", "sub_num", "copy", "d2h", "h2d")
+EMBEDDING = "emb_lookup"  # the kernel shaped by Tables, not by mm_dim or mm_shape
+KERNELS = ("gemm", "add", "sub", "add_num", "sub_num", "copy", "d2h", "h2d", EMBEDDING)
 NUMBER = 20  # what add_num and sub_num add or take away (PARAM's)
 ALPHA = 2  # add and sub scale their second operand by it (PARAM's alpha=2)
 NO_KERNEL = "none"  # the compute_kernel of a collective timed on its own
@@ -48,6 +53,18 @@ class Kernel:
     bytes: float
     # the operands: a GEMM's (m, n, p), A[m,n] times B[n,p]; the other kernels' (m, n)
     shape: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The embedding lookup's tables and bags (PARAM's --emb-dim, --num-embs,
+    --num-emb-tables-per-device, --batch-size, --bag-size, with PARAM's defaults)."""
+
+    dim: int = 128
+    rows: int = 100_000
+    tables: int = 8
+    batch: int = 512
+    bag: int = 20
 
 
 # How many of PARAM's --mm-dim values a kernel takes beside one (a square): a GEMM's
@@ -97,11 +114,15 @@ def operands(name: str, dim: int, shape: str = "") -> tuple[int, int, int]:
     return m, n, values[2] if len(values) == 3 else n
 
 
-def kernel(name: str, dim: int, data_type: str, device: Any, shape: str = "") -> Kernel:
+def kernel(name: str, dim: int, data_type: str, device: Any, shape: str = "",
+           tables: Tables | None = None) -> Kernel:
     """``name`` on ``dim`` x ``dim`` operands of ``data_type`` (or those ``shape`` gives:
-    ``operands``), written into a buffer made here, so that a run allocates nothing."""
+    ``operands``), written into a buffer made here, so that a run allocates nothing; the
+    embedding lookup on ``tables`` (PARAM's defaults when None)."""
     if name not in KERNELS:
         raise ValueError(f"unknown compute kernel {name!r} (valid: {', '.join(KERNELS)})")
+    if name == EMBEDDING:
+        return embedding_lookup(tables or Tables(), device)
     m, n, p = operands(name, dim, shape)
     built = _built(name, m, n, p, data_type, device)
     return dataclasses.replace(built, shape=(m, n, p) if name == "gemm" else (m, n))
@@ -141,6 +162,42 @@ def _built(name: str, m: int, n: int, p: int, data_type: str, device: Any) -> Ke
         return Kernel(name, lambda: out.copy_(host, non_blocking=True), 0.0,
                       square * element)
     raise AssertionError(f"kernel {name!r} listed in KERNELS but not built")
+
+
+def lookup_inputs(spec: Tables, device: Any) -> tuple[Any, Any, Any]:
+    """The tables side by side (``tables`` x ``rows`` rows of ``dim``), each bag's row
+    indices (table t's drawn uniformly from its own rows) and the bags' offsets, with the
+    last one's end (embedding_bag's include_last_offset): the same on every run."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.rand(spec.tables * spec.rows, spec.dim, generator=generator).to(device)
+    per_table = torch.randint(0, spec.rows, (spec.tables, spec.batch * spec.bag),
+                              generator=generator)
+    first_rows = torch.arange(spec.tables).unsqueeze(1) * spec.rows
+    indices = (per_table + first_rows).reshape(-1).to(device)
+    offsets = torch.arange(0, spec.tables * spec.batch * spec.bag + 1, spec.bag).to(device)
+    return weight, indices, offsets
+
+
+def embedding_lookup(spec: Tables, device: Any) -> Kernel:
+    """Every table's ``batch`` bags of ``bag`` rows summed, in one ``embedding_bag`` call
+    over the tables side by side (each table's indices offset into its own rows). Its
+    FLOPs: an add per element of each row gathered; its bytes: the rows gathered, the
+    indices and the pooled output (the minimum a lookup moves). Its output is the one
+    allocation of a run (embedding_bag writes a new tensor)."""
+    import torch.nn.functional as F
+
+    weight, indices, offsets = lookup_inputs(spec, device)
+    gathered = spec.tables * spec.batch * spec.bag  # rows read
+    element = weight.element_size()
+    return Kernel(EMBEDDING,
+                  lambda: F.embedding_bag(indices, weight, offsets, mode="sum",
+                                          include_last_offset=True),
+                  float(gathered * spec.dim),
+                  float(gathered * spec.dim * element + indices.numel() * indices.element_size()
+                        + spec.tables * spec.batch * spec.dim * element),
+                  (spec.tables, spec.rows, spec.dim))
 
 
 def compute_step(work: Kernel, count: int) -> Callable[[Any], None]:

@@ -22,11 +22,13 @@ between pairs of ranks instead (those PARAM's ``--src-ranks`` and ``--dst-ranks`
 else the pattern's): a size's latency, unidirectional and bidirectional bandwidth, each a
 measurement (dlbench.comms.pt2pt).
 
-``--kernel gemm|add|sub|add_num|sub_num|copy|d2h|h2d`` (or PARAM's ``--mode
+``--kernel gemm|add|sub|add_num|sub_num|copy|d2h|h2d|emb_lookup`` (or PARAM's ``--mode
 comms-compute``, whose kernel is gemm)
 overlaps each iteration's collectives with ``--num-compute`` runs of the kernel on
 ``--mm-dim`` square operands (or those of ``--mm-shape m,n,p``, PARAM's ``--mm-dim m n
-p``) of ``--comp-data-type``: a size's measurement is then the
+p``) of ``--comp-data-type``, the embedding lookup on the tables of ``--emb-dim``,
+``--num-embs``, ``--num-emb-tables-per-device``, ``--batch-size`` and ``--bag-size``
+(PARAM's): a size's measurement is then the
 collectives' own part of the overlapped iterations, and its extra the computation's,
 against the kernels timed alone before the sweep (dlbench.comms.overlap).
 
@@ -42,6 +44,7 @@ value (dlbench.comms.validation).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -232,9 +235,12 @@ def _compute_alone(args: argparse.Namespace, device: Any, sync: Any) -> tuple[An
     from dlbench.pytorch import distributed
 
     work, problem = None, None
+    embedding = args.kernel == overlap.EMBEDDING
+    tables = overlap.Tables(dim=args.emb_dim, rows=args.num_embs, tables=args.num_emb_tables,
+                            batch=args.emb_batch_size, bag=args.bag_size)
     try:
         work = overlap.kernel(args.kernel, args.mm_dim, args.comp_data_type, device,
-                              args.mm_shape)
+                              args.mm_shape, tables=tables)
     except (RuntimeError, MemoryError) as exc:
         problem = exc
     if not _all_allocated(problem is None, device):
@@ -245,9 +251,11 @@ def _compute_alone(args: argparse.Namespace, device: Any, sync: Any) -> tuple[An
                               sync, args.w, args.n)
     summary = stats.summarize(distributed.slowest_rank_times(loop.times_s, device))
     median = summary["median"]
-    alone = {"kernel": args.kernel, "dim": None if args.mm_shape else args.mm_dim,
+    alone = {"kernel": args.kernel,
+             "dim": None if args.mm_shape or embedding else args.mm_dim,
              "shape": list(work.shape),
-             "data_type": args.comp_data_type,
+             "data_type": "float32" if embedding else args.comp_data_type,
+             **({"tables": dataclasses.asdict(tables)} if embedding else {}),
              "per_iteration": args.num_compute,
              "flops_per_iteration": work.flops * args.num_compute,
              "bytes_per_iteration": work.bytes * args.num_compute, "time_s": summary,
