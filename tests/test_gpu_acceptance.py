@@ -47,7 +47,7 @@ def test_dry_mode_builds_every_command_and_the_runners_accept_them(tmp_path):
                  "llm_train_gpt2_xl", "llm_train_llama3_8b", "llm_serve_b1", "llm_serve_b32",
                  "llm_bare", "comms_nccl1", "comms_nccl2", "comms_nccl2_nonblocking",
                  "comms_nccl2_pt2pt", "comms_nccl2_gemm", "comms_nccl2_a2av",
-                 "comms_nccl2_h2d"):
+                 "comms_nccl2_h2d", "comms_nccl2_emb"):
         assert name in plan
     assert plan["llm_serve_b32"][2] == "dlbench.llm" and "--batch_size=32" in plan["llm_serve_b32"]
     assert "--cuda-l2-cache" in plan["op_add_l2_off"] and "--cuda-graph" in \
@@ -183,7 +183,7 @@ def test_collective_verdict_needs_nccl_and_every_size(tmp_path):
         plan = planning.build_plan(tmp_path, sys.executable, gpus=gpus, autotune=False)
         swept = [cmd for name, cmd in plan.commands.items()
                  if name.startswith("comms_") and "--e=" + str(end) in cmd]
-        assert len(swept) == (5 if gpus == 1 else 7)
+        assert len(swept) == (6 if gpus == 1 else 8)
         for cmd in swept:
             flag = {a.split("=")[0]: int(a.split("=")[1]) for a in cmd
                     if a.startswith(("--b=", "--e=", "--f="))}
@@ -488,6 +488,15 @@ def test_collectives_beside_gemms_are_checked_for_both_parts_times(tmp_path):
     assert check.verdict == "pass" and check.figure.startswith("h2d alone 52 GB/s; beside")
     assert check.name == "h2d copies beside NCCL collectives (comms-compute)"
     assert verdicts.compute_overlap_check(copies).verdict == "fail"  # no TFLOP/s
+    # beside embedding lookups (PARAM's emb_lookup): their gathers' GB/s
+    assert {"--kernel=emb_lookup", "--ntables=8", "--bag-size=32"} <= set(
+        one.commands["comms_nccl1_emb"])
+    check = verdicts.compute_overlap_check(copies, "emb_lookup")
+    assert check.verdict == "pass" and check.figure.startswith("emb_lookup alone 52 GB/s")
+    assert check.name == "embedding lookups beside NCCL collectives (comms-compute)"
+    checks = verdicts.checks_of({"comms_nccl1_emb": copies}, one.commands, tmp_path, 1, {})
+    assert "embedding lookups beside NCCL collectives (comms-compute)" in {
+        c.name for c in checks}
 
 
 def test_params_ncu_batch_needs_every_launch_to_exit_0_and_log_kernels():

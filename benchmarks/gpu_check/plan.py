@@ -135,6 +135,11 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
     # And beside 64 MiB host-to-device copies from pinned memory (PCIe or C2C traffic).
     plan.runner(f"comms_nccl{most}_h2d", *comms, f"--num_gpus={most}", "--kernel=h2d",
                 "--num-compute=4", "--mm-dim=4096", "--comp-data-type=float32")
+    # And beside a recommendation model's embedding lookups (PARAM's emb_lookup): 8 tables
+    # of 1 M rows x 128 (4 GiB), 2048 bags of 32 rows each, the gathers memory-bound.
+    plan.runner(f"comms_nccl{most}_emb", *comms, f"--num_gpus={most}",
+                "--kernel=emb_lookup", "--num-compute=1", "--ntables=8", "--num-embs=1000000",
+                "--emb-dim=128", "--batch-size=2048", "--bag-size=32")
     from dlbench import study
 
     (cell,) = study.expand_config({"studies": {"gpu-check": {"grid": {

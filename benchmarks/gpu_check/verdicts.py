@@ -186,7 +186,8 @@ def compute_overlap_check(res: dict[str, Any] | None, kernel: str = "gemm") -> C
     GB/s) alone, their slowdown beside the largest size, and there the iteration's time
     against its two parts one after the other (less: the streams ran together)."""
     gemm = kernel == "gemm"
-    title = ("GEMMs" if gemm else f"{kernel} copies") + " beside NCCL collectives (comms-compute)"
+    what = {"gemm": "GEMMs", "emb_lookup": "embedding lookups"}.get(kernel, f"{kernel} copies")
+    title = f"{what} beside NCCL collectives (comms-compute)"
     if res and res.get("status") == "not_run":
         return Check(title, "skip", res["error"])
     extra = (res or {}).get("extra") or {}
@@ -502,9 +503,10 @@ def checks_of(results: dict[str, dict | None], commands: Mapping[str, list[str]]
         checks.append(Check("DDP 2 GPUs over NCCL", "skip", f"{gpus} GPU on this machine"))
     checks += [comms_check(name, results.get(name)) for name in commands
                if name.startswith("comms_")]
-    checks += [compute_overlap_check(results.get(n), n.rpartition("_")[2])
+    kernels = {"gemm": "gemm", "h2d": "h2d", "emb": "emb_lookup"}  # by the name's suffix
+    checks += [compute_overlap_check(results.get(n), kernels[n.rpartition("_")[2]])
                for n in commands
-               if n.startswith("comms_") and n.endswith(("_gemm", "_h2d"))]
+               if n.startswith("comms_") and n.rpartition("_")[2] in kernels]
     overlapped = [n for n in commands if n.startswith("comms_") and "_nonblocking" in n]
     checks += [overlap_check(results.get(n.removesuffix("_nonblocking")), results.get(n))
                for n in overlapped]
