@@ -13,8 +13,10 @@ CONFIG = {"system": "box", "studies": {
     "single": {"grid": {"model": "alexnet", "device": "cpu"}}}}
 
 
-def write_status(results, system, cell, status, repeat=0):
+def write_status(results, system, cell, status, repeat=0, stages=None):
     res = R.new_result(kind="model", cell=dict(cell.params), study=cell.study, cell_id=cell.id)
+    if stages:
+        res["stages_s"] = stages
     if status == "ok":
         res["measurements"] = [R.measurement(name="m", pass_="training", times_s=[0.1, 0.1],
                                              items_per_iteration=1)]
@@ -34,8 +36,9 @@ def test_studies_count_done_failed_and_missing_runs_per_system(tmp_path, capsys)
     cells = study.expand_config(CONFIG)
     sweep = [c for c in cells if c.study == "sweep"]
     results = tmp_path / "results"
-    write_status(results, "box", sweep[0], "ok")
-    write_status(results, "box", sweep[0], "ok", repeat=1)
+    write_status(results, "box", sweep[0], "ok", stages={"startup": 1.5, "measure": 2.25})
+    write_status(results, "box", sweep[0], "ok", repeat=1, stages={"startup": 1.0,
+                                                                   "other": 0.5})
     write_status(results, "box", sweep[1], "oom")
     write_status(results, "other", sweep[0], "ok")  # a tree copied in from another machine
     rc, rows, _ = run_list(tmp_path, capsys, "studies")
@@ -46,11 +49,14 @@ def test_studies_count_done_failed_and_missing_runs_per_system(tmp_path, capsys)
             by_study["sweep"]["box missing"]) == ("2", "1", "1")
     assert (by_study["sweep"]["other done"], by_study["sweep"]["other missing"]) == ("1", "3")
     assert by_study["single"]["box missing"] == "1"
+    # The seconds its recorded runs took there: each process's stages, start-up included.
+    assert (by_study["sweep"]["box s"], by_study["single"]["box s"]) == ("5", "0")
 
     rc, rows, _ = run_list(tmp_path, capsys, "cells")
     assert len(rows) == 2 * 2 + 1
     first = next(r for r in rows if r["cell_id"] == sweep[0].id and r["repeat"] == "1")
     assert (first["box"], first["other"]) == ("ok", "-")
+    assert (first["box s"], first["other s"]) == ("1.5", "")
 
 
 def test_models_lists_the_registry_with_its_frameworks(tmp_path, capsys):

@@ -4,9 +4,10 @@ much of it has run, per system, before anyone starts a long run.
 - ``models``: the model registry (dlbench.models): each model, the frameworks that have it,
   its input and its options.
 - ``studies``: each study of the config: its kind, cells, repeats, and per system the runs
-  done (ok), failed (failed, oom, skipped) and missing.
+  done (ok), failed (failed, oom, skipped) and missing, and the seconds its recorded runs
+  took (``<system> s``: each cell's process, start-up included).
 - ``cells``: one line per cell (and repeat): its study, id, the status of its result on
-  each system (``-`` where it has none).
+  each system (``-`` where it has none) and the seconds it took there.
 
 The systems are the config's label (or this host's) and every other system that has a
 ``results/<system>/`` folder. The config is checked as the workflow checks it: a problem
@@ -85,7 +86,9 @@ def cell_rows(cells: Iterable[study.Cell], repeats: Mapping[str, int], labels: l
         row = {"study": cell.study, "kind": cell.kind, "cell_id": cell.id, "repeat": repeat}
         for label in labels:
             path = systems.result_path(label, cell.study, cell.id, results, repeat)
-            row[label] = workflow_support.recorded_status(path) or MISSING
+            status, seconds = workflow_support.recorded(path)
+            row[label] = status or MISSING
+            row[f"{label} s"] = round(seconds, 1) if seconds is not None else ""
         rows.append(row)
     return rows
 
@@ -104,6 +107,7 @@ def study_rows(cells: list[study.Cell], repeats: Mapping[str, int], labels: list
             row[f"{label} done"] = counts["ok"]
             row[f"{label} failed"] = sum(counts[s] for s in (*FAILED, workflow_support.UNREADABLE))
             row[f"{label} missing"] = counts[MISSING]
+            row[f"{label} s"] = round(sum(r[f"{label} s"] or 0.0 for r in mine))
         out.append(row)
     return out
 

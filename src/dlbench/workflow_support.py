@@ -166,16 +166,31 @@ def results_to_retry(cells: Iterable[study.Cell], statuses: Iterable[str],
 UNREADABLE = "unreadable"
 
 
+def recorded(path: Path) -> tuple[str | None, float | None]:
+    """The status a result file records and the seconds its cell's process took (its
+    stages, start-up included, else its wall time): (None, None) without a file,
+    UNREADABLE for one the aggregate would set aside."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError):
+        return UNREADABLE, None
+    if not isinstance(data, dict) or not isinstance(data.get("status"), str):
+        return UNREADABLE, None
+    stages = data.get("stages_s")
+    if isinstance(stages, dict) and stages:
+        seconds = sum(v for v in stages.values() if isinstance(v, (int, float)))
+    else:
+        wall = data.get("wall_time_s")
+        seconds = wall if isinstance(wall, (int, float)) else None
+    return data["status"], seconds
+
+
 def recorded_status(path: Path) -> str | None:
     """The status a result file records: None without a file, UNREADABLE for one the
     aggregate would set aside."""
-    try:
-        value = json.loads(path.read_text()).get("status")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, AttributeError):
-        return UNREADABLE
-    return value if isinstance(value, str) else UNREADABLE
+    return recorded(path)[0]
 
 
 def result_path(cell: study.Cell, system: str, repeat: int = 0) -> Path:
