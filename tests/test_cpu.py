@@ -217,6 +217,19 @@ def test_watcher_reads_finished_results_and_writes_the_status_file(tmp_path):
     assert watcher.report() == "dlbench: 2/3 cells done (1 not ok), about 20 s left"
 
 
+def test_the_time_left_counts_each_cells_process_start_up_too(tmp_path):
+    """A result's stages (its process's start-up before the record included) are its
+    time, not its wall time alone: each cell's process starts anew."""
+    cells = {tmp_path / f"c{i}.json": model("resnet18", batch=8) for i in range(2)}
+    watcher = progress.Watcher(cells, tmp_path / "status.txt",
+                               stream=open(os.devnull, "w"))  # noqa: SIM115
+    (tmp_path / "c0.json").write_text(json.dumps({
+        "wall_time_s": 30.0, "status": "ok",
+        "stages_s": {"startup": 12.0, "build": 5.0, "measure": 20.0, "other": 5.0}}))
+    assert watcher.poll()
+    assert watcher.report() == "dlbench: 1/2 cells done, about 42 s left"
+
+
 # -- the MXNet environment on any host Python ----------------------------------------------
 
 

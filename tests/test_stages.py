@@ -100,3 +100,10 @@ def test_a_failed_cell_still_says_where_its_time_went(tmp_path):
         raise RuntimeError("boom")
     written = R.read(tmp_path / "r.json")
     assert written["status"] == "failed" and written["stages_s"]["build"] >= 0.05
+
+
+def test_a_cells_time_is_its_stages_start_up_included_else_its_wall_time():
+    assert stages.total_s({"stages_s": {"startup": 1.5, "measure": 2.0, "other": 0.5},
+                           "wall_time_s": 2.5}) == 4.0
+    assert stages.total_s({"wall_time_s": 2.5}) == 2.5  # a result from before stages
+    assert stages.total_s({"wall_time_s": None}) is None

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from dlbench import stages
 from dlbench.result import write_atomic
 
 # From the most to the least alike: the parameters a reference cell must share.
@@ -94,11 +95,12 @@ def status_line(done: int, total: int, left: float | None, failed: int = 0) -> s
 
 
 def read_wall_time(path: Path) -> tuple[float, str] | None:
-    """A finished result's wall time and status; None while it is absent or partial."""
+    """A finished result's time (its process's, start-up included: dlbench.stages) and
+    status; None while it is absent or partial."""
     try:
         data = json.loads(path.read_text())
-        return float(data.get("wall_time_s") or 0.0), str(data.get("status"))
-    except (OSError, ValueError, TypeError):
+        return float(stages.total_s(data) or 0.0), str(data.get("status"))
+    except (OSError, ValueError, TypeError, AttributeError):
         return None
 
 

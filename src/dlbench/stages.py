@@ -82,3 +82,14 @@ def breakdown(wall_s: float, startup_s: float | None) -> dict[str, float]:
     if startup_s is not None or "startup" in _totals:
         out["startup"] = round((startup_s or 0.0) + _totals.get("startup", 0.0), 6)
     return {name: out[name] for name in NAMES if name in out}
+
+
+def total_s(result: dict) -> float | None:
+    """The seconds a result's cell took, its process's start-up included: its stages' sum
+    (start-up before the record plus the wall time), else its wall time (a result from
+    before stages), else None."""
+    stages = result.get("stages_s")
+    if isinstance(stages, dict) and stages:
+        return float(sum(v for v in stages.values() if isinstance(v, (int, float))))
+    wall = result.get("wall_time_s")
+    return float(wall) if isinstance(wall, (int, float)) else None

@@ -13,7 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlbench import cpu, kinds, launch, multinode, run_to_run, slurm_nodes, study, systems
+from dlbench import (
+    cpu,
+    kinds,
+    launch,
+    multinode,
+    run_to_run,
+    slurm_nodes,
+    stages,
+    study,
+    systems,
+)
 
 
 class WorkflowConfigError(ValueError):
@@ -178,13 +188,7 @@ def recorded(path: Path) -> tuple[str | None, float | None]:
         return UNREADABLE, None
     if not isinstance(data, dict) or not isinstance(data.get("status"), str):
         return UNREADABLE, None
-    stages = data.get("stages_s")
-    if isinstance(stages, dict) and stages:
-        seconds = sum(v for v in stages.values() if isinstance(v, (int, float)))
-    else:
-        wall = data.get("wall_time_s")
-        seconds = wall if isinstance(wall, (int, float)) else None
-    return data["status"], seconds
+    return data["status"], stages.total_s(data)
 
 
 def recorded_status(path: Path) -> str | None:
