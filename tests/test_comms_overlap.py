@@ -240,7 +240,8 @@ def test_the_runner_overlaps_params_embedding_lookup_with_its_flags(tmp_path, ca
     out = tmp_path / "cell.json"
     rc = runner.main(["--device=cpu", "--kernel", "emb_lookup", "--ntables", "2",
                       "--num-embs", "1000", "--emb-dim", "16", "--batch-size", "32",
-                      "--bag-size", "4", "--num-compute=2", "--b=64", "--e=256", "--f=4",
+                      "--bag-size", "4", "--num-compute-per-iteration=2", "--b=64", "--e=256",
+                      "--f=4",
                       "--w=1", "--n=2", "--c=1", f"--output={out}"])
     res = R.read(out)
     assert rc == 0 and res["status"] == "ok", res.get("error")

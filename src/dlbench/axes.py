@@ -444,7 +444,7 @@ TABLE: tuple[Axis, ...] = (
               "h2d or emb_lookup: that kernel computing (or copying) beside them in every "
               "iteration (PARAM's --mode comms-compute)"),
     Axis("num_compute", int, 100, kinds=(_COMMS,), minimum=1, since=3, applies=_computing,
-         flags={_COMMS: Flag("--num-compute")},
+         flags={_COMMS: Flag("--num-compute", also=("--num-compute-per-iteration",))},
          help="compute kernels in each iteration beside its collectives"),
     Axis("mm_dim", int, 100, kinds=(_COMMS,), minimum=1, since=3, applies=_square,
          flags={_COMMS: Flag("--mm-dim")},
