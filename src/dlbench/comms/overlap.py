@@ -170,10 +170,12 @@ def lookup_inputs(spec: Tables, device: Any) -> tuple[Any, Any, Any]:
     last one's end (embedding_bag's include_last_offset): the same on every run."""
     import torch
 
-    generator = torch.Generator().manual_seed(0)
-    weight = torch.rand(spec.tables * spec.rows, spec.dim, generator=generator).to(device)
+    # The tables made where they are used (gigabytes: no host copy first), the indices on
+    # the host and moved.
+    weight = torch.rand(spec.tables * spec.rows, spec.dim, device=device,
+                        generator=torch.Generator(device=device).manual_seed(0))
     per_table = torch.randint(0, spec.rows, (spec.tables, spec.batch * spec.bag),
-                              generator=generator)
+                              generator=torch.Generator().manual_seed(1))
     first_rows = torch.arange(spec.tables).unsqueeze(1) * spec.rows
     indices = (per_table + first_rows).reshape(-1).to(device)
     offsets = torch.arange(0, spec.tables * spec.batch * spec.bag + 1, spec.bag).to(device)
