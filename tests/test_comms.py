@@ -1196,3 +1196,73 @@ def test_two_processes_exchange_uneven_blocks_validated(tmp_path):
     assert res["extra"]["exchange"] == {"in_splits": [[3, 5], [3, 5]],
                                         "out_splits": [[3, 3], [5, 5]]}
     assert res["cell"]["in_split"] == "3,5" and res["cell"]["begin_size"] is None
+
+
+# -- PARAM's --include-0B --------------------------------------------------------------
+
+
+def test_params_include_0b_sends_nothing_to_the_next_rank_as_its_own_example_shows():
+    """PARAM's comment's 4-rank example of 4 elements, the remainder kept, and every
+    exchange validated block by block as all_to_allv makes it (3 ranks, 7 elements)."""
+    import torch
+
+    from dlbench.comms import validation as V
+
+    ins, outs = S.zero_block_exchange(4, 4)
+    assert ins == [[2, 0, 1, 1], [1, 2, 0, 1], [1, 1, 2, 0], [0, 1, 1, 2]]
+    assert outs == [[2, 1, 1, 0], [0, 2, 1, 1], [1, 0, 2, 1], [1, 1, 0, 2]]
+    ins, outs = S.zero_block_exchange(7, 3)
+    assert ins == [[4, 0, 3], [3, 4, 0], [0, 3, 4]] and all(sum(r) == 7 for r in outs)
+    with pytest.raises(ValueError, match="needs 2 or more processes"):
+        S.zero_block_exchange(8, 1)
+    sources = []
+    for r in range(3):
+        source = torch.zeros(7)
+        V.fill("all_to_allv", (source, torch.zeros(7)), r, 3, splits=(ins[r], outs[r]))
+        sources.append(source)
+    for j in range(3):
+        received = torch.cat([sources[s][sum(ins[s][:j]):sum(ins[s][:j + 1])]
+                              for s in range(3)])
+        assert V.check("all_to_allv", (sources[j], received), j, 3,
+                       splits=(ins[j], outs[j])).wrong == 0
+
+
+def test_a_study_and_the_runner_take_include_0b_for_an_all_to_allv_sweep_only(capsys):
+    from dlbench import kinds
+    from dlbench.comms import runner
+
+    cells = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "collective": ["all_to_allv", "all_reduce"], "num_gpus": 4, "include_0b": True}}}})
+    zero = next(c for c in cells if c.params["collective"] == "all_to_allv")
+    reduce = next(c for c in cells if c.params["collective"] == "all_reduce")
+    assert zero.params["include_0b"] is True and reduce.params["include_0b"] is None
+    assert zero.id.startswith("pytorch_all-to-allv_float32_4x_include0B_gpu_")
+    assert "--include-0B" in kinds.get("comms").command(zero.params, Path("x.json"),
+                                                        "python", None)
+    (plain,) = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "collective": "all_to_allv", "num_gpus": 4}}}})
+    assert "--include-0B" not in kinds.get("comms").command(plain.params, Path("x.json"),
+                                                            "python", None)
+    with pytest.raises(study.ConfigError, match=re.escape(
+            "study 'c': include_0b: needs 2 or more processes")):
+        study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+            "collective": "all_to_allv", "num_gpus": 1, "include_0b": True}}}})
+    for flags, message in [(["--collective=all_reduce", "--include-0B"],
+                            "--include-0B sets the blocks of the all_to_allv sweep"),
+                           (["--collective=all_to_allv", "--include-0B"],
+                            "--include-0B needs 2 or more processes")]:
+        with pytest.raises(SystemExit) as exc:
+            runner.main(["--device=cpu", *flags])
+        assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_three_processes_exchange_with_a_zero_byte_block_validated(tmp_path):
+    """PARAM's --include-0B on three gloo processes: every size's blocks as PARAM makes
+    them, each rank sending nothing to the next, the data validated on every rank."""
+    proc, res = run_comms(tmp_path, "--num_gpus=3", "--collective=all_to_allv",
+                          "--include-0B", "--b=24", "--e=96", "--f=4", "--c=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    R.validate(res)
+    assert res["cell"]["include_0b"] is True
+    assert [(m["bytes_per_iteration"], m["extra"]["validated"]) for m in res["measurements"]] \
+        == [(24.0, True), (96.0, True)]

@@ -195,6 +195,11 @@ def _uneven(params: Mapping[str, Any]) -> bool:
     return params.get("collective") == UNEVEN
 
 
+def _uneven_swept(params: Mapping[str, Any]) -> bool:
+    """all_to_allv cells whose blocks come from the sweep's sizes (no in_split, out_split)."""
+    return _uneven(params) and not params.get("in_split") and not params.get("out_split")
+
+
 def _swept(params: Mapping[str, Any]) -> bool:
     """Collective cells whose message sizes are a sweep, not a list (message_sizes) or an
     all_to_allv's given exchange (in_split, out_split)."""
@@ -386,6 +391,12 @@ TABLE: tuple[Axis, ...] = (
          form=split_problem, flags={_COMMS: Flag("--o", also=("--out-split",))},
          help="all_to_allv: the elements each rank receives from rank 0, 1, ..., "
               "comma-separated (rank s then sends out_split[s] to each), instead of the sweep"),
+    # PARAM's --include-0B: the sweep's all_to_allv with a 0-byte block from every rank to
+    # the next (dlbench.comms.sizes.zero_block_exchange).
+    Axis("include_0b", bool, False, kinds=(_COMMS,), since=3, applies=_uneven_swept,
+         flags={_COMMS: Flag("--include-0B", "switch", dest="include_0b")},
+         help="all_to_allv sweep: every rank sends 0 bytes to the next rank (r+1 mod n) and "
+              "its share to each other (PARAM's --include-0B)"),
     Axis("validate", bool, False, kinds=(_COMMS,), since=3,
          flags={_COMMS: Flag("--c", values={True: 1, False: 0})},
          help="check every size's received data against what the collective must give "

@@ -364,7 +364,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                                   gpus=monitored_gpus(device, args.num_gpus))
     with mon:
         for i, count in enumerate(counts):
-            splits = _rank_splits(args.collective, given, count, rank, ranks)
+            splits = _rank_splits(args.collective, given, count, rank, ranks,
+                                  args.include_0b)
             buffers, problem = None, None
             try:
                 buffers = _tensors(args.collective, count, dtype, ranks, device, splits, fan)
@@ -437,12 +438,14 @@ def _given_exchange(args: argparse.Namespace, ranks: int) -> tuple | None:
 
 
 def _rank_splits(collective: str, given: tuple | None, count: int, rank: int,
-                 ranks: int) -> Splits:
+                 ranks: int, zero_block: bool = False) -> Splits:
     """This rank's blocks to and from each rank for a buffer of ``count`` elements: an
-    all_to_allv's given exchange or its even blocks; None for another collective."""
+    all_to_allv's given exchange, its blocks with one of 0 bytes (PARAM's --include-0B) or
+    its even blocks; None for another collective."""
     if collective != S.UNEVEN:
         return None
-    ins, outs = given or S.even_exchange(count, ranks)
+    exchange = S.zero_block_exchange if zero_block else S.even_exchange
+    ins, outs = given or exchange(count, ranks)
     return ins[rank], outs[rank]
 
 

@@ -50,6 +50,7 @@ class CommsKind(CellKind):
         extra += [kernel] if kernel not in (None, NO_KERNEL) else []  # ..._2x_gemm_gpu_...
         groups = params.get("comm_groups") or 1
         extra += [f"{groups}groups"] if groups > 1 else []  # ..._8x_4groups_gpu_...
+        extra += ["include0B"] if params.get("include_0b") else []  # PARAM's --include-0B
         i = self.id_axes.index("num_gpus") + 1
         parts = [*parts[:i], *extra, *parts[i:]]
         if params.get("collective") == "pt2pt":  # pytorch_pt2pt_pairwise_float32_...
@@ -94,6 +95,9 @@ class CommsKind(CellKind):
                           params.get("src_ranks") or "", params.get("dst_ranks") or "")
             except PairsError as exc:
                 raise _axis_error(exc) from None
+        if params.get("include_0b") and ranks < 2:
+            raise AxisError("include_0b", "needs 2 or more processes (num_gpus x num_nodes): "
+                                          "each rank sends 0 bytes to the next")
         if params.get("device_time") and params["device"] != "gpu":
             raise AxisError("device_time", "CUDA events time the device: device gpu only")
         kernel, shape = params.get("compute_kernel"), params.get("mm_shape")
