@@ -14,6 +14,8 @@ Nothing here imports pynvml: the monitor hands over its NVML module and handles.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -36,9 +38,7 @@ LABELS = {"power_cap": "power cap", "thermal": "thermal", "hardware_slowdown":
 # report's list, a note beside dlbench compare's verdict).
 NOTABLE = 0.05
 # A sample counts as held back when any of HELD_BACK's reasons is set.
-HELD_BACK_MASK = 0
-for _bits in HELD_BACK.values():
-    HELD_BACK_MASK |= _bits
+HELD_BACK_MASK = functools.reduce(operator.or_, HELD_BACK.values())
 
 
 def reasons(nvml: Any, handle: Any) -> int | None:

@@ -188,8 +188,9 @@ def checked(p: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Names
             p.error(f"{flag} {problem}")
     if args.include_0b and (args.collective != S.UNEVEN or args.i or args.o):
         p.error("--include-0B sets the blocks of the all_to_allv sweep (without --i or --o)")
-    if args.include_0b and ranks < 2:
-        p.error("--include-0B needs 2 or more processes: each rank sends 0 bytes to the next")
+    problem = S.zero_block_problem(ranks)
+    if args.include_0b and problem:
+        p.error(f"--include-0B {problem}")
     if args.collective == S.UNEVEN and (args.i or args.o):
         try:
             S.exchange(S.split_of(args.i), S.split_of(args.o), ranks)

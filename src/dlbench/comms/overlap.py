@@ -3,26 +3,27 @@ comms-compute --kernel K --num-compute N --mm-dim D --comp-data-type T``).
 
 Each measured iteration issues the size's collectives (one, or ``window`` of them when
 non-blocking) without waiting, then ``num_compute`` compute kernels on ``mm_dim`` x
-``mm_dim`` elements, or the shape ``mm_shape`` gives (PARAM's ``--mm-dim m n p``: a GEMM
-of A[m,n] and B[n,p], the other kernels' m x n operands), and waits for both. The kernels
-are PARAM's: a GEMM; an elementwise add or sub of two operands, a + 2b and a - 2b as PARAM's; add_num or sub_num of one and 20
-(PARAM's sub_num adds it, which its name says it does not); a copy on the device; d2h or
-h2d, a copy to or from a pinned host buffer, the traffic a training step's offloading or
-input pipeline puts beside its collectives; emb_lookup, a recommendation model's embedding
-lookup (``Tables``: ``tables`` tables of ``rows`` x ``dim`` float32, ``batch`` bags of
-``bag`` rows each, summed), the memory-bound gathers a DLRM step overlaps with its
-all_to_all. PARAM's lookup is FBGEMM's table-batched kernel; here it is PyTorch's
-``embedding_bag`` over the tables side by side, one call for all of them as FBGEMM's is
-(its default, every table batched), forward only, indices uniform over each table's rows. PARAM's d2h and h2d allocate their destination
-in every run (d2h in pageable memory, which makes the copy wait); here both buffers are
-made once, the host one pinned. On a GPU the kernels run on a stream of their own beside
-NCCL's, as a training step overlaps its gradients' all_reduce with the backward pass; on a
-CPU they run on the rank's thread while gloo's threads communicate. Each part is timed on its own inside the iteration (CUDA
-events on its stream; on the host, the clock, the collectives' end by their futures'
-callbacks), so a cell answers both questions of an overlap: how much slower the
-collective runs beside the computation (its bandwidth, against a cell without a compute
-kernel), and how much slower the computation runs beside the collective (its time against
-the same kernels alone, measured in the same process before the sweep).
+``mm_dim`` elements, or the shape ``mm_shape`` gives (PARAM's ``--mm-dim m n p``: a GEMM of
+A[m,n] and B[n,p], the other kernels' m x n operands), and waits for both. The kernels are
+PARAM's: a GEMM; an elementwise add or sub of two operands, a + 2b and a - 2b as PARAM's;
+add_num or sub_num of one and 20 (PARAM's sub_num adds it, which its name says it does
+not); a copy on the device; d2h or h2d, a copy to or from a pinned host buffer, the traffic
+a training step's offloading or input pipeline puts beside its collectives; emb_lookup, a
+recommendation model's embedding lookup (``Tables``: ``tables`` tables of ``rows`` x
+``dim`` float32, ``batch`` bags of ``bag`` rows each, summed), the memory-bound gathers a
+DLRM step overlaps with its all_to_all. PARAM's lookup is FBGEMM's table-batched kernel;
+here it is PyTorch's ``embedding_bag`` over the tables side by side, one call for all of
+them as FBGEMM's is (its default, every table batched), forward only, indices uniform over
+each table's rows. PARAM's d2h and h2d allocate their destination in every run (d2h in
+pageable memory, which makes the copy wait); here both buffers are made once, the host one
+pinned. On a GPU the kernels run on a stream of their own beside NCCL's, as a training step
+overlaps its gradients' all_reduce with the backward pass; on a CPU they run on the rank's
+thread while gloo's threads communicate. Each part is timed on its own inside the iteration
+(CUDA events on its stream; on the host, the clock, the collectives' end by their futures'
+callbacks), so a cell answers both questions of an overlap: how much slower the collective
+runs beside the computation (its bandwidth, against a cell without a compute kernel), and
+how much slower the computation runs beside the collective (its time against the same
+kernels alone, measured in the same process before the sweep).
 """
 
 from __future__ import annotations

@@ -158,12 +158,21 @@ def exchange(in_split: list[int], out_split: list[int], ranks: int
     return [[n] * ranks for n in out_split], [list(out_split) for _ in range(ranks)]
 
 
+def zero_block_problem(ranks: int) -> str | None:
+    """Why an all_to_allv among ``ranks`` processes cannot send a 0-byte block to the next
+    rank (PARAM's --include-0B)."""
+    if ranks < 2:
+        return "needs 2 or more processes: each rank sends 0 bytes to the next"
+    return None
+
+
 def zero_block_exchange(count: int, ranks: int) -> tuple[list[list[int]], list[list[int]]]:
     """PARAM's --include-0B: a buffer of ``count`` elements where every rank i sends nothing
     to rank (i+1) mod n, count // (n-1) elements to each other rank and the rest to itself
     (so each rank receives nothing from the one before it); ValueError below 2 ranks."""
-    if ranks < 2:
-        raise ValueError("needs 2 or more processes: each rank sends 0 bytes to the next")
+    problem = zero_block_problem(ranks)
+    if problem:
+        raise ValueError(problem)
     ins = []
     for i in range(ranks):
         row = [0 if j == (i + 1) % ranks else count // (ranks - 1) for j in range(ranks)]

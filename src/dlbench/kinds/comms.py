@@ -21,6 +21,7 @@ from dlbench.comms.sizes import (
     root_problem,
     split_of,
     sweep_problem,
+    zero_block_problem,
 )
 from dlbench.comms.validation import MAX_INT8_RANKS
 from dlbench.kinds import CellKind, slug
@@ -95,9 +96,9 @@ class CommsKind(CellKind):
                           params.get("src_ranks") or "", params.get("dst_ranks") or "")
             except PairsError as exc:
                 raise _axis_error(exc) from None
-        if params.get("include_0b") and ranks < 2:
-            raise AxisError("include_0b", "needs 2 or more processes (num_gpus x num_nodes): "
-                                          "each rank sends 0 bytes to the next")
+        problem = zero_block_problem(ranks)
+        if params.get("include_0b") and problem:
+            raise AxisError("include_0b", f"{problem} (num_gpus x num_nodes)")
         if params.get("device_time") and params["device"] != "gpu":
             raise AxisError("device_time", "CUDA events time the device: device gpu only")
         kernel, shape = params.get("compute_kernel"), params.get("mm_shape")
