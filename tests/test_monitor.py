@@ -25,6 +25,16 @@ def busy(seconds):
     return n
 
 
+def test_the_mean_cpu_weighs_each_reading_by_the_interval_it_covers():
+    """A 5 ms interval that caught one 10 ms tick reads 200 %; beside 50 ms at 100 % it
+    is a twelfth of the time, not half of the readings (the first reading, without an
+    interval behind it, left out)."""
+    t = [0.0, 0.050, 0.055, 0.060]
+    cpu = [999.0, 100.0, 200.0, None]
+    assert monitor._interval_mean(t, cpu) == pytest.approx((100 * 0.05 + 200 * 0.005) / 0.055)
+    assert monitor._interval_mean([0.0], [50.0]) is None
+
+
 def test_samples_rss_and_cpu_of_the_process_and_its_children():
     """A child holding 120 MB must show in the peak RSS; a busy loop in the CPU figures."""
     hold = "import sys, time; x = bytearray(120 * 2**20); sys.stdout.write('up\\n'); " \

@@ -467,10 +467,12 @@ class ResourceMonitor:
         host: dict[str, Any] = {}
         rss = _present(cols.get("host_rss_bytes", []))
         if rss:
-            # The first CPU reading has no interval behind it: leave it out of the mean.
+            # The first CPU reading has no interval behind it: leave it out.
             cpu = _present(cols["host_cpu_percent"][1:] or cols["host_cpu_percent"])
+            mean = _interval_mean(cols["t_s"], cols["host_cpu_percent"])
             host.update(rss_peak_bytes=int(max(rss)),
-                        cpu_percent_mean=_mean(cpu), cpu_percent_max=max(cpu, default=None),
+                        cpu_percent_mean=_mean(cpu) if mean is None else mean,
+                        cpu_percent_max=max(cpu, default=None),
                         processes_max=int(max(_present(cols["host_processes"]))))
         if self.rapl:
             host["rapl_zones"] = [name for name, _, _ in self.rapl.zones]
@@ -611,6 +613,20 @@ def _clocks_summary(gpus: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {"gpu_power_limit_w": min(limits, default=None),
             "gpu_clocks_held_back": worst["held_back"] if worst else None,
             "gpu_clock_reasons": worst["text"] if worst else None}
+
+
+def _interval_mean(t: Sequence[float], values: Sequence[Any]) -> float | None:
+    """The mean of readings that each cover the interval since the one before (a CPU
+    percentage), weighted by those intervals: the CPU time over the time. A plain mean
+    let a short interval's reading, quantised to the kernel's 10 ms ticks (a tick in 5 ms
+    reads 200 %), count as much as a long one's. None without two readings."""
+    num = den = 0.0
+    for k in range(1, min(len(t), len(values))):
+        dt = t[k] - t[k - 1]
+        if values[k] is not None and dt > 0:
+            num += values[k] * dt
+            den += dt
+    return num / den if den > 0 else None
 
 
 def _present(values: Iterable[Any]) -> list[Any]:
