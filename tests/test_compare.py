@@ -109,6 +109,63 @@ def test_a_side_whose_gpu_clocks_were_held_back_says_so_beside_its_verdict(tmp_p
     assert "held back" in (out / "compare.html").read_text()
 
 
+def test_a_side_whose_iteration_times_drifted_says_so_beside_its_verdict(tmp_path):
+    """NEW's times rose through its run (a GPU heating up, say): the verdict stands and the
+    note says which side drifted and by how much; BASE's steady run says nothing."""
+    write_result(tmp_path / "a", "sysA", model_cell(), noisy(0.100, seed=1))
+    rising = noisy(0.140, seed=2, spread=0.005) * np.linspace(1.0, 1.2, 40)
+    write_result(tmp_path / "b", "sysB", model_cell(), rising)
+    out = tmp_path / "out"
+    main([str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out), "--fail-on", "none"])
+    row = verdict_of(compare(str(tmp_path / "a"), str(tmp_path / "b")))
+    assert row.verdict == "slower" and np.isnan(row.base_time_drift)
+    assert row.new_time_drift == pytest.approx(0.2 / 1.1, abs=0.02)
+    assert row.note == "NEW's iteration times rose 18% over the measured run"
+    assert ("- resnet18 training float32 bs8: NEW's iteration times rose 18% over the "
+            "measured run") in (out / "compare.md").read_text()
+
+
+def test_what_the_sides_recorded_differently_is_listed_with_the_verdicts(tmp_path, capsys):
+    """NEW ran another torch and a driver BASE did not record: both are listed (in the
+    Markdown, the page, the console and the Parquet's metadata); what both recorded alike
+    is not; NEW's second host is told beside its first. An A/A comparison says that
+    nothing differs, naming what is alike."""
+    new_env = {**ENV, "framework_version": "2.10.0", "gpu_driver": "560.28"}
+    for root, system, env, seed, gen in ((tmp_path / "a", "sysA", ENV, 1, 5),
+                                        (tmp_path / "b", "sysB", new_env, 2, 4)):
+        path = write_result(root, system, model_cell(), noisy(0.1 + 0.04 * (seed - 1), seed=seed),
+                            env=env)
+        res = R.read(path)  # the GPU settings the resource monitor read
+        res["extra"]["monitor"] = {"gpus": [{"settings": {
+            "pcie_generation": gen, "pcie_width": 16, "ecc": True, "sm_clock_max_mhz": 1980}}]}
+        R.write(res, path)
+    write_result(tmp_path / "a", "sysA", model_cell("alexnet"), noisy(0.05, seed=3))
+    write_result(tmp_path / "b", "sysB", model_cell("alexnet"), noisy(0.05, seed=4),
+                 env={**new_env, "hostname": "h2"})
+    comparison = compare(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert [(d.field, d.base, d.new) for d in comparison.differences] == [
+        ("GPU driver", "not recorded", "560.28"), ("host", "h", "h, h2"),
+        ("GPU PCIe link", "Gen5 x16", "Gen4 x16"), ("pytorch version", "2.9.0", "2.10.0")]
+    assert {"CPU Test CPU", "GPU ECC on", "GPU max SM clock (MHz) 1980"} <= set(comparison.alike)
+    out = tmp_path / "out"
+    main([str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out), "--fail-on", "none"])
+    md = (out / "compare.md").read_text()
+    assert "### What differs" in md and "| pytorch version | 2.9.0 | 2.10.0 |" in md
+    assert "| CPU |" not in md  # alike on both sides
+    assert ("differs: GPU driver not recorded -> 560.28; host h -> h, h2; GPU PCIe link "
+            "Gen5 x16 -> Gen4 x16; pytorch version 2.9.0 -> 2.10.0") in capsys.readouterr().out
+    assert "What differs" in (out / "compare.html").read_text()
+    meta = json.loads(pq.read_table(out / "compare.parquet").schema.metadata[b"dlbench.compare"])
+    assert meta["differences"][3] == {"field": "pytorch version", "base": "2.9.0",
+                                      "new": "2.10.0"}
+    same = compare(str(tmp_path / "a"), str(tmp_path / "a"))
+    assert same.differences == []
+    main([str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(out), "--fail-on", "none"])
+    assert ("Nothing the results recorded differs between the sides (CPU Test CPU; host h; "
+            "GPU max SM clock (MHz) 1980; GPU ECC on; GPU PCIe link Gen5 x16; pytorch version "
+            "2.9.0).") in (out / "compare.md").read_text()
+
+
 def test_two_runs_of_the_same_distribution_are_judged_the_same(tmp_path):
     for i, model in enumerate(["resnet18", "alexnet", "vgg11", "resnet50", "googlenet"]):
         write_result(tmp_path / "a", "x", model_cell(model), noisy(0.05 * (i + 1), seed=10 + i))

@@ -101,6 +101,11 @@ def test_model_verdicts_follow_the_figures():
     tf32 = {c.name: c for c in verdicts.model_checks(results)}["resnet50_training_tf32 runs"]
     assert tf32.figure == "1,800 img/s (wall 20 s: startup 6.0, build 2.5, measure 10.0, other 1.5)"
     assert tf32.detail["stages_s"]["build"] == 2.5
+    # ... and whether its iteration times drifted (dlbench.drift), where it has them.
+    results["resnet50_training_tf32"]["measurements"][0]["times_s"] = [
+        1 / 1800 * (1 + 0.1 * i / 39) for i in range(40)]
+    tf32 = {c.name: c for c in verdicts.model_checks(results)}["resnet50_training_tf32 runs"]
+    assert tf32.figure.startswith("1,800 img/s (drift +9.5% (drifting); wall 20 s: ")
     # A result without stages: the figure alone.
     assert checks["resnet50_training_float32 runs"].figure == "1,000 img/s"
     inductor = checks["compile inductor: bf16 training"]

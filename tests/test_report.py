@@ -28,6 +28,7 @@ from dlbench.profiling.config import settings as profile_settings
 from dlbench.report import (
     ReportError,
     WriteError,
+    drift_charts,
     model_charts,
     op_charts,
     output,
@@ -497,7 +498,7 @@ def test_sections_without_data_are_left_out(tmp_path):
     html = (outdir / "index.html").read_text()
     assert chart_names(html) == ["throughput"]
     for section in ("failures", "operators", "precision", "tflops", "paradnn", "loader",
-                    "resources", "profiles", "clocks", "time"):
+                    "resources", "profiles", "clocks", "time", "drift"):
         assert f'id="{section}"' not in html, section
     assert len(files) == 3
 
@@ -787,3 +788,48 @@ def test_cells_whose_gpu_clocks_were_held_back_are_listed_with_why(tmp_path):
     assert clocks.count("<tr>") == 2  # the header and the capped cell
     assert "power cap 62%" in clocks and "62%" in clocks and ">500<" in clocks
     assert cell_id_of(capped["cell"]) in clocks and "thermal" not in clocks
+
+
+def test_measurements_that_drifted_are_listed_and_drawn_iteration_by_iteration(tmp_path):
+    """A run whose times rose 20 % and one whose fell are listed (the larger first) and
+    drawn against their medians; a steady run of as many iterations is neither."""
+    results = [model_result("s", model_cell("resnet50", "training", p, 64), monitored=True)
+               for p in ("float32", "float16", "bfloat16")]
+    for res, end in zip(results, (1.2, 0.9, 1.0), strict=True):
+        base = res["measurements"][0]["time_s"]["median"]
+        times = [base * (1 + (end - 1) * i / 39) * (1 + 0.005 * (i % 2)) for i in range(40)]
+        res["measurements"][0].update(R.measurement(
+            name="resnet50", pass_="training", times_s=times, items_per_iteration=64))
+    results[0]["extra"]["monitor"].update(gpu_clocks_held_back=0.4)
+    parquet = write_parquet(tmp_path, results)
+    frame = load(parquet)
+    drawn = drift_charts.drift_frame(frame)
+    assert drawn["measurement"].unique().tolist() == [
+        f"{cell_id_of(results[0]['cell'])} · resnet50 (+18%)",
+        f"{cell_id_of(results[1]['cell'])} · resnet50 (-11%)"]  # -0.1 / 0.95
+    assert len(drawn) == 80 and drawn["relative"].median() == pytest.approx(1.0, abs=0.01)
+    outdir = tmp_path / "out"
+    render(parquet, outdir)
+    html = (outdir / "index.html").read_text()
+    section = section_of(html, "drift")
+    assert section.count("<tr>") == 3  # the header and the two runs that drifted
+    assert section.index(cell_id_of(results[0]["cell"])) < section.index(
+        cell_id_of(results[1]["cell"]))
+    assert "+18.2%" in section and "-10.5%" in section and ">40%<" in section
+    assert cell_id_of(results[2]["cell"]) not in section
+    assert "drift" in chart_names(html)
+
+
+def test_a_long_run_that_drifted_is_drawn_as_the_medians_of_its_stretches():
+    """5,000 iterations rising 10 %: drawn as drift_charts.MAX_POINTS points that keep the
+    rise (the first stretch's median near the start, the last's near the end)."""
+    times = [1.0 + 0.1 * i / 4999 for i in range(5000)]
+    frame = pd.DataFrame([{"study": "s", "system": "x", "cell_id": "op", "name": "torch.mm",
+                           "pass": "forward", "op_name": "torch.mm", "repeat": 0,
+                           "source": "op.json", "drifting": True, "time_drift": 0.095,
+                           drift_charts.DRIFT_TIMES: times}])
+    drawn = drift_charts.drift_frame(frame)
+    assert len(drawn) == drift_charts.MAX_POINTS
+    assert drawn["iteration"].is_monotonic_increasing
+    assert drawn["relative"].iloc[-1] - drawn["relative"].iloc[0] == pytest.approx(
+        0.1 / 1.05, rel=0.01)

@@ -70,6 +70,18 @@ def stages_text(res: dict[str, Any] | None) -> str:
     return f"wall {total:.0f} s: " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items())
 
 
+def drift_text(res: dict[str, Any] | None) -> str:
+    """Whether a cell's iteration times rose or fell through its measured run
+    (dlbench.drift): "drift +3.1%", with "(drifting)" where that is flagged."""
+    from dlbench import drift
+
+    measurements = (res or {}).get("measurements") or []
+    found = drift.trend(measurements[0].get("times_s") or []) if measurements else None
+    if found is None:
+        return ""
+    return f"drift {found.change:+.1%}" + (" (drifting)" if found.drifting else "")
+
+
 def model_checks(results: dict[str, dict | None]) -> list[Check]:
     checks = []
     for name, res in results.items():
@@ -77,7 +89,7 @@ def model_checks(results: dict[str, dict | None]) -> list[Check]:
             continue
         tput = throughput(res)
         error = (res or {}).get("error") or "no result"
-        where = stages_text(res)
+        where = "; ".join(part for part in (drift_text(res), stages_text(res)) if part)
         checks.append(Check(f"{name} runs", verdict(tput is not None),
                             (f"{tput:,.0f} img/s" + (f" ({where})" if where else ""))
                             if tput else error, {"stages_s": (res or {}).get("stages_s")}))

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dlbench import atomic, axes, efficiency, kinds, run_to_run, stages, systems
+from dlbench import atomic, axes, drift, efficiency, kinds, run_to_run, stages, systems
 from dlbench import result as R
 from dlbench.atomic import writing
 from dlbench.stats import SUMMARY_KEYS
@@ -108,6 +108,10 @@ def build_schema() -> pa.Schema:
             ("cell_time_ci_high_s", pa.float64()), ("ci_method", pa.string()),
             ("run_to_run_cv", pa.float64()), ("within_run_cv", pa.float64()),
             ("unstable", pa.bool_()),
+            # Within the run (dlbench.drift): the iteration times' steady rise (+) or fall
+            # (-) over the measured iterations, as a share of the median; its p-value.
+            ("time_drift", pa.float64()), ("time_drift_p", pa.float64()),
+            ("drifting", pa.bool_()),
             ("precision_native", pa.bool_()),
             ("parameters", pa.int64()), ("phi", pa.int64()), ("phi_tflops", pa.float64()),
             ("flops_per_iteration", pa.float64()), ("tflops", pa.float64()),
@@ -230,6 +234,7 @@ def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
             "data_wait_s": m.get("data_wait_s"), "compute_s": m.get("compute_s"),
             **execution_values(extra),
             **monitor_values(extra),
+            **drift.values(m["times_s"]),
             "times_s": m["times_s"], "extra": _json(extra),
         })
     return rows

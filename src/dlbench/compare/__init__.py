@@ -6,7 +6,8 @@ and 2.y): two aggregate tables, two results folders, or two system labels of one
 (``inputs``). Their rows are matched on what was measured, never on the cell id or the
 system (``match``). Each matched cell gets ratios NEW/BASE of throughput, latency, energy
 per sample and peak memory, with bootstrap confidence intervals, and a verdict of
-``faster``, ``slower`` or ``same`` (``ratios``); the outputs are a Parquet/CSV table, a
+``faster``, ``slower`` or ``same`` (``ratios``), and what the sides' environments record
+differently is listed (``environments``); the outputs are a Parquet/CSV table, a
 Markdown summary for a pull request and an offline HTML page (``output``).
 
 The statistics are stated in docs/compare.md. ``python -m dlbench.compare`` and
@@ -15,11 +16,13 @@ The statistics are stated in docs/compare.md. ``python -m dlbench.compare`` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from dlbench.compare import environments
+from dlbench.compare.environments import Difference
 from dlbench.compare.inputs import InputError, Side, load_pair
 from dlbench.compare.match import BASE_ONLY, NEW_ONLY, NOT_COMPARED, match, result_table
 from dlbench.compare.ratios import FASTER, SAME, SLOWER, Settings, compare_cells, summaries
@@ -33,13 +36,16 @@ COUNTED = (FASTER, SLOWER, SAME, BASE_ONLY, NEW_ONLY, NOT_COMPARED)
 @dataclass
 class Comparison:
     """What ``compare`` found: one row per compared cell, unmatched key or row not compared
-    (``cells``), and the geometric-mean summaries of the compared ones (``summary``)."""
+    (``cells``), the geometric-mean summaries of the compared ones (``summary``), and what
+    the two sides' results recorded differently (``differences``) and alike (``alike``)."""
 
     base: Side
     new: Side
     settings: Settings
     cells: pd.DataFrame
     summary: pd.DataFrame
+    differences: list[Difference] = field(default_factory=list)
+    alike: list[str] = field(default_factory=list)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -62,7 +68,10 @@ def compare_sides(base: Side, new: Side, settings: Settings | None = None) -> Co
             "the study, axes and measurement of an ok row of the other")
     compared = compare_cells(matching.base, matching.new, matching.keys, settings)
     cells = result_table(matching, compared)
-    return Comparison(base, new, settings, cells, summaries(cells))
+    base_facts, new_facts = environments.facts(base.frame), environments.facts(new.frame)
+    return Comparison(base, new, settings, cells, summaries(cells),
+                      environments.differences(base_facts, new_facts),
+                      environments.alike(base_facts, new_facts))
 
 
 def compare(base: str, new: str, *, table: str | Path | None = None,

@@ -11,6 +11,7 @@ raises ``WriteError`` naming the file.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import json
 import math
@@ -127,6 +128,23 @@ def _folded(title: str, lines: list[str], open_below: int = 20) -> list[str]:
     return ["<details>", f"<summary>{escape(title)}</summary>", "", *lines, "", "</details>", ""]
 
 
+def differences_text(comparison: Comparison) -> str:
+    """What the sides recorded alike, when nothing differs (an A/A comparison)."""
+    if comparison.differences:
+        return ("What the two sides' results recorded differently: a change of verdict may "
+                "come from any of these.")
+    alike = "; ".join(comparison.alike) or "nothing recorded"
+    return f"Nothing the results recorded differs between the sides ({alike})."
+
+
+def differences_markdown(comparison: Comparison) -> list[str]:
+    lines = ["### What differs", "", differences_text(comparison), ""]
+    if comparison.differences:
+        lines += [*_md_table(["", "BASE", "NEW"], [[d.field, d.base, d.new]
+                                                   for d in comparison.differences]), ""]
+    return lines
+
+
 def markdown(comparison: Comparison) -> str:
     """The summary for a pull request: counts, the rule, geometric means, changed cells,
     and every unmatched cell and row not compared."""
@@ -135,7 +153,8 @@ def markdown(comparison: Comparison) -> str:
     lines = ["## dlbench compare", "",
              f"**BASE** `{comparison.base.label}` → **NEW** `{comparison.new.label}`", "",
              *_md_table(list(counts), [list(counts.values())], right=len(counts)), "",
-             geomean_text(comparison), "", rule_text(comparison), ""]
+             geomean_text(comparison), "", rule_text(comparison), "",
+             *differences_markdown(comparison)]
     summary = comparison.summary[comparison.summary["group"] != "all"]
     if len(summary):
         lines += ["### Geometric means of throughput NEW/BASE", "",
@@ -333,6 +352,9 @@ def sections(comparison: Comparison, charts: list[Figure]) -> list[Section]:
                 ratio_text(r.geomean_ratio), ratio_text(r.min_ratio), ratio_text(r.max_ratio),
                 r.faster, r.slower, r.same] for r in summary.itertuples()],
               css="numeric-tail")])]
+    parts.append(Section("differs", "What differs", differences_text(comparison), [
+        table(["", "BASE", "NEW"], [[d.field, d.base, d.new] for d in comparison.differences])
+    ] if comparison.differences else []))
     if charts:
         parts.append(Section("charts", "Charts", "", [_figure_block(f) for f in charts]))
     moved = changed(cells)
@@ -395,7 +417,8 @@ def arrow_table(comparison: Comparison) -> pa.Table:
     meta = {"base": comparison.base.label, "new": comparison.new.label,
             "threshold": s.threshold, "single_run_threshold": s.single_run_threshold,
             "resamples": s.resamples, "seed": s.seed,
-            "confidence": s.confidence}
+            "confidence": s.confidence,
+            "differences": [dataclasses.asdict(d) for d in comparison.differences]}
     return table.replace_schema_metadata({**(table.schema.metadata or {}),
                                           METADATA_KEY: json.dumps(meta).encode()})
 
@@ -424,6 +447,11 @@ def console_summary(comparison: Comparison, limit: int = 5) -> list[str]:
     counts = ", ".join(f"{name} {n}" for name, n in comparison.counts.items())
     lines = [f"BASE {comparison.base.label} -> NEW {comparison.new.label}",
              f"  {counts}", f"  {geomean_text(comparison)}"]
+    if comparison.differences:
+        lines.append("  differs: " + "; ".join(f"{d.field} {d.base} -> {d.new}"
+                                               for d in comparison.differences[:limit])
+                     + (f"; and {len(comparison.differences) - limit} more"
+                        if len(comparison.differences) > limit else ""))
     moved = changed(comparison.cells)
     for r in moved.head(limit).itertuples():
         lines.append(f"  {r.verdict}: {r.label}: {ratio_text(r.throughput_ratio)} "

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dlbench import bootstrap, gpu_clocks
+from dlbench import bootstrap, drift, gpu_clocks
 from dlbench.comms.sizes import measured_label
 
 __all__ = ["Settings", "compare_cells", "side_values", "summaries", "verdicts"]
@@ -74,7 +74,11 @@ def side_values(rows: pd.DataFrame) -> pd.DataFrame:
     spj = _numbers(rows, "samples_per_joule")
     with np.errstate(divide="ignore", invalid="ignore"):
         rows = rows.assign(energy_per_sample_j=np.where(spj > 0, 1 / spj, np.nan),
-                           _held_back=_numbers(rows, "gpu_clocks_held_back"))
+                           _held_back=_numbers(rows, "gpu_clocks_held_back"),
+                           # a run that drifted (dlbench.drift): its drift, else none
+                           _drift=np.where(rows["drifting"].astype("boolean").fillna(False)
+                                           .to_numpy(bool), _numbers(rows, "time_drift"),
+                                           np.nan))
     group = rows.groupby("_key", sort=False)
     out = pd.DataFrame({
         "repeats": group.size(),
@@ -91,6 +95,10 @@ def side_values(rows: pd.DataFrame) -> pd.DataFrame:
     out["gpu_clock_reasons"] = (rows.sort_values("_held_back", ascending=False)
                                 .groupby("_key", sort=False)["gpu_clock_reasons"].first()
                                 .reindex(out.index))
+    # The run that drifted most (NaN where none did).
+    out["time_drift"] = (rows.assign(_size=np.abs(rows["_drift"]))
+                         .sort_values("_size", ascending=False, na_position="last")
+                         .groupby("_key", sort=False)["_drift"].first().reindex(out.index))
     # Plain arrays and lists from here: iterating pandas groups costs ~1 ms a group.
     codes, uniques = pd.factorize(rows["_key"])
     positions: list[list[int]] = [[] for _ in uniques]
@@ -255,22 +263,27 @@ def compare_cells(base_rows: pd.DataFrame, new_rows: pd.DataFrame, keys: list[st
     out["throughput_unit"] = new["throughput_unit"].fillna(base["throughput_unit"]).to_numpy()
     for side, values in (("base", base), ("new", new)):
         out[f"{side}_gpu_clocks_held_back"] = values["gpu_clocks_held_back"].to_numpy()
+        out[f"{side}_time_drift"] = values["time_drift"].to_numpy()
     out["verdict"], out["note"] = verdicts(out, settings.threshold,
                                           settings.single_run_threshold)
-    out["note"] = _with_clock_notes(out["note"].to_numpy(), base, new)
+    out["note"] = _with_side_notes(out["note"].to_numpy(), base, new)
     return out
 
 
-def _with_clock_notes(notes: np.ndarray, base: pd.DataFrame, new: pd.DataFrame) -> np.ndarray:
+def _with_side_notes(notes: np.ndarray, base: pd.DataFrame, new: pd.DataFrame) -> np.ndarray:
     """Each cell's note, plus a line for each side whose GPU clocks were held back (a
-    power cap or heat on one side alone can make the difference)."""
+    power cap or heat on one side alone can make the difference) and for each side whose
+    iteration times drifted (its median is that of a moving target)."""
     out = notes.copy()
     sides = [(label, side["gpu_clocks_held_back"].to_numpy(float),
-              side["gpu_clock_reasons"].to_numpy()) for label, side in (("BASE", base),
-                                                                         ("NEW", new))]
+              side["gpu_clock_reasons"].to_numpy(), side["time_drift"].to_numpy(float))
+             for label, side in (("BASE", base), ("NEW", new))]
     for i in range(len(out)):
-        parts = [out[i], *(gpu_clocks.note(label, held[i] if np.isfinite(held[i]) else None,
-                                           reasons[i]) for label, held, reasons in sides)]
+        parts = [out[i]]
+        for label, held, reasons, drifted in sides:
+            parts.append(gpu_clocks.note(label, held[i] if np.isfinite(held[i]) else None,
+                                         reasons[i]))
+            parts.append(drift.note(label, drifted[i], bool(np.isfinite(drifted[i]))))
         out[i] = "; ".join(p for p in parts if p) or None
     return out
 

@@ -23,6 +23,7 @@ from dlbench.report import (
     comms_charts,
     cpu_precision,
     datasets,
+    drift_charts,
     efficiency_tables,
     llm_charts,
     model_charts,
@@ -81,6 +82,12 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
                 "unstable_cv threshold: their figures vary from run to run, so compare them "
                 "with care.",
                 _present(tables.unstable_table(frame))),
+        Section("drift", "Drift within a run",
+                "Measurements whose iteration times rose or fell steadily over their "
+                "measured iterations: their median is that of a moving target (a GPU "
+                "lowering its clocks as it heats, a warm-up too short, memory filling up), "
+                "so more warm-up or a steadier system may change it.",
+                _present(drift_charts.drift_table(frame), drift_charts.drift_figure(frame))),
         Section("clocks", "GPU clocks held back",
                 "Cells whose GPUs ran below their clock for part of the measurement (NVML's "
                 "clock event reasons, sampled by the resource monitor): their figures are "

@@ -6,7 +6,10 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from dlbench.aggregate import TableError, read_table, with_every_column
 
@@ -31,13 +34,32 @@ def load(path: str | Path) -> pd.DataFrame:
         table = read_table(path, REQUIRED_COLUMNS)
     except TableError as exc:
         raise ReportError(str(exc)) from None
+    drifting_times = None
     if "times_s" in table.column_names:
+        drifting_times = _drifting_times(table)
         table = table.drop_columns(["times_s"])
     frame = table.to_pandas()
     # A table from an older aggregate lacks some columns: they read as empty.
     with_every_column(frame)
     frame = frame.drop(columns=["times_s"])
+    frame[DRIFT_TIMES] = drifting_times if drifting_times is not None else None
     return prepare(frame)
+
+
+# The per-iteration times of the measurements that drifted (dlbench.drift), which the
+# report draws; every other row's are left out of memory.
+DRIFT_TIMES = "drift_times_s"
+
+
+def _drifting_times(table: pa.Table) -> pd.Series | None:
+    if "drifting" not in table.column_names:
+        return None
+    flagged = pc.fill_null(table.column("drifting"), False).to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(flagged)
+    times: list[list[float] | None] = [None] * table.num_rows
+    for row, series in zip(rows, table.column("times_s").take(rows).to_pylist(), strict=True):
+        times[row] = series
+    return pd.Series(times, dtype=object)
 
 
 def prepare(frame: pd.DataFrame) -> pd.DataFrame:

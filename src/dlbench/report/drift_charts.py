@@ -1,0 +1,108 @@
+"""Drift within a run (dlbench.drift): the measurements whose iteration times rose or fell
+steadily over their measured iterations, listed, and the largest drawn iteration by
+iteration against their median.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from dlbench import drift
+from dlbench.report.data import DRIFT_TIMES, joined
+from dlbench.report.style import Figure, styled
+from dlbench.report.tables import table
+
+# The chart draws this many measurements, those that drifted most; the table lists all.
+MAX_DRAWN = 8
+# A longer run is drawn as the medians of this many stretches of it (the page stays small).
+MAX_POINTS = 400
+
+
+def drifting_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows that drifted, each measurement of each result file once, most first."""
+    if "drifting" not in frame:
+        return frame.iloc[0:0]
+    rows = frame[frame["drifting"].astype("boolean").fillna(False).astype(bool)]
+    keys = [k for k in ("source", "name", "pass", "op_name") if k in rows]
+    rows = rows.drop_duplicates(subset=keys, keep="last")
+    size = pd.to_numeric(rows["time_drift"], errors="coerce").abs()
+    return rows.assign(_size=size).sort_values("_size", ascending=False, kind="stable")
+
+
+def _label(rows: pd.DataFrame) -> pd.Series:
+    parts = rows[["cell_id", "name"]].fillna("")
+    if "repeat" in rows and pd.to_numeric(rows["repeat"], errors="coerce").fillna(0).gt(0).any():
+        parts = parts.assign(run="run " + rows["repeat"].fillna(0).astype(int).astype(str))
+    return joined(parts, skip_empty=True)
+
+
+def drift_table(frame: pd.DataFrame) -> str | None:
+    rows = drifting_rows(frame)
+    if rows.empty:
+        return None
+    held = (pd.to_numeric(rows["gpu_clocks_held_back"], errors="coerce")
+            if "gpu_clocks_held_back" in rows else pd.Series(float("nan"), index=rows.index))
+    body = [[r.study, r.system, r.cell_id, r.name, r["pass"],
+             int(r["repeat"]) if pd.notna(r["repeat"]) else "",
+             int(r.iterations) if pd.notna(r.iterations) else "",
+             f"{r.time_drift:+.1%}", f"{r.time_drift_p:.0e}",
+             f"{r.time_median_s * 1e3:,.3f}",
+             f"{held[i]:.0%}" if pd.notna(held[i]) else ""]
+            for i, r in rows.iterrows()]
+    return table(["study", "system", "cell", "measurement", "pass", "run", "iterations",
+                  "drift", "p", "median time (ms)", "GPU clocks held back"],
+                 body, css="numeric-tail")
+
+
+def drift_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per measured iteration of the MAX_DRAWN measurements that drifted most:
+    its time as a share of the measurement's median."""
+    if DRIFT_TIMES not in frame:
+        return pd.DataFrame()
+    rows = drifting_rows(frame)
+    rows = rows[rows[DRIFT_TIMES].map(lambda t: isinstance(t, list) and len(t) > 0)]
+    rows = rows.head(MAX_DRAWN)
+    if rows.empty:
+        return pd.DataFrame()
+    labels = _label(rows) + " (" + rows["time_drift"].map(lambda c: f"{c:+.0%}") + ")"
+    parts = []
+    for label, times in zip(labels, rows[DRIFT_TIMES], strict=True):
+        series = pd.Series(times, dtype=float)
+        relative = series / series.median()
+        iteration = pd.Series(range(1, len(series) + 1), dtype=float)
+        if len(series) > MAX_POINTS:  # a long run: the median of each stretch of it
+            stretch = iteration.sub(1).mul(MAX_POINTS / len(series)).astype(int)
+            relative = relative.groupby(stretch).median()
+            iteration = iteration.groupby(stretch).mean()
+        parts.append(pd.DataFrame({"measurement": label, "iteration": iteration.to_numpy(),
+                                   "relative": relative.to_numpy()}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def drift_figure(frame: pd.DataFrame) -> Figure | None:
+    long = drift_frame(frame)
+    if long.empty:
+        return None
+    order = list(dict.fromkeys(long["measurement"]))
+    lines = alt.Chart(long).mark_line(strokeWidth=1.4, opacity=0.85).encode(
+        x=alt.X("iteration:Q", title="measured iteration"),
+        y=alt.Y("relative:Q", title="iteration time ÷ the measurement's median",
+                scale=alt.Scale(zero=False)),
+        color=alt.Color("measurement:N", title=None, sort=order,
+                        legend=alt.Legend(orient="bottom", columns=1)),
+        tooltip=[alt.Tooltip("measurement:N"), alt.Tooltip("iteration:Q"),
+                 alt.Tooltip("relative:Q", format=".3f")],
+    )
+    median = alt.Chart(pd.DataFrame({"relative": [1.0]})).mark_rule(
+        strokeDash=[4, 3], color="#9aa5b1").encode(y="relative:Q")
+    chart = alt.layer(lines, median).properties(width=560, height=260)
+    drawn = long["measurement"].nunique()
+    caption = (f"The {drawn} measurement(s) that drifted most, each iteration's time over "
+               "its measurement's median (the dashed line): a rising line is a run that "
+               "slowed down (a GPU lowering its clocks as it heats, memory filling up), a "
+               "falling one a run still warming up. Drift is Sen's slope over the measured "
+               f"iterations as a share of the median, flagged at {drift.NOTABLE:.0%} or more "
+               f"with Mann-Kendall's p below {drift.SIGNIFICANCE:g}.")
+    return Figure("drift", "Iteration times of the runs that drifted", caption,
+                  styled(chart))
