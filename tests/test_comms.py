@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from dlbench import aggregate, study
+from dlbench import aggregate, axes, study
 from dlbench import result as R
 from dlbench.comms import sizes as S
 from dlbench.report import comms_charts
@@ -130,6 +130,51 @@ def test_the_runner_takes_params_long_flag_names_and_sizes_with_units(tmp_path, 
     args = runner.parser().parse_args(["--collective=all_to_allv", "--in-split", "1,2",
                                        "--out-split", "3,4", "--sizes", "8,16"])
     assert (args.i, args.o, args.ss) == ("1,2", "3,4", "8,16")
+
+
+def test_params_command_line_runs_as_it_is_with_its_backend_device_and_log_flags(
+        tmp_path, capsys, caplog):
+    """PARAM's README command line (its rendezvous flags, --backend, --device, --log) runs
+    unchanged: the backend named is the one used and recorded (and in the cell id), the
+    rendezvous flags are said to be unused, PARAM's cuda and rocm are the GPU, and a
+    backend that cannot run the cell is one line naming --backend (runner and study)."""
+    from dlbench.comms import command_line, runner
+    from dlbench.pytorch import distributed
+
+    out = tmp_path / "cell.json"
+    assert runner.main(["--master-ip", "127.0.0.1", "--master-port", "29500", "--b", "8",
+                        "--e", "64", "--n", "2", "--w", "1", "--f", "2", "--z", "1",
+                        "--collective", "all_reduce", "--backend", "gloo", "--device", "cpu",
+                        "--log", "INFO", "--nw-stack", "pytorch-dist",
+                        f"--output={out}"]) == 0
+    res = R.read(out)
+    assert res["status"] == "ok" and res["cell"]["backend"] == "gloo"
+    assert res["extra"]["backend"] == "gloo"
+    said = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("--master-ip is not used: torchrun's rendezvous") for m in said)
+    assert any(m.startswith("--master-port is not used") for m in said)
+    p = command_line.parser()
+    for words in (["--device", "cuda"], ["--device=rocm"]):
+        assert command_line.checked(p, words)[0].device == "gpu"
+    with pytest.raises(SystemExit):
+        command_line.checked(p, ["--backend", "nccl", "--device", "cpu"])
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "error: --backend nccl runs collectives on GPUs: a cell on device cpu takes gloo or "
+        "ucc")
+    with pytest.raises(study.ConfigError, match="study 'c': backend: nccl runs collectives "
+                                                 "on GPUs"):
+        study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+            "backend": "nccl", "device": "cpu"}}}})
+    (gloo,) = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "backend": "gloo", "num_gpus": 2}}}})
+    assert gloo.id.startswith("pytorch_all-reduce_float32_2x_gloo_gpu_")
+    assert "--backend=gloo" in axes.argv("comms", gloo.params)
+    import torch.distributed as dist
+
+    if not dist.is_ucc_available():
+        with pytest.raises(Exception, match=r"backend ucc: this torch .* was built without "
+                                            r"it \(torch.distributed.is_ucc_available\(\)"):
+            distributed.available_backend("ucc", "cpu")
 
 
 def test_params_num_coll_issues_that_many_per_iteration_as_a_window(tmp_path, capsys):

@@ -174,6 +174,12 @@ def test_collective_verdict_needs_nccl_and_every_size(tmp_path):
     assert "256 MiB in 1,000 µs, bus 268.4 GB/s" in check.figure
     assert verdicts.comms_check("comms_nccl2", {**res, "extra": {"backend": "gloo"}}
                                       ).verdict == "fail"
+    # The gloo sweep on the GPU's tensors (PARAM's --backend gloo) must run on gloo.
+    gloo = verdicts.comms_check("comms_gloo1", {**res, "extra": {"backend": "gloo"}})
+    assert gloo.verdict == "pass" and gloo.name == "all_reduce over gloo, 1 GPU(s)"
+    assert verdicts.comms_check("comms_gloo1", res).verdict == "fail"
+    assert "--backend=gloo" in planning.build_plan(tmp_path, sys.executable, gpus=1,
+                                                   autotune=False).commands["comms_gloo1"]
     assert verdicts.comms_check("comms_nccl2", {**res, "measurements": [size(8)]}
                                       ).verdict == "fail"
     unchecked = {**size(end), "extra": {"bus_gbps": 1.0}}
@@ -188,7 +194,7 @@ def test_collective_verdict_needs_nccl_and_every_size(tmp_path):
         plan = planning.build_plan(tmp_path, sys.executable, gpus=gpus, autotune=False)
         swept = [cmd for name, cmd in plan.commands.items()
                  if name.startswith("comms_") and "--e=" + str(end) in cmd]
-        assert len(swept) == (6 if gpus == 1 else 8)
+        assert len(swept) == (7 if gpus == 1 else 9)
         for cmd in swept:
             flag = {a.split("=")[0]: int(a.split("=")[1]) for a in cmd
                     if a.startswith(("--b=", "--e=", "--f="))}

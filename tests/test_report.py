@@ -805,8 +805,8 @@ def test_measurements_that_drifted_are_listed_and_drawn_iteration_by_iteration(t
     frame = load(parquet)
     drawn = drift_charts.drift_frame(frame)
     assert drawn["measurement"].unique().tolist() == [
-        f"{cell_id_of(results[0]['cell'])} · resnet50 (+18%)",
-        f"{cell_id_of(results[1]['cell'])} · resnet50 (-11%)"]  # -0.1 / 0.95
+        f"{cell_id_of(results[0]['cell'])} · resnet50 · training (+18%)",
+        f"{cell_id_of(results[1]['cell'])} · resnet50 · training (-11%)"]  # -0.1 / 0.95
     assert len(drawn) == 80 and drawn["relative"].median() == pytest.approx(1.0, abs=0.01)
     outdir = tmp_path / "out"
     render(parquet, outdir)

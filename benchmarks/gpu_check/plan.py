@@ -118,6 +118,8 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
     most = 2 if gpus >= 2 else 1
     plan.runner(f"comms_nccl{most}_nonblocking", *comms, f"--num_gpus={most}", "--z=0",
                 "--window=20")
+    # The sweep over gloo on the GPU's tensors (PARAM's --backend gloo), validated.
+    plan.runner("comms_gloo1", *comms, "--num_gpus=1", "--backend=gloo")
     # The blocking sweep again, timed by CUDA events (PARAM's --use-device-time).
     plan.runner("comms_nccl1_devicetime", *comms, "--num_gpus=1", "--use-device-time")
     # One all_to_allv of uneven blocks (PARAM's --i), 256 MiB from each GPU, validated.

@@ -125,22 +125,29 @@ def model_checks(results: dict[str, dict | None]) -> list[Check]:
     return checks
 
 
+BACKEND_NAMES = {"nccl": "NCCL", "gloo": "gloo"}
+
+
 def comms_check(name: str, res: dict[str, Any] | None) -> Check:
-    """A collective cell over NCCL: every size measured and its data validated; its
-    figure the largest size's bus bandwidth (0 for a group of one) and median time."""
+    """A collective cell over the backend its name says (comms_nccl2, comms_gloo1): every
+    size measured on that backend and its data validated; its figure the largest size's
+    bus bandwidth (0 for a group of one) and median time."""
     # The message size from the measurement's name (a bidirectional point-to-point
     # test's bytes_per_iteration count both ways).
     from dlbench.comms.sizes import message_bytes
 
-    ranks, _, mode = name.removeprefix("comms_nccl").partition("_")
+    # comms_<backend><ranks>[_<mode>]: comms_nccl2_pt2pt, comms_gloo1
+    backend, _, mode = name.removeprefix("comms_").partition("_")
+    ranks = "".join(c for c in backend if c.isdigit())
+    backend = backend.removesuffix(ranks)
     collective = {"pt2pt": "pt2pt", "a2av": "all_to_allv"}.get(mode, "all_reduce")
-    title = f"{collective} over NCCL, {ranks} GPU(s)" \
+    title = f"{collective} over {BACKEND_NAMES.get(backend, backend)}, {ranks} GPU(s)" \
         + (f", {mode}" if mode not in ("", "pt2pt", "a2av") else "")
     if res and res.get("status") == "not_run":
         return Check(title, "skip", res["error"])
     sizes = (res or {}).get("measurements") or []
     ok = bool(res) and res.get("status") == "ok" \
-        and (res.get("extra") or {}).get("backend") == "nccl" and bool(sizes) \
+        and (res.get("extra") or {}).get("backend") == backend and bool(sizes) \
         and message_bytes(sizes[-1]["name"]) == COMMS_END \
         and all(m["extra"].get("validated") for m in sizes)
     if not sizes:

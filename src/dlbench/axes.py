@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench import nccl_env
+from dlbench.comms import backends
 from dlbench.comms.overlap import (
     COMPUTE_DATA_TYPES,
     EMBEDDING,
@@ -488,6 +489,11 @@ TABLE: tuple[Axis, ...] = (
     Axis("bag_size", int, _TABLES.bag, kinds=(_COMMS,), minimum=1, since=3,
          applies=_embedding, flags={_COMMS: Flag("--bag-size")},
          help="emb_lookup: the rows each bag sums"),
+    # The process group's backend (dlbench.comms.backends; PARAM's --backend).
+    Axis("backend", str, backends.AUTO, kinds=(_COMMS,), choices=backends.BACKENDS, since=3,
+         flags={_COMMS: Flag("--backend")},
+         help="the process group's backend (PARAM's --backend): nccl (GPUs), gloo, ucc; "
+              "auto: nccl on GPUs, gloo on CPUs"),
     # Language-model inference (dlbench.llm): a batch of prompts, then its output tokens.
     Axis("prompt_length", int, 128, kinds=(_LLM,), minimum=1,
          flags={_LLM_RUNNER: Flag("--prompt_length")}, help="tokens of each prompt"),

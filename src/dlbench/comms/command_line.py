@@ -20,13 +20,34 @@ KIND = "comms"
 MODES = ("comms", "comms-compute")
 
 
+# PARAM's --device names for a GPU (torch's ROCm builds drive AMD GPUs as "cuda" too).
+GPU_DEVICES = ("cuda", "rocm")
+# PARAM's --log levels.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# PARAM's flags for connecting its processes (started by mpirun), which torchrun's
+# rendezvous does here: taken, and said to be unused.
+RENDEZVOUS = ("--master-ip", "--master-port")
+
+
 class Parser(argparse.ArgumentParser):
-    """Reads PARAM's ``--mm-dim m n p`` as ``--mm-shape`` (``params_mm_dim``) wherever the
-    runner's flags are parsed."""
+    """Reads PARAM's ``--mm-dim m n p`` as ``--mm-shape`` (``params_mm_dim``) and its
+    ``--device cuda`` as ``gpu`` (``params_device``) wherever the runner's flags are
+    parsed."""
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         words = list(sys.argv[1:] if args is None else args)
-        return super().parse_known_args(params_mm_dim(words), namespace)
+        return super().parse_known_args(params_device(params_mm_dim(words)), namespace)
+
+
+def params_device(argv: list[str]) -> list[str]:
+    """PARAM's ``--device cuda`` (or ``rocm``) as dlbench's ``--device gpu``."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--device" and i + 1 < len(out) and out[i + 1] in GPU_DEVICES:
+            out[i + 1] = "gpu"
+        elif arg.partition("=")[::2] in (("--device", d) for d in GPU_DEVICES):
+            out[i] = "--device=gpu"
+    return out
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,7 +58,8 @@ def parser() -> argparse.ArgumentParser:
                     "--n, --data-type, --c, --z, --sb, --ss, --root, --pt2pt, --src-ranks, "
                     "--dst-ranks, --window, --multi-comms, "
                     "--mode, --kernel, --num-compute, --mm-dim, --comp-data-type, --emb-dim, "
-                    "--num-embs, --num-emb-tables-per-device, --batch-size, --bag-size; "
+                    "--num-embs, --num-emb-tables-per-device, --batch-size, --bag-size, "
+                    "--backend, --device cuda, --log; "
                     "--mm-dim's "
                     "two or three values are --mm-shape's; --collectives and --data-types take "
                     "PARAM's comma lists, each value in turn, printed, no result file).")
@@ -49,6 +71,13 @@ def parser() -> argparse.ArgumentParser:
                    help="PARAM's collectives per iteration: more than 1 issues that many back "
                         "to back and waits for them once, which is --z 0 --window N here")
     monitor.add_arguments(p)  # the launcher's and the profile jobs' --monitor_interval_ms
+    p.add_argument("--log", "--log-level", dest="log_level", choices=LOG_LEVELS,
+                   help="PARAM's logging level (default INFO here; PARAM's is ERROR)")
+    for flag in RENDEZVOUS:
+        p.add_argument(flag, help="PARAM's (its processes' rendezvous): not used, torchrun's "
+                                  "rendezvous connects the processes dlbench starts")
+    p.add_argument("--nw-stack", choices=("pytorch-dist",), default="pytorch-dist",
+                   help="PARAM's network stack: torch.distributed (the one offered)")
     p.add_argument("--tag", default="",
                    help="PARAM's: a word added to the name of every COMMS-RES line printed")
     p.add_argument("--output", help="result JSON to write (rank 0)")
@@ -163,6 +192,11 @@ def checked(p: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Names
                 S.pt2pt_pairs(args.pt2pt, ranks, args.src_ranks, args.dst_ranks)
         except ValueError as exc:
             p.error(f"--src-ranks/--dst-ranks: {exc}")
+    from dlbench.comms import backends
+
+    problem = backends.problem(args.backend, args.device)
+    if problem:
+        p.error(f"--backend {problem}")
     if args.use_device_time and args.collective == "pt2pt":
         p.error("--use-device-time: point-to-point tests are timed on the host")
     if args.use_device_time and args.device != "gpu":

@@ -1,9 +1,10 @@
 """``python -m dlbench.comms``: a collective-communication cell, PARAM's comms.py with
 nccl-tests' bandwidths (dlbench.comms.sizes).
 
-``--num_gpus N`` processes on each of ``--num_nodes`` nodes (torchrun: NCCL on GPUs, gloo
-on CPU; on several nodes, one torchrun per node of the Slurm job started with srun, as for
-a model cell, dlbench.multinode) run one collective on buffers of every size of the sweep.
+``--num_gpus N`` processes on each of ``--num_nodes`` nodes (torchrun; over ``--backend``,
+NCCL on GPUs and gloo on CPU unless named, dlbench.comms.backends; on several nodes, one
+torchrun per node of the Slurm job started with srun, as for a model cell,
+dlbench.multinode) run one collective on buffers of every size of the sweep.
 Each size is one measurement: the per-iteration times of the slowest rank (the one
 harness's timed loop: warmup excluded, each iteration ended synchronised), the algorithm
 bandwidth (``gbps``) and the bus bandwidth (``bus_gbps`` in its extra). Every rank
@@ -290,9 +291,9 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     if args.device == "gpu" and not torch.cuda.is_available():
         raise cellrun.CellError("device gpu: torch sees no CUDA device")
     device = distributed.init(topo, "cuda" if args.device == "gpu" else "cpu",
-                              args.nccl_env)
+                              args.nccl_env, args.backend)
     if not dist.is_initialized():  # one rank: a group of one, so the collectives still run
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+        dist.init_process_group(distributed.available_backend(args.backend, device.type),
                                 store=dist.HashStore(), rank=0, world_size=1)
     res["environment"] = torch_environment.collect(device)
     # The processes of one collective: every rank, or each communicator's (PARAM's
@@ -497,8 +498,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, argv: list[str]) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.basicConfig(level=args.log_level or logging.INFO,
+                        format="%(asctime)s %(name)s: %(message)s")
+    from dlbench.comms.command_line import RENDEZVOUS
     from dlbench.pytorch import distributed
+
+    for flag in RENDEZVOUS:
+        if getattr(args, flag.lstrip("-").replace("-", "_")) is not None \
+                and not distributed.is_worker():
+            log.warning("%s is not used: torchrun's rendezvous connects the processes "
+                        "dlbench starts (on the first node of a multi-node cell)", flag)
 
     if (args.num_gpus > 1 or args.num_nodes > 1) and not distributed.is_worker():
         return _launch(args, argv)

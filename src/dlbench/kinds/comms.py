@@ -9,6 +9,7 @@ from typing import Any
 
 from dlbench import axes, frameworks
 from dlbench.axes import AxisError
+from dlbench.comms import backends
 from dlbench.comms.overlap import NO_KERNEL, operands
 from dlbench.comms.sizes import (
     FAN,
@@ -52,6 +53,8 @@ class CommsKind(CellKind):
         groups = params.get("comm_groups") or 1
         extra += [f"{groups}groups"] if groups > 1 else []  # ..._8x_4groups_gpu_...
         extra += ["include0B"] if params.get("include_0b") else []  # PARAM's --include-0B
+        backend = params.get("backend")
+        extra += [backend] if backend not in (None, backends.AUTO) else []  # ..._2x_gloo_gpu_
         i = self.id_axes.index("num_gpus") + 1
         parts = [*parts[:i], *extra, *parts[i:]]
         if params.get("collective") == "pt2pt":  # pytorch_pt2pt_pairwise_float32_...
@@ -99,6 +102,9 @@ class CommsKind(CellKind):
         problem = zero_block_problem(ranks)
         if params.get("include_0b") and problem:
             raise AxisError("include_0b", f"{problem} (num_gpus x num_nodes)")
+        problem = backends.problem(params.get("backend"), params["device"])
+        if problem:
+            raise AxisError("backend", problem)
         if params.get("device_time") and params["device"] != "gpu":
             raise AxisError("device_time", "CUDA events time the device: device gpu only")
         kernel, shape = params.get("compute_kernel"), params.get("mm_shape")

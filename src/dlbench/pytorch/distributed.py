@@ -73,9 +73,12 @@ def rank_hosts() -> list[str]:
     return [str(h) for h in hosts]
 
 
-def init(topo: Topology, device_type: str, nccl_settings: str | None = None) -> torch.device:
-    """This process's device and, when the cell has several, its process group; the cell's
-    NCCL settings (the nccl_env axis) are set first, before NCCL reads the environment."""
+def init(topo: Topology, device_type: str, nccl_settings: str | None = None,
+         backend: str | None = None) -> torch.device:
+    """This process's device and, when the cell has several, its process group (on
+    ``backend``, dlbench.comms.backends: NCCL on GPUs and gloo on CPUs unless named); the
+    cell's NCCL settings (the nccl_env axis) are set first, before NCCL reads the
+    environment."""
     from dlbench import cellrun, nccl_env
 
     try:
@@ -88,9 +91,27 @@ def init(topo: Topology, device_type: str, nccl_settings: str | None = None) -> 
     else:
         device = torch.device("cpu")
     if topo.distributed:
-        dist.init_process_group("nccl" if device_type == "cuda" else "gloo",
+        dist.init_process_group(available_backend(backend, device_type),
                                 timeout=datetime.timedelta(minutes=10))
     return device
+
+
+def available_backend(backend: str | None, device_type: str) -> str:
+    """The process group's backend for a cell on ``device_type``; CellError where it cannot
+    run there or this torch was built without it."""
+    from dlbench import cellrun
+    from dlbench.comms import backends
+
+    problem = backends.problem(backend, device_type)
+    if problem:
+        raise cellrun.CellError(f"backend {problem}")
+    name = backends.resolved(backend, device_type)
+    built = getattr(dist, f"is_{name}_available", None)
+    if built is None or not built():
+        raise cellrun.CellError(f"backend {name}: this torch {torch.__version__} was built "
+                                f"without it (torch.distributed.is_{name}_available() is "
+                                "not true)")
+    return name
 
 
 def slowest_rank_times(times: list[float], device: torch.device) -> list[float]:

@@ -31,7 +31,14 @@ def drifting_rows(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _label(rows: pd.DataFrame) -> pd.Series:
-    parts = rows[["cell_id", "name"]].fillna("")
+    """cell · [operator] measurement · pass [· run k]: an operator cell's inputs are named
+    by position, and each has a forward and a backward measurement."""
+    parts = rows[["cell_id"]].fillna("")
+    name = rows["name"].fillna("").astype(str)
+    if "op_name" in rows:
+        op = rows["op_name"].fillna("").astype(str)
+        name = name.where((op == "") | (op == name), op + " " + name)
+    parts = parts.assign(name=name, phase=rows["pass"].fillna("") if "pass" in rows else "")
     if "repeat" in rows and pd.to_numeric(rows["repeat"], errors="coerce").fillna(0).gt(0).any():
         parts = parts.assign(run="run " + rows["repeat"].fillna(0).astype(int).astype(str))
     return joined(parts, skip_empty=True)
@@ -90,7 +97,7 @@ def drift_figure(frame: pd.DataFrame) -> Figure | None:
         y=alt.Y("relative:Q", title="iteration time ÷ the measurement's median",
                 scale=alt.Scale(zero=False)),
         color=alt.Color("measurement:N", title=None, sort=order,
-                        legend=alt.Legend(orient="bottom", columns=1)),
+                        legend=alt.Legend(orient="bottom", columns=1, labelLimit=900)),
         tooltip=[alt.Tooltip("measurement:N"), alt.Tooltip("iteration:Q"),
                  alt.Tooltip("relative:Q", format=".3f")],
     )
