@@ -93,3 +93,11 @@ def test_the_table_gives_each_measurement_its_drift(tmp_path):
     assert table.loc["rising", "time_drift"] == pytest.approx(0.02 / 0.11, abs=0.01)
     for name in ("short", "broken"):
         assert table.loc[name, ["time_drift", "time_drift_p"]].isna().all()
+
+
+def test_a_drift_is_read_as_warm_up_a_gpu_held_back_or_a_system_slowing():
+    assert drift.reading(-0.08).startswith("falling: still warming up")
+    assert drift.reading(0.08, 0.3, "thermal 30%") == (
+        "rising, the GPU's clocks held back in 30% of samples (thermal 30%)")
+    assert drift.reading(0.08, 0.01, "thermal 1%").startswith("rising: the system slowed")
+    assert drift.reading(0.08, float("nan")).startswith("rising: the system slowed")

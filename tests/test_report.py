@@ -800,7 +800,8 @@ def test_measurements_that_drifted_are_listed_and_drawn_iteration_by_iteration(t
         times = [base * (1 + (end - 1) * i / 39) * (1 + 0.005 * (i % 2)) for i in range(40)]
         res["measurements"][0].update(R.measurement(
             name="resnet50", pass_="training", times_s=times, items_per_iteration=64))
-    results[0]["extra"]["monitor"].update(gpu_clocks_held_back=0.4)
+    results[0]["extra"]["monitor"].update(gpu_clocks_held_back=0.4,
+                                          gpu_clock_reasons="power cap 40%")
     parquet = write_parquet(tmp_path, results)
     frame = load(parquet)
     drawn = drift_charts.drift_frame(frame)
@@ -815,7 +816,10 @@ def test_measurements_that_drifted_are_listed_and_drawn_iteration_by_iteration(t
     assert section.count("<tr>") == 3  # the header and the two runs that drifted
     assert section.index(cell_id_of(results[0]["cell"])) < section.index(
         cell_id_of(results[1]["cell"]))
-    assert "+18.2%" in section and "-10.5%" in section and ">40%<" in section
+    assert "+18.2%" in section and "-10.5%" in section
+    assert escape("rising, the GPU's clocks held back in 40% of samples (power cap 40%)"
+                  ) in section
+    assert "falling: still warming up" in section
     assert cell_id_of(results[2]["cell"]) not in section
     assert "drift" in chart_names(html)
 

@@ -102,6 +102,19 @@ def describe(change: float) -> str:
     return f"iteration times {way} {abs(change):.0%} over the measured run"
 
 
+def reading(change: float, held_back: float | None = None, reasons: str | None = None) -> str:
+    """What a drift most likely means, in words: falling times a warm-up too short, rising
+    ones a GPU held back (where the monitor saw it) or a system slowing down."""
+    from dlbench import gpu_clocks
+
+    if change < 0:
+        return "falling: still warming up (more warm-up iterations would settle it)"
+    if held_back is not None and math.isfinite(held_back) and held_back >= gpu_clocks.NOTABLE:
+        why = reasons if isinstance(reasons, str) and reasons else "reasons not recorded"
+        return f"rising, the GPU's clocks held back in {held_back:.0%} of samples ({why})"
+    return "rising: the system slowed during the run (heat, memory, other load)"
+
+
 def note(side: str, change: float | None, drifting: bool | None) -> str | None:
     """One line saying that ``side``'s measurement drifted, where it did."""
     if not drifting or change is None or not math.isfinite(change):

@@ -50,16 +50,16 @@ def drift_table(frame: pd.DataFrame) -> str | None:
         return None
     held = (pd.to_numeric(rows["gpu_clocks_held_back"], errors="coerce")
             if "gpu_clocks_held_back" in rows else pd.Series(float("nan"), index=rows.index))
+    reasons = rows.get("gpu_clock_reasons", pd.Series(None, index=rows.index))
     body = [[r.study, r.system, r.cell_id, r.name, r["pass"],
              int(r["repeat"]) if pd.notna(r["repeat"]) else "",
              int(r.iterations) if pd.notna(r.iterations) else "",
              f"{r.time_drift:+.1%}", f"{r.time_drift_p:.0e}",
              f"{r.time_median_s * 1e3:,.3f}",
-             f"{held[i]:.0%}" if pd.notna(held[i]) else ""]
+             drift.reading(r.time_drift, held[i], reasons[i])]
             for i, r in rows.iterrows()]
     return table(["study", "system", "cell", "measurement", "pass", "run", "iterations",
-                  "drift", "p", "median time (ms)", "GPU clocks held back"],
-                 body, css="numeric-tail")
+                  "drift", "p", "median time (ms)", "most likely"], body)
 
 
 def drift_frame(frame: pd.DataFrame) -> pd.DataFrame:
