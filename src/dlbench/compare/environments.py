@@ -20,6 +20,8 @@ import pandas as pd
 FIELDS = (("gpu_model", "GPU"), ("gpu_power_limit_w", "GPU power limit (W)"),
           ("gpu_driver", "GPU driver"), ("cuda_version", "CUDA"), ("cudnn_version", "cuDNN"),
           ("nccl_version", "NCCL"), ("cpu_model", "CPU"), ("cpu_count", "CPUs"),
+          ("cpu_cores", "CPU cores"), ("cpu_sockets", "CPU sockets"),
+          ("cpu_capability", "CPU capability"), ("cpu_features", "CPU features"),
           ("python_version", "Python"), ("container", "container"),
           ("container_digest", "container digest"), ("dlbench_version", "dlbench"),
           ("dlbench_git_revision", "dlbench revision"), ("hostname", "host"))
