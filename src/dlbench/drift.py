@@ -109,9 +109,9 @@ def reading(change: float, held_back: float | None = None, reasons: str | None =
 
     if change < 0:
         return "falling: still warming up (more warm-up iterations would settle it)"
-    if held_back is not None and math.isfinite(held_back) and held_back >= gpu_clocks.NOTABLE:
-        why = reasons if isinstance(reasons, str) and reasons else "reasons not recorded"
-        return f"rising, the GPU's clocks held back in {held_back:.0%} of samples ({why})"
+    often = gpu_clocks.how_often(held_back, reasons)
+    if often:
+        return f"rising, the GPU's clocks held back {often}"
     return "rising: the system slowed during the run (heat, memory, other load)"
 
 

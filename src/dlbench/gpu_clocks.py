@@ -15,6 +15,7 @@ Nothing here imports pynvml: the monitor hands over its NVML module and handles.
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -94,12 +95,19 @@ def summarize(samples: Iterable[Any]) -> dict[str, Any]:
             "text": describe(share)}
 
 
-def note(side: str, held_back: float | None, text: str | None) -> str | None:
-    """One line saying that ``side``'s GPU clocks were held back, where notably so."""
-    if held_back is None or held_back < NOTABLE:
+def how_often(held_back: float | None, text: str | None) -> str | None:
+    """How often and why GPU clocks were held back, where notably so ("in 62% of samples
+    (power cap 62%)"); None below NOTABLE or without a reading."""
+    if held_back is None or not math.isfinite(held_back) or held_back < NOTABLE:
         return None
     why = text if isinstance(text, str) and text else "reasons not recorded"
-    return f"{side}'s GPU clocks held back in {held_back:.0%} of samples ({why})"
+    return f"in {held_back:.0%} of samples ({why})"
+
+
+def note(side: str, held_back: float | None, text: str | None) -> str | None:
+    """One line saying that ``side``'s GPU clocks were held back, where notably so."""
+    often = how_often(held_back, text)
+    return f"{side}'s GPU clocks held back {often}" if often else None
 
 
 def describe(share: Mapping[str, float]) -> str | None:

@@ -281,8 +281,7 @@ def _with_side_notes(notes: np.ndarray, base: pd.DataFrame, new: pd.DataFrame) -
     for i in range(len(out)):
         parts = [out[i]]
         for label, held, reasons, drifted in sides:
-            parts.append(gpu_clocks.note(label, held[i] if np.isfinite(held[i]) else None,
-                                         reasons[i]))
+            parts.append(gpu_clocks.note(label, held[i], reasons[i]))
             parts.append(drift.note(label, drifted[i], bool(np.isfinite(drifted[i]))))
         out[i] = "; ".join(p for p in parts if p) or None
     return out
