@@ -298,6 +298,9 @@ class _Event:
     def record(self):
         self.at = next(_Event.clock)
 
+    def synchronize(self):
+        pass
+
     def elapsed_time(self, end):
         return end.at - self.at
 
@@ -320,6 +323,7 @@ def test_device_time_puts_events_around_each_call_and_gives_the_measured_ones(
     args = argparse.Namespace(collective="all_reduce", root=0, use_device_time=True, w=1,
                               n=2, window=20, kernel="none")
     monkeypatch.setattr(runner, "_step", lambda *a: (lambda batch: calls.append(batch)))
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: None, raising=False)
     (test,) = runner._timed_tests(args, (None, None), None, None, False, None, None)
     for batch in range(3):
         test.step(batch)
@@ -339,6 +343,40 @@ def test_device_time_puts_events_around_each_call_and_gives_the_measured_ones(
                                                 "the device: device gpu only"):
         study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
             "device": "cpu", "device_time": True}}}})
+
+
+def test_device_time_holds_the_stream_while_the_host_launches_each_call(monkeypatch):
+    """On an idle stream a start event fires before the call is queued, and the events
+    would time the host's launch: a waiting kernel holds the stream first, for twice the
+    recent launches (at least HOLD_MIN_S), its cycles from a rate measured once; a launch
+    longer than its hold is counted. Stand-ins for the events and the waiting kernel: that
+    the real hold takes the launch out of a collective's time on a GPU is not exercised."""
+    import time
+
+    import torch
+
+    from dlbench import harness
+
+    monkeypatch.setattr(torch.cuda, "Event", _Event)
+    slept = []
+    monkeypatch.setattr(torch.cuda, "_sleep", slept.append, raising=False)
+
+    def step(launch_s):
+        time.sleep(launch_s)  # the host's launch of the call
+
+    timed = harness.DeviceTimedStep(step, 3)
+    # Calibrated: the sleep kernel loaded, then HOLD_CALIBRATION_CYCLES between events
+    # 5 ms apart (the stand-in's clock).
+    rate = harness.HOLD_CALIBRATION_CYCLES / 0.005
+    assert slept[1] == harness.HOLD_CALIBRATION_CYCLES
+    for launch_s in (0.004, 0.0, 0.0):
+        timed(launch_s)
+    first, second, third = slept[2:]
+    assert first == int(harness.HOLD_MIN_S * rate)  # nothing launched yet
+    assert second >= int(0.008 * rate) and third >= int(0.008 * rate)  # twice 4 ms
+    assert timed.facts(3)["late_launches"] == 1  # the 4 ms launch outlasted 50 µs
+    facts = timed.facts(2)
+    assert facts["late_launches"] == 0 and facts["device_hold_s"] >= 0.008
 
 
 def test_a_collective_cell_on_several_nodes_says_so_in_its_id_and_asks_slurm_for_them():

@@ -258,6 +258,10 @@ def test_collectives_timed_by_cuda_events_must_beat_the_host_clock_at_the_smalle
     host_timed = verdicts.device_time_check(res(20e-6), res(8e-6, "host"))
     assert (host_timed.verdict, host_timed.figure) == ("fail", "timer 'host', not CUDA events")
     assert verdicts.device_time_check(res(20e-6), None).verdict == "skip"
+    held = res(1.3e-6)
+    held["measurements"][0]["extra"] = {"device_hold_s": 50e-6, "late_launches": 2}
+    assert verdicts.device_time_check(res(48e-6), held).figure.endswith(
+        "; stream held 50 µs before each, 2 launch(es) outlasted it")
     assert verdicts.comms_check("comms_nccl1_devicetime", None).name == \
         "all_reduce over NCCL, 1 GPU(s), devicetime"
 
@@ -553,3 +557,23 @@ def test_the_operator_profile_must_hold_its_kernels_and_not_the_l2_flushs(tmp_pa
     empty = tmp_path / "none"
     empty.mkdir()
     assert verdicts.flush_excluded_check(empty).figure == "no kernels.parquet"
+
+
+def test_operator_checks_give_their_times_in_units_people_read(tmp_path):
+    """The L2, event-timing and cuda-graph lines: µs below a millisecond, ms above, one
+    decimal or two; a missing result reads "no result" and skips."""
+    def res(seconds):
+        return {"status": "ok", "measurements": [{"time_s": {"median": seconds}}]}
+
+    results = {"op_add_l2_on": res(14.9635e-6), "op_add_l2_off": res(18.3185e-6),
+               "op_add_events": res(15.216e-6), "op_add_tiny_eager": res(24.4e-6),
+               "op_add_tiny_cudagraph": res(10.25e-6), "op_matmul": res(1.25e-3)}
+    checks = {c.name: c for c in verdicts.op_checks(results, tmp_path)}
+    l2 = checks["--cuda-l2-cache off is slower than on (4 MiB add)"]
+    assert (l2.verdict, l2.figure) == ("pass", "off 18.3 µs, on 15.0 µs")
+    assert checks["continuous_events agrees with discrete"].figure == "15.2 µs vs 15.0 µs"
+    assert checks["ops --cuda-graph"].figure == "10.2 µs vs eager 24.4 µs"
+    assert verdicts.duration(1.25) == "1.25 ms"
+    del results["op_add_l2_off"]
+    l2 = {c.name: c for c in verdicts.op_checks(results, tmp_path)}[l2.name]
+    assert (l2.verdict, l2.figure) == ("skip", "off no result, on 15.0 µs")

@@ -56,6 +56,13 @@ def median_ms(res: dict[str, Any] | None) -> float | None:
     return res["measurements"][0]["time_s"]["median"] * 1e3
 
 
+def duration(ms: float | None) -> str:
+    """A median from ``median_ms`` as people read it: "18.3 µs", "1.25 ms"."""
+    if ms is None:
+        return "no result"
+    return f"{ms * 1e3:,.1f} µs" if ms < 1 else f"{ms:,.2f} ms"
+
+
 def verdict(ok: bool | None) -> str:
     return "skip" if ok is None else ("pass" if ok else "fail")
 
@@ -189,13 +196,19 @@ def overlap_check(blocking: dict[str, Any] | None, nonblocking: dict[str, Any] |
 
 def device_time_check(host: dict[str, Any] | None, device: dict[str, Any] | None) -> Check:
     """The sweep timed by CUDA events (PARAM's --use-device-time) against the same sweep on
-    the host's clock: shorter at the smallest size, without the host's launch and wait, and
-    its result says CUDA events timed it."""
+    the host's clock: shorter at the smallest size, without the host's launch (the stream
+    held while it is launched) and wait, and its result says CUDA events timed it. The
+    figure adds the hold and how many launches outlasted it."""
     title = "collectives timed on the device, CUDA events (smallest size)"
     check = _faster_at_smallest(title, host, device, "host clock", "device")
     timer = ((device or {}).get("extra") or {}).get("timer")
     if check.verdict == "pass" and timer != "cuda_events":
         check.verdict, check.figure = "fail", f"timer {timer!r}, not CUDA events"
+    sizes = (device or {}).get("measurements") or []
+    hold = (sizes[0].get("extra") or {}).get("device_hold_s") if sizes else None
+    if hold is not None:
+        check.figure += (f"; stream held {hold * 1e6:,.0f} µs before each, "
+                         f"{sizes[0]['extra'].get('late_launches', 0)} launch(es) outlasted it")
     return check
 
 
@@ -335,19 +348,19 @@ def op_checks(results: dict[str, dict | None], out: Path,
     on, off = median_ms(results.get("op_add_l2_on")), median_ms(results.get("op_add_l2_off"))
     checks.append(Check("--cuda-l2-cache off is slower than on (4 MiB add)",
                         verdict(None if None in (on, off) else off > on),
-                        f"off {off} ms, on {on} ms"))
+                        f"off {duration(off)}, on {duration(on)}"))
     events = median_ms(results.get("op_add_events"))
     ok = None if None in (events, on) else abs(events - on) / on <= EVENTS_VS_DISCRETE
     checks.append(Check("continuous_events agrees with discrete", verdict(ok),
-                        f"{events} vs {on} ms"))
+                        f"{duration(events)} vs {duration(on)}"))
     for mode in ("cudagraph", "pt2"):
         res = results.get(f"op_add_tiny_{mode}")
         facts = ((res or {}).get("measurements") or [{}])[0].get("extra") or {}
         acc = (facts.get("accuracy") or {}).get("ok")
         checks.append(Check(f"ops --{'cuda-graph' if mode == 'cudagraph' else 'pt2-model'}",
                             verdict((res or {}).get("status") == "ok" and acc is not False),
-                            f"{median_ms(res)} ms vs eager "
-                            f"{median_ms(results.get('op_add_tiny_eager'))} ms"
+                            f"{duration(median_ms(res))} vs eager "
+                            f"{duration(median_ms(results.get('op_add_tiny_eager')))}"
                             if (res or {}).get("status") == "ok"
                             else (res or {}).get("error") or "no result", facts))
     return checks

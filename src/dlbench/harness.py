@@ -94,11 +94,25 @@ def _measured(fetch: Callable[[], Any], step: Callable[[Any], Any], sync: Callab
     return LoopTimes(times, data_wait, compute)
 
 
+# A device-timed call's stream is held at least this long while the host launches it.
+HOLD_MIN_S = 50e-6
+# The sleep kernel's cycles timed once to learn its rate (about a millisecond).
+HOLD_CALIBRATION_CYCLES = 2_000_000
+
+
 class DeviceTimedStep:
     """``step`` between two CUDA events recorded on the current stream: the device's time
-    of each call, without the host's launch and wait (PARAM's --use-device-time). Run in
-    ``timed_loop``, whose per-iteration sync completes the events; the events for
-    ``calls`` calls (warmup and measured) are made here, outside any timed region."""
+    of each call (PARAM's --use-device-time). Run in ``timed_loop``, whose per-iteration
+    sync completes the events; the events for ``calls`` calls (warmup and measured) are
+    made here, outside any timed region.
+
+    On an idle stream the start event fires as soon as it is recorded, and the device then
+    waits for the host to launch the call: the events would time the launch (a small NCCL
+    collective's ~20 µs on an H200, more than its kernels). So a kernel that only waits
+    (``torch.cuda._sleep``) holds the stream first, for twice the median of the last three
+    launches (at least HOLD_MIN_S): the call is queued when the start event fires, and the
+    events time the device's work alone. A launch longer than its hold is counted
+    (``late_launches``: those calls' times include part of it)."""
 
     def __init__(self, step: Callable[[Any], Any], calls: int) -> None:
         import torch
@@ -107,19 +121,52 @@ class DeviceTimedStep:
         self._events = [(torch.cuda.Event(enable_timing=True),
                          torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
         self._calls = 0
+        self._cycles_per_s = _sleep_cycles_per_second()
+        self._launch_s: list[float] = []
+        self._hold_s: list[float] = []
 
     def __call__(self, batch: Any) -> Any:
+        import torch
+
         start, end = self._events[self._calls]
         self._calls += 1
+        recent = sorted(self._launch_s[-3:])
+        hold = max(HOLD_MIN_S, 2 * recent[len(recent) // 2]) if recent else HOLD_MIN_S
+        torch.cuda._sleep(int(hold * self._cycles_per_s))
         start.record()
+        began = time.perf_counter()
         out = self._step(batch)
+        self._launch_s.append(time.perf_counter() - began)
         end.record()
+        self._hold_s.append(hold)
         return out
 
     def times(self, last: int) -> list[float]:
         """Seconds of each of the ``last`` calls made (the measured ones)."""
         done = self._events[self._calls - last:self._calls]
         return [start.elapsed_time(end) / 1e3 for start, end in done]
+
+    def facts(self, last: int) -> dict[str, Any]:
+        """Of the ``last`` calls: the median hold before them and how many launches
+        outlasted theirs."""
+        holds = sorted(self._hold_s[-last:])
+        late = sum(launch > hold for launch, hold in
+                   zip(self._launch_s[-last:], self._hold_s[-last:], strict=True))
+        return {"device_hold_s": holds[len(holds) // 2] if holds else None,
+                "late_launches": late}
+
+
+def _sleep_cycles_per_second() -> float:
+    """How many of ``torch.cuda._sleep``'s cycles the device spins a second (its clock)."""
+    import torch
+
+    torch.cuda._sleep(1000)  # loaded before it is timed
+    start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+    start.record()
+    torch.cuda._sleep(HOLD_CALIBRATION_CYCLES)
+    end.record()
+    end.synchronize()
+    return HOLD_CALIBRATION_CYCLES / (start.elapsed_time(end) / 1e3)
 
 
 @dataclass

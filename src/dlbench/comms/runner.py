@@ -396,6 +396,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                     times_s=times, items_per_iteration=1.0, throughput_unit="iterations/s",
                     bytes_per_iteration=float(size * test.messages), extra={"elements": count})
                 m["extra"]["bus_gbps"] = m["gbps"] * factor
+                if test.device_timed:  # the stream's hold before each measured call
+                    m["extra"].update(test.device_timed.facts(args.n))
                 if test.overlapped:
                     m["extra"].update(_overlapped_extra(loop.times_s, computing, alone, device))
                 measured.append(m)
