@@ -58,6 +58,10 @@ def test_a_cell_times_each_prefill_and_each_output_token_and_says_what_it_timed(
     extra = res["extra"]
     assert "TTFT" in extra["timed"] and "TPOT" in extra["timed"] and "synchronised" in extra["timed"]
     assert extra["kv_cache_bytes"] == L.kv_cache_bytes(L.default_opts("gpt2_tiny"), 2, 30, 4)
+    # Decode's memory traffic at the mean context (24 + 4 / 2 positions), and its GB/s.
+    step_bytes = L.bytes_per_decode_step(L.default_opts("gpt2_tiny"), 2, 26, 4)
+    assert decode["bytes_per_iteration"] == step_bytes and prefill["bytes_per_iteration"] is None
+    assert decode["gbps"] == pytest.approx(step_bytes / decode["time_s"]["median"] / 1e9)
     assert extra["output_tokens_per_s"] > 0 and extra["peak_memory_bytes"] > 0
     # The resource monitor over the measured generations: 3 x (2 x 24 + 5 x 2) tokens.
     assert extra["monitor"]["enabled"] and extra["monitor"]["items"] == 3 * (48 + 10)
@@ -109,6 +113,41 @@ def test_the_kv_cache_size_is_what_the_static_cache_allocates():
               **{runner.cache_argument(model): cache, "use_cache": True})
     tensors = [t for layer in cache.layers for t in (layer.keys, layer.values)]
     assert sum(t.numel() * t.element_size() for t in tensors) == L.kv_cache_bytes(opts, 3, 40, 4)
+
+
+@pytest.mark.parametrize("name, table", [("llama_tiny", "embed_tokens"), ("gpt2_tiny", "wpe")])
+def test_a_decode_step_reads_every_weight_but_the_gathered_tables_and_the_cache(name, table):
+    """The real model's parameters, less the table(s) a step only gathers rows of (Llama's
+    token embedding, untied from its head; GPT-2's positions, its token table being its
+    head too), plus those rows, plus the static cache over the context and the new
+    position: what the formula counts."""
+    opts = L.default_opts(name)
+    model = torch_llm.make(name, opts)
+    params = dict(model.named_parameters())
+    gathered = [p for n, p in params.items() if n.endswith(f"{table}.weight")]
+    assert len(gathered) == 1
+    width = gathered[0].shape[1]
+    rows = 3 * width * (2 if name == "gpt2_tiny" else 1)  # batch 3, a row of each table
+    weights = sum(p.numel() for p in params.values()) - gathered[0].numel() + rows
+    cache = L.kv_cache_bytes(opts, 3, 41, 2)
+    assert L.bytes_per_decode_step(opts, 3, 40, 2) == weights * 2 + cache
+
+
+def test_a_mixture_decode_step_reads_the_experts_its_tokens_reach():
+    """Mixtral 8x7B from its published parameter count: one token reads 2 of each layer's 8
+    experts (its ~12.9 B active parameters); a large batch reaches all of them."""
+    opts = L.default_opts("mixtral_8x7b")
+    width, inner, layers, vocab = 4096, 14336, 32, 32000
+    expert = 3 * width * inner
+    unread = vocab * width - width  # the token table, but the one row gathered
+    one = L.PUBLISHED["mixtral_8x7b"] - unread - 6 * layers * expert
+    cache = L.kv_cache_bytes(opts, 1, 101, 2)
+    assert L.bytes_per_decode_step(opts, 1, 100, 2) == pytest.approx(2 * one + cache)
+    assert 12.8e9 < one + unread < 13.0e9  # Mistral's 12.9 B active, its table included
+    assert L.experts_reached(opts, 2) == pytest.approx(8 * (1 - 0.75 ** 2))
+    every = L.PUBLISHED["mixtral_8x7b"] - vocab * width + 512 * width
+    assert L.bytes_per_decode_step(opts, 512, 100, 2) == pytest.approx(
+        2 * every + L.kv_cache_bytes(opts, 512, 101, 2), rel=1e-6)
 
 
 def decode_step_flops(prompt: int) -> int:
@@ -181,6 +220,18 @@ def test_training_and_inference_cells_through_the_workflow_into_parquet_and_repo
         (1, "decode"), (1, "prefill"), (2, "decode"), (2, "prefill")]
     assert {r["kind"] for r in serve} == {"llm_inference"} and {r["prompt_length"] for r in serve} == {32}
     assert all(r["status"] == "ok" and r["throughput"] > 0 for r in serve)
+    # Decode's bytes make its GB/s (a CPU has no vendor peak: no share of it); the report's
+    # inference table gives it per cell.
+    assert all((r["gbps"] or 0) > 0 for r in serve if r["pass"] == "decode")
+    assert all(r["gbps"] is None and r["pct_of_peak_gbps"] is None for r in serve
+               if r["pass"] == "prefill")
+    from dlbench.report import data as report_data
+    from dlbench.report import llm_charts
+
+    frame = llm_charts.llm_frame(report_data.load(tmp_path / "results" / "benchmarks.parquet"))
+    decode = {r["batch_size"]: r["gbps"] for r in serve if r["pass"] == "decode"}
+    assert dict(zip(frame["batch_size"], frame["decode_gbps"], strict=True)) == pytest.approx(decode)
+    assert frame["decode_pct_of_peak_gbps"].isna().all()
     html = (tmp_path / "results" / "report" / "index.html").read_text()
     assert 'id="llm"' in html and "chart-llm-latency" in html and "chart-llm-tradeoff" in html
-    assert "tokens/s" in html
+    assert "tokens/s" in html and "decode GB/s" in html

@@ -384,10 +384,13 @@ def llm_checks(results: dict[str, dict | None], out: Path,
         res = results.get(f"llm_serve_b{batch}") or {}
         extra = res.get("extra") or {}
         ok = res.get("status") == "ok" and extra.get("ttft_s", 0) > 0 and extra.get("tpot_s", 0) > 0
+        decode = [m for m in res.get("measurements") or [] if m.get("pass") == "decode"]
+        gbps = decode[0].get("gbps") if decode else None
         checks.append(Check(f"llama3_8b bf16 inference, batch {batch}", verdict(ok),
                             f"TTFT {1e3 * extra.get('ttft_s', 0):.1f} ms, TPOT "
                             f"{1e3 * extra.get('tpot_s', 0):.2f} ms, "
                             f"{extra.get('output_tokens_per_s', 0):,.0f} output tokens/s"
+                            + (f", decode reads >= {gbps:,.0f} GB/s" if gbps else "")
                             if ok else res.get("error") or "no result", extra))
     checks.append(compiled_serving_check(results))
     facts = facts_of(out / "llm_bare.json", "llm_bare", not_run) or {}

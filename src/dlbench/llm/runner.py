@@ -8,7 +8,7 @@ written, and the next generation starts again from position 0.
 
 Two measurements: ``prefill`` (tokens/s over the batch's prompt tokens; its FLOPs by the
 PaLM formula) and ``decode`` (output tokens/s: one token per sequence per step; TPOT's
-p50/p90/p99 in ``extra``). The result's ``extra`` states what was timed, the KV cache's
+p50/p90/p99 in ``extra``; its bytes the weights and KV cache a step reads at least). The result's ``extra`` states what was timed, the KV cache's
 size and the peak memory.
 """
 
@@ -132,6 +132,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             tpot += rest.times_s
     element = torch.empty((), dtype=dtype).element_size()
     full = {**opts, "sequence_length": prompt}
+    # Prefill has no bytes: it multiplies each weight by a whole prompt, bound by FLOPs.
     res["measurements"].append(R.measurement(
         name=args.model, pass_="prefill", times_s=ttft,
         items_per_iteration=batch * prompt, throughput_unit="tokens/s",
@@ -139,12 +140,14 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         flops_per_iteration=batch * L.flops_per_sequence(full, training=False)))
     if tpot:
         # The mean over the steps, whose context grows from prompt to prompt + output - 2.
-        step_flops = batch * L.flops_per_decode_step(opts, prompt + (output - 2) / 2)
+        mean_context = prompt + (output - 2) / 2
+        step_flops = batch * L.flops_per_decode_step(opts, mean_context)
         ordered = sorted(tpot)
         res["measurements"].append(R.measurement(
             name=args.model, pass_="decode", times_s=tpot, items_per_iteration=batch,
             throughput_unit="tokens/s", parameters=L.parameter_count(opts),
             flops_per_iteration=step_flops,
+            bytes_per_iteration=L.bytes_per_decode_step(opts, batch, mean_context, element),
             extra={f"tpot_{q}_s": stats.percentile(ordered, p)
                    for q, p in (("p50", 50), ("p90", 90), ("p99", 99))}))
     if args.compile != "eager":

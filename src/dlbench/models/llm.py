@@ -121,7 +121,7 @@ def check_opts(opts: dict[str, Any]) -> None:
                          f"model's context of {limit} positions")
 
 
-def _layer(opts: dict[str, Any], experts: int) -> tuple[int, int]:
+def _layer(opts: dict[str, Any], experts: float) -> tuple[float, float]:
     """(weights a token is multiplied by, other parameters) of one decoder layer, with
     ``experts`` of its feed-forward experts (all of them for the parameter count)."""
     if "n_embd" in opts:  # GPT-2: fused QKV, 4x MLP, biases and two LayerNorms
@@ -140,16 +140,16 @@ def parameter_count(opts: dict[str, Any]) -> int:
     vocab, width, layers, _, limit = _shape(opts)
     matmul, other = _layer(opts, opts.get("num_local_experts", 1))
     if "n_embd" in opts:  # token and position embeddings, final LayerNorm; head tied
-        return vocab * width + limit * width + layers * (matmul + other) + 2 * width
+        return int(vocab * width + limit * width + layers * (matmul + other) + 2 * width)
     head = 0 if opts.get("tie_word_embeddings") else vocab * width
-    return vocab * width + layers * (matmul + other) + width + head
+    return int(vocab * width + layers * (matmul + other) + width + head)
 
 
 def matmul_weights(opts: dict[str, Any]) -> int:
     """N of the formula: the weights one token is multiplied by (routed experts only)."""
     vocab, width, layers, _, _ = _shape(opts)
     matmul, _ = _layer(opts, opts.get("num_experts_per_tok", 1))
-    return layers * matmul + vocab * width  # the output projection, tied or not
+    return int(layers * matmul + vocab * width)  # the output projection, tied or not
 
 
 def kv_cache_bytes(opts: dict[str, Any], batch: int, length: int, element_size: int) -> int:
@@ -158,6 +158,34 @@ def kv_cache_bytes(opts: dict[str, Any], batch: int, length: int, element_size: 
     _, width, layers, heads, _ = _shape(opts)
     kv_heads = opts.get("num_key_value_heads", heads)
     return 2 * layers * batch * kv_heads * length * (width // heads) * element_size
+
+
+def experts_reached(opts: dict[str, Any], tokens: int) -> float:
+    """How many of a layer's feed-forward experts ``tokens`` tokens are expected to reach,
+    each routed to ``num_experts_per_tok`` of them uniformly: E·(1 − (1 − k/E)^tokens); 1
+    for a dense model."""
+    experts = opts.get("num_local_experts")
+    if not experts:
+        return 1.0
+    return experts * (1 - (1 - opts["num_experts_per_tok"] / experts) ** tokens)
+
+
+def bytes_per_decode_step(opts: dict[str, Any], batch: int, context: float,
+                          element_size: int) -> float:
+    """What one decode step of ``batch`` sequences moves through the device's memory at
+    least, at ``context`` cached positions: every weight the step multiplies by (a
+    mixture's experts as many as ``experts_reached``; the output projection whole), the
+    embedding rows of its tokens, the KV cache of the context read and the new position's
+    keys and values written. Activations are left out (MiBs beside GiBs of weights): a
+    floor, so the bandwidth it gives is a floor too. Decode is bound by this traffic, not
+    by its FLOPs."""
+    vocab, width, layers, _, _ = _shape(opts)
+    matmul, other = _layer(opts, experts_reached(opts, batch))
+    # GPT-2 gathers a position row beside each token's, and its final LayerNorm has a bias.
+    rows, norm = (2, 2) if "n_embd" in opts else (1, 1)
+    weights = layers * (matmul + other) + vocab * width + (rows * batch + norm) * width
+    cache = kv_cache_bytes(opts, batch, round(context) + 1, element_size)
+    return float(weights * element_size + cache)
 
 
 def flops_per_decode_step(opts: dict[str, Any], context: float) -> float:

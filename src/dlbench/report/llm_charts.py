@@ -28,6 +28,16 @@ KIND = "llm_inference"
 OTHER_AXES = ("system", "device", "compile", "output_length", "framework")
 
 
+# The llm frame's decode bandwidth fields -> the aggregate's columns of the decode row.
+DECODE_BANDWIDTH = {"decode_gbps": "gbps", "decode_pct_of_peak_gbps": "pct_of_peak_gbps",
+                    "decode_pct_of_measured_gbps": "pct_of_measured_gbps"}
+
+
+def _number(row: pd.Series | None, column: str) -> float | None:
+    value = None if row is None else row.get(column)
+    return None if value is None or pd.isna(value) else float(value)
+
+
 def _extra(text: object) -> dict:
     return json.loads(text) if isinstance(text, str) and text else {}
 
@@ -57,6 +67,9 @@ def llm_frame(frame: pd.DataFrame) -> pd.DataFrame:
             "tpot_p99_ms": 1e3 * extra["tpot_p99_s"] if "tpot_p99_s" in extra else None,
             "output_tokens_per_s": extra.get("output_tokens_per_s"),
             "prefill_tokens_per_s": float(prefill["throughput"]),
+            # Decode's memory traffic (a floor: weights and KV cache, dlbench.models.llm)
+            # over its median step, against the memory's peak and the measured copy.
+            **{key: _number(decode, column) for key, column in DECODE_BANDWIDTH.items()},
             "kv_cache_mib": extra.get("kv_cache_bytes", 0) / 2**20 or None,
             "peak_memory_mib": extra.get("peak_memory_bytes", 0) / 2**20 or None,
         })
@@ -88,7 +101,8 @@ def _tooltip(encoding: encodings.Encoding) -> list[alt.Tooltip]:
             alt.Tooltip("ttft_ms:Q", title="TTFT (ms)", format=",.3f"),
             alt.Tooltip("tpot_ms:Q", title="TPOT p50 (ms)", format=",.3f"),
             alt.Tooltip("tpot_p99_ms:Q", title="TPOT p99 (ms)", format=",.3f"),
-            alt.Tooltip("output_tokens_per_s:Q", title="output tokens/s", format=",.1f")]
+            alt.Tooltip("output_tokens_per_s:Q", title="output tokens/s", format=",.1f"),
+            alt.Tooltip("decode_gbps:Q", title="decode GB/s (floor)", format=",.0f")]
 
 
 def _numbers(encoding: encodings.Encoding) -> NumbersTable:
@@ -101,6 +115,9 @@ def _numbers(encoding: encodings.Encoding) -> NumbersTable:
         Column("tpot_ms", "TPOT p50 (ms)", ",.3f"), Column("tpot_p90_ms", "p90", ",.3f"),
         Column("tpot_p99_ms", "p99", ",.3f"),
         Column("output_tokens_per_s", "output tokens/s", ",.1f"),
+        Column("decode_gbps", "decode GB/s", ",.0f"),
+        Column("decode_pct_of_peak_gbps", "% of memory peak", ",.1f"),
+        Column("decode_pct_of_measured_gbps", "% of measured copy", ",.1f"),
         Column("kv_cache_mib", "KV cache (MiB)", ",.1f"),
         Column("peak_memory_mib", "peak memory (MiB)", ",.1f")], required="ttft_ms")
 
@@ -126,7 +143,10 @@ def latency_figure(frame: pd.DataFrame) -> Figure | None:
                   "Top: the prefill of the batch's prompts (TTFT); bottom: each further token "
                   "(TPOT, median, whisker to p99), from a static KV cache, every timed step "
                   "synchronised. One panel per model and precision, one line per prompt "
-                  "length." + encoding.note(), styled(chart), shows=encoding.defaults,
+                  "length. The table's decode GB/s is the weights and KV cache a step reads "
+                  "at least over its median time: decode is bound by them, so its share of "
+                  "the memory's peak (or of the measured copy) is how far it is from the "
+                  "hardware." + encoding.note(), styled(chart), shows=encoding.defaults,
                   table=_numbers(encoding))
 
 
