@@ -266,6 +266,9 @@ def test_collectives_timed_by_cuda_events_must_beat_the_host_clock_at_the_smalle
     held["measurements"][0]["extra"] = {"device_hold_s": 50e-6, "late_launches": 2}
     assert verdicts.device_time_check(res(48e-6), held).figure.endswith(
         "; stream held 50 µs before each, 2 launch(es) outlasted it")
+    skipped = verdicts.device_time_check({"status": "not_run", "error": "not among --only"},
+                                         held)
+    assert (skipped.verdict, skipped.figure) == ("skip", "not among --only")
     assert verdicts.comms_check("comms_nccl1_devicetime", None).name == \
         "all_reduce over NCCL, 1 GPU(s), devicetime"
 

@@ -206,7 +206,7 @@ def device_time_check(host: dict[str, Any] | None, device: dict[str, Any] | None
         check.verdict, check.figure = "fail", f"timer {timer!r}, not CUDA events"
     sizes = (device or {}).get("measurements") or []
     hold = (sizes[0].get("extra") or {}).get("device_hold_s") if sizes else None
-    if hold is not None:
+    if hold is not None and check.verdict != "skip":
         check.figure += (f"; stream held {hold * 1e6:,.0f} µs before each, "
                          f"{sizes[0]['extra'].get('late_launches', 0)} launch(es) outlasted it")
     return check
