@@ -24,7 +24,12 @@ def test_a_steady_rise_drifts_by_its_size_and_a_steady_fall_the_other_way():
     assert falling.change == pytest.approx(-0.1, abs=0.01) and falling.drifting
     assert drift.describe(found.change) == "iteration times rose 10% over the measured run"
     assert drift.note("NEW", falling.change, True) == (
-        "NEW's iteration times fell 10% over the measured run")
+        "NEW's iteration times fell 10% over the measured run, most likely still warming up "
+        "(more warm-up iterations would settle it)")
+    assert drift.note("BASE", found.change, True, 0.4, "power cap 40%") == (
+        "BASE's iteration times rose 10% over the measured run, most likely the GPU's "
+        "clocks held back")
+    assert drift.note("BASE", found.change, False) is None
 
 
 def test_noise_a_slow_first_iteration_and_a_small_trend_are_not_drift():
@@ -98,6 +103,6 @@ def test_the_table_gives_each_measurement_its_drift(tmp_path):
 def test_a_drift_is_read_as_warm_up_a_gpu_held_back_or_a_system_slowing():
     assert drift.reading(-0.08).startswith("falling: still warming up")
     assert drift.reading(0.08, 0.3, "thermal 30%") == (
-        "rising, the GPU's clocks held back in 30% of samples (thermal 30%)")
+        "rising: the GPU's clocks held back in 30% of samples (thermal 30%)")
     assert drift.reading(0.08, 0.01, "thermal 1%").startswith("rising: the system slowed")
     assert drift.reading(0.08, float("nan")).startswith("rising: the system slowed")

@@ -817,7 +817,7 @@ def test_measurements_that_drifted_are_listed_and_drawn_iteration_by_iteration(t
     assert section.index(cell_id_of(results[0]["cell"])) < section.index(
         cell_id_of(results[1]["cell"]))
     assert "+18.2%" in section and "-10.5%" in section
-    assert escape("rising, the GPU's clocks held back in 40% of samples (power cap 40%)"
+    assert escape("rising: the GPU's clocks held back in 40% of samples (power cap 40%)"
                   ) in section
     assert "falling: still warming up" in section
     assert cell_id_of(results[2]["cell"]) not in section

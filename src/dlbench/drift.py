@@ -102,21 +102,31 @@ def describe(change: float) -> str:
     return f"iteration times {way} {abs(change):.0%} over the measured run"
 
 
-def reading(change: float, held_back: float | None = None, reasons: str | None = None) -> str:
-    """What a drift most likely means, in words: falling times a warm-up too short, rising
-    ones a GPU held back (where the monitor saw it) or a system slowing down."""
+def cause(change: float, held_back: float | None = None, reasons: str | None = None,
+          brief: bool = False) -> str:
+    """What a drift most likely comes from: falling times a warm-up too short, rising ones a
+    GPU held back (where the monitor saw it; ``brief``: without how often and why, said
+    beside it already) or a system slowing down."""
     from dlbench import gpu_clocks
 
     if change < 0:
-        return "falling: still warming up (more warm-up iterations would settle it)"
+        return "still warming up (more warm-up iterations would settle it)"
     often = gpu_clocks.how_often(held_back, reasons)
     if often:
-        return f"rising, the GPU's clocks held back {often}"
-    return "rising: the system slowed during the run (heat, memory, other load)"
+        return "the GPU's clocks held back" + ("" if brief else f" {often}")
+    return "the system slowed during the run (heat, memory, other load)"
 
 
-def note(side: str, change: float | None, drifting: bool | None) -> str | None:
-    """One line saying that ``side``'s measurement drifted, where it did."""
+def reading(change: float, held_back: float | None = None, reasons: str | None = None) -> str:
+    """A drift's most likely reading, in words: which way, and from what (``cause``)."""
+    return f"{'falling' if change < 0 else 'rising'}: {cause(change, held_back, reasons)}"
+
+
+def note(side: str, change: float | None, drifting: bool | None,
+         held_back: float | None = None, reasons: str | None = None) -> str | None:
+    """One line saying that ``side``'s measurement drifted, where it did, and its most
+    likely cause (the clocks' share and reasons left to their own note)."""
     if not drifting or change is None or not math.isfinite(change):
         return None
-    return f"{side}'s {describe(change)}"
+    return (f"{side}'s {describe(change)}, most likely "
+            f"{cause(change, held_back, reasons, brief=True)}")

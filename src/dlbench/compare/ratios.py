@@ -282,7 +282,8 @@ def _with_side_notes(notes: np.ndarray, base: pd.DataFrame, new: pd.DataFrame) -
         parts = [out[i]]
         for label, held, reasons, drifted in sides:
             parts.append(gpu_clocks.note(label, held[i], reasons[i]))
-            parts.append(drift.note(label, drifted[i], bool(np.isfinite(drifted[i]))))
+            parts.append(drift.note(label, drifted[i], bool(np.isfinite(drifted[i])),
+                                    held[i], reasons[i]))
         out[i] = "; ".join(p for p in parts if p) or None
     return out
 
