@@ -320,6 +320,37 @@ def test_roofline_names_paradnn_points_by_the_options_that_differ_and_the_batch(
                                    "layers=8 · batch 256", "layers=8 · batch 64"]
 
 
+def test_a_language_models_decode_sits_on_the_roofline_by_the_bytes_it_reads(tmp_path):
+    """Decode (bytes: the weights and KV cache a step reads) is a point, placed far left of
+    the ridge, its share of the roof the share of the bandwidth; prefill (no bytes) is
+    not."""
+    from dlbench.models import llm as L
+
+    cell = {"framework": "pytorch", "model": "llama3_8b", "precision": "bfloat16",
+            "batch_size": 1, "prompt_length": 512, "output_length": 64, "device": "gpu"}
+    res = R.new_result(kind="llm_inference", cell=cell, study="serve",
+                       cell_id="pytorch_llama3_8b_serve")
+    res["environment"] = env()
+    opts = L.default_opts("llama3_8b")
+    step = L.bytes_per_decode_step(opts, 1, 543, 2)
+    res["measurements"] = [
+        R.measurement(name="llama3_8b", pass_="prefill", times_s=[0.02] * 3,
+                      items_per_iteration=512, throughput_unit="tokens/s",
+                      flops_per_iteration=8e12),
+        R.measurement(name="llama3_8b", pass_="decode", times_s=[0.0227] * 3,
+                      items_per_iteration=1, throughput_unit="tokens/s",
+                      flops_per_iteration=L.flops_per_decode_step(opts, 543),
+                      bytes_per_iteration=step)]
+    pts, panels = roofline_charts.placed(table(tmp_path, [R.finish(res, "ok")]))
+    (point,) = (r for _, r in pts.iterrows())
+    assert (point["family"], point["name"], point["pass"]) == (
+        "llama3_8b", "batch 1 · prompt 512", "decode")
+    assert point["intensity"] == pytest.approx(L.flops_per_decode_step(opts, 543) / step)
+    assert point["intensity"] < 2  # about one multiply-add per weight read
+    gbps = step / 0.0227 / 1e9
+    assert point["pct_of_roof"] == pytest.approx(100 * gbps / 3350.0, rel=1e-6)  # H100 HBM3
+
+
 # -- scaling ------------------------------------------------------------------------------
 
 

@@ -21,6 +21,8 @@ from dlbench.report.style import Figure, styled
 
 # Model families placed on the roofline besides operators (those whose runner counts bytes).
 FAMILIES = ("paradnn_fc", "paradnn_cnn", "paradnn_rnn")
+# Language-model inference: its decode steps count the bytes they read (prefill does not).
+LLM_KIND = "llm_inference"
 ROOF_POINTS = 60  # samples of each roof curve across the intensity range
 
 
@@ -35,7 +37,8 @@ def points(frame: pd.DataFrame) -> pd.DataFrame:
     ok = frame[(frame["status"] == "ok") & frame["tflops"].notna()
                & (frame["flops_per_iteration"].fillna(0) > 0)
                & (frame["bytes_per_iteration"].fillna(0) > 0)]
-    ok = ok[(ok["kind"] == "op") | ((ok["kind"] == "model") & ok["model"].isin(FAMILIES))]
+    ok = ok[(ok["kind"] == "op") | ((ok["kind"] == "model") & ok["model"].isin(FAMILIES))
+            | (ok["kind"] == LLM_KIND)]
     if ok.empty:
         return pd.DataFrame()
     family = ok["op_name"].where(ok["kind"] == "op", ok["model"]).fillna(ok["name"])
@@ -52,7 +55,8 @@ def points(frame: pd.DataFrame) -> pd.DataFrame:
 def _names(ok: pd.DataFrame, family: pd.Series) -> pd.Series:
     """What tells a family's points apart: an operator input with its cell's variant
     ("0|0|1 [backward on]", report.op_charts), a ParaDnn cell by the options that differ
-    within its family and its batch size ("layers=8, nodes=1024 · batch 64")."""
+    within its family and its batch size ("layers=8, nodes=1024 · batch 64"), a language
+    model's decode by its batch and prompt ("batch 8 · prompt 512")."""
     names = ok["name"].astype(str).copy()
     ops = ok["kind"] == "op"
     panel = _panel(ok)
@@ -61,7 +65,12 @@ def _names(ok: pd.DataFrame, family: pd.Series) -> pd.Series:
         names[rows.index] = names[rows.index] + variant.map(lambda v: f" [{v}]" if v else "")
     for _, rows in ok[~ops].groupby(family[~ops], sort=False):
         batch = rows["batch_size"].map(lambda b: "" if pd.isna(b) else f" · batch {int(b)}")
-        names[rows.index] = model_opts_label(rows) + batch
+        label = model_opts_label(rows)
+        if (rows["kind"] == LLM_KIND).all():  # a preset's options: its name says them
+            label = label.where(label != "default", "")
+            batch += rows["prompt_length"].map(
+                lambda n: "" if pd.isna(n) else f" · prompt {int(n)}")
+        names[rows.index] = (label + batch).str.removeprefix(" · ")
     return names
 
 
@@ -137,7 +146,9 @@ def roofline_figure(frame: pd.DataFrame) -> Figure | None:
     chart = alt.vconcat(*charts) if len(charts) > 1 else charts[0]
     return Figure("roofline", "Roofline",
                   "Arithmetic intensity against achieved TFLOP/s (log-log), one point per "
-                  "operator input or ParaDnn cell; lines: each precision's roof, min(compute "
+                  "operator input, ParaDnn cell or language model's decode (its bytes the "
+                  "weights and KV cache a step reads at least, so its intensity is at most "
+                  "where it is drawn); lines: each precision's roof, min(compute "
                   "ceiling, bandwidth x intensity). Measured ceilings come from the study's "
                   "calibration cells (calibrate: true), vendor ceilings from the peak table.",
                   styled(chart))
