@@ -132,6 +132,41 @@ def test_the_runner_takes_params_long_flag_names_and_sizes_with_units(tmp_path, 
     assert (args.i, args.o, args.ss) == ("1,2", "3,4", "8,16")
 
 
+def test_a_command_line_relying_on_a_default_unlike_params_is_told_which(tmp_path, caplog):
+    """PARAM's comms.py sweeps to 64 bytes over 5 non-blocking iterations (a window of 100
+    for point-to-point); here 256 MiB over 20 blocking ones. A command line that leaves
+    them out is told each, with both values; given (any spelling), they are not named; a
+    study's cell gives every flag."""
+    from dlbench import kinds
+    from dlbench.comms import command_line
+
+    p = command_line.parser()
+
+    def unlike(*words):
+        return command_line.defaults_unlike_params(*command_line.checked(p, list(words)))
+
+    assert unlike("--device=cpu") == (
+        "--e 268435456 (PARAM's 64), --n 20 (PARAM's 5), --z 1 (PARAM's 0)")
+    assert unlike("--device=cpu", "--end-size", "1M", "--num_iters=5", "--blocking", "0") == (
+        "--window 20 (PARAM's 100)")  # non-blocking: a window is issued
+    assert unlike("--device=cpu", "--pt2pt", "one2one", "--e", "64", "--n", "5") == (
+        "--window 20 (PARAM's 100)")
+    assert unlike("--device=cpu", "--e=64", "--n=5", "--z=0", "--window=100") is None
+    (cell,) = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "collective": "pt2pt", "device": "cpu", "num_gpus": 2}}}})
+    argv = kinds.get("comms").command(cell.params, Path("x.json"), "python", None)[3:]
+    assert unlike(*argv) is None
+    import logging
+
+    from dlbench.comms import runner
+
+    caplog.set_level(logging.INFO)
+    assert runner.main(["--device=cpu", "--e", "64", "--n", "2", "--w", "1",
+                        f"--output={tmp_path / 'cell.json'}"]) == 0
+    assert ("defaults here, unlike PARAM's comms.py: --z 1 (PARAM's 0); give them to measure "
+            "as PARAM does") in caplog.messages
+
+
 def test_params_command_line_runs_as_it_is_with_its_backend_device_and_log_flags(
         tmp_path, capsys, caplog):
     """PARAM's README command line (its rendezvous flags, --backend, --device, --log) runs
@@ -153,6 +188,8 @@ def test_params_command_line_runs_as_it_is_with_its_backend_device_and_log_flags
     said = [r.getMessage() for r in caplog.records]
     assert any(m.startswith("--master-ip is not used: torchrun's rendezvous") for m in said)
     assert any(m.startswith("--master-port is not used") for m in said)
+    # Every flag whose default differs from PARAM's was given: nothing said of them.
+    assert not any(m.startswith("defaults here, unlike PARAM's") for m in said)
     p = command_line.parser()
     for words in (["--device", "cuda"], ["--device=rocm"]):
         assert command_line.checked(p, words)[0].device == "gpu"

@@ -27,6 +27,11 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # PARAM's flags for connecting its processes (started by mpirun), which torchrun's
 # rendezvous does here: taken, and said to be unused.
 RENDEZVOUS = ("--master-ip", "--master-port")
+# PARAM's comms.py defaults that differ here: (flag, its other spelling, attribute, PARAM's
+# value as its --help gives it). A PARAM command line that leaves one out measures
+# something else here, which ``defaults_unlike_params`` says.
+PARAM_DEFAULTS = (("--e", "--end-size", "e", "64"), ("--n", "--num_iters", "n", "5"),
+                  ("--z", "--blocking", "z", "0"), ("--window", None, "window", "100"))
 
 
 class Parser(argparse.ArgumentParser):
@@ -118,6 +123,18 @@ ONE_CELL = ("--output", "--study", "--cell_id")
 
 def given(argv: list[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in argv)
+
+
+def defaults_unlike_params(args: argparse.Namespace, argv: list[str]) -> str | None:
+    """The flags ``argv`` leaves at a default other than PARAM's (``--window`` only where a
+    window is issued), each with both values: "--e 268435456 (PARAM's 64), --z 1 (0)"."""
+    point_to_point = args.collective == "pt2pt"
+    applies = {"window": point_to_point or not args.z, "z": not point_to_point}
+    parts = [f"{flag} {getattr(args, attr)} (PARAM's {theirs})"
+             for flag, other, attr, theirs in PARAM_DEFAULTS
+             if not given(argv, flag) and not (other and given(argv, other))
+             and applies.get(attr, True) and str(getattr(args, attr)) != theirs]
+    return ", ".join(parts) or None
 
 
 def listed_runs(argv: list[str]) -> tuple[list[list[str]], int]:

@@ -502,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace, argv: list[str]) -> int:
     logging.basicConfig(level=args.log_level or logging.INFO,
                         format="%(asctime)s %(name)s: %(message)s")
-    from dlbench.comms.command_line import RENDEZVOUS
+    from dlbench.comms.command_line import RENDEZVOUS, defaults_unlike_params
     from dlbench.pytorch import distributed
 
     for flag in RENDEZVOUS:
@@ -510,6 +510,10 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
                 and not distributed.is_worker():
             log.warning("%s is not used: torchrun's rendezvous connects the processes "
                         "dlbench starts (on the first node of a multi-node cell)", flag)
+    unlike = defaults_unlike_params(args, argv)
+    if unlike and not distributed.is_worker():  # a study's cell gives every flag
+        log.info("defaults here, unlike PARAM's comms.py: %s; give them to measure as "
+                 "PARAM does", unlike)
 
     if (args.num_gpus > 1 or args.num_nodes > 1) and not distributed.is_worker():
         return _launch(args, argv)
