@@ -411,6 +411,7 @@ def test_device_time_holds_the_stream_while_the_host_launches_each_call(monkeypa
     first, second, third = slept[2:]
     assert first == int(harness.HOLD_MIN_S * rate)  # nothing launched yet
     assert second >= int(0.008 * rate) and third >= int(0.008 * rate)  # twice 4 ms
+    assert second == third and round(second / rate / harness.HOLD_MIN_S, 6).is_integer()
     assert timed.facts(3)["late_launches"] == 1  # the 4 ms launch outlasted 50 µs
     facts = timed.facts(2)
     assert facts["late_launches"] == 0 and facts["device_hold_s"] >= 0.008

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -94,7 +95,9 @@ def _measured(fetch: Callable[[], Any], step: Callable[[Any], Any], sync: Callab
     return LoopTimes(times, data_wait, compute)
 
 
-# A device-timed call's stream is held at least this long while the host launches it.
+# A device-timed call's stream is held while the host launches it, for a whole number of
+# these (at least one): processes of one collective then mostly hold alike, so the hold
+# does not set one rank's kernels off before its peers'.
 HOLD_MIN_S = 50e-6
 # The sleep kernel's cycles timed once to learn its rate (about a millisecond).
 HOLD_CALIBRATION_CYCLES = 2_000_000
@@ -110,8 +113,8 @@ class DeviceTimedStep:
     waits for the host to launch the call: the events would time the launch (a small NCCL
     collective's ~20 µs on an H200, more than its kernels). So a kernel that only waits
     (``torch.cuda._sleep``) holds the stream first, for twice the median of the last three
-    launches (at least HOLD_MIN_S): the call is queued when the start event fires, and the
-    events time the device's work alone. A launch longer than its hold is counted
+    launches rounded up to a multiple of HOLD_MIN_S: the call is queued when the start
+    event fires, and the events time the device's work alone. A launch longer than its hold is counted
     (``late_launches``: those calls' times include part of it)."""
 
     def __init__(self, step: Callable[[Any], Any], calls: int) -> None:
@@ -131,7 +134,8 @@ class DeviceTimedStep:
         start, end = self._events[self._calls]
         self._calls += 1
         recent = sorted(self._launch_s[-3:])
-        hold = max(HOLD_MIN_S, 2 * recent[len(recent) // 2]) if recent else HOLD_MIN_S
+        twice = 2 * recent[len(recent) // 2] if recent else 0.0
+        hold = HOLD_MIN_S * max(1, math.ceil(twice / HOLD_MIN_S))
         torch.cuda._sleep(int(hold * self._cycles_per_s))
         start.record()
         began = time.perf_counter()
