@@ -25,7 +25,7 @@ def test_a_steady_rise_drifts_by_its_size_and_a_steady_fall_the_other_way():
     assert drift.describe(found.change) == "iteration times rose 10% over the measured run"
     assert drift.note("NEW", falling.change, True) == (
         "NEW's iteration times fell 10% over the measured run, most likely still warming up "
-        "(more warm-up iterations would settle it)")
+        "(more warm-up iterations, or warmup_until_steady, would settle it)")
     assert drift.note("BASE", found.change, True, 0.4, "power cap 40%") == (
         "BASE's iteration times rose 10% over the measured run, most likely the GPU's "
         "clocks held back")

@@ -96,3 +96,92 @@ def test_hooks_are_ended_when_a_step_fails(ranges):
                            hooks=[RecordingHook(events)])
     assert events == ["start", "iteration", "end"]
     assert sum(e[0] == "push" for e in ranges) == sum(e[0] == "pop" for e in ranges)
+
+
+class FakeClock:
+    """``time`` for the harness: perf_counter reads a clock each step moves on."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def settling_step(clock, durations):
+    """A step taking ``durations[i]`` on the fake clock in its i-th call, recorded."""
+    calls = []
+
+    def step(_):
+        clock.now += durations(len(calls))
+        calls.append(clock.now)
+
+    return step, calls
+
+
+def test_a_warm_up_until_steady_goes_on_until_the_times_settle(monkeypatch, ranges):
+    """Times that fall from 3 to 1 (a cache filling, clocks rising): a fixed warm-up of 10
+    measures the fall (drifting); until steady, warm-up goes on until the last 20
+    iterations move less than 5%, and the measured times are steady. The warm-up is
+    recorded: iterations, settled, seconds, the last window's drift."""
+    import math
+
+    from dlbench import drift
+
+    def durations(i):
+        return 1.0 + 2.0 * math.exp(-i / 8)
+
+    clock = FakeClock()
+    monkeypatch.setattr(harness, "time", clock)
+    step, _ = settling_step(clock, durations)
+    fixed = harness.timed_loop(lambda: None, step, lambda: None, 10, 30)
+    assert fixed.warmup is None and drift.trend(fixed.times_s).drifting
+    step, calls = settling_step(clock, durations)
+    loop = harness.timed_loop(lambda: None, step, lambda: None, 10, 30,
+                              steady=harness.UntilSteady())
+    warmup = loop.warmup
+    assert warmup["settled"] and 30 < warmup["iterations"] < 80
+    assert abs(warmup["drift"]) < drift.NOTABLE
+    assert len(calls) == warmup["iterations"] + 30
+    assert warmup["seconds"] == pytest.approx(sum(map(durations, range(warmup["iterations"]))))
+    assert not drift.trend(loop.times_s).drifting
+    assert max(loop.times_s) / min(loop.times_s) < 1.05
+    assert ("push", "warmup") in ranges and ("push", "measure") in ranges
+    assert harness.warmup_facts(loop) == {"warmup": warmup}
+    assert harness.warmup_facts(fixed) == {}
+
+
+def test_a_warm_up_that_never_settles_stops_at_its_limits_and_says_so(monkeypatch):
+    """Times rising for ever stop the warm-up at STEADY_MAX_ITERATIONS past the cell's
+    own, or at STEADY_MAX_S, settled false."""
+    clock = FakeClock()
+    monkeypatch.setattr(harness, "time", clock)
+    monkeypatch.setattr(harness, "STEADY_MAX_ITERATIONS", 50)
+    step, calls = settling_step(clock, lambda i: 1.0 + 0.1 * i)
+    loop = harness.timed_loop(lambda: None, step, lambda: None, 5, 3,
+                              steady=harness.UntilSteady())
+    assert loop.warmup["iterations"] == 55 and loop.warmup["settled"] is False
+    monkeypatch.setattr(harness, "STEADY_MAX_S", 100.0)
+    step, calls = settling_step(clock, lambda i: 1.0 + 0.1 * i)
+    loop = harness.timed_loop(lambda: None, step, lambda: None, 5, 3,
+                              steady=harness.UntilSteady())
+    assert loop.warmup["settled"] is False and 100.0 <= loop.warmup["seconds"] < 105.0
+    assert loop.warmup["iterations"] < 55
+
+
+def test_processes_warm_up_alike_until_every_one_is_done(monkeypatch):
+    """A data-parallel cell's processes: warm-up ends when ``agree`` says every one is
+    done, asked once per iteration past the window (the same count on every process)."""
+    clock = FakeClock()
+    monkeypatch.setattr(harness, "time", clock)
+    asked = []
+
+    def agree(done):  # another process settles 7 iterations later
+        asked.append(done)
+        return done and len(asked) > 7
+
+    step, calls = settling_step(clock, lambda i: 1.0)
+    loop = harness.timed_loop(lambda: None, step, lambda: None, 0, 2,
+                              steady=harness.UntilSteady(agree))
+    assert asked == [True] * 8 and loop.warmup["iterations"] == harness.STEADY_WINDOW + 7
+    assert harness.until_steady(type("Args", (), {"warmup_until_steady": False})()) is None

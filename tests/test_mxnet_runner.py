@@ -261,6 +261,21 @@ def test_two_cpu_contexts_split_the_batch(mxnet_python, tmp_path):
 
 
 @pytest.mark.mxnet
+def test_a_cell_may_warm_up_until_its_times_settle(mxnet_python, tmp_path):
+    """--warmup_until_steady: at least the harness's window of warm-up iterations, what
+    ran recorded in the measurement, as the PyTorch runner does."""
+    from dlbench import harness
+
+    done, output = run_cell(mxnet_python, tmp_path, "--model", "deep_mnist", "--batch_size", "2",
+                            "--num_batches", "2", "--num_warmup_batches", "1",
+                            "--warmup_until_steady=true")
+    assert done.returncode == 0, done.stderr[-3000:]
+    res = read_valid(output)
+    warmup = res["measurements"][0]["extra"]["warmup"]
+    assert warmup["iterations"] >= harness.STEADY_WINDOW and res["cell"]["warmup_until_steady"]
+
+
+@pytest.mark.mxnet
 @pytest.mark.parametrize("flags,expected", [
     (["--model", "no_such_net"], "unknown model 'no_such_net'"),
     (["--model", "overfeat"], "--model overfeat: not available for mxnet"),

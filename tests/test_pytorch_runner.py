@@ -171,3 +171,35 @@ def test_paradnn_cells_run_wholly_in_the_low_precision(tmp_path):
     phi = 16 * 16 * 1 + 16 * (8 + 4)
     assert m["extra"]["phi"] == phi
     assert m["extra"]["phi_tflops"] == pytest.approx(6 * phi * 4 / m["time_s"]["median"] / 1e12)
+
+
+def test_a_cell_warming_up_until_steady_records_what_its_warm_up_ran(tmp_path):
+    """warmup_until_steady: the study's cell passes it (its id says so: another
+    measurement than a fixed warm-up; the default leaves ids as they were), the runner
+    warms up at least its window past num_warmup_batches and records the warm-up in the
+    measurement; a fixed warm-up records none."""
+    from dlbench import harness, kinds, study
+
+    grid = {"model": "deep_mnist", "device": "cpu", "batch_size": 2, "num_batches": 3,
+            "num_warmup_batches": 2}
+    (fixed,) = study.expand_config({"studies": {"s": {"grid": grid}}})
+    (steady,) = study.expand_config({"studies": {"s": {"grid": {
+        **grid, "warmup_until_steady": True}}}})
+    assert steady.id != fixed.id
+    (before,) = study.expand_config({"studies": {"s": {"grid": {
+        **grid, "warmup_until_steady": False}}}})
+    assert before.id == fixed.id
+    argv = kinds.get("model").command(steady.params, tmp_path / "x.json", "python", None)
+    assert "--warmup_until_steady=true" in argv
+    proc, res = run_runner(tmp_path, *argv[3:], "--monitor_interval_ms=0",
+                           "--count_flops=false")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert res["cell"]["warmup_until_steady"] is True
+    warmup = res["measurements"][0]["extra"]["warmup"]
+    assert warmup["iterations"] >= harness.STEADY_WINDOW and warmup["seconds"] > 0
+    assert isinstance(warmup["settled"], bool)
+    proc, res = run_runner(tmp_path, "--model=deep_mnist", "--device=cpu", "--batch_size=2",
+                           "--num_batches=2", "--num_warmup_batches=1",
+                           "--monitor_interval_ms=0", "--count_flops=false", name="f.json")
+    assert proc.returncode == 0 and "warmup" not in res["measurements"][0]["extra"]
+    assert res["cell"]["warmup_until_steady"] is False

@@ -508,6 +508,13 @@ TABLE: tuple[Axis, ...] = (
          flags={"pytorch": Flag("--nccl_env"), _COMMS: Flag("--nccl_env")},
          help="NCCL settings, NAME=VALUE separated by spaces (NCCL_ALGO=Tree "
               "NCCL_PROTO=Simple), set in every process of the cell"),
+    # Warm-up past num_warmup_batches until the iteration times settle (harness.
+    # warm_up_until_steady): a GPU's clocks, caches and allocator may take longer than a
+    # fixed count, and a median of a moving target is no figure.
+    Axis("warmup_until_steady", bool, False, since=3,
+         flags=_dlbs("--warmup_until_steady", "bool"),
+         help="after the warm-up iterations, warm up until the last 20 iterations' times "
+              "move less than 5% (at most 1,000 more or 300 s), recorded in the result"),
 )
 
 # Cell kinds with axes; a kind's axes in table order.

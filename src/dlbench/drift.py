@@ -110,7 +110,8 @@ def cause(change: float, held_back: float | None = None, reasons: str | None = N
     from dlbench import gpu_clocks
 
     if change < 0:
-        return "still warming up (more warm-up iterations would settle it)"
+        return ("still warming up (more warm-up iterations, or warmup_until_steady, would "
+                "settle it)")
     often = gpu_clocks.how_often(held_back, reasons)
     if often:
         return "the GPU's clocks held back" + ("" if brief else f" {often}")

@@ -34,35 +34,90 @@ class Hook(Protocol):
     def measure_end(self) -> None: ...
 
 
+# Warm-up until steady (the warmup_until_steady axis): past a cell's warm-up iterations,
+# more until the last STEADY_WINDOW iterations' times move less than drift.NOTABLE across
+# them (Sen's slope, dlbench.drift: a few outliers do not move it), at most
+# STEADY_MAX_ITERATIONS more or STEADY_MAX_S of warm-up in all.
+STEADY_WINDOW = 20
+STEADY_MAX_ITERATIONS = 1000
+STEADY_MAX_S = 300.0
+
+
 @dataclass
 class LoopTimes:
     times_s: list[float]  # per measured iteration, seconds
     data_wait_s: float  # of those, waiting for input
     compute_s: float  # the rest
+    warmup: dict[str, Any] | None = None  # a warm-up until steady: what it ran and found
+
+
+@dataclass(frozen=True)
+class UntilSteady:
+    """Warm up until steady. ``agree(done)`` is every process's verdict from each one's
+    own (a data-parallel cell's processes must warm up alike: each step has collectives);
+    one process agrees with itself."""
+
+    agree: Callable[[bool], bool] = lambda done: done
 
 
 def timed_loop(fetch: Callable[[], Any], step: Callable[[Any], Any], sync: Callable[[], None],
-               warmup: int, measured: int, *, hooks: Sequence[Hook] = ()) -> LoopTimes:
+               warmup: int, measured: int, *, hooks: Sequence[Hook] = (),
+               steady: UntilSteady | None = None) -> LoopTimes:
     """``fetch()`` gives an iteration's input, ``step(batch)`` runs it and ``sync()`` waits
     until the device has finished; each iteration ends synchronised, so the next one starts
-    from an idle device."""
+    from an idle device. With ``steady``, warm-up goes on past ``warmup`` iterations until
+    the times settle (``warm_up_until_steady``)."""
     # Each range only around work: a profiler that captures the first "measure" range
     # (nsys) must not stop at an empty one.
-    if warmup > 0:
+    warmed = None
+    if warmup > 0 or steady is not None:
         nvtx_ranges.push("warmup")
         with stages.stage("warmup"):
-            for _ in range(warmup):
-                step(fetch())
-                sync()
+            if steady is None:
+                for _ in range(warmup):
+                    step(fetch())
+                    sync()
+            else:
+                warmed = warm_up_until_steady(fetch, step, sync, warmup, steady)
         nvtx_ranges.pop()
     if measured > 0:
         nvtx_ranges.push("measure")
     try:
         with stages.stage("measure"):  # the hooks' start and end too
-            return _measured(fetch, step, sync, measured, hooks)
+            loop = _measured(fetch, step, sync, measured, hooks)
     finally:
         if measured > 0:
             nvtx_ranges.pop()
+    loop.warmup = warmed
+    return loop
+
+
+def warm_up_until_steady(fetch: Callable[[], Any], step: Callable[[Any], Any],
+                         sync: Callable[[], None], warmup: int, steady: UntilSteady
+                         ) -> dict[str, Any]:
+    """At least ``warmup`` iterations (and STEADY_WINDOW), then more until the last
+    STEADY_WINDOW have settled or a limit is reached; what ran, as the result records it:
+    ``iterations``, ``settled`` (false: a limit stopped it), ``seconds`` and ``drift`` (of
+    the last window, a share of its median)."""
+    from dlbench import drift
+
+    clock = time.perf_counter
+    times: list[float] = []
+    began = clock()
+    while True:
+        t0 = clock()
+        step(fetch())
+        sync()
+        times.append(clock() - t0)
+        if len(times) < max(warmup, STEADY_WINDOW):
+            continue
+        moving = drift.trend(times[-STEADY_WINDOW:])
+        settled = moving is not None and abs(moving.change) < drift.NOTABLE
+        spent = len(times) - warmup >= STEADY_MAX_ITERATIONS or clock() - began >= STEADY_MAX_S
+        if steady.agree(settled or spent):
+            return {"iterations": len(times), "settled": settled,
+                    "seconds": clock() - began,
+                    "drift": moving.change if moving is not None else None}
 
 
 def _measured(fetch: Callable[[], Any], step: Callable[[Any], Any], sync: Callable[[], None],
@@ -114,8 +169,8 @@ class DeviceTimedStep:
     collective's ~20 µs on an H200, more than its kernels). So a kernel that only waits
     (``torch.cuda._sleep``) holds the stream first, for twice the median of the last three
     launches rounded up to a multiple of HOLD_MIN_S: the call is queued when the start
-    event fires, and the events time the device's work alone. A launch longer than its hold is counted
-    (``late_launches``: those calls' times include part of it)."""
+    event fires, and the events time the device's work alone. A launch longer than its
+    hold is counted (``late_launches``: those calls' times include part of it)."""
 
     def __init__(self, step: Callable[[Any], Any], calls: int) -> None:
         import torch
@@ -201,7 +256,7 @@ def measure(work: Workload, args: argparse.Namespace, res: dict[str, Any],
     """Time a workload with the cell's warmup and measured iterations; its measurement."""
     try:
         loop = timed_loop(work.fetch, work.step, work.sync, args.num_warmup_batches,
-                          args.num_batches, hooks=hooks)
+                          args.num_batches, hooks=hooks, steady=until_steady(args))
     finally:
         work.close()
     res["extra"].update(work.cell_facts)
@@ -211,7 +266,20 @@ def measure(work: Workload, args: argparse.Namespace, res: dict[str, Any],
         flops_per_iteration=work.flops_per_iteration,
         data_wait_s=loop.data_wait_s if work.real_data else None,
         compute_s=loop.compute_s if work.real_data else sum(loop.times_s),
-        extra=work.facts)
+        extra={**work.facts, **warmup_facts(loop)})
+
+
+def until_steady(args: argparse.Namespace,
+                 agree: Callable[[bool], bool] | None = None) -> UntilSteady | None:
+    """The cell's warm-up until steady, where its ``--warmup_until_steady`` asks for it."""
+    if not getattr(args, "warmup_until_steady", False):
+        return None
+    return UntilSteady(agree) if agree is not None else UntilSteady()
+
+
+def warmup_facts(loop: LoopTimes) -> dict[str, Any]:
+    """A measurement's extra for its warm-up until steady (nothing for a fixed one)."""
+    return {"warmup": loop.warmup} if loop.warmup is not None else {}
 
 
 def parser(framework: str, prog: str | None = None) -> argparse.ArgumentParser:

@@ -256,12 +256,14 @@ def _loader_measurement(mx: ModuleType, args, plan: Plan, common: dict,
 
     try:
         loop = harness.timed_loop(fetch, lambda parts: None, mx.nd.waitall,
-                                  args.num_warmup_batches, args.num_batches, hooks=hooks)
+                                  args.num_warmup_batches, args.num_batches, hooks=hooks,
+                                  steady=harness.until_steady(args))
     finally:
         reader.close()
     return R.measurement(name=args.model, pass_="loader", times_s=loop.times_s,
                          items_per_iteration=plan.batch, throughput_unit="images/s",
-                         extra={**common, **_reader_facts(args, reader)})
+                         extra={**common, **_reader_facts(args, reader),
+                                **harness.warmup_facts(loop)})
 
 
 def _model_measurement(mx: ModuleType, args, plan: Plan, common: dict,
@@ -311,7 +313,8 @@ def _model_measurement(mx: ModuleType, args, plan: Plan, common: dict,
 
     try:
         loop = harness.timed_loop(fetch, step, mx.nd.waitall, args.num_warmup_batches,
-                                  args.num_batches, hooks=hooks)
+                                  args.num_batches, hooks=hooks,
+                                  steady=harness.until_steady(args))
     finally:
         if reader is not None:
             reader.close()
@@ -323,4 +326,5 @@ def _model_measurement(mx: ModuleType, args, plan: Plan, common: dict,
         compute_s=loop.compute_s if real else sum(loop.times_s),
         extra={**common, **built.facts, "hybridize": "static_alloc,static_shape",
                "optimizer": None if args.forward_only else "sgd",
-               **(_reader_facts(args, reader) if real else {"preprocess_threads": None})})
+               **(_reader_facts(args, reader) if real else {"preprocess_threads": None}),
+               **harness.warmup_facts(loop)})

@@ -125,6 +125,16 @@ def slowest_rank_times(times: list[float], device: torch.device) -> list[float]:
     return t.tolist()
 
 
+def all_agree(flag: bool, device: torch.device) -> bool:
+    """True where every rank's ``flag`` is (one collective; ``flag`` itself in one
+    process)."""
+    if not dist.is_initialized():
+        return flag
+    t = torch.tensor([int(flag)], device=device if device.type == "cuda" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return bool(t.item())
+
+
 def multi_node_command(nodes: int, nproc: int, device: str, argv: list[str],
                        module: str) -> list[str]:
     """srun starting torchrun (``nproc`` processes of runner ``module`` with ``argv``) on

@@ -55,13 +55,11 @@ def cell_of(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def timed_loop(batches: Iterator[Any], step: Callable[..., None], sync: Callable[[], None],
-               warmup: int, measured: int, *,
-               hooks: Sequence[Any] = ()) -> tuple[list[float], float, float]:
-    """The harness's loop over an iterator of argument tuples: per-iteration times of the
-    measured iterations, total data wait and compute."""
-    loop = harness.timed_loop(lambda: next(batches), lambda batch: step(*batch), sync,
-                              warmup, measured, hooks=hooks)
-    return loop.times_s, loop.data_wait_s, loop.compute_s
+               warmup: int, measured: int, *, hooks: Sequence[Any] = (),
+               steady: harness.UntilSteady | None = None) -> harness.LoopTimes:
+    """The harness's loop over an iterator of argument tuples."""
+    return harness.timed_loop(lambda: next(batches), lambda batch: step(*batch), sync,
+                              warmup, measured, hooks=hooks, steady=steady)
 
 
 def phase_hooks(args: argparse.Namespace, device: Any,
@@ -217,14 +215,18 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     sync = precision.synchronizer(device)
     items = args.batch_size * topo.world_size * built.items_per_sample
     mon, hooks = phase_hooks(args, device, topo.rank)
+    # Every process warms up as long as the slowest to settle (a step's collectives).
+    steady = harness.until_steady(args, lambda done: distributed.all_agree(done, device))
 
     if args.data_loader_only:
         res["kind"] = "loader"
-        times, wait, _ = timed_loop(batches, lambda *b: None, sync, args.num_warmup_batches,
-                                    args.num_batches, hooks=hooks)
-        times = distributed.slowest_rank_times(times, device)
+        loop = timed_loop(batches, lambda *b: None, sync, args.num_warmup_batches,
+                          args.num_batches, hooks=hooks, steady=steady)
+        times = distributed.slowest_rank_times(loop.times_s, device)
         res["measurements"] = [R.measurement(name=args.model, pass_="loader", times_s=times,
-                                             items_per_iteration=items, data_wait_s=wait)]
+                                             items_per_iteration=items,
+                                             data_wait_s=loop.data_wait_s,
+                                             extra=harness.warmup_facts(loop))]
         if mon:
             monitor.attach(res, args.output, mon)
         return
@@ -269,9 +271,11 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         with stages.stage("compile"):
             extra["compile"] = compile_warmup(args.compile, step, batches, sync)
     before = execution.DynamoCounts.now()
-    times, wait, compute = timed_loop(batches, step, sync, args.num_warmup_batches,
-                                      args.num_batches, hooks=hooks)
-    times = distributed.slowest_rank_times(times, device)
+    loop = timed_loop(batches, step, sync, args.num_warmup_batches, args.num_batches,
+                      hooks=hooks, steady=steady)
+    times, wait, compute = (distributed.slowest_rank_times(loop.times_s, device),
+                            loop.data_wait_s, loop.compute_s)
+    extra.update(harness.warmup_facts(loop))
     if topo.distributed:
         hosts = distributed.rank_hosts()
         extra.update(world_size=topo.world_size, hosts=hosts, num_hosts=len(set(hosts)))
