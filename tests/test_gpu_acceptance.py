@@ -81,7 +81,7 @@ def result(tput, loss=1.0, status="ok", compile_facts=None):
                               "extra": extra}] if status == "ok" else []}
 
 
-def test_model_verdicts_follow_the_figures():
+def test_model_verdicts_follow_the_figures(tmp_path):
     results = {f"resnet50_training_{p}": result(t) for p, t in
                (("float32", 1000), ("tf32", 1800), ("float16", 2500), ("bfloat16", 900))}
     results["resnet50_training_float16"] = result(2500, loss=None)
@@ -106,6 +106,14 @@ def test_model_verdicts_follow_the_figures():
         1 / 1800 * (1 + 0.1 * i / 39) for i in range(40)]
     tf32 = {c.name: c for c in verdicts.model_checks(results)}["resnet50_training_tf32 runs"]
     assert tf32.figure.startswith("1,800 img/s (drift +9.5% (drifting); wall 20 s: ")
+    # ... and its warm-up until steady (the precision cells warm up so).
+    results["resnet50_training_tf32"]["measurements"][0]["extra"] = {
+        "warmup": {"iterations": 27, "settled": True, "seconds": 3.1, "drift": 0.01}}
+    tf32 = {c.name: c for c in verdicts.model_checks(results)}["resnet50_training_tf32 runs"]
+    assert tf32.figure.startswith("1,800 img/s (warm-up 27 iterations, settled; drift +9.5%")
+    plan = planning.build_plan(tmp_path / "plan", sys.executable, gpus=1, autotune=False)
+    assert "--warmup_until_steady=true" in plan.commands["resnet50_training_tf32"]
+    assert "--warmup_until_steady=true" not in plan.commands["resnet50_training_ddp1"]
     # A result without stages: the figure alone.
     assert checks["resnet50_training_float32 runs"].figure == "1,000 img/s"
     inductor = checks["compile inductor: bf16 training"]

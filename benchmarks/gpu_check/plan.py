@@ -74,9 +74,10 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
     plan = Plan(out, python)
     plan.cells.mkdir(parents=True, exist_ok=True)
     for phase in ("training", "inference"):
-        for precision in PRECISIONS:
+        for precision in PRECISIONS:  # compared with each other: each from steady times
             plan.runner(f"resnet50_{phase}_{precision}", "dlbench.pytorch",
-                        *model_args("resnet50", phase, precision))
+                        *model_args("resnet50", phase, precision, BATCH,
+                                    "--warmup_until_steady=true"))
     me = str(SCRIPT)
     for part in ("honesty", "timer"):
         plan.commands[part] = [python, me, "--part", part, "--out", str(out)]

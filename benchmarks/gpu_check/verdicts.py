@@ -89,6 +89,16 @@ def drift_text(res: dict[str, Any] | None) -> str:
     return f"drift {found.change:+.1%}" + (" (drifting)" if found.drifting else "")
 
 
+def warmup_text(res: dict[str, Any] | None) -> str:
+    """A warm-up until steady, for a check's line: "warm-up 27 iterations, settled"."""
+    measurements = (res or {}).get("measurements") or []
+    warmup = (measurements[0].get("extra") or {}).get("warmup") if measurements else None
+    if not warmup:
+        return ""
+    return (f"warm-up {warmup['iterations']} iterations, "
+            + ("settled" if warmup.get("settled") else "not settled"))
+
+
 def model_checks(results: dict[str, dict | None]) -> list[Check]:
     checks = []
     for name, res in results.items():
@@ -96,7 +106,8 @@ def model_checks(results: dict[str, dict | None]) -> list[Check]:
             continue
         tput = throughput(res)
         error = (res or {}).get("error") or "no result"
-        where = "; ".join(part for part in (drift_text(res), stages_text(res)) if part)
+        where = "; ".join(part for part in (warmup_text(res), drift_text(res),
+                                            stages_text(res)) if part)
         checks.append(Check(f"{name} runs", verdict(tput is not None),
                             (f"{tput:,.0f} img/s" + (f" ({where})" if where else ""))
                             if tput else error, {"stages_s": (res or {}).get("stages_s")}))
