@@ -72,6 +72,43 @@ def test_a_cell_times_each_prefill_and_each_output_token_and_says_what_it_timed(
             json.loads(match.group(2))
 
 
+def test_warm_generations_go_on_until_their_step_times_settle(monkeypatch):
+    """warmup_until_steady: warm generations past the cell's own until the last three
+    mean step times lie within 5% of their median; at most STEADY_MAX_GENERATIONS more,
+    settled false. Each warm generation's time recorded."""
+    times = iter([2.0, 1.5, 1.2, 1.05, 1.0, 1.0, 1.0, 1.0])
+    ran = []
+
+    def generation(warm):
+        assert warm == 1  # only warm generations
+        ran.append(next(times))
+        return ran[-1]
+
+    import time
+
+    found = runner.warm_up_until_steady(generation, [3.0], time.perf_counter())
+    # settled once 1.0, 1.0, 1.0 (1.05 is 5% off 1.0: not yet)
+    assert ran == [2.0, 1.5, 1.2, 1.05, 1.0, 1.0, 1.0] and found["settled"]
+    assert found["generations"] == 8 and found["step_times_s"] == [3.0, *ran]
+    monkeypatch.setattr(runner, "STEADY_MAX_GENERATIONS", 4)
+    rising = iter(range(2, 100))
+    found = runner.warm_up_until_steady(lambda warm: float(next(rising)), [1.0, 1.5],
+                                        time.perf_counter())
+    assert found["generations"] == 6 and found["settled"] is False
+
+
+def test_a_cell_warming_up_until_steady_measures_as_many_generations(tmp_path):
+    proc, res = run_cell(tmp_path, "--model=gpt2_tiny", "--batch_size=1", "--prompt_length=8",
+                         "--output_length=4", "--num_batches=2", "--warmup_until_steady=true")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    warmup = res["extra"]["warmup"]
+    assert warmup["generations"] >= runner.STEADY_GENERATIONS and warmup["seconds"] > 0
+    assert len(warmup["step_times_s"]) == warmup["generations"]
+    prefill, decode = res["measurements"]
+    assert len(prefill["times_s"]) == 2 and len(decode["times_s"]) == 2 * 3
+    assert res["cell"]["warmup_until_steady"] is True
+
+
 def test_warm_generations_run_outside_the_measure_range_profilers_select(tmp_path,
                                                                        monkeypatch):
     """The ncu and nsys jobs profile the NVTX range "measure": a warm generation (and the

@@ -511,10 +511,11 @@ TABLE: tuple[Axis, ...] = (
     # Warm-up past num_warmup_batches until the iteration times settle (harness.
     # warm_up_until_steady): a GPU's clocks, caches and allocator may take longer than a
     # fixed count, and a median of a moving target is no figure.
-    Axis("warmup_until_steady", bool, False, since=3,
+    Axis("warmup_until_steady", bool, False, kinds=("model", _LLM), since=3,
          flags=_dlbs("--warmup_until_steady", "bool"),
          help="after the warm-up iterations, warm up until the last 20 iterations' times "
-              "move less than 5% (at most 1,000 more or 300 s), recorded in the result"),
+              "move less than 5% (language models: the last 3 generations' step times lie "
+              "within 5%), at most 300 s; recorded in the result"),
 )
 
 # Cell kinds with axes; a kind's axes in table order.

@@ -20,6 +20,7 @@ import inspect
 import logging
 import resource
 import sys
+import time
 from typing import Any
 
 from dlbench import axes, cellrun, harness, monitor, stages, stats
@@ -116,20 +117,32 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         # compiled so is guarded on it and compiled again in the next generation's prefill,
         # a measured one after a single warm generation).
         model(input_ids=prompts[:, :1], **with_cache)
-        for generation in range(args.num_warmup_batches + args.num_batches):
-            if generation == args.num_warmup_batches:
-                measured_from = execution.DynamoCounts.now()
-                sampled.enter_context(mon)
+
+        def generation(warm: int) -> float:
+            """One generation; a warm one's mean step time (decode's, else the prefill's)."""
             cache.reset()  # untimed: positions from 0 again
             sync()
             # A warm generation is its loops' warmup: untimed, and inside the NVTX range
             # "warmup", not "measure" (what the ncu and nsys jobs select).
-            warm = int(generation < args.num_warmup_batches)
+            began = time.perf_counter()
             first = harness.timed_loop(lambda: prompts, prefill, sync, warm, 1 - warm)
+            decoding = time.perf_counter()
             rest = harness.timed_loop(lambda: None, decode, sync, warm * (output - 1),
                                       (1 - warm) * (output - 1))
-            ttft += first.times_s
-            tpot += rest.times_s
+            ttft.extend(first.times_s)
+            tpot.extend(rest.times_s)
+            if output > 1:
+                return (time.perf_counter() - decoding) / (output - 1)
+            return decoding - began
+
+        began = time.perf_counter()
+        warm_times = [generation(1) for _ in range(args.num_warmup_batches)]
+        if args.warmup_until_steady:
+            res["extra"]["warmup"] = warm_up_until_steady(generation, warm_times, began)
+        measured_from = execution.DynamoCounts.now()
+        sampled.enter_context(mon)
+        for _ in range(args.num_batches):
+            generation(0)
     element = torch.empty((), dtype=dtype).element_size()
     full = {**opts, "sequence_length": prompt}
     # Prefill has no bytes: it multiplies each weight by a whole prompt, bound by FLOPs.
@@ -169,6 +182,34 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         "output_tokens_per_s": batch * output / (ttft_median + (output - 1) * decode_median),
         "served_dtype": str(dtype).removeprefix("torch."),
     })
+
+
+# Warm-up until steady (the warmup_until_steady axis): past num_warmup_batches, warm
+# generations until the last STEADY_GENERATIONS have mean step times within drift.NOTABLE
+# of their median (a generation moves on from the one before, not within itself), at most
+# harness.STEADY_MAX_S of them in all or STEADY_MAX_GENERATIONS more.
+STEADY_GENERATIONS = 3
+STEADY_MAX_GENERATIONS = 50
+
+
+def warm_up_until_steady(generation: Any, times: list[float], began: float
+                         ) -> dict[str, Any]:
+    """Warm generations (``generation(1)`` runs one and gives its mean step time) after
+    those whose times are ``times`` (the warm-up began at ``began``, perf_counter), until
+    steady; what ran, as the result records it."""
+    from dlbench import drift
+
+    before = len(times)
+    while True:
+        last = sorted(times[-STEADY_GENERATIONS:])
+        settled = len(last) == STEADY_GENERATIONS and all(
+            abs(t / last[1] - 1) < drift.NOTABLE for t in last)
+        spent = (len(times) - before >= STEADY_MAX_GENERATIONS
+                 or time.perf_counter() - began >= harness.STEADY_MAX_S)
+        if settled or spent:
+            return {"generations": len(times), "settled": settled,
+                    "seconds": time.perf_counter() - began, "step_times_s": times}
+        times.append(generation(1))
 
 
 def main(argv: list[str] | None = None) -> int:
