@@ -135,7 +135,8 @@ def test_language_model_verdicts_follow_the_results(tmp_path):
                "llm_train_llama3_8b": {"status": "oom", "error": "CUDA out of memory",
                                        "environment": gpu, "measurements": []},
                "llm_serve_b1": {"status": "ok", "extra": {
-                   "ttft_s": 0.02, "tpot_s": 0.008, "output_tokens_per_s": 120.0},
+                   "ttft_s": 0.02, "tpot_s": 0.008, "output_tokens_per_s": 120.0,
+                   "warmup": {"generations": 4, "settled": True}},
                    "measurements": [{"pass": "prefill", "gbps": None},
                                     {"pass": "decode", "gbps": 1885.2}]},
                "llm_serve_b32": {"status": "failed", "error": "broke", "extra": {}}}
@@ -146,7 +147,9 @@ def test_language_model_verdicts_follow_the_results(tmp_path):
     assert checks["llama3_8b bf16 inference, batch 1"].verdict == "pass"
     assert "TTFT 20.0 ms" in checks["llama3_8b bf16 inference, batch 1"].figure
     assert checks["llama3_8b bf16 inference, batch 1"].figure.endswith(
-        ", decode reads >= 1,885 GB/s")
+        ", decode reads >= 1,885 GB/s; warm-up 4 generations, settled")
+    serve = planning.build_plan(tmp_path / "plan", sys.executable, gpus=1, autotune=False)
+    assert "--warmup_until_steady=true" in serve.commands["llm_serve_b1"]
     assert checks["llama3_8b bf16 inference, batch 32"].verdict == "fail"
     assert checks["gpt2_xl training: runner against a bare loop"].verdict == "fail"
     (tmp_path / "llm_bare.json").write_text(json.dumps({"ratio": 0.991}))

@@ -170,7 +170,7 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
     plan.runner("calibration", "dlbench.calibrate", "--device", "gpu")
     serve = ("dlbench.llm", "--model=llama3_8b", "--device=gpu", "--dtype=bfloat16",
              f"--prompt_length={LLM_PROMPT}", f"--output_length={LLM_OUTPUT}",
-             "--num_batches=3", "--num_warmup_batches=1")
+             "--num_batches=3", "--num_warmup_batches=1", "--warmup_until_steady=true")
     for batch in LLM_SERVE_BATCHES:
         plan.runner(f"llm_serve_b{batch}", *serve, f"--batch_size={batch}")
     # The same decode replayed as CUDA graphs (dynamo, no inductor: seconds to compile):

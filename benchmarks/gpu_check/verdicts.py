@@ -99,6 +99,15 @@ def warmup_text(res: dict[str, Any] | None) -> str:
             + ("settled" if warmup.get("settled") else "not settled"))
 
 
+def llm_warmup_text(extra: dict[str, Any]) -> str:
+    """A serving cell's warm-up until steady: "; warm-up 4 generations, settled"."""
+    warmup = extra.get("warmup")
+    if not warmup:
+        return ""
+    return (f"; warm-up {warmup['generations']} generations, "
+            + ("settled" if warmup.get("settled") else "not settled"))
+
+
 def model_checks(results: dict[str, dict | None]) -> list[Check]:
     checks = []
     for name, res in results.items():
@@ -402,6 +411,7 @@ def llm_checks(results: dict[str, dict | None], out: Path,
                             f"{1e3 * extra.get('tpot_s', 0):.2f} ms, "
                             f"{extra.get('output_tokens_per_s', 0):,.0f} output tokens/s"
                             + (f", decode reads >= {gbps:,.0f} GB/s" if gbps else "")
+                            + llm_warmup_text(extra)
                             if ok else res.get("error") or "no result", extra))
     checks.append(compiled_serving_check(results))
     facts = facts_of(out / "llm_bare.json", "llm_bare", not_run) or {}
