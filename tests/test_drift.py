@@ -100,6 +100,35 @@ def test_the_table_gives_each_measurement_its_drift(tmp_path):
         assert table.loc[name, ["time_drift", "time_drift_p"]].isna().all()
 
 
+def test_the_table_says_whether_a_warm_up_until_steady_settled(tmp_path):
+    """warmup_settled and warmup_seconds from a measurement's extra.warmup (model cells)
+    or the result's (language models); null for a fixed warm-up."""
+    from dlbench import aggregate
+    from dlbench import result as R
+
+    paths = []
+    for name, where, warmup in (
+            ("settled", "measurement", {"iterations": 31, "settled": True, "seconds": 2.5}),
+            ("limited", "result", {"generations": 53, "settled": False, "seconds": 300.2}),
+            ("fixed", None, None)):
+        res = R.new_result(kind="model", study="s", cell_id=name,
+                           cell={"framework": "pytorch", "model": "resnet18"})
+        extra = {"warmup": warmup} if warmup else {}
+        res["measurements"].append(R.measurement(
+            name=name, pass_="training", times_s=[0.1] * 5, items_per_iteration=8,
+            extra=extra if where == "measurement" else {}))
+        if where == "result":
+            res["extra"].update(extra)
+        R.finish(res, "ok")
+        paths.append(tmp_path / f"{name}.json")
+        R.write(res, paths[-1])
+    table = aggregate.build_table(paths).to_pandas().set_index("cell_id")
+    assert table.loc["settled", "warmup_settled"] == True  # noqa: E712 (numpy bool)
+    assert table.loc["limited", "warmup_settled"] == False  # noqa: E712
+    assert table.loc["limited", "warmup_seconds"] == pytest.approx(300.2)
+    assert table.loc["fixed", ["warmup_settled", "warmup_seconds"]].isna().all()
+
+
 def test_a_drift_is_read_as_warm_up_a_gpu_held_back_or_a_system_slowing():
     assert drift.reading(-0.08).startswith("falling: still warming up")
     assert drift.reading(0.08, 0.3, "thermal 30%") == (

@@ -232,7 +232,8 @@ def test_cell_writes_a_valid_result(mxnet_python, tmp_path, model, batch, forwar
         # PyTorch-only axes are None.
         "num_loader_threads": 4, "data_backend": None, "cudnn_benchmark": None,
         "cudnn_fastest": None, "data_shuffle": None, "compile": None,
-        "memory_format": None, "num_nodes": 1, "nccl_env": None}
+        "memory_format": None, "num_nodes": 1, "nccl_env": None,
+        "warmup_until_steady": False}
     env = res["environment"]
     assert env["framework"] == "mxnet" and env["framework_version"].startswith("1.")
     assert "MXNET_CUDNN_AUTOTUNE_DEFAULT" in env["library_flags"]

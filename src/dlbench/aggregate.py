@@ -88,6 +88,12 @@ def execution_values(extra: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def warmup_values(extra: dict[str, Any]) -> dict[str, Any]:
+    """The warm-up columns from a measurement's (or a language-model cell's) extra."""
+    warmup = extra.get("warmup") or {}
+    return {"warmup_settled": warmup.get("settled"), "warmup_seconds": warmup.get("seconds")}
+
+
 def build_schema() -> pa.Schema:
     """The table's columns (a function: its cell columns follow the axis table)."""
     return pa.schema(
@@ -112,6 +118,9 @@ def build_schema() -> pa.Schema:
             # (-) over the measured iterations, as a share of the median; its p-value.
             ("time_drift", pa.float64()), ("time_drift_p", pa.float64()),
             ("drifting", pa.bool_()),
+            # A warm-up until steady (warmup_until_steady; null where the warm-up was fixed):
+            # whether it settled before its limits, and its seconds.
+            ("warmup_settled", pa.bool_()), ("warmup_seconds", pa.float64()),
             ("precision_native", pa.bool_()),
             ("parameters", pa.int64()), ("phi", pa.int64()), ("phi_tflops", pa.float64()),
             ("flops_per_iteration", pa.float64()), ("tflops", pa.float64()),
@@ -235,6 +244,7 @@ def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
             **execution_values(extra),
             **monitor_values(extra),
             **drift.values(m["times_s"]),
+            **warmup_values(extra),
             "times_s": m["times_s"], "extra": _json(extra),
         })
     return rows
