@@ -8,8 +8,9 @@ written, and the next generation starts again from position 0.
 
 Two measurements: ``prefill`` (tokens/s over the batch's prompt tokens; its FLOPs by the
 PaLM formula) and ``decode`` (output tokens/s: one token per sequence per step; TPOT's
-p50/p90/p99 in ``extra``; its bytes the weights and KV cache a step reads at least). The result's ``extra`` states what was timed, the KV cache's
-size and the peak memory.
+p50/p90/p99 in ``extra``; its bytes the weights and KV cache a step reads at least). The
+result's ``extra`` states what was timed, the KV cache's size and the peak memory, and a
+warm-up until steady what it ran (``warm_up_until_steady``).
 """
 
 from __future__ import annotations
