@@ -127,7 +127,8 @@ def given(argv: list[str], flag: str) -> bool:
 
 def defaults_unlike_params(args: argparse.Namespace, argv: list[str]) -> str | None:
     """The flags ``argv`` leaves at a default other than PARAM's (``--window`` only where a
-    window is issued), each with both values: "--e 268435456 (PARAM's 64), --z 1 (0)"."""
+    window is issued), each with both values: "--e 268435456 (PARAM's 64), --z 1 (PARAM's
+    0)"."""
     point_to_point = args.collective == "pt2pt"
     applies = {"window": point_to_point or not args.z, "z": not point_to_point}
     parts = [f"{flag} {getattr(args, attr)} (PARAM's {theirs})"
