@@ -89,22 +89,13 @@ def drift_text(res: dict[str, Any] | None) -> str:
     return f"drift {found.change:+.1%}" + (" (drifting)" if found.drifting else "")
 
 
-def warmup_text(res: dict[str, Any] | None) -> str:
-    """A warm-up until steady, for a check's line: "warm-up 27 iterations, settled"."""
-    measurements = (res or {}).get("measurements") or []
-    warmup = (measurements[0].get("extra") or {}).get("warmup") if measurements else None
+def warmup_text(warmup: dict[str, Any] | None) -> str:
+    """A warm-up until steady, for a check's line: "warm-up 27 iterations, settled" (a
+    language model's counts generations)."""
     if not warmup:
         return ""
-    return (f"warm-up {warmup['iterations']} iterations, "
-            + ("settled" if warmup.get("settled") else "not settled"))
-
-
-def llm_warmup_text(extra: dict[str, Any]) -> str:
-    """A serving cell's warm-up until steady: "; warm-up 4 generations, settled"."""
-    warmup = extra.get("warmup")
-    if not warmup:
-        return ""
-    return (f"; warm-up {warmup['generations']} generations, "
+    unit = "generations" if "generations" in warmup else "iterations"
+    return (f"warm-up {warmup[unit]} {unit}, "
             + ("settled" if warmup.get("settled") else "not settled"))
 
 
@@ -115,8 +106,10 @@ def model_checks(results: dict[str, dict | None]) -> list[Check]:
             continue
         tput = throughput(res)
         error = (res or {}).get("error") or "no result"
-        where = "; ".join(part for part in (warmup_text(res), drift_text(res),
-                                            stages_text(res)) if part)
+        first = ((res or {}).get("measurements") or [{}])[0]
+        warmup = warmup_text((first.get("extra") or {}).get("warmup"))
+        where = "; ".join(part for part in (warmup, drift_text(res), stages_text(res))
+                          if part)
         checks.append(Check(f"{name} runs", verdict(tput is not None),
                             (f"{tput:,.0f} img/s" + (f" ({where})" if where else ""))
                             if tput else error, {"stages_s": (res or {}).get("stages_s")}))
@@ -406,12 +399,13 @@ def llm_checks(results: dict[str, dict | None], out: Path,
         ok = res.get("status") == "ok" and extra.get("ttft_s", 0) > 0 and extra.get("tpot_s", 0) > 0
         decode = [m for m in res.get("measurements") or [] if m.get("pass") == "decode"]
         gbps = decode[0].get("gbps") if decode else None
+        warm = warmup_text(extra.get("warmup"))
         checks.append(Check(f"llama3_8b bf16 inference, batch {batch}", verdict(ok),
                             f"TTFT {1e3 * extra.get('ttft_s', 0):.1f} ms, TPOT "
                             f"{1e3 * extra.get('tpot_s', 0):.2f} ms, "
                             f"{extra.get('output_tokens_per_s', 0):,.0f} output tokens/s"
                             + (f", decode reads >= {gbps:,.0f} GB/s" if gbps else "")
-                            + llm_warmup_text(extra)
+                            + (f"; {warm}" if warm else "")
                             if ok else res.get("error") or "no result", extra))
     checks.append(compiled_serving_check(results))
     facts = facts_of(out / "llm_bare.json", "llm_bare", not_run) or {}

@@ -15,14 +15,13 @@ import pandas as pd
 
 from dlbench import peaks
 from dlbench.efficiency import BANDWIDTH_BENCHMARKS, CALIBRATION_KIND
+from dlbench.report import llm_charts  # its decode steps count the bytes they read
 from dlbench.report.data import PRECISION_ORDER, model_opts_label
 from dlbench.report.op_charts import op_variants
 from dlbench.report.style import Figure, styled
 
 # Model families placed on the roofline besides operators (those whose runner counts bytes).
 FAMILIES = ("paradnn_fc", "paradnn_cnn", "paradnn_rnn")
-# Language-model inference: its decode steps count the bytes they read (prefill does not).
-LLM_KIND = "llm_inference"
 ROOF_POINTS = 60  # samples of each roof curve across the intensity range
 
 
@@ -38,7 +37,7 @@ def points(frame: pd.DataFrame) -> pd.DataFrame:
                & (frame["flops_per_iteration"].fillna(0) > 0)
                & (frame["bytes_per_iteration"].fillna(0) > 0)]
     ok = ok[(ok["kind"] == "op") | ((ok["kind"] == "model") & ok["model"].isin(FAMILIES))
-            | (ok["kind"] == LLM_KIND)]
+            | (ok["kind"] == llm_charts.KIND)]
     if ok.empty:
         return pd.DataFrame()
     family = ok["op_name"].where(ok["kind"] == "op", ok["model"]).fillna(ok["name"])
@@ -66,7 +65,7 @@ def _names(ok: pd.DataFrame, family: pd.Series) -> pd.Series:
     for _, rows in ok[~ops].groupby(family[~ops], sort=False):
         batch = rows["batch_size"].map(lambda b: "" if pd.isna(b) else f" · batch {int(b)}")
         label = model_opts_label(rows)
-        if (rows["kind"] == LLM_KIND).all():  # a preset's options: its name says them
+        if (rows["kind"] == llm_charts.KIND).all():  # a preset's options: its name says them
             label = label.where(label != "default", "")
             batch += rows["prompt_length"].map(
                 lambda n: "" if pd.isna(n) else f" · prompt {int(n)}")
