@@ -2,6 +2,9 @@
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -111,3 +114,15 @@ def test_flags_decode_what_they_encode():
     assert flag.decode(parsed.parse_args(["--forward_only=true"]).forward_only) == "inference"
     assert axes.Flag("-b", "switch").encode(False) == []
     assert axes.Flag("--model_opts", "json").encode({}) == []
+
+
+@pytest.mark.parametrize("main", sorted(
+    p.parent.name for p in (REPO / "src/dlbench").glob("*/__main__.py")))
+def test_every_command_prints_its_help(main):
+    """``python -m dlbench.<command> --help`` prints the help and exits 0: argparse
+    %-formats help texts, so an axis's "5%" must reach it doubled."""
+    done = subprocess.run([sys.executable, "-m", f"dlbench.{main}", "--help"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert done.returncode == 0, done.stderr[-500:]
+    assert "usage:" in done.stdout

@@ -654,7 +654,8 @@ def add_flags(parser: argparse.ArgumentParser, runner: str, framework: str,
         flag = axis.flag_for(runner)
         if flag is None or flag.style == "pair":
             continue  # PARAM's parser is PARAM's own (dlbench.ops.cli)
-        help_text = flag.help or axis.help or axis.name.replace("_", " ")
+        # argparse %-formats help text (for %(default)s): a literal "5%" must be doubled.
+        help_text = (flag.help or axis.help or axis.name.replace("_", " ")).replace("%", "%%")
         default = axis.default if axis.default is not REQUIRED else None
         if flag.values is not None:
             default = flag.values.get(default, default)
