@@ -595,3 +595,30 @@ def test_operator_checks_give_their_times_in_units_people_read(tmp_path):
     del results["op_add_l2_off"]
     l2 = {c.name: c for c in verdicts.op_checks(results, tmp_path)}[l2.name]
     assert (l2.verdict, l2.figure) == ("skip", "off no result, on 15.0 µs")
+
+
+def test_links_verdict_needs_each_gpus_readings_and_on_two_gpus_a_ceiling():
+    """The links check (its NVML reads never ran on a GPU here): one GPU passes on its bus
+    id and PCIe link alone; two GPUs need the link that limits them and a share of it; a
+    result without readings fails; no result is skipped."""
+    gpu = {"bus_id": "00000000:18:00.0", "nvlink_links": 18, "nvlink_link_gbps": 26.562,
+           "nvlink_gbps": 478.1, "nvlink_peers": [], "pcie_generation": 5, "pcie_width": 16,
+           "pcie_gbps": 63.0}
+    one = {"status": "ok", "extra": {"group_ranks": 1, "link": None, "link_readings": {
+        "n1": {"network": {"used": "eth0"}, "gpus": [gpu]}}},
+        "measurements": [{"extra": {"pct_of_link": None}}]}
+    check = verdicts.links_check(one)
+    assert check.verdict == "pass"
+    assert check.figure == ("1 GPU(s): NVLink 18 x 26.562 GB/s, PCIe gen5 x16 (63.0 GB/s); "
+                            "network eth0")
+    two = {"status": "ok", "extra": {
+        "group_ranks": 2, "link": {"path": "nvlink", "gbps": 478.1,
+                                   "text": "NVLink 18 x 26.562 GB/s"},
+        "link_readings": {"n1": {"network": {}, "gpus": [gpu, {**gpu, "bus_id": "x"}]}}},
+        "measurements": [{"extra": {"pct_of_link": 80.04}}]}
+    assert verdicts.links_check(two).figure.endswith(
+        "limited by NVLink 18 x 26.562 GB/s, largest size 80.0% of it")
+    assert verdicts.links_check({**two, "extra": {**two["extra"], "link": None}}
+                                ).verdict == "fail"
+    assert verdicts.links_check({"status": "ok", "extra": {}}).verdict == "fail"
+    assert verdicts.links_check(None).verdict == "skip"

@@ -181,6 +181,36 @@ def comms_check(name: str, res: dict[str, Any] | None) -> Check:
                  " GB/s", {"bus_gbps": [m["extra"]["bus_gbps"] for m in sizes]})
 
 
+def links_check(res: dict[str, Any] | None) -> Check:
+    """What the collective cell's processes read of their links (dlbench.links): each
+    GPU's PCI bus id and PCIe link (every GPU has one), its NVLinks; on 2+ GPUs the link
+    that limits them and the largest size's share of it."""
+    title = "links read (NVML, sysfs)"
+    if not res or res.get("status") == "not_run":
+        return Check(title, "skip", (res or {}).get("error") or "no result")
+    readings = (res.get("extra") or {}).get("link_readings") or {}
+    gpus = [g for node in readings.values() for g in node.get("gpus") or []]
+    if not gpus:
+        return Check(title, "fail", res.get("error") or "no GPU's links in the result")
+    first = gpus[0]
+    nvlink = (f"NVLink {first['nvlink_links']} x {first['nvlink_link_gbps']:g} GB/s"
+              if first.get("nvlink_gbps") else f"{first.get('nvlink_links') or 0} NVLinks")
+    network = next(iter(readings.values())).get("network") or {}
+    link = res["extra"].get("link")
+    ranks = res["extra"].get("group_ranks") or 1
+    sizes = res.get("measurements") or []
+    share = sizes[-1]["extra"].get("pct_of_link") if sizes else None
+    ok = all(g.get("bus_id") and g.get("pcie_gbps") for g in gpus) \
+        and (ranks < 2 or (link is not None and share is not None))
+    return Check(title, verdict(ok),
+                 f"{len(gpus)} GPU(s): {nvlink}, PCIe gen{first.get('pcie_generation')} "
+                 f"x{first.get('pcie_width')} ({first.get('pcie_gbps') or 0:,.1f} GB/s); "
+                 f"network {network.get('used') or 'none rated'}"
+                 + (f"; limited by {link['text']}, largest size {share:.1f}% of it"
+                    if link and share is not None else ""),
+                 {"readings": readings, "link": link})
+
+
 def _faster_at_smallest(title: str, base: dict[str, Any] | None,
                         other: dict[str, Any] | None, base_name: str, other_name: str
                         ) -> Check:
@@ -553,6 +583,10 @@ def checks_of(results: dict[str, dict | None], commands: Mapping[str, list[str]]
         checks.append(Check("DDP 2 GPUs over NCCL", "skip", f"{gpus} GPU on this machine"))
     checks += [comms_check(name, results.get(name)) for name in commands
                if name.startswith("comms_")]
+    # The links of the collective sweep on the most GPUs (read on a GPU for the first time).
+    swept = [n for n in ("comms_nccl2", "comms_nccl1") if n in commands]
+    if swept:
+        checks.append(links_check(results.get(swept[0])))
     kernels = {"gemm": "gemm", "h2d": "h2d", "emb": "emb_lookup"}  # by the name's suffix
     checks += [compute_overlap_check(results.get(n), kernels[n.rpartition("_")[2]])
                for n in commands

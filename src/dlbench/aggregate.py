@@ -94,6 +94,13 @@ def warmup_values(extra: dict[str, Any]) -> dict[str, Any]:
     return {"warmup_settled": warmup.get("settled"), "warmup_seconds": warmup.get("seconds")}
 
 
+def link_values(extra: dict[str, Any]) -> dict[str, Any]:
+    """A collective size's link columns from its extra (the cell's ceiling, its share)."""
+    link = extra.get("link") or {}
+    return {"link": link.get("path"), "link_gbps": link.get("gbps"),
+            "pct_of_link": extra.get("pct_of_link")}
+
+
 def build_schema() -> pa.Schema:
     """The table's columns (a function: its cell columns follow the axis table)."""
     return pa.schema(
@@ -126,6 +133,9 @@ def build_schema() -> pa.Schema:
             ("flops_per_iteration", pa.float64()), ("tflops", pa.float64()),
             ("bytes_per_iteration", pa.float64()), ("gbps", pa.float64()),
             ("bus_gbps", pa.float64()),  # collectives: nccl-tests' bus bandwidth
+            # collectives: the link that limits them (dlbench.links), its GB/s, and the
+            # bus bandwidth's percentage of it
+            ("link", pa.string()), ("link_gbps", pa.float64()), ("pct_of_link", pa.float64()),
             # How close to the hardware (dlbench.efficiency): vendor peaks and measured ceilings.
             ("efficiency_precision", pa.string()),
             *[(name, pa.float64()) for name in efficiency.COLUMNS[1:]],
@@ -240,6 +250,7 @@ def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
             "flops_per_iteration": m.get("flops_per_iteration"), "tflops": m.get("tflops"),
             "bytes_per_iteration": m.get("bytes_per_iteration"), "gbps": m.get("gbps"),
             "bus_gbps": extra.get("bus_gbps"),
+            **link_values(extra),
             "data_wait_s": m.get("data_wait_s"), "compute_s": m.get("compute_s"),
             **execution_values(extra),
             **monitor_values(extra),

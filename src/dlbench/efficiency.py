@@ -15,7 +15,8 @@ the runner counted), and for rows that move a known number of bytes ``peak_gbps`
 ``pct_of_peak_gbps``, ``measured_gbps``, ``pct_of_measured_gbps``. ParaDnn cells keep
 their own ``phi_tflops`` beside them. A collective's bytes cross links between devices,
 not the device's memory: its rows have none of the bandwidth columns (their own measure
-against the link is the bus bandwidth, ``bus_gbps``).
+against the link is the bus bandwidth, ``bus_gbps``, and its share of the link,
+``pct_of_link``: dlbench.links).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dlbench import axes, cellrun, monitor, multinode
+from dlbench import axes, cellrun, links, monitor, multinode
 from dlbench import result as R
 from dlbench.comms import fan as fans
 from dlbench.comms import param_output
@@ -350,6 +350,13 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                  for p in peers]
     if pairs:  # [sender, receiver] of each pair
         res["extra"]["pairs"] = [list(pair) for pair in pairs]
+    # The links the collective crosses and the most bus bandwidth they allow: every rank's
+    # readings, gathered once before any timing.
+    readings = distributed.gather(links.local(hosts[topo.rank], res["extra"]["backend"],
+                                              next(iter(monitored_gpus(device, 1)), None)))
+    link = links.ceiling(readings, links.communicators(
+        topo.world_size, res["extra"].get("groups"), pairs))
+    res["extra"].update(link=link, link_readings=links.by_host(readings))
     work, alone = None, None
     if args.kernel != NO_KERNEL and not point_to_point:
         work, alone = _compute_alone(args, device, sync)
@@ -396,6 +403,9 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                     times_s=times, items_per_iteration=1.0, throughput_unit="iterations/s",
                     bytes_per_iteration=float(size * test.messages), extra={"elements": count})
                 m["extra"]["bus_gbps"] = m["gbps"] * factor
+                if test.pass_ != "latency":  # a ping-pong's bytes over time is no bandwidth
+                    m["extra"]["pct_of_link"] = links.share(
+                        m["extra"]["bus_gbps"], link, test.pass_ == "bidirectional")
                 if test.device_timed:  # the stream's hold before each measured call
                     m["extra"].update(test.device_timed.facts(args.n))
                 if test.overlapped:
@@ -407,9 +417,11 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                                             count, ranks, times, m["gbps"], m["extra"]["bus_gbps"],
                                             total), flush=True)
                 if topo.rank == 0:
-                    log.info("%s %s %d B: %.1f us, algbw %.3f GB/s, busbw %.3f GB/s",
+                    share = m["extra"].get("pct_of_link")
+                    log.info("%s %s %d B: %.1f us, algbw %.3f GB/s, busbw %.3f GB/s%s",
                              args.collective, test.pass_, size, m["time_s"]["median"] * 1e6,
-                             m["gbps"], m["extra"]["bus_gbps"])
+                             m["gbps"], m["extra"]["bus_gbps"],
+                             f" ({share:.1f}% of {link['text']})" if share is not None else "")
                     if test.overlapped:
                         log.info("%s beside it: %.1f us, %.2fx its time alone", args.kernel,
                                  m["extra"]["compute_overlapped"]["time_s"]["median"] * 1e6,

@@ -63,14 +63,24 @@ def torchrun_command(nproc: int, argv: list[str], rdzv_endpoint: str | None = No
 
 def rank_hosts() -> list[str]:
     """The node each rank runs on, in rank order (one collective, outside any timing)."""
+    return [str(h) for h in gather(node_name())]
+
+
+def node_name() -> str:
+    """This process's node, as the launcher names it (else the host name)."""
     import socket
 
-    here = os.environ.get("DLBENCH_NODE") or socket.gethostname()
+    return os.environ.get("DLBENCH_NODE") or socket.gethostname()
+
+
+def gather(value: Any) -> list[Any]:
+    """Every rank's ``value`` (picklable), in rank order, on every rank (one collective,
+    outside any timing)."""
     if not dist.is_initialized():
-        return [here]
-    hosts: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(hosts, here)
-    return [str(h) for h in hosts]
+        return [value]
+    values: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return values
 
 
 def init(topo: Topology, device_type: str, nccl_settings: str | None = None,

@@ -63,6 +63,11 @@ def _sizes_frame(rows: pd.DataFrame) -> pd.DataFrame:
         # One process moves nothing over a link: its bus bandwidth is 0 by definition, a
         # figure that says nothing of the hardware, so it is left out (null), not drawn.
         "busbw_gbps": rows["bus_gbps"].where(ranks > 1),
+        # The link that limits the collective and the bus bandwidth's share of it
+        # (dlbench.links); results made before the readings have none.
+        "link": rows.get("link", pd.Series(None, index=rows.index, dtype=object)),
+        "pct_of_link": pd.to_numeric(rows.get("pct_of_link", pd.Series(None, index=rows.index,
+                                                                         dtype=float))),
     })
 
 
@@ -95,6 +100,12 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
             alt.Tooltip("time_us:Q", title="median (µs)", format=",.1f"),
             alt.Tooltip("algbw_gbps:Q", title="algorithm GB/s", format=",.3f"),
             alt.Tooltip("busbw_gbps:Q", title="bus GB/s", format=",.3f")]
+    # The link's columns where some cell read its links (none on one node's CPU).
+    linked = bool(data["pct_of_link"].notna().any())
+    if linked:
+        tips += [alt.Tooltip("pct_of_link:Q", title="% of link", format=".1f"),
+                 alt.Tooltip("link:N", title="link")]
+
     def panels_of(y: alt.Y, field: str, whisker: str | None = None) -> alt.FacetChart:
         return line_panels(data, panels, encoding, x=x, colour=colour, tooltip=tips, y=y,
                            field=field, whisker=whisker)
@@ -113,7 +124,10 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
         "all_gather, reduce_scatter, all_to_all(v), gather and scatter, 1 for broadcast, "
         "reduce and "
         "point-to-point; none for one process, which moves nothing over a link, and no "
-        "panel where every cell has one). "
+        "panel where every cell has one); its share of the link that limits it (NVLink "
+        "between GPUs that all reach each other over it, else PCIe, the network across "
+        "nodes; a bidirectional test's of both ways; none where the links were not read) "
+        "is in the table: above 100% an all_reduce reduced in the switch (NVLS, SHARP). "
         "Bottom: the median time of one collective, whisker to p95, the slowest process's "
         "per iteration. One panel per collective, one colour per process count; "
         "point-to-point cells have three: latency (half a ping-pong), unidirectional and "
@@ -124,7 +138,10 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
             *[Column(a, encodings.title(a)) for a in placed],
             Column("size_bytes", "bytes", ",d"), Column("time_us", "median (µs)", ",.1f"),
             Column("algbw_gbps", "algorithm GB/s", ",.3f"),
-            Column("busbw_gbps", "bus GB/s", ",.3f")], required="time_us"))
+            Column("busbw_gbps", "bus GB/s", ",.3f"),
+            *([Column("pct_of_link", "% of link", ".1f"), Column("link", "link")]
+              if linked else [])],
+            required="time_us"))
 
 
 def _overlap_values(text: object) -> dict[str, float | None]:
