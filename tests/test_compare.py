@@ -5,6 +5,7 @@ import hashlib
 import json
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -215,6 +216,21 @@ def test_single_runs_judge_only_changes_beyond_run_to_run_variation_and_repeats_
     repeats = verdict_of(compare_sides(Side("BASE", "a", runs(0.100, [1, 2, 3])),
                                        Side("NEW", "b", runs(0.112, [4, 5, 6]))))
     assert repeats.ci_method == "repeats" and repeats.verdict == "slower"
+
+
+def test_cells_with_a_note_beside_cells_without_one_are_compared_and_written(tmp_path):
+    """One cell 12 % slower (single runs: same, with a note), one 40 % slower (no note):
+    the notes column mixes text and none, which pandas 3 reads back as NaN for none (once
+    a crash joining NaN into a note). Both cells judged, the files written, exit 1."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder, slow, fast in ((a, 0.100, 0.100), (b, 0.112, 0.140)):
+        write_result(folder, "x", model_cell(batch_size=8), noisy(slow, seed=1))
+        write_result(folder, "x", model_cell(batch_size=16), noisy(fast, seed=2))
+    cells = compare(str(a), str(b)).cells.set_index("batch_size")
+    assert cells.loc[8, "verdict"] == "same" and "run-to-run" in cells.loc[8, "note"]
+    assert cells.loc[16, "verdict"] == "slower" and pd.isna(cells.loc[16, "note"])
+    assert main([str(a), str(b), "--out", str(tmp_path / "out")]) == EXIT_SLOWER
+    assert all((tmp_path / "out" / name).is_file() for name in FILES)
 
 
 def test_cells_match_on_what_was_measured_and_the_unmatched_say_why(tmp_path):

@@ -264,9 +264,10 @@ def compare_cells(base_rows: pd.DataFrame, new_rows: pd.DataFrame, keys: list[st
     for side, values in (("base", base), ("new", new)):
         out[f"{side}_gpu_clocks_held_back"] = values["gpu_clocks_held_back"].to_numpy()
         out[f"{side}_time_drift"] = values["time_drift"].to_numpy()
-    out["verdict"], out["note"] = verdicts(out, settings.threshold,
-                                          settings.single_run_threshold)
-    out["note"] = _with_side_notes(out["note"].to_numpy(), base, new)
+    # The notes stay an object array until complete: a column of strings and None would
+    # be read back with NaN for None (pandas 3's string dtype), and NaN is truthy.
+    out["verdict"], notes = verdicts(out, settings.threshold, settings.single_run_threshold)
+    out["note"] = _with_side_notes(notes, base, new)
     return out
 
 
