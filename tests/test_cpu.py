@@ -139,6 +139,15 @@ def test_a_bad_precisions_value_is_one_line_naming_study_and_field():
         study.expand_config(demo(precisions="fast"))
 
 
+def test_native_does_not_hide_an_unknown_precision(cpu_from):
+    """A precision no device has is a config error, not a cell dropped as emulated."""
+    cpu_from("amd-epyc-zen3-avx2.txt")
+    config = demo(precisions="native")
+    config["studies"]["s"]["grid"].update(precision=["float32", "int4"], device="cpu")
+    with pytest.raises(study.ConfigError, match=r"^study 's': precision: unknown value 'int4'"):
+        study.expand_config(config)
+
+
 def test_the_option_does_not_change_the_ids_of_the_cells_it_keeps(cpu_from):
     cpu_from("amd-epyc-zen3-avx2.txt")
     kept = {c.id for c in study.expand_config(demo(precisions="native"))}

@@ -230,10 +230,12 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
         if excluded_by:
             used_rules.update(excluded_by)
             continue
+        # Checked before the native filter, which would drop an unknown precision as one
+        # this CPU does not compute natively.
+        _check_cell(name, kind, params, datasets)
         if precisions == "native" and not native_here(params):
             dropped_as_emulated += 1
             continue
-        _check_cell(name, kind, params, datasets)
         cell = Cell(name, kind, axes.blank_unused(kind, params))
         if cell.id not in seen:
             seen.add(cell.id)
