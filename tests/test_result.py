@@ -87,6 +87,36 @@ def test_recorded_turns_exceptions_into_results(tmp_path, capsys):
     assert cellrun.exit_code(R.read(out)) == 1
 
 
+def test_a_result_that_cannot_be_written_goes_to_stderr_and_fails_the_cell(tmp_path, capsys):
+    """A measurement is not lost to an output that fails at the end: one line, the whole
+    result on standard error, exit 1."""
+    (tmp_path / "file").write_text("")
+    res = R.new_result(kind="model", cell={"model": "m"})
+    with cellrun.recorded(res, str(tmp_path / "file" / "r.json")):
+        res["status"] = "ok"
+    err = capsys.readouterr().err
+    shown = json.loads(next(line for line in err.splitlines() if line.startswith("{")))
+    assert shown["status"] == "ok" and shown["cell"] == {"model": "m"}
+    assert res["status"] == "failed" and cellrun.exit_code(res) == 1
+    assert res["error"].startswith(f"the result could not be written to {tmp_path}/file/r.json")
+
+
+def test_a_runners_output_is_checked_before_anything_runs(tmp_path):
+    """--output: a folder, or a path under a file, is an argparse error naming it; a path
+    in folders still to make, or none, is taken."""
+    import argparse
+
+    from dlbench import cli
+
+    (tmp_path / "file").write_text("")
+    with pytest.raises(argparse.ArgumentTypeError, match="is a folder: give the result file"):
+        cli.result_path(str(tmp_path))
+    with pytest.raises(argparse.ArgumentTypeError, match=f"^{tmp_path}/file is not a folder$"):
+        cli.result_path(str(tmp_path / "file" / "r.json"))
+    assert cli.result_path(str(tmp_path / "a" / "b" / "r.json")).endswith("r.json")
+    assert cli.result_path("") == ""
+
+
 # DLBS's log parser (dlbs/logparser.py with DictUtils.add): this pattern on every line, then
 # json.loads of the value; a value that is not JSON raises there.
 DLBS_LINE = re.compile(r"[ \t]*__(.+?(?=__[ \t]*[=]))__[ \t]*=(.+)")
@@ -115,3 +145,19 @@ def test_the_summary_lines_parse_with_dlbs_own_rule(capsys):
     cellrun.print_dlbs_summary(failed)
     parsed = parse_like_dlbs(capsys.readouterr().out)
     assert parsed == {"results.status": "failed", "results.status_msg": 'quote " and \\ back'}
+
+
+@pytest.mark.parametrize("runner", ["pytorch", "mxnet", "llm", "ops", "comms", "calibrate"])
+def test_every_runner_refuses_a_folder_as_its_output_before_it_runs(runner, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "src"
+    done = subprocess.run([sys.executable, "-m", f"dlbench.{runner}", "--output", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(src)})
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1].endswith(
+        f"error: argument --output: {tmp_path} is a folder: give the result file's path")

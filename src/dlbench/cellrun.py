@@ -97,7 +97,21 @@ def recorded(res: dict[str, Any], output: str | None, *, write: bool = True) -> 
         if write:
             print_dlbs_summary(res)
             if output:
-                R.write(res, output)
+                _write(res, output)
+
+
+def _write(res: dict[str, Any], output: str) -> None:
+    """The result to ``output``; where that fails (a disk full, a folder the runner's
+    ``--output`` check could not foresee), one line saying so and the result on standard
+    error instead, so that the measurement is not lost, and the cell counts as failed."""
+    try:
+        R.write(res, output)
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        log.error("cannot write the result to %s (%s); it follows on standard error",
+                  output, why)
+        print(json.dumps(res, allow_nan=False), file=sys.stderr, flush=True)
+        R.finish(res, "failed", f"the result could not be written to {output}: {why}")
 
 
 def exit_code(res: dict[str, Any]) -> int:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -24,6 +26,25 @@ def str2bool(text: str | bool) -> bool:
     if lowered in _FALSE:
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def result_path(text: str) -> str:
+    """A runner's ``--output``: a file that can be written, checked before anything runs
+    (a measurement would otherwise be lost at the end). Its folders are made when missing,
+    as the workflow's are."""
+    if not text:
+        return text
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder: give the result file's path")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"{folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write in {folder}")
+    return text
 
 
 def json_object(text: str) -> dict[str, Any]:
@@ -52,7 +73,8 @@ def model_runner_parser(prog: str, framework: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=f"Benchmark one {framework} model cell.")
     axes.add_flags(p, framework, framework)
     p.add_argument("--data_dir", default="", help="dataset path; empty means synthetic data")
-    p.add_argument("--output", default="", help="write the result JSON here")
+    p.add_argument("--output", default="", type=result_path,
+                   help="write the result JSON here")
     p.add_argument("--study", default=None, help="study name recorded in the result")
     p.add_argument("--cell_id", default=None, help="cell id recorded in the result")
     return p

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from dlbench import cellrun, cpu, harness, monitor, stages
+from dlbench import cellrun, cli, cpu, harness, monitor, stages
 from dlbench import result as R
 
 log = logging.getLogger("dlbench.calibrate")
@@ -37,7 +37,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stream_elements", type=int,
                    help="float32 elements per STREAM array (default: by device)")
     monitor.add_arguments(p)  # the launcher's and the profile jobs' --monitor_interval_ms
-    p.add_argument("--output", help="result JSON to write")
+    p.add_argument("--output", type=cli.result_path, help="result JSON to write")
     p.add_argument("--study")
     p.add_argument("--cell_id")
     return p

@@ -11,7 +11,7 @@ import itertools
 import sys
 from typing import Any
 
-from dlbench import axes, monitor
+from dlbench import axes, cli, monitor
 from dlbench.comms import sizes as S
 from dlbench.comms.overlap import EMBEDDING, NO_KERNEL
 
@@ -85,7 +85,7 @@ def parser() -> argparse.ArgumentParser:
                    help="PARAM's network stack: torch.distributed (the one offered)")
     p.add_argument("--tag", default="",
                    help="PARAM's: a word added to the name of every COMMS-RES line printed")
-    p.add_argument("--output", help="result JSON to write (rank 0)")
+    p.add_argument("--output", type=cli.result_path, help="result JSON to write (rank 0)")
     p.add_argument("--study")
     p.add_argument("--cell_id")
     return p

@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from dlbench import axes, cellrun, harness, monitor, stages, stats
+from dlbench import axes, cellrun, cli, harness, monitor, stages, stats
 from dlbench import result as R
 from dlbench.models import llm as L
 
@@ -41,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
         description="Prefill and token-by-token decode of a decoder-only language model.")
     axes.add_flags(p, RUNNER, "pytorch")
     monitor.add_arguments(p)  # the launcher's and the profile jobs' --monitor_interval_ms
-    p.add_argument("--output", help="result JSON to write")
+    p.add_argument("--output", type=cli.result_path, help="result JSON to write")
     p.add_argument("--study")
     p.add_argument("--cell_id")
     return p

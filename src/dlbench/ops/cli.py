@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 import dlbench
-from dlbench import axes, monitor
+from dlbench import axes, cli, monitor
 from dlbench import result as R
 from dlbench.cellrun import CellError, exit_code, recorded
 from dlbench.ops import configfile, modes, nsight, output
@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(what PARAM's et_replay and Chakra read).")
     p.add_argument("-l", "--log-level", default="INFO", help="Log output verbosity.")
     p.add_argument("--version", action="store_true", help="Print version.")
-    p.add_argument("--output", default=None, help="dlbench result JSON path")
+    p.add_argument("--output", default=None, type=cli.result_path,
+                   help="dlbench result JSON path")
     p.add_argument("--study", default=None, help="study name recorded in the result")
     p.add_argument("--cell_id", default=None, help="cell id recorded in the result")
     monitor.add_arguments(p)
