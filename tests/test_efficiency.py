@@ -423,3 +423,22 @@ def test_paradnn_fc_bytes_read_each_products_operands_and_write_its_result_once(
     inputs, outputs = 784 + 4 * 256, 4 * 256 + 10
     assert one == 4 * (paradnn.fc_phi(*shape) + 64 * (inputs + outputs))
     assert paradnn.fc_bytes(*shape, batch=64, element_size=4, training=True) == 3 * one
+
+
+@pytest.mark.parametrize("flags, error", [
+    (["--gemm_sizes", "0"], "--gemm_sizes: must be comma-separated whole numbers >= 1, got '0'"),
+    (["--gemm_sizes", "128,abc"], "--gemm_sizes: must be comma-separated whole numbers >= 1"),
+    (["--stream_elements", "-5"], "--stream_elements: must be a whole number >= 1, got '-5'"),
+    (["--iterations", "0"], "--iterations: must be a whole number >= 1, got '0'"),
+    (["--warmup", "-1"], "--warmup: must be a whole number >= 0, got '-1'"),
+])
+def test_calibration_flags_out_of_range_are_one_line_before_anything_runs(flags, error, capsys):
+    """Once a failed cell with a traceback (a size 0), a result without its bandwidth
+    ceiling (negative elements), or a 'no measured iterations' failure."""
+    from dlbench.calibrate import runner
+
+    with pytest.raises(SystemExit) as exit_:
+        runner.parser().parse_args(["--device", "cpu", *flags])
+    assert exit_.value.code == 2 and error in capsys.readouterr().err
+    assert runner.parser().parse_args(["--gemm_sizes", "64,128", "--warmup", "0"]
+                                      ).gemm_sizes == (64, 128)

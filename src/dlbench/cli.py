@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,35 @@ def str2bool(text: str | bool) -> bool:
     if lowered in _FALSE:
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of ``minimum`` or more."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}")
+        return value
+    parse.__name__ = f"at_least_{minimum}"  # argparse names the type in some errors
+    return parse
+
+
+def whole_numbers(minimum: int) -> Callable[[str], tuple[int, ...]]:
+    """An argparse type: comma-separated whole numbers of ``minimum`` or more."""
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            values = tuple(int(v) for v in text.split(","))
+        except ValueError:
+            values = ()
+        if not values or min(values) < minimum:
+            raise argparse.ArgumentTypeError(
+                f"must be comma-separated whole numbers >= {minimum}, got {text!r}")
+        return values
+    parse.__name__ = f"whole_numbers_{minimum}"
+    return parse
 
 
 def result_path(text: str) -> str:

@@ -30,11 +30,11 @@ def parser() -> argparse.ArgumentParser:
                                             "and STREAM copy/triad GB/s of one device.")
     p.add_argument("--device", choices=("cpu", "gpu"), default="gpu")
     p.add_argument("--framework", default="pytorch", choices=("pytorch",))
-    p.add_argument("--warmup", type=int, default=WARMUP)
-    p.add_argument("--iterations", type=int, default=ITERATIONS)
-    p.add_argument("--gemm_sizes", type=lambda s: tuple(int(v) for v in s.split(",")),
+    p.add_argument("--warmup", type=cli.at_least(0), default=WARMUP)
+    p.add_argument("--iterations", type=cli.at_least(1), default=ITERATIONS)
+    p.add_argument("--gemm_sizes", type=cli.whole_numbers(1),
                    help="comma-separated n of the n x n GEMMs (default: by device)")
-    p.add_argument("--stream_elements", type=int,
+    p.add_argument("--stream_elements", type=cli.at_least(1),
                    help="float32 elements per STREAM array (default: by device)")
     monitor.add_arguments(p)  # the launcher's and the profile jobs' --monitor_interval_ms
     p.add_argument("--output", type=cli.result_path, help="result JSON to write")
@@ -140,7 +140,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
 
 
 def _figure(m: dict[str, Any]) -> str:
-    return f"{m['tflops']:.3f} TFLOP/s" if m.get("tflops") else f"{m['gbps']:.1f} GB/s"
+    return (f"{m['tflops']:.3f} TFLOP/s" if m.get("tflops") is not None
+            else f"{m['gbps']:.1f} GB/s")
 
 
 def main(argv: list[str] | None = None) -> int:
