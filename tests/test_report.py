@@ -691,7 +691,8 @@ def test_compile_speedup_is_over_eager_of_the_same_cell_and_precisions_stay_apar
     assert [b.name for b in part.blocks] == ["compile-speedup"]
 
 
-def test_two_systems_with_repeats_get_a_speedup_chart_error_bars_and_unstable_cells(tmp_path):
+def test_two_systems_with_repeats_get_a_speedup_chart_error_bars_and_unstable_cells(tmp_path,
+                                                                                  caplog):
     """System b is 1.5x faster; its bs32 cell's three runs disagree (unstable): the report
     divides by the baseline system, draws interval whiskers and lists the unstable cell."""
     results = []
@@ -729,6 +730,16 @@ def test_two_systems_with_repeats_get_a_speedup_chart_error_bars_and_unstable_ce
     stability = section_of(html, "stability")
     assert stability.count("<tr>") == 1 + 2  # header and both precisions of b's bs32 cell
     assert "resnet50_training_float32_32" in stability
+    # A baseline that is no system (misspelled): a warning naming it, the default baseline,
+    # and the chart's caption saying so.
+    with caplog.at_level("WARNING", logger="dlbench.report"):
+        render(parquet, tmp_path / "typo", baseline_system="z")
+    assert caplog.messages == [f"baseline_system 'z' is no system of {parquet} (systems: a, "
+                               "b); the report compares with the system that has the most "
+                               "model cells"]
+    caption = model_charts.systems_figure(models, "z").caption
+    assert "The baseline asked for, z, has no model cells here: a has the most." in caption
+    assert "asked for" not in model_charts.systems_figure(models, "b").caption
 
 
 def test_where_the_time_went_sums_each_studys_cells_once_by_stage(tmp_path):

@@ -10,6 +10,7 @@ The new report replaces the previous one whole or not at all (``report.output``)
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -41,6 +42,8 @@ from dlbench.report.export import javascript_bundle
 from dlbench.report.output import WriteError, publish
 from dlbench.report.page import PageTable, Section, chart_id, page_html
 from dlbench.report.style import Figure, NumbersTable
+
+log = logging.getLogger("dlbench.report")
 
 __all__ = ["ReportError", "WriteError", "render", "sections"]
 
@@ -183,6 +186,10 @@ def render(parquet_path: str | Path, outdir: str | Path,
     cells the run did not measure, if any (counted in the header, named first)."""
     frame = load(parquet_path)
     outdir = Path(outdir)
+    if baseline_system is not None and baseline_system not in set(frame.get("system", ())):
+        log.warning("baseline_system %r is no system of %s (systems: %s); the report compares "
+                    "with the system that has the most model cells", baseline_system,
+                    parquet_path, ", ".join(sorted(set(frame.get("system", ())))) or "none")
     if frame.empty:
         parts = [empty_section(parquet_path)]
     else:

@@ -491,11 +491,16 @@ def systems_figure(models: pd.DataFrame, chosen: str | None = None) -> Figure | 
                                  alt.Tooltip(f"{reference}:Q", format=",.1f",
                                              title=f"{baseline} throughput")], encoding)
     chart = speedup_bars(frame, panels, "system", baseline, colour, tips, encoding)
+    # A baseline asked for and not found (a misspelled label, a system not run yet) is said
+    # where the chart is read, not only in the log.
+    instead = (f" The baseline asked for, {chosen}, has no model cells here: {baseline} has "
+               "the most." if chosen is not None and chosen != baseline else "")
     return Figure("system-speedup", f"Speed-up over {baseline}",
                   f"Throughput on each system divided by the throughput on {baseline} for the "
                   "same model, phase, precision, batch size, device and framework; the dashed "
                   "line is parity. Whether a difference is real: dlbench compare "
-                  "(docs/compare.md)." + encoding.note(), styled(chart), shows=encoding.defaults,
+                  "(docs/compare.md)." + instead + encoding.note(), styled(chart),
+                  shows=encoding.defaults,
                   table=ratio_table(encoding, "system", reference, f"{baseline} throughput"))
 
 
