@@ -309,6 +309,17 @@ def test_inputs_that_cannot_be_compared_exit_2_with_one_line_naming_the_file(
     assert not (tmp_path / "o").exists()  # nothing written
 
 
+def test_an_out_that_is_a_file_is_refused_before_comparing(tmp_path, capsys):
+    """Once "File exists; the previous comparison is left as it was", after the work."""
+    (tmp_path / "file").write_text("")
+    for out in (tmp_path / "file", tmp_path / "file" / "deeper"):
+        with pytest.raises(SystemExit) as exit_:
+            command.main(["compare", "a", "b", "--out", str(out)])
+        assert exit_.value.code == EXIT_BAD_INPUT
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"dlbench compare: error: argument --out: {tmp_path}/file is not a folder")
+
+
 def test_files_runners_write_beside_results_are_not_read_as_results(tmp_path):
     path = write_result(tmp_path / "a", "x", model_cell(), noisy(0.1))
     write_result(tmp_path / "b", "x", model_cell(), noisy(0.1, seed=9))

@@ -552,6 +552,11 @@ def test_cli_prints_files_and_rejects_a_missing_table(tmp_path):
                           "--outdir", str(outdir)], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "nope.parquet" in bad.stderr
+    # An --outdir that is a file: one line before anything is read.
+    on_file = subprocess.run([sys.executable, "-m", "dlbench.report", str(parquet), "--outdir",
+                              str(parquet)], capture_output=True, text=True, timeout=60)
+    assert on_file.returncode == 2 and on_file.stderr.strip().endswith(
+        f"argument --outdir: {parquet} is not a folder")
 
 
 def test_a_table_that_is_not_an_aggregate_is_rejected_in_one_line(tmp_path):

@@ -67,14 +67,23 @@ def result_path(text: str) -> str:
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a folder: give the result file's path")
-    folder = path.parent
+    return _writable_in(path.parent) or text
+
+
+def output_folder(text: str) -> str:
+    """A command's output folder (made when missing): not a file, and writable."""
+    return _writable_in(Path(text)) or text
+
+
+def _writable_in(folder: Path) -> None:
+    """Nothing where files can be made in ``folder`` or the folders still to make there;
+    raises argparse.ArgumentTypeError naming the first path in the way."""
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():
         raise argparse.ArgumentTypeError(f"{folder} is not a folder")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"cannot write in {folder}")
-    return text
 
 
 def json_object(text: str) -> dict[str, Any]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dlbench.cli import output_folder
+
 PROG = "python -m dlbench.compare"
 EXIT_SLOWER = 1
 EXIT_BAD_INPUT = 2
@@ -45,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--table", default=None, metavar="PARQUET",
                         help="BASE and NEW are values of this table's system column (default "
                              "when BASE and NEW are not existing paths: results/benchmarks.parquet)")
-    parser.add_argument("--out", default="results/compare", metavar="DIR",
+    parser.add_argument("--out", default="results/compare", metavar="DIR", type=output_folder,
                         help="folder for compare.parquet/.csv/.md/.html (default: %(default)s)")
     parser.add_argument("--threshold", type=_fraction, default=0.05,
                         help="a change must exceed this fraction to be faster or slower "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dlbench.cli import output_folder
 from dlbench.report import ReportError, WriteError, render
 
 
@@ -14,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m dlbench.report",
         description="Render the aggregate table as an offline HTML report with PNG/SVG charts.")
     parser.add_argument("parquet", help="aggregate Parquet written by dlbench.aggregate")
-    parser.add_argument("--outdir", default="results/report",
+    parser.add_argument("--outdir", default="results/report", type=output_folder,
                         help="folder for index.html and charts/ (default: %(default)s)")
     parser.add_argument("--profiles_dir", default=None,
                         help="the profiles' folder (results/profiles) for the Profiles section")
