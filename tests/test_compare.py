@@ -284,7 +284,8 @@ def _bad_table(path, version):
     ("missing", "no such file or folder"),
     ("not parquet", "not a readable Parquet file"),
     ("version", "layout version 99"),
-    ("empty folder", "neither benchmarks.parquet nor result files"),
+    ("empty folder", "neither benchmarks.parquet nor result files (**/cells/*.json)\n"),
+    ("misnamed", "cells/a.json not named as a result (<cell id>_<8 hex digits>.json)"),
     ("nothing common", "no common cells"),
 ])
 def test_inputs_that_cannot_be_compared_exit_2_with_one_line_naming_the_file(
@@ -297,9 +298,12 @@ def test_inputs_that_cannot_be_compared_exit_2_with_one_line_naming_the_file(
            "not parquet": tmp_path / "x.parquet",
            "version": _bad_table(tmp_path / "v.parquet", b"99"),
            "empty folder": tmp_path / "empty",
+           "misnamed": tmp_path / "misnamed",
            "nothing common": other}[case]
     (tmp_path / "x.parquet").write_text("not parquet")
     (tmp_path / "empty").mkdir()
+    (tmp_path / "misnamed" / "s" / "cells").mkdir(parents=True)
+    (tmp_path / "misnamed" / "s" / "cells" / "a.json").write_text("{}")
     rc = command.main(["compare", str(good), str(bad), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == EXIT_BAD_INPUT

@@ -74,10 +74,18 @@ def read_folder(folder: Path) -> pd.DataFrame:
     invalid file becomes a failed row, as in the aggregate step; nothing is moved)."""
     if (folder / TABLE_FILE).is_file():
         return read_parquet(folder / TABLE_FILE)
-    paths = sorted(p for p in folder.glob(RESULT_GLOB) if systems.is_result_file(p))
+    found = sorted(folder.glob(RESULT_GLOB))
+    paths = [p for p in found if systems.is_result_file(p)]
     if not paths:
+        # JSON files not named as results (<cell id>_<8 hex digits>.json) are named, so that
+        # a renamed or hand-made file is not taken for an empty folder.
+        others = ""
+        if found:
+            more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+            others = (f"; {found[0]}{more} not named as a result "
+                      "(<cell id>_<8 hex digits>.json)")
         raise InputError(f"{folder}: a folder with neither {TABLE_FILE} nor result files "
-                         f"({RESULT_GLOB})")
+                         f"({RESULT_GLOB}){others}")
     try:
         table = aggregate.build_table(paths, move_invalid=False)
     except aggregate.SystemConflict as exc:
