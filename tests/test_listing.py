@@ -73,3 +73,16 @@ def test_a_bad_config_is_one_line_naming_the_study_and_field(tmp_path, capsys):
     assert rc == 2 and err.count("\n") == 1 and "studies.s.repeats" in err
     rc = listing.main(["studies", "--configfile", str(tmp_path / "missing.yaml")])
     assert rc == 2 and "missing.yaml" in capsys.readouterr().err
+
+
+def test_a_study_given_twice_is_a_warning_as_in_the_workflow(tmp_path, capsys):
+    """YAML keeps the last of two keys silently: the listing says so, as the workflow does,
+    and lists what the workflow would run (the last)."""
+    (tmp_path / "config.yaml").write_text(
+        "studies:\n"
+        "  s:\n    grid: {model: resnet18, device: cpu}\n"
+        "  s:\n    grid: {model: alexnet, device: cpu}\n")
+    rc, rows, err = run_list(tmp_path, capsys, "cells")
+    assert rc == 0 and [r["cell_id"].split("_")[1] for r in rows] == ["alexnet"]
+    assert err == (f"dlbench config warning: {tmp_path / 'config.yaml'}: line 4: key 's' is "
+                   "given twice (the last one wins)\n")

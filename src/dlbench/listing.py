@@ -53,6 +53,8 @@ def load_config(paths: list[Path]) -> dict[str, Any]:
             raise ListError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
         if not isinstance(value, dict):
             raise ListError(f"{path}: a config is a mapping with 'studies'")
+        for line in workflow_support.duplicate_keys(path):  # as the workflow warns
+            print(f"dlbench config warning: {line}", file=sys.stderr)
         config.update(value)
     return config
 
