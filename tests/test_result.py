@@ -133,14 +133,17 @@ def parse_like_dlbs(text):
 
 def test_the_summary_lines_parse_with_dlbs_own_rule(capsys):
     res = R.new_result(kind="model", cell={"model": "m"})
-    res["measurements"] = [R.measurement(name="m", pass_="training", times_s=[0.1, 0.3, 0.2],
+    res["measurements"] = [R.measurement(name="m", pass_="training", times_s=[0.1, 0.4, 0.1],
                                          items_per_iteration=4, throughput_unit="samples/s")]
     cellrun.print_dlbs_summary(R.finish(res, "ok", None))
     parsed = parse_like_dlbs(capsys.readouterr().out)
     assert parsed["results.status"] == "ok"
+    # DLBS's pair: the mean time and the items over it (the result's own throughput is at
+    # the median, 40/s here)
     assert parsed["results.time"] == pytest.approx(200.0)
     assert parsed["results.throughput"] == pytest.approx(20.0)
-    assert parsed["results.time_data"] == pytest.approx([100.0, 300.0, 200.0])
+    assert res["measurements"][0]["throughput"] == pytest.approx(40.0)
+    assert parsed["results.time_data"] == pytest.approx([100.0, 400.0, 100.0])
     failed = R.finish(R.new_result(kind="model", cell={}), "failed", 'quote " and \\ back')
     cellrun.print_dlbs_summary(failed)
     parsed = parse_like_dlbs(capsys.readouterr().out)
