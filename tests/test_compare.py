@@ -176,6 +176,13 @@ def test_two_runs_of_the_same_distribution_are_judged_the_same(tmp_path):
     assert comparison.counts["same"] == 5 and not comparison.any_slower
     overall = comparison.summary[comparison.summary["group"] == "all"].iloc[0]
     assert overall["geomean_ratio"] == pytest.approx(1, abs=0.03)
+    # Nothing differs (an A/A comparison): the console says so too.
+    from dlbench.compare.output import console_summary
+
+    assert not comparison.differences and comparison.alike
+    assert console_summary(comparison)[3] == (
+        f"  differs: nothing the results recorded ({len(comparison.alike)} facts alike; "
+        "listed in compare.md)")
 
 
 def test_a_real_change_below_the_threshold_is_same_and_counts_once_the_threshold_is_lower(

@@ -1,4 +1,4 @@
-"""dlbench compare BASE NEW [--table PARQUET] [--out DIR] [--threshold 0.05]
+"""dlbench compare BASE NEW [--table TABLE] [--out DIR] [--threshold 0.05]
     [--fail-on slower|none]  (also: python -m dlbench.compare ...)
 
 Exit status: 0 when nothing is slower (or ``--fail-on none``), 1 when a cell is slower, so
@@ -44,9 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the reference: an aggregate Parquet, a results folder, or a system "
                              "label of --table")
     parser.add_argument("new", metavar="NEW", help="what is compared with BASE (the same kinds)")
-    parser.add_argument("--table", default=None, metavar="PARQUET",
-                        help="BASE and NEW are values of this table's system column (default "
-                             "when BASE and NEW are not existing paths: results/benchmarks.parquet)")
+    parser.add_argument("--table", default=None, metavar="TABLE",
+                        help="BASE and NEW are values of the system column of this aggregate "
+                             "Parquet or results folder (default when BASE and NEW are not "
+                             "existing paths: results/benchmarks.parquet)")
     parser.add_argument("--out", default="results/compare", metavar="DIR", type=output_folder,
                         help="folder for compare.parquet/.csv/.md/.html (default: %(default)s)")
     parser.add_argument("--threshold", type=_fraction, default=0.05,

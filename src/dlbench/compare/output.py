@@ -452,6 +452,9 @@ def console_summary(comparison: Comparison, limit: int = 5) -> list[str]:
                                                for d in comparison.differences[:limit])
                      + (f"; and {len(comparison.differences) - limit} more"
                         if len(comparison.differences) > limit else ""))
+    else:  # an A/A comparison: say so, so that a verdict is not read as the system's
+        lines.append(f"  differs: nothing the results recorded ({len(comparison.alike)} "
+                     "facts alike; listed in compare.md)")
     moved = changed(comparison.cells)
     for r in moved.head(limit).itertuples():
         lines.append(f"  {r.verdict}: {r.label}: {ratio_text(r.throughput_ratio)} "
