@@ -67,17 +67,19 @@ def result_path(text: str) -> str:
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a folder: give the result file's path")
-    return _writable_in(path.parent) or text
+    _check_writable(path.parent)
+    return text
 
 
 def output_folder(text: str) -> str:
     """A command's output folder (made when missing): not a file, and writable."""
-    return _writable_in(Path(text)) or text
+    _check_writable(Path(text))
+    return text
 
 
-def _writable_in(folder: Path) -> None:
-    """Nothing where files can be made in ``folder`` or the folders still to make there;
-    raises argparse.ArgumentTypeError naming the first path in the way."""
+def _check_writable(folder: Path) -> None:
+    """Raises argparse.ArgumentTypeError naming the first path in the way of making files
+    in ``folder`` (or in the folders still to make there)."""
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():
