@@ -135,3 +135,10 @@ def test_a_drift_is_read_as_warm_up_a_gpu_held_back_or_a_system_slowing():
         "rising: the GPU's clocks held back in 30% of samples (thermal 30%)")
     assert drift.reading(0.08, 0.01, "thermal 1%").startswith("rising: the system slowed")
     assert drift.reading(0.08, float("nan")).startswith("rising: the system slowed")
+    # A warm-up until steady: stopped at its limit, or settled while a slower fall went on.
+    assert drift.reading(-0.08, warmup_settled=False) == (
+        "falling: still warming up: the warm-up until steady reached its limit before the "
+        "times settled")
+    assert "more slowly than the warm-up until steady could see" in drift.reading(
+        -0.08, warmup_settled=True)
+    assert "warmup_until_steady" in drift.reading(-0.08)

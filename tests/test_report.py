@@ -818,6 +818,10 @@ def test_measurements_that_drifted_are_listed_and_drawn_iteration_by_iteration(t
             name="resnet50", pass_="training", times_s=times, items_per_iteration=64))
     results[0]["extra"]["monitor"].update(gpu_clocks_held_back=0.4,
                                           gpu_clock_reasons="power cap 40%")
+    # The falling run had a warm-up until steady that stopped at its 300 s limit; the
+    # steady one's settled.
+    results[1]["measurements"][0]["extra"]["warmup"] = {"settled": False, "seconds": 300.0}
+    results[2]["measurements"][0]["extra"]["warmup"] = {"settled": True, "seconds": 12.0}
     parquet = write_parquet(tmp_path, results)
     frame = load(parquet)
     drawn = drift_charts.drift_frame(frame)
@@ -829,13 +833,17 @@ def test_measurements_that_drifted_are_listed_and_drawn_iteration_by_iteration(t
     render(parquet, outdir)
     html = (outdir / "index.html").read_text()
     section = section_of(html, "drift")
-    assert section.count("<tr>") == 3  # the header and the two runs that drifted
-    assert section.index(cell_id_of(results[0]["cell"])) < section.index(
+    drifted, unsettled = section.split("Warm-ups until steady (warmup_until_steady)")
+    assert drifted.count("<tr>") == 3  # the header and the two runs that drifted
+    assert drifted.index(cell_id_of(results[0]["cell"])) < drifted.index(
         cell_id_of(results[1]["cell"]))
-    assert "+18.2%" in section and "-10.5%" in section
+    assert "+18.2%" in drifted and "-10.5%" in drifted
     assert escape("rising: the GPU's clocks held back in 40% of samples (power cap 40%)"
-                  ) in section
-    assert "falling: still warming up" in section
+                  ) in drifted
+    assert "falling: still warming up: the warm-up until steady reached its limit" in drifted
+    # The warm-up that stopped at its limit, listed on its own: its cell, seconds, drift.
+    assert unsettled.count("<tr>") == 2 and cell_id_of(results[1]["cell"]) in unsettled
+    assert "<td>300.0</td>" in unsettled and "-10.5%" in unsettled
     assert cell_id_of(results[2]["cell"]) not in section
     assert "drift" in chart_names(html)
 

@@ -103,24 +103,33 @@ def describe(change: float) -> str:
 
 
 def cause(change: float, held_back: float | None = None, reasons: str | None = None,
-          brief: bool = False) -> str:
-    """What a drift most likely comes from: falling times a warm-up too short, rising ones a
-    GPU held back (where the monitor saw it; ``brief``: without how often and why, said
-    beside it already) or a system slowing down."""
+          brief: bool = False, warmup_settled: bool | None = None) -> str:
+    """What a drift most likely comes from: falling times a warm-up too short (``warmup_
+    settled``: how a warm-up until steady ended, None for a fixed one), rising ones a GPU
+    held back (where the monitor saw it; ``brief``: without how often and why, said beside
+    it already) or a system slowing down."""
     from dlbench import gpu_clocks
 
     if change < 0:
-        return ("still warming up (more warm-up iterations, or warmup_until_steady, would "
-                "settle it)")
+        if warmup_settled is None:
+            return ("still warming up (more warm-up iterations, or warmup_until_steady, "
+                    "would settle it)")
+        if not warmup_settled:
+            return ("still warming up: the warm-up until steady reached its limit before "
+                    "the times settled")
+        return ("still warming up, more slowly than the warm-up until steady could see "
+                "(more warm-up iterations would settle it)")
     often = gpu_clocks.how_often(held_back, reasons)
     if often:
         return "the GPU's clocks held back" + ("" if brief else f" {often}")
     return "the system slowed during the run (heat, memory, other load)"
 
 
-def reading(change: float, held_back: float | None = None, reasons: str | None = None) -> str:
+def reading(change: float, held_back: float | None = None, reasons: str | None = None,
+            warmup_settled: bool | None = None) -> str:
     """A drift's most likely reading, in words: which way, and from what (``cause``)."""
-    return f"{'falling' if change < 0 else 'rising'}: {cause(change, held_back, reasons)}"
+    why = cause(change, held_back, reasons, warmup_settled=warmup_settled)
+    return f"{'falling' if change < 0 else 'rising'}: {why}"
 
 
 def note(side: str, change: float | None, drifting: bool | None,

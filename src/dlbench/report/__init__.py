@@ -89,8 +89,10 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
                 "Measurements whose iteration times rose or fell steadily over their "
                 "measured iterations: their median is that of a moving target (a GPU "
                 "lowering its clocks as it heats, a warm-up too short, memory filling up), "
-                "so more warm-up or a steadier system may change it.",
-                _present(drift_charts.drift_table(frame), drift_charts.drift_figure(frame))),
+                "so more warm-up or a steadier system may change it; and warm-ups until "
+                "steady that stopped at their limit.",
+                _present(drift_charts.drift_table(frame), drift_charts.drift_figure(frame),
+                         drift_charts.unsettled_table(frame))),
         Section("clocks", "GPU clocks held back",
                 "Cells whose GPUs ran below their clock for part of the measurement (NVML's "
                 "clock event reasons, sampled by the resource monitor): their figures are "

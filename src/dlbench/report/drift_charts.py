@@ -51,15 +51,43 @@ def drift_table(frame: pd.DataFrame) -> str | None:
     held = (pd.to_numeric(rows["gpu_clocks_held_back"], errors="coerce")
             if "gpu_clocks_held_back" in rows else pd.Series(float("nan"), index=rows.index))
     reasons = rows.get("gpu_clock_reasons", pd.Series(None, index=rows.index))
+    settled = rows.get("warmup_settled", pd.Series(None, index=rows.index))
     body = [[r.study, r.system, r.cell_id, r.name, r["pass"],
              int(r["repeat"]) if pd.notna(r["repeat"]) else "",
              int(r.iterations) if pd.notna(r.iterations) else "",
              f"{r.time_drift:+.1%}", f"{r.time_drift_p:.0e}",
              f"{r.time_median_s * 1e3:,.3f}",
-             drift.reading(r.time_drift, held[i], reasons[i])]
+             drift.reading(r.time_drift, held[i], reasons[i],
+                           bool(settled[i]) if pd.notna(settled[i]) else None)]
             for i, r in rows.iterrows()]
     return table(["study", "system", "cell", "measurement", "pass", "run", "iterations",
                   "drift", "p", "median time (ms)", "most likely"], body)
+
+
+def unsettled_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The measurements whose warm-up until steady stopped at its limit, each once."""
+    if "warmup_settled" not in frame:
+        return frame.iloc[0:0]
+    settled = frame["warmup_settled"].astype("boolean")
+    rows = frame[settled.notna() & ~settled.fillna(True)]
+    keys = [k for k in ("source", "name", "pass", "op_name") if k in rows]
+    return rows.drop_duplicates(subset=keys, keep="last")
+
+
+def unsettled_table(frame: pd.DataFrame) -> str | None:
+    """Warm-ups until steady that reached their limit (iterations or seconds) first: those
+    cells were measured while still moving, whether or not the drift test saw it."""
+    rows = unsettled_rows(frame)
+    if rows.empty:
+        return None
+    body = [[r.study, r.system, r.cell_id, r.name, r["pass"],
+             f"{r.warmup_seconds:,.1f}" if pd.notna(r.warmup_seconds) else "",
+             f"{r.time_drift:+.1%}" if pd.notna(r.get("time_drift")) else ""]
+            for _, r in rows.iterrows()]
+    return ('<p class="note">Warm-ups until steady (warmup_until_steady) that reached their '
+            "limit before the times settled: these cells were measured still moving.</p>"
+            + table(["study", "system", "cell", "measurement", "pass", "warm-up (s)",
+                     "drift"], body))
 
 
 def drift_frame(frame: pd.DataFrame) -> pd.DataFrame:
