@@ -2,7 +2,8 @@
 dlbench.comms.overlap): the kernels, each part of an overlapped iteration timed on its
 own, the cells a study makes, the runner in this process and on two gloo processes of this
 CPU, the chart. The CUDA path (the kernels on a stream of their own beside NCCL's, timed
-by CUDA events) is not exercised here: it runs in the GPU acceptance check."""
+by CUDA events) runs here on stand-ins for torch.cuda only (the order of its calls, its
+arithmetic); its timing on a device runs in the GPU acceptance check."""
 
 import json
 import re
@@ -149,6 +150,118 @@ def test_an_overlapped_host_step_times_the_collectives_and_the_computation_apart
     (collectives,), (computing,) = both.times(1)
     assert collectives >= 0.06
     assert 0.015 <= computing < 0.045
+
+
+class _Cuda:
+    """Stand-ins for what the overlapped step asks of torch.cuda (no GPU here): each event
+    records the next instant of a clock 1 ms apart, and every call is logged in order."""
+
+    def __init__(self, monkeypatch):
+        import contextlib
+
+        import torch
+
+        self.log, self.slept, clock = [], [], iter(range(10**6))
+        cuda = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.at = None
+
+            def record(self, stream=None):
+                self.at = next(clock)
+                cuda.log.append(("record", self.at))
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):
+                return float(end.at - self.at)
+
+        class Stream:
+            def __init__(self, device=None):
+                pass
+
+            def wait_stream(self, other):
+                cuda.log.append(("wait",))
+
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "Stream", Stream)
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda: Stream())
+        monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+        monkeypatch.setattr(torch.cuda, "_sleep", self.sleep, raising=False)
+
+    def sleep(self, cycles):
+        self.slept.append(cycles)
+        self.log.append(("sleep", cycles))
+
+
+def test_an_overlapped_gpu_step_holds_the_stream_and_times_the_iteration_by_events(
+        monkeypatch):
+    """On a GPU both parts queue behind a waiting kernel while the host launches them (the
+    collectives' and the kernels' events would otherwise time the launch), and the whole
+    iteration is timed by events from the same start to the end of both. Stand-ins for
+    CUDA: the order of the calls and the arithmetic are checked, not a device's timing."""
+    from types import SimpleNamespace
+
+    from dlbench import harness
+
+    cuda = _Cuda(monkeypatch)
+    issued = []
+
+    def issue(_):
+        issued.append(1)
+        cuda.log.append(("issue",))
+        time.sleep(0.002)  # the host's launch of a collective
+        return SimpleNamespace(wait=lambda: cuda.log.append(("wait_work",)))
+
+    work = overlap.Kernel("gemm", lambda: cuda.log.append(("kernel",)), 1.0, 1.0)
+    both = overlap.Overlapped(issue, 2, work, 3, SimpleNamespace(type="cuda"), iterations=3)
+    calibration = len(cuda.log)  # the hold's rate, measured once
+    for _ in range(3):
+        both.step(None)
+    first = cuda.log[calibration:][:cuda.log[calibration:].index(("wait_work",))]
+    # the hold, then the start event, then everything the host launches
+    assert first[0][0] == "sleep" and first[1][0] == "record"
+    assert first.count(("issue",)) == 2 and first.count(("kernel",)) == 3
+    rate = harness.HOLD_CALIBRATION_CYCLES / 0.001  # the stand-in events 1 ms apart
+    assert cuda.slept[1] == harness.HOLD_CALIBRATION_CYCLES  # after the kernel's loading
+    assert cuda.slept[2] == int(harness.HOLD_MIN_S * rate)  # nothing launched yet
+    assert cuda.slept[3] >= int(0.008 * rate)  # twice the 4 ms of two launches
+    # each step's events: start, compute start, compute end, collectives' end, both's end
+    assert both.iterations(2) == [0.004, 0.004]
+    (collectives, computing) = both.times(2)
+    assert collectives == [0.003, 0.003] and computing == [0.001, 0.001]
+    facts = both.facts(2)
+    assert facts["device_hold_s"] >= 0.008 and facts["late_launches"] == 0
+    cpu = overlap.Overlapped(issue, 1, work, 1, SimpleNamespace(type="cpu"), iterations=1)
+    assert cpu.iterations(1) is None and cpu.facts(1) == {}
+
+
+def test_the_kernels_alone_are_timed_by_events_on_a_gpu_as_beside_the_collectives(
+        monkeypatch):
+    """The slowdown's baseline is timed as the overlapped kernels are (CUDA events, the
+    stream held): not the host's loop, whose launch and sync a small kernel's time would
+    carry alone. Stand-ins for CUDA and the kernel; a device's timing is not exercised."""
+    import argparse
+    from types import SimpleNamespace
+
+    from dlbench.comms import runner
+    from dlbench.pytorch import distributed
+
+    _Cuda(monkeypatch)
+    ran = []
+    monkeypatch.setattr(overlap, "kernel", lambda *a, **k: overlap.Kernel(
+        "gemm", lambda: ran.append(1), 2.0e9, 1.0e9, (1, 1, 1)))
+    monkeypatch.setattr(runner, "_all_allocated", lambda ok, device: ok)
+    monkeypatch.setattr(distributed, "slowest_rank_times", lambda times, device: times)
+    args = argparse.Namespace(kernel="gemm", mm_dim=8, comp_data_type="float32",
+                              mm_shape=None, emb_dim=4, num_embs=8, num_emb_tables=1,
+                              emb_batch_size=2, bag_size=1, num_compute=2, w=1, n=3)
+    _, alone = runner._compute_alone(args, SimpleNamespace(type="cuda"), lambda: None)
+    assert alone["timer"] == "cuda_events" and len(ran) == 2 * 4
+    assert alone["time_s"]["median"] == pytest.approx(0.001)  # the stand-in events' 1 ms
+    assert alone["tflops"] == pytest.approx(2 * 2.0e9 / 0.001 / 1e12)
 
 
 def test_a_study_overlaps_collectives_with_kernels_as_cells_of_their_own():

@@ -158,19 +158,52 @@ HOLD_MIN_S = 50e-6
 HOLD_CALIBRATION_CYCLES = 2_000_000
 
 
-class DeviceTimedStep:
-    """``step`` between two CUDA events recorded on the current stream: the device's time
-    of each call (PARAM's --use-device-time). Run in ``timed_loop``, whose per-iteration
-    sync completes the events; the events for ``calls`` calls (warmup and measured) are
-    made here, outside any timed region.
+class StreamHold:
+    """A kernel that only waits (``torch.cuda._sleep``), holding the current stream before
+    a call timed by CUDA events.
 
-    On an idle stream the start event fires as soon as it is recorded, and the device then
+    On an idle stream a start event fires as soon as it is recorded, and the device then
     waits for the host to launch the call: the events would time the launch (a small NCCL
-    collective's ~20 µs on an H200, more than its kernels). So a kernel that only waits
-    (``torch.cuda._sleep``) holds the stream first, for twice the median of the last three
-    launches rounded up to a multiple of HOLD_MIN_S: the call is queued when the start
-    event fires, and the events time the device's work alone. A launch longer than its
-    hold is counted (``late_launches``: those calls' times include part of it)."""
+    collective's ~20 µs on an H200, more than its kernels). ``hold()`` queues the waiting
+    kernel for twice the median of the last three launches (``launched``), rounded up to
+    a multiple of HOLD_MIN_S, so that the call is queued when the start event fires and
+    the events time the device's work alone. A launch longer than its hold is counted
+    (``late_launches``: those calls' times include part of it)."""
+
+    def __init__(self) -> None:
+        self._cycles_per_s = _sleep_cycles_per_second()
+        self._launch_s: list[float] = []
+        self._hold_s: list[float] = []
+
+    def hold(self) -> None:
+        import torch
+
+        recent = sorted(self._launch_s[-3:])
+        twice = 2 * recent[len(recent) // 2] if recent else 0.0
+        hold = HOLD_MIN_S * max(1, math.ceil(twice / HOLD_MIN_S))
+        torch.cuda._sleep(int(hold * self._cycles_per_s))
+        self._hold_s.append(hold)
+
+    def launched(self, seconds: float) -> None:
+        """The host's time to launch the call just held for."""
+        self._launch_s.append(seconds)
+
+    def facts(self, last: int) -> dict[str, Any]:
+        """Of the ``last`` calls: the median hold before them and how many launches
+        outlasted theirs."""
+        holds = sorted(self._hold_s[-last:])
+        late = sum(launch > hold for launch, hold in
+                   zip(self._launch_s[-last:], self._hold_s[-last:], strict=True))
+        return {"device_hold_s": holds[len(holds) // 2] if holds else None,
+                "late_launches": late}
+
+
+class DeviceTimedStep:
+    """``step`` between two CUDA events recorded on the current stream, the stream held
+    while the host launches it (``StreamHold``): the device's time of each call (PARAM's
+    --use-device-time). Run in ``timed_loop``, whose per-iteration sync completes the
+    events; the events for ``calls`` calls (warmup and measured) are made here, outside
+    any timed region."""
 
     def __init__(self, step: Callable[[Any], Any], calls: int) -> None:
         import torch
@@ -179,25 +212,17 @@ class DeviceTimedStep:
         self._events = [(torch.cuda.Event(enable_timing=True),
                          torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
         self._calls = 0
-        self._cycles_per_s = _sleep_cycles_per_second()
-        self._launch_s: list[float] = []
-        self._hold_s: list[float] = []
+        self._hold = StreamHold()
 
     def __call__(self, batch: Any) -> Any:
-        import torch
-
         start, end = self._events[self._calls]
         self._calls += 1
-        recent = sorted(self._launch_s[-3:])
-        twice = 2 * recent[len(recent) // 2] if recent else 0.0
-        hold = HOLD_MIN_S * max(1, math.ceil(twice / HOLD_MIN_S))
-        torch.cuda._sleep(int(hold * self._cycles_per_s))
+        self._hold.hold()
         start.record()
         began = time.perf_counter()
         out = self._step(batch)
-        self._launch_s.append(time.perf_counter() - began)
+        self._hold.launched(time.perf_counter() - began)
         end.record()
-        self._hold_s.append(hold)
         return out
 
     def times(self, last: int) -> list[float]:
@@ -208,11 +233,7 @@ class DeviceTimedStep:
     def facts(self, last: int) -> dict[str, Any]:
         """Of the ``last`` calls: the median hold before them and how many launches
         outlasted theirs."""
-        holds = sorted(self._hold_s[-last:])
-        late = sum(launch > hold for launch, hold in
-                   zip(self._launch_s[-last:], self._hold_s[-last:], strict=True))
-        return {"device_hold_s": holds[len(holds) // 2] if holds else None,
-                "late_launches": late}
+        return self._hold.facts(last)
 
 
 def _sleep_cycles_per_second() -> float:

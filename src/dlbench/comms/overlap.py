@@ -219,6 +219,10 @@ class Overlapped:
     ``issue(batch)`` starts one collective and returns its work handle; ``per_iteration``
     of them are issued, then ``count`` runs of ``work``. ``iterations`` bounds the steps
     (warmup and measured): the CUDA events are made before the first, outside any timing.
+    On a GPU the current stream is held while the host launches both parts
+    (``harness.StreamHold``), so that neither part's events time the launch, and the
+    iteration too is timed by events (``iterations``), from the same start to the end of
+    both parts.
     """
 
     def __init__(self, issue: Callable[[Any], Any], per_iteration: int, work: Kernel,
@@ -230,10 +234,14 @@ class Overlapped:
         self._cuda = device.type == "cuda"
         self.collective: list[tuple[Any, Any]] = []  # (start, end) of each step's part
         self.compute: list[tuple[Any, Any]] = []
+        self.whole: list[tuple[Any, Any]] = []  # a GPU's: (start, end of both parts)
         if self._cuda:
+            from dlbench import harness
+
             self._stream = torch.cuda.Stream(device)
-            self._events = [[torch.cuda.Event(enable_timing=True) for _ in range(4)]
+            self._events = [[torch.cuda.Event(enable_timing=True) for _ in range(5)]
                             for _ in range(iterations)]
+            self._hold = harness.StreamHold()
 
     def step(self, batch: Any) -> None:
         if self._cuda:
@@ -245,8 +253,10 @@ class Overlapped:
         import torch
 
         current = torch.cuda.current_stream()
-        start, end, compute_start, compute_end = self._events[len(self.collective)]
+        start, end, compute_start, compute_end, both_end = self._events[len(self.collective)]
+        self._hold.hold()  # both parts queue behind it while the host launches them
         start.record(current)
+        began = time.perf_counter()
         self._stream.wait_stream(current)  # both parts start from the same point
         works = [self._issue(batch) for _ in range(self._per_iteration)]
         with torch.cuda.stream(self._stream):
@@ -258,8 +268,11 @@ class Overlapped:
             work.wait()  # the current stream waits for NCCL's
         end.record(current)
         current.wait_stream(self._stream)
+        both_end.record(current)
+        self._hold.launched(time.perf_counter() - began)
         self.collective.append((start, end))
         self.compute.append((compute_start, compute_end))
+        self.whole.append((start, both_end))
 
     def _host_step(self, batch: Any) -> None:
         clock = time.perf_counter
@@ -289,3 +302,16 @@ class Overlapped:
             return [b - a for a, b in spans]
 
         return seconds(self.collective), seconds(self.compute)
+
+    def iterations(self, measured: int) -> list[float] | None:
+        """A GPU's: seconds of each of the last ``measured`` steps by their events, from the
+        start to the end of both parts (the hold before them left out); None on a CPU,
+        whose steps the timed loop's clock times."""
+        if not self._cuda:
+            return None
+        spans = self.whole[len(self.whole) - measured:]
+        return [a.elapsed_time(b) / 1e3 for a, b in spans]
+
+    def facts(self, measured: int) -> dict[str, Any]:
+        """A GPU's: the stream's hold before the last ``measured`` steps (StreamHold)."""
+        return self._hold.facts(measured) if self._cuda else {}

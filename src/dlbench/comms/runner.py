@@ -248,9 +248,13 @@ def _compute_alone(args: argparse.Namespace, device: Any, sync: Any) -> tuple[An
         if problem is not None:
             raise problem
         raise cellrun.CellError("another rank could not allocate its compute operands")
-    loop = harness.timed_loop(lambda: None, overlap.compute_step(work, args.num_compute),
-                              sync, args.w, args.n)
-    summary = stats.summarize(distributed.slowest_rank_times(loop.times_s, device))
+    # Timed as the kernels beside the collectives are: on a GPU by CUDA events with the
+    # stream held while the host launches them, else by the host's clock.
+    step = overlap.compute_step(work, args.num_compute)
+    timed = harness.DeviceTimedStep(step, args.w + args.n) if device.type == "cuda" else None
+    loop = harness.timed_loop(lambda: None, timed or step, sync, args.w, args.n)
+    times = timed.times(args.n) if timed else loop.times_s
+    summary = stats.summarize(distributed.slowest_rank_times(times, device))
     median = summary["median"]
     alone = {"kernel": args.kernel,
              "dim": None if args.mm_shape or embedding else args.mm_dim,
@@ -258,6 +262,7 @@ def _compute_alone(args: argparse.Namespace, device: Any, sync: Any) -> tuple[An
              "data_type": "float32" if embedding else args.comp_data_type,
              **({"tables": dataclasses.asdict(tables)} if embedding else {}),
              "per_iteration": args.num_compute,
+             "timer": "cuda_events" if timed else "host",
              "flops_per_iteration": work.flops * args.num_compute,
              "bytes_per_iteration": work.bytes * args.num_compute, "time_s": summary,
              "tflops": work.flops * args.num_compute / median / 1e12 if median > 0 else None,
@@ -408,8 +413,10 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                         m["extra"]["bus_gbps"], link, test.pass_ == "bidirectional")
                 if test.device_timed:  # the stream's hold before each measured call
                     m["extra"].update(test.device_timed.facts(args.n))
-                if test.overlapped:
-                    m["extra"].update(_overlapped_extra(loop.times_s, computing, alone, device))
+                if test.overlapped:  # a GPU's iterations by their events, hold left out
+                    whole = test.overlapped.iterations(args.n) or loop.times_s
+                    m["extra"].update(_overlapped_extra(whole, computing, alone, device),
+                                      **test.overlapped.facts(args.n))
                 measured.append(m)
                 if table:
                     total = m["extra"]["iteration_time_s"]["median"] if test.overlapped else 0.0
