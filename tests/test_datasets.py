@@ -201,6 +201,35 @@ def test_failed_run_leaves_the_prepared_folder_untouched(source, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "lmdb"]  # no temp left
 
 
+def test_a_folder_that_is_no_dataset_is_never_replaced(source, tmp_path, capsys):
+    """A preparation replaces its --out whole: a user's folder of other files (a typo) or
+    a file is refused in one line and kept; a prepared dataset, an empty folder and a
+    failed preparation's marker are replaced."""
+    mine = tmp_path / "mine"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "important.txt").write_text("keep")
+    for prepare in (lambda out: lmdb_writer.write(source, out),
+                    lambda out: synthetic.generate(out, synthetic.Spec(2, 1, 16, 1))):
+        with pytest.raises(DatasetError, match=r"mine: a folder that is not a prepared "
+                                               r"dataset \(no manifest.json\)"):
+            prepare(mine)
+        with pytest.raises(DatasetError, match="important.txt: exists and is not a folder"):
+            prepare(mine / "important.txt")
+    assert (mine / "important.txt").read_text() == "keep" and (mine / "sub").is_dir()
+    assert cli_main(["lmdb", "--source", str(source), "--out", str(mine)]) == 2
+    assert "not a prepared dataset" in capsys.readouterr().err
+    again = tmp_path / "again"
+    lmdb_writer.write(source, again)
+    assert lmdb_writer.write(source, again)["count"] == 32  # a dataset: replaced
+    (tmp_path / "empty").mkdir()
+    synthetic.generate(tmp_path / "empty", synthetic.Spec(2, 1, 16, 1))
+    failed = tmp_path / "failed"
+    failed.mkdir()
+    (failed / "preparation-error.txt").write_text("bad image\n")
+    assert lmdb_writer.write(source, failed)["count"] == 32
+    assert not (failed / "preparation-error.txt").exists()
+
+
 # --- MXNet RecordIO --------------------------------------------------------------------------
 
 def _mx(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

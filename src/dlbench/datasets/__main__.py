@@ -48,7 +48,9 @@ def _quality(text: str) -> int:
 
 def _writer_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source", required=True, help="ImageFolder root: <source>/<class>/<image>")
-    p.add_argument("--out", required=True, help="folder to prepare (replaced on success)")
+    p.add_argument("--out", required=True,
+                   help="folder to prepare (replaced on success; an earlier dataset or an "
+                        "empty folder, never a folder of other files)")
     p.add_argument("--resize", type=_non_negative, default=0,
                    help="shorter side in pixels (0: keep the source size)")
     p.add_argument("--center-crop", action="store_true",

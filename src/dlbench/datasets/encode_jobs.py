@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dlbench.datasets import manifest
 from dlbench.datasets.errors import DatasetError
 
 T = TypeVar("T")
@@ -63,6 +64,7 @@ def check_target(source: str | os.PathLike, out: str | os.PathLike) -> None:
     if src in dst.parents:
         raise DatasetError(f"{out}: output inside the source folder {source} would be "
                            f"read as a class")
+    manifest.check_replaceable(out)
 
 
 def options_dict(**kwargs: Any) -> dict[str, Any]:

@@ -9,12 +9,29 @@ from pathlib import Path
 from typing import Any
 
 from dlbench import atomic
+from dlbench.datasets import failure
 from dlbench.datasets.errors import DatasetError
 from dlbench.result import now_iso
 
 FILENAME = "manifest.json"
 LIST_FILENAME = "data.lst"
 VERSION = 1
+
+
+def check_replaceable(out: str | os.PathLike[str]) -> None:
+    """A preparation replaces ``out`` whole: refuse it unless it is missing, an empty
+    folder, a prepared dataset (its manifest) or a failed preparation's marker alone, so
+    that a folder of the user's is never deleted for a typo."""
+    path = Path(out)
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise DatasetError(f"{out}: exists and is not a folder; give a new folder to prepare")
+    names = {p.name for p in path.iterdir()}
+    if names and FILENAME not in names and names != {failure.FILENAME}:
+        raise DatasetError(f"{out}: a folder that is not a prepared dataset (no {FILENAME}) "
+                           "would be replaced whole; give a new or empty folder, or remove "
+                           "it first")
 
 
 class ShapeRange:

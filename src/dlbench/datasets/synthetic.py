@@ -92,6 +92,7 @@ def generate(out: str | os.PathLike, spec: Spec, *, workers: int = 1) -> dict:
     spec.validate()
     if workers < 1:
         raise DatasetError(f"workers must be >= 1, got {workers}")
+    manifest.check_replaceable(out)
     with prepared_dir(out) as tmp:
         for c in range(spec.classes):
             (tmp / class_name(c)).mkdir()
