@@ -51,7 +51,10 @@ def test_the_default_label_is_this_hosts_short_name_made_safe():
 
 @pytest.mark.parametrize(("label", "words"), [
     ("a/b", "is not a system label"), ("", "is not a system label"), (3, "is not a system label"),
-    ("datasets", "a folder results/ keeps for itself")])
+    ("datasets", "a folder results/ keeps for itself"),
+    # a file of results/ (once a traceback from the workflow: results/status.txt/<study>/...)
+    ("status.txt", "a file results/ keeps for itself"),
+    ("benchmarks.parquet", "a file results/ keeps for itself")])
 def test_a_bad_label_is_one_config_error_naming_the_field(label, words):
     with pytest.raises(workflow_support.WorkflowConfigError) as info:
         workflow_support.system_label({"system": label})

@@ -34,6 +34,8 @@ LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # Folders results/ holds for itself: never a system's.
 RESERVED = frozenset({"benchmarks", "cache", "cluster-logs", "compare", "datasets", "logs",
                       "profiles", "report", "slurm-logs"})
+# Files results/ holds beside the systems' folders (the aggregate, the run's status).
+RESERVED_FILES = frozenset({"benchmarks.parquet", "benchmarks.csv", "status.txt"})
 MACHINE_FILE = "system.json"
 # <cell id>[_r<repeat>].json, a cell id ending in its 8-hex-digit hash (dlbench.study.cell_id).
 RESULT_NAME = re.compile(r".+_[0-9a-f]{8}(?:_r(?P<repeat>[1-9][0-9]*))?\.json")
@@ -48,7 +50,7 @@ def default_label(hostname: str | None = None) -> str:
     """This host's short name as a label (characters a label cannot hold become '-')."""
     short = (hostname or socket.gethostname()).split(".")[0]
     label = re.sub(r"[^A-Za-z0-9_.-]", "-", short).lstrip("_.-")
-    return label if label and label not in RESERVED else "local"
+    return label if label and label not in RESERVED | RESERVED_FILES else "local"
 
 
 def check_label(label: Any, where: str = "system") -> str:
@@ -58,6 +60,9 @@ def check_label(label: Any, where: str = "system") -> str:
     if label in RESERVED:
         raise SystemLabelError(f"{where}: {label!r} is a folder results/ keeps for itself "
                            f"({', '.join(sorted(RESERVED))}); choose another label")
+    if label in RESERVED_FILES:
+        raise SystemLabelError(f"{where}: {label!r} is a file results/ keeps for itself "
+                           f"({', '.join(sorted(RESERVED_FILES))}); choose another label")
     return label
 
 
