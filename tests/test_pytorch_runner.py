@@ -204,3 +204,15 @@ def test_a_cell_warming_up_until_steady_records_what_its_warm_up_ran(tmp_path):
                            "--monitor_interval_ms=0", "--count_flops=false", name="f.json")
     assert proc.returncode == 0 and "warmup" not in res["measurements"][0]["extra"]
     assert res["cell"]["warmup_until_steady"] is False
+
+
+def test_a_loader_cell_that_fails_before_its_loop_is_still_a_loader_cell(tmp_path):
+    """--data_loader_only on a dataset that cannot be read: the failed result is the
+    loader's (once recorded as a model cell, counted apart from its loader twins)."""
+    (tmp_path / "empty").mkdir()
+    proc, res = run_runner(tmp_path, "--model", "deep_mnist", "--batch_size", "2",
+                           "--num_batches", "2", "--num_warmup_batches", "0", "--device", "cpu",
+                           "--data_loader_only", "true", "--data_dir", str(tmp_path / "empty"),
+                           "--data_name", "image_folder")
+    assert proc.returncode == 1 and res["status"] == "failed"
+    assert res["kind"] == "loader"

@@ -219,7 +219,6 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     steady = harness.until_steady(args, lambda done: distributed.all_agree(done, device))
 
     if args.data_loader_only:
-        res["kind"] = "loader"
         loop = timed_loop(batches, lambda *b: None, sync, args.num_warmup_batches,
                           args.num_batches, hooks=hooks, steady=steady)
         times = distributed.slowest_rank_times(loop.times_s, device)
@@ -374,7 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     if (args.num_gpus > 1 or args.num_nodes > 1) and not distributed.is_worker():
         return _launch_distributed(args, argv)
     topo = distributed.topology()
-    res = R.new_result(kind="model", cell=cell_of(args), study=args.study, cell_id=args.cell_id)
+    # A loader cell is one from the start: a failure before its loop is still the loader's.
+    res = R.new_result(kind="loader" if args.data_loader_only else "model", cell=cell_of(args),
+                       study=args.study, cell_id=args.cell_id)
     is_rank0 = topo.rank == 0
     with cellrun.recorded(res, args.output if is_rank0 else None, write=is_rank0):
         run(args, res)
