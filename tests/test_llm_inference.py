@@ -272,3 +272,24 @@ def test_training_and_inference_cells_through_the_workflow_into_parquet_and_repo
     html = (tmp_path / "results" / "report" / "index.html").read_text()
     assert 'id="llm"' in html and "chart-llm-latency" in html and "chart-llm-tradeoff" in html
     assert "tokens/s" in html and "decode GB/s" in html
+
+
+@pytest.mark.parametrize("flags, error", [
+    (["--model", "resnet18"], "--model: 'resnet18' is not a language model"),
+    (["--prompt_length", "0"], "--prompt_length: must be >= 1, got 0"),
+    (["--prompt_length", "2000"], "--output_length: prompt_length + output_length = 2004 "
+                                  "exceeds gpt2_tiny's context of 1024 positions"),
+    (["--model_opts", '{"n_head": 5}'], "--model_opts: llm: the width (128) must be a "
+                                         "multiple of the heads (5)"),
+    (["--model_opts", '{"bogus": 1}'], "--model_opts: model gpt2_tiny: unknown model_opts "
+                                        "bogus"),
+    (["--num_gpus", "2"], "unrecognized arguments: --num_gpus 2"),  # a model cell's flag
+    (["--data_loader_only", "true"], "unrecognized arguments: --data_loader_only"),
+])
+def test_the_runner_checks_its_cell_as_a_study_does_before_it_runs(flags, error, capsys):
+    """Once tracebacks from transformers, or an 'ok' result of a model without layers
+    under an unknown option, or flags of model cells accepted and ignored."""
+    with pytest.raises(SystemExit) as exit_:
+        runner.main(["--model", "gpt2_tiny", "--device", "cpu", "--batch_size", "1",
+                     "--prompt_length", "8", "--output_length", "4", *flags])
+    assert exit_.value.code == 2 and error in capsys.readouterr().err.splitlines()[-1]

@@ -24,11 +24,12 @@ import sys
 import time
 from typing import Any
 
-from dlbench import axes, cellrun, cli, harness, monitor, stages, stats
+from dlbench import axes, cellrun, cli, harness, kinds, monitor, stages, stats
 from dlbench import result as R
 from dlbench.models import llm as L
 
 RUNNER = "llm"
+KIND = "llm_inference"
 TIMED = ("prefill: one forward pass over the batch's prompts into the static KV cache, "
          "to the first output token (TTFT); decode: each further output token one forward "
          "pass of the batch from the cache (TPOT); greedy choice of the next token inside "
@@ -39,7 +40,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m dlbench.llm",
         description="Prefill and token-by-token decode of a decoder-only language model.")
-    axes.add_flags(p, RUNNER, "pytorch")
+    axes.add_flags(p, RUNNER, "pytorch", KIND)  # its kind's axes only: no model-cell flags
     monitor.add_arguments(p)  # the launcher's and the profile jobs' --monitor_interval_ms
     p.add_argument("--output", type=cli.result_path, help="result JSON to write")
     p.add_argument("--study")
@@ -215,10 +216,18 @@ def warm_up_until_steady(generation: Any, times: list[float], began: float
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     args.dtype = axes.get("precision").normalise(args.dtype)
-    cell = axes.cell_from_args("llm_inference", RUNNER, "pytorch", args)
-    res = R.new_result(kind="llm_inference", cell=cell, study=args.study, cell_id=args.cell_id)
+    cell = axes.cell_from_args(KIND, RUNNER, "pytorch", args)
+    try:  # the study's checks (the model, its options, the context), as flag errors
+        axes.check(KIND, cell)
+        kinds.get(KIND).check(cell, {})
+    except axes.AxisError as exc:
+        known = {a.name for a in axes.table()}
+        flag = axes.get(exc.field).flag_for(RUNNER) if exc.field in known else None
+        p.error(f"{flag.option if flag else exc.field}: {exc}")
+    res = R.new_result(kind=KIND, cell=cell, study=args.study, cell_id=args.cell_id)
     with cellrun.recorded(res, args.output):
         run(args, res)
     return cellrun.exit_code(res)
