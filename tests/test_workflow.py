@@ -184,3 +184,26 @@ def test_raising_repeats_runs_only_the_new_repeats_round_by_round(workdir):
     assert max(r["finished_at"] for r in runs[1]) <= min(r["started_at"] for r in runs[2])
     proc = snakemake(workdir, "-n")
     assert not any(rule.startswith("benchmark_") for rule in planned_jobs(proc.stdout + proc.stderr))
+
+
+def test_an_invalid_result_is_a_failed_row_and_the_next_run_measures_its_cell(workdir):
+    """A result file cut short: the run gives its failed row and ends well (moved aside by
+    the aggregate, it was missing from the run's own target: 'Missing files after 10
+    seconds', exit 1); the next run moves it into invalid/ and measures the cell again."""
+    (workdir / "config.yaml").write_text(yaml.safe_dump(study([2, 4])))
+    cells = workdir / "results" / systems.default_label() / "tiny" / "cells"
+    victim = sorted(cells.glob("*.json"))[0]
+    victim.write_text(victim.read_text()[:200])
+    proc = snakemake(workdir, "--cores", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = pq.read_table(workdir / "results" / "benchmarks.parquet").to_pylist()
+    (row,) = [r for r in table if r["source"] == str(victim.relative_to(workdir))]
+    assert row["status"] == "failed" and "invalid result file" in row["error"]
+    assert victim.exists()
+    proc = snakemake(workdir, "--cores", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "1 invalid result file(s) moved aside" in proc.stderr
+    assert len(list((cells / "invalid").iterdir())) == 1
+    table = pq.read_table(workdir / "results" / "benchmarks.parquet").to_pylist()
+    (row,) = [r for r in table if r["source"] == str(victim.relative_to(workdir))]
+    assert row["status"] == "ok"

@@ -346,12 +346,18 @@ def move_aside(path: str | Path) -> Path:
     return atomic.set_aside(path, INVALID_DIR)
 
 
-def invalid_row(path: str | Path, problem: str, move: bool) -> dict[str, Any]:
+def invalid_row(path: str | Path, problem: str, move: bool,
+                later: list[str] | None = None) -> dict[str, Any]:
     """The failed row that stands for an invalid result file, said in the log too; with
-    ``move`` the file is moved aside so that the next run measures its cell again."""
+    ``move`` the file is moved aside so that the next run measures its cell again; with
+    ``later`` (the workflow's: a file moved now would be missing from the run that is
+    going on) its path is added there instead, for the next run to move."""
     message = f"invalid result file {path}: {problem}"
     moved = None
-    if move:
+    if later is not None:
+        later.append(str(path))
+        message += "; the next run moves it aside and measures the cell again"
+    elif move:
         try:
             moved = move_aside(path)
             message += f"; moved to {moved} so that the next run measures the cell again"
@@ -367,7 +373,7 @@ def invalid_row(path: str | Path, problem: str, move: bool) -> dict[str, Any]:
 
 
 def build_table(paths: Iterable[str | Path], *, move_invalid: bool = False,
-                check: bool = True,
+                check: bool = True, invalid_later: list[str] | None = None,
                 unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV) -> pa.Table:
     """One table of every result file; an invalid one gives a failed row (``invalid_row``).
     With ``check``, two machines or software stacks under one label raise SystemConflict.
@@ -377,7 +383,7 @@ def build_table(paths: Iterable[str | Path], *, move_invalid: bool = False,
         try:
             files.append((path, rows_of_file(path)))
         except InvalidResult as exc:
-            files.append((path, [invalid_row(path, str(exc), move_invalid)]))
+            files.append((path, [invalid_row(path, str(exc), move_invalid, invalid_later)]))
     if check:
         check_systems(files)
     every_row = [row for _, rows in files for row in rows]
@@ -392,7 +398,8 @@ def build_table(paths: Iterable[str | Path], *, move_invalid: bool = False,
         try:
             tables.append(table_of_rows(rows))
         except InvalidResult as exc:
-            tables.append(table_of_rows([invalid_row(path, str(exc), move_invalid)]))
+            tables.append(table_of_rows([invalid_row(path, str(exc), move_invalid,
+                                                     invalid_later)]))
     return pa.concat_tables(tables).combine_chunks()
 
 
@@ -409,12 +416,14 @@ def check_systems(files: list[tuple[str | Path, list[dict[str, Any]]]]) -> None:
 
 
 def write(paths: Iterable[str | Path], parquet: str | Path, csv: str | Path | None = None,
-          *, move_invalid: bool = True,
+          *, move_invalid: bool = True, invalid_later: list[str] | None = None,
           unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV) -> pa.Table:
     """Write the table of ``paths`` to ``parquet`` (and ``csv``), each file whole or not at
-    all; invalid result files are moved aside (``move_invalid``, see the module). Two
-    machines or software stacks under one system label stop it (SystemConflict)."""
-    table = build_table(paths, move_invalid=move_invalid, unstable_cv=unstable_cv)
+    all; invalid result files are moved aside (``move_invalid``, see the module) or listed
+    in ``invalid_later``. Two machines or software stacks under one system label stop it
+    (SystemConflict)."""
+    table = build_table(paths, move_invalid=move_invalid, invalid_later=invalid_later,
+                        unstable_cv=unstable_cv)
     kept = "the previous table is left as it was"
     # Both files are written before either replaces its previous version, so that a full
     # disk leaves the pair as it was, not a new Parquet beside an old CSV.

@@ -485,3 +485,31 @@ def container_binds(config: Mapping[str, Any], cells: Iterable[study.Cell], here
         binds.append(path)
     # A folder inside another bound one needs no bind of its own.
     return sorted(p for p in set(binds) if not any(q in p.parents for q in binds))
+
+
+# The result files the last aggregate found invalid, one path a line: the workflow's run
+# cannot move them while it goes on (they are inputs of its target), so the next run does.
+INVALID_LATER = Path("results/logs/invalid-results.txt")
+
+
+def record_invalid_later(paths: Sequence[str], listing: Path = INVALID_LATER) -> None:
+    """Write the list of invalid result files for the next run (none: no list)."""
+    from dlbench import atomic
+
+    if paths:
+        atomic.write_text(listing, "".join(f"{p}\n" for p in paths))
+    else:
+        listing.unlink(missing_ok=True)
+
+
+def set_aside_invalid(listing: Path = INVALID_LATER) -> list[Path]:
+    """Move the result files the last aggregate found invalid into invalid/ beside them,
+    so that this run measures their cells again; the ones moved."""
+    from dlbench import aggregate
+
+    if not listing.is_file():
+        return []
+    moved = [aggregate.move_aside(path) for path in listing.read_text().splitlines()
+             if path and Path(path).is_file()]
+    listing.unlink()
+    return moved

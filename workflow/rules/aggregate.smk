@@ -1,7 +1,8 @@
 # The table is flagged update: Snakemake does not delete the previous table before the job
 # and puts it back when the job fails (a full disk), instead of leaving none. An invalid
-# cell result does not fail the job: it becomes a failed row and is moved aside into
-# results/<system>/<study>/cells/invalid/, so that the next run measures that cell again.
+# cell result does not fail the job: it becomes a failed row, and the next run moves it
+# into results/<system>/<study>/cells/invalid/ and measures that cell again (moved now, it
+# would be missing from this run's target, rule all).
 
 
 rule aggregate:

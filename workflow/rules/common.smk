@@ -180,6 +180,23 @@ def _retry_recorded_outcomes():
 _retry_recorded_outcomes()
 
 
+def _set_aside_invalid_results():
+    """The result files the last aggregate found invalid move into invalid/ beside them,
+    so that this run measures their cells again (main process, not a dry run)."""
+    if not workflow.is_main_process or _dry_run():
+        return
+    moved = support.set_aside_invalid()
+    if moved:
+        print(
+            f"dlbench: {len(moved)} invalid result file(s) moved aside (first: {moved[0]}); "
+            "measuring their cells again",
+            file=sys.stderr,
+        )
+
+
+_set_aside_invalid_results()
+
+
 @functools.cache
 def job_timeouts(framework):
     """Each study's launcher time limit (seconds) in the framework's cell jobs, and a line
