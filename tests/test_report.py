@@ -861,3 +861,17 @@ def test_a_long_run_that_drifted_is_drawn_as_the_medians_of_its_stretches():
     assert drawn["iteration"].is_monotonic_increasing
     assert drawn["relative"].iloc[-1] - drawn["relative"].iloc[0] == pytest.approx(
         0.1 / 1.05, rel=0.01)
+
+
+def test_a_lone_paradnn_shape_is_labelled_by_its_options_not_as_the_default():
+    """The roofline names a point by the options that differ between its rows; a single
+    shape has none differing, and is given by its options (once 'default')."""
+    from dlbench.report.data import model_opts_label
+
+    lone = pd.DataFrame({"model_opts": ['{"layers": 2, "nodes": 64}']})
+    assert model_opts_label(lone).tolist() == ["default"]  # the model charts' reading
+    assert model_opts_label(lone, given_when_alike=True).tolist() == ["layers=2, nodes=64"]
+    two = pd.DataFrame({"model_opts": ['{"layers": 2, "nodes": 64}',
+                                       '{"layers": 4, "nodes": 64}']})
+    assert model_opts_label(two, given_when_alike=True).tolist() == ["layers=2", "layers=4"]
+    assert model_opts_label(pd.DataFrame({"model_opts": [None]}), True).tolist() == ["default"]

@@ -123,10 +123,13 @@ def varying(frame: pd.DataFrame, columns: Iterable[str]) -> list[str]:
     return [c for c in columns if c in frame and frame[c].dropna().astype(str).nunique() > 1]
 
 
-def model_opts_label(frame: pd.DataFrame) -> pd.Series:
-    """The model options that differ between rows, e.g. 'layers=4, nodes=1024'."""
+def model_opts_label(frame: pd.DataFrame, given_when_alike: bool = False) -> pd.Series:
+    """The model options that differ between rows, e.g. 'layers=4, nodes=1024'; with
+    ``given_when_alike``, where none differs, the options each row was given (a lone
+    ParaDnn shape is not the default one)."""
     opts = frame.get("model_opts", pd.Series([None] * len(frame), index=frame.index))
     parsed = opts.map(lambda text: json.loads(text) if isinstance(text, str) and text else {})
     keys = sorted({k for d in parsed for k in d})
     differing = [k for k in keys if len({json.dumps(d.get(k), sort_keys=True) for d in parsed}) > 1]
-    return parsed.map(lambda d: ", ".join(f"{k}={d.get(k)}" for k in differing) or "default")
+    shown = differing or (keys if given_when_alike else [])
+    return parsed.map(lambda d: ", ".join(f"{k}={d[k]}" for k in shown if k in d) or "default")

@@ -64,7 +64,7 @@ def _names(ok: pd.DataFrame, family: pd.Series) -> pd.Series:
         names[rows.index] = names[rows.index] + variant.map(lambda v: f" [{v}]" if v else "")
     for _, rows in ok[~ops].groupby(family[~ops], sort=False):
         batch = rows["batch_size"].map(lambda b: "" if pd.isna(b) else f" · batch {int(b)}")
-        label = model_opts_label(rows)
+        label = model_opts_label(rows, given_when_alike=True)
         if (rows["kind"] == llm_charts.KIND).all():  # a preset's options: its name says them
             label = label.where(label != "default", "")
             batch += rows["prompt_length"].map(
