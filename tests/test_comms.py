@@ -358,7 +358,7 @@ def test_device_time_puts_events_around_each_call_and_gives_the_measured_ones(
     monkeypatch.setattr(torch.cuda, "Event", _Event)
     calls = []
     args = argparse.Namespace(collective="all_reduce", root=0, use_device_time=True, w=1,
-                              n=2, window=20, kernel="none")
+                              n=2, window=20, kernel="none", graph_launches=0)
     monkeypatch.setattr(runner, "_step", lambda *a: (lambda batch: calls.append(batch)))
     monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: None, raising=False)
     (test,) = runner._timed_tests(args, (None, None), None, None, False, None, None)
@@ -1387,3 +1387,89 @@ def test_three_processes_exchange_with_a_zero_byte_block_validated(tmp_path):
     assert res["cell"]["include_0b"] is True
     assert [(m["bytes_per_iteration"], m["extra"]["validated"]) for m in res["measurements"]] \
         == [(24.0, True), (96.0, True)]
+
+
+def test_graph_launches_capture_n_collectives_once_and_time_each_replay(monkeypatch):
+    """PARAM's --graph-launches: --w collectives eagerly on a stream of their own, --n of
+    them captured in one CUDA graph, each timed iteration one replay of it (after one
+    untimed replay), one collective's time a replay's over --n. Stand-ins for torch.cuda:
+    the order of the calls is checked; a graph's timing on a GPU is not exercised here."""
+    import argparse
+    import contextlib
+
+    import torch
+
+    from dlbench.comms import graphs, runner
+
+    log = []
+
+    class Stream:
+        def wait_stream(self, other):
+            log.append("wait")
+
+    class Graph:
+        def replay(self):
+            log.append("replay")
+
+    capturing = []
+
+    @contextlib.contextmanager
+    def graph(g):
+        capturing.append(True)
+        log.append("capture")
+        yield
+        capturing.pop()
+        log.append("captured")
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", Stream)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "graph", graph)
+    calls = []
+    monkeypatch.setattr(runner, "_call", lambda *a, **k: (
+        lambda batch: calls.append("graphed" if capturing else "eager")))
+    args = argparse.Namespace(collective="all_reduce", root=0, use_device_time=False, w=2,
+                              n=3, window=20, kernel="none", graph_launches=4)
+    (test,) = runner._timed_tests(args, (None, None), None, None, False, None, None)
+    assert calls == ["eager", "eager", "graphed", "graphed", "graphed"]
+    assert isinstance(test.step, graphs.GraphedCollectives)
+    assert (test.per_iteration, test.counts) == (3, (1, 4))
+    test.step(None)
+    assert log[-1] == "replay" and len(calls) == 5  # a replay calls nothing on the host
+    assert graphs.problem(0, "cpu", False, True, True) is None
+
+
+def test_graph_launches_are_a_gpu_cells_axis_refused_where_they_cannot_apply(capsys):
+    """The axis: in the cell's id and flags when set; refused on a CPU, with non-blocking
+    collectives, device time or a compute kernel (study and command line alike); blank
+    for point-to-point cells."""
+    from dlbench import kinds
+    from dlbench.comms import runner
+
+    (cell,) = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "num_gpus": 1, "graph_launches": 10}}}})
+    assert cell.id.rsplit("_", 1)[0] == "pytorch_all-reduce_float32_1x_graph10_gpu"
+    argv = kinds.get("comms").command(cell.params, Path("x.json"), "python", None)
+    assert "--graph-launches=10" in argv
+    assert runner.cell_of(runner.parser().parse_args(argv[3:]))["graph_launches"] == 10
+    (plain,) = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "num_gpus": 1}}}})
+    assert "graph" not in plain.id and "--graph-launches=0" in kinds.get("comms").command(
+        plain.params, Path("x.json"), "python", None)
+    for grid, words in [({"device": "cpu"}, "device gpu only"),
+                        ({"blocking": False}, "blocking collectives"),
+                        ({"device_time": True}, "device_time does not apply"),
+                        ({"compute_kernel": "gemm"}, "no compute_kernel beside them")]:
+        with pytest.raises(study.ConfigError, match=f"study 'c': graph_launches: .*{words}"):
+            study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+                "graph_launches": 5, **grid}}}})
+    (p2p,) = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
+        "collective": "pt2pt", "num_gpus": 2, "graph_launches": 5}}}})
+    assert p2p.params["graph_launches"] is None
+    for flags, words in [(["--device=cpu"], "device gpu only"),
+                         (["--z=0"], "blocking collectives"),
+                         (["--pt2pt=one2one"], "pt2pt sends point-to-point messages")]:
+        with pytest.raises(SystemExit):
+            runner.main(["--graph-launches=5", *flags])
+        assert "--graph-launches: " in (err := capsys.readouterr().err) and words in err

@@ -209,7 +209,7 @@ def test_collective_verdict_needs_nccl_and_every_size(tmp_path):
         plan = planning.build_plan(tmp_path, sys.executable, gpus=gpus, autotune=False)
         swept = [cmd for name, cmd in plan.commands.items()
                  if name.startswith("comms_") and "--e=" + str(end) in cmd]
-        assert len(swept) == (7 if gpus == 1 else 9)
+        assert len(swept) == (8 if gpus == 1 else 10)
         for cmd in swept:
             flag = {a.split("=")[0]: int(a.split("=")[1]) for a in cmd
                     if a.startswith(("--b=", "--e=", "--f="))}

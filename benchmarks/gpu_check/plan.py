@@ -123,6 +123,9 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
     plan.runner("comms_gloo1", *comms, "--num_gpus=1", "--backend=gloo")
     # The blocking sweep again, timed by CUDA events (PARAM's --use-device-time).
     plan.runner("comms_nccl1_devicetime", *comms, "--num_gpus=1", "--use-device-time")
+    # The blocking sweep as CUDA graphs of --n collectives, 10 replays timed (PARAM's
+    # --graph-launches).
+    plan.runner("comms_nccl1_graph", *comms, "--num_gpus=1", "--graph-launches=10")
     # One all_to_allv of uneven blocks (PARAM's --i), 256 MiB from each GPU, validated.
     elements = COMMS_END // 4
     weights = range(1, most + 1)

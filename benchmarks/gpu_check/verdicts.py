@@ -237,6 +237,14 @@ def overlap_check(blocking: dict[str, Any] | None, nonblocking: dict[str, Any] |
                                nonblocking, "blocking", "nonblocking")
 
 
+def graph_check(blocking: dict[str, Any] | None, graphed: dict[str, Any] | None) -> Check:
+    """Collectives replayed from a CUDA graph (PARAM's --graph-launches) against blocking
+    ones launched one by one: faster at the smallest size, where the host's launch is most
+    of a collective's time (never run on a GPU before)."""
+    return _faster_at_smallest("collectives launched as a CUDA graph (smallest size)",
+                               blocking, graphed, "blocking", "graph")
+
+
 def device_time_check(host: dict[str, Any] | None, device: dict[str, Any] | None) -> Check:
     """The sweep timed by CUDA events (PARAM's --use-device-time) against the same sweep on
     the host's clock: shorter at the smallest size, without the host's launch (the stream
@@ -596,6 +604,8 @@ def checks_of(results: dict[str, dict | None], commands: Mapping[str, list[str]]
                for n in overlapped]
     checks += [device_time_check(results.get(n.removesuffix("_devicetime")), results.get(n))
                for n in commands if n.startswith("comms_") and n.endswith("_devicetime")]
+    checks += [graph_check(results.get(n.removesuffix("_graph")), results.get(n))
+               for n in commands if n.startswith("comms_") and n.endswith("_graph")]
     checks += op_checks(results, out, not_run) + honesty_checks(out, not_run)
     checks += profile_checks(out, not_run) + llm_checks(results, out, not_run)
     checks.append(ncu_batch_check(results.get("op_add_ncu_batch")))

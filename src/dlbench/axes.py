@@ -442,6 +442,12 @@ TABLE: tuple[Axis, ...] = (
          help="operations issued back to back in each measured iteration of a "
               "non-blocking collective or a point-to-point bandwidth test (its time "
               "divided by them is one operation's)"),
+    # PARAM's --graph-launches (nccl-tests' -G): `iterations` collectives captured once in
+    # a CUDA graph, timed as replays of it, without the host's launch of each collective.
+    Axis("graph_launches", int, 0, kinds=(_COMMS,), minimum=0, since=3, applies=_overlappable,
+         flags={_COMMS: Flag("--graph-launches")},
+         help="replay a CUDA graph of `iterations` collectives this many times, each replay "
+              "timed (0: no graph; device gpu, blocking collectives)"),
     # PARAM's --multi-comms: the ranks split into this many communicators (rank % groups),
     # each running the collective among its members at once.
     Axis("comm_groups", int, 1, kinds=(_COMMS,), minimum=1, since=3, applies=_overlappable,

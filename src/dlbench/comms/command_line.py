@@ -219,6 +219,15 @@ def checked(p: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Names
         p.error("--use-device-time: point-to-point tests are timed on the host")
     if args.use_device_time and args.device != "gpu":
         p.error("--use-device-time: CUDA events time the device, --device gpu only")
+    if args.graph_launches and (args.collective == "pt2pt" or args.collective in S.FAN):
+        p.error(f"--graph-launches: a graph of collectives; {args.collective} sends "
+                "point-to-point messages")
+    from dlbench.comms import graphs
+
+    problem = graphs.problem(args.graph_launches, args.device, bool(args.z),
+                             args.use_device_time, args.kernel != NO_KERNEL)
+    if problem:
+        p.error(f"--graph-launches: {problem}")
     if args.kernel == EMBEDDING and (args.mm_shape or given(argv, "--mm-dim")):
         p.error("--mm-dim/--mm-shape: emb_lookup is shaped by its tables (--emb-dim, "
                 "--num-embs, --num-emb-tables-per-device, --batch-size, --bag-size)")

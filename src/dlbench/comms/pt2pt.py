@@ -39,6 +39,9 @@ class Test:
     overlapped: Any = None
     # A collective timed by CUDA events (harness.DeviceTimedStep, also its step).
     device_timed: Any = None
+    # Its warm-up and measured iterations where not the cell's (--w, --n): a CUDA graph's
+    # replays (dlbench.comms.graphs).
+    counts: tuple[int, int] | None = None
 
 
 def tests(buffers: tuple, peer: int | None, sender: bool, window: int) -> list[Test]:

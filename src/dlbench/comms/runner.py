@@ -210,6 +210,14 @@ def _timed_tests(args: argparse.Namespace, buffers: tuple, window: int | None,
 
     if args.collective == "pt2pt":
         return pt2pt.tests(buffers, peer, sender, args.window)
+    if args.graph_launches:  # PARAM's: --n collectives in a graph, each replay timed
+        from dlbench.comms import graphs
+
+        graphed = graphs.GraphedCollectives(
+            _call(args.collective, buffers, root=args.root, splits=splits, group=group),
+            args.n, args.w)
+        return [pt2pt.Test("collective", graphed, args.n, 1,
+                           counts=(1, args.graph_launches))]
     if work is None:
         step = _step(args.collective, buffers, window, args.root, splits, fan, group)
         # An incast or multicast moves a message between the root and each of its peers.
@@ -334,7 +342,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     res["extra"].update(ranks=topo.world_size, group_ranks=ranks, bus_factor=factor,
                         backend=dist.get_backend(),
                         hosts=hosts, num_hosts=len(set(hosts)),
-                        collectives_per_iteration=window or 1,
+                        collectives_per_iteration=(args.n if args.graph_launches
+                                                   else window or 1),
                         # what timed the collectives: CUDA events on their stream (asked
                         # for, or overlapped with computation on a GPU) or the host's clock
                         timer="cuda_events" if device.type == "cuda" and not point_to_point
@@ -395,11 +404,12 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             for test in _timed_tests(args, buffers, window, peer, sender, work, device, splits,
                                      fan, group):
                 dist.barrier()
-                loop = harness.timed_loop(lambda: None, test.step, sync, args.w, args.n)
+                warmup, iterations = test.counts or (args.w, args.n)
+                loop = harness.timed_loop(lambda: None, test.step, sync, warmup, iterations)
                 # Overlapped with computation, the collectives' own part of each iteration.
-                own, computing = test.overlapped.times(args.n) if test.overlapped \
-                    else (test.device_timed.times(args.n) if test.device_timed else loop.times_s,
-                          None)
+                own, computing = test.overlapped.times(iterations) if test.overlapped \
+                    else (test.device_timed.times(iterations) if test.device_timed
+                          else loop.times_s, None)
                 # One operation's time: an iteration's, shared among those it issued.
                 times = [t / test.per_iteration
                          for t in distributed.slowest_rank_times(own, device)]
@@ -412,11 +422,11 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                     m["extra"]["pct_of_link"] = links.share(
                         m["extra"]["bus_gbps"], link, test.pass_ == "bidirectional")
                 if test.device_timed:  # the stream's hold before each measured call
-                    m["extra"].update(test.device_timed.facts(args.n))
+                    m["extra"].update(test.device_timed.facts(iterations))
                 if test.overlapped:  # a GPU's iterations by their events, hold left out
-                    whole = test.overlapped.iterations(args.n) or loop.times_s
+                    whole = test.overlapped.iterations(iterations) or loop.times_s
                     m["extra"].update(_overlapped_extra(whole, computing, alone, device),
-                                      **test.overlapped.facts(args.n))
+                                      **test.overlapped.facts(iterations))
                 measured.append(m)
                 if table:
                     total = m["extra"]["iteration_time_s"]["median"] if test.overlapped else 0.0

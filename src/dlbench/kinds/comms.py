@@ -10,6 +10,7 @@ from typing import Any
 from dlbench import axes, frameworks
 from dlbench.axes import AxisError
 from dlbench.comms import backends
+from dlbench.comms.graphs import problem as graph_problem
 from dlbench.comms.overlap import NO_KERNEL, operands
 from dlbench.comms.sizes import (
     FAN,
@@ -48,6 +49,8 @@ class CommsKind(CellKind):
         extra = [f"{nodes}nodes"] if nodes > 1 else []
         extra += ["nonblocking"] if params.get("blocking") is False else []
         extra += ["devicetime"] if params.get("device_time") else []
+        graphs = params.get("graph_launches") or 0
+        extra += [f"graph{graphs}"] if graphs else []  # ..._1x_graph10_gpu_...
         kernel = params.get("compute_kernel")
         extra += [kernel] if kernel not in (None, NO_KERNEL) else []  # ..._2x_gemm_gpu_...
         groups = params.get("comm_groups") or 1
@@ -107,6 +110,12 @@ class CommsKind(CellKind):
             raise AxisError("backend", problem)
         if params.get("device_time") and params["device"] != "gpu":
             raise AxisError("device_time", "CUDA events time the device: device gpu only")
+        problem = graph_problem(params.get("graph_launches") or 0, params["device"],
+                                params.get("blocking") is not False,
+                                bool(params.get("device_time")),
+                                params.get("compute_kernel") not in (None, NO_KERNEL))
+        if problem:
+            raise AxisError("graph_launches", problem)
         kernel, shape = params.get("compute_kernel"), params.get("mm_shape")
         if shape and kernel not in (None, NO_KERNEL):
             try:
