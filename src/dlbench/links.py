@@ -45,7 +45,6 @@ NVLINK_SPEED_FIELD = 90  # NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON: MB/s per active
 NVLINK_MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS; links are asked for until one is refused
 P2P_NVLINK = 2  # NVML_P2P_CAPS_INDEX_NVLINK
 P2P_OK = 0  # NVML_P2P_STATUS_OK
-PATHS = ("nvlink", "pcie", "network")
 _RATE = re.compile(r"([\d.]+)\s*Gb/sec")
 
 
@@ -182,7 +181,7 @@ def ceiling(facts: Sequence[Mapping[str, Any]],
             communicators: Iterable[Sequence[int]]) -> dict[str, Any] | None:
     """The most bus bandwidth the collective's links allow, from every rank's ``local``
     readings (in rank order) and the ranks of each communicator: ``gbps``, the ``path``
-    that limits it (one of PATHS) and ``text`` in words; None where it cannot be told."""
+    that limits it (``nvlink``, ``pcie`` or ``network``) and ``text`` in words; None where it cannot be told."""
     found = [_communicator_ceiling(facts, list(ranks)) for ranks in communicators]
     if not found or any(f is None for f in found):
         return None

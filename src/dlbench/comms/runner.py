@@ -329,7 +329,10 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         counts = S.buffers(sizes, args.collective, args.data_type, ranks)
     factor = S.bus_factor(args.collective, ranks)
     element = S.DATA_TYPES[args.data_type]
-    hosts = distributed.rank_hosts()  # one collective, before any timing
+    # Every rank's node and links (dlbench.links): one collective, before any timing.
+    readings = distributed.gather(links.local(distributed.node_name(), dist.get_backend(),
+                                              next(iter(monitored_gpus(device, 1)), None)))
+    hosts = [reading["host"] for reading in readings]
     point_to_point = args.collective == "pt2pt"
     peer, sender, pairs = None, False, []
     if point_to_point:
@@ -364,10 +367,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                  for p in peers]
     if pairs:  # [sender, receiver] of each pair
         res["extra"]["pairs"] = [list(pair) for pair in pairs]
-    # The links the collective crosses and the most bus bandwidth they allow: every rank's
-    # readings, gathered once before any timing.
-    readings = distributed.gather(links.local(hosts[topo.rank], res["extra"]["backend"],
-                                              next(iter(monitored_gpus(device, 1)), None)))
+    # The links the collective crosses and the most bus bandwidth they allow.
     link = links.ceiling(readings, links.communicators(
         topo.world_size, res["extra"].get("groups"), pairs))
     res["extra"].update(link=link, link_readings=links.by_host(readings))

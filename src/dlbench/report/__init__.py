@@ -188,10 +188,11 @@ def render(parquet_path: str | Path, outdir: str | Path,
     cells the run did not measure, if any (counted in the header, named first)."""
     frame = load(parquet_path)
     outdir = Path(outdir)
-    if baseline_system is not None and baseline_system not in set(frame.get("system", ())):
+    systems = set(frame.get("system", ()))
+    if baseline_system is not None and baseline_system not in systems:
         log.warning("baseline_system %r is no system of %s (systems: %s); the report compares "
                     "with the system that has the most model cells", baseline_system,
-                    parquet_path, ", ".join(sorted(set(frame.get("system", ())))) or "none")
+                    parquet_path, ", ".join(sorted(systems)) or "none")
     if frame.empty:
         parts = [empty_section(parquet_path)]
     else:
