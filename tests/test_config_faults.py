@@ -142,6 +142,57 @@ def test_results_to_retry_are_the_recorded_failures_and_are_set_aside_kept(tmp_p
     assert json.loads(kept.read_text())["status"] == "failed"
 
 
+def test_a_failed_image_folder_cell_runs_again_once_its_tree_changed_after_it(
+        tmp_path, monkeypatch):
+    """A failed cell reading a user's tree is found when something in the tree changed
+    after its result was written; an ok cell, one of another system, and a failed one
+    whose result is newer than the tree are left. (Times are set, not waited for: file
+    times tick coarsely.)"""
+    import os
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    tree = tmp_path / "tree"
+    (tree / "cat").mkdir(parents=True)
+    (tree / "cat" / "1.jpg").write_bytes(b"bad")
+    config = grid(data="mine", data_backend="image_folder", batch_size=[1, 2])
+    config["datasets"] = {"mine": {"path": str(tree)}}
+    cells = study.expand_config(config)
+    for cell, status in zip(cells, ["ok", "failed"], strict=True):
+        res = R.new_result(kind="model", cell=dict(cell.params), study=cell.study,
+                           cell_id=cell.id)
+        R.write(R.finish(res, status, None if status == "ok" else "broke"),
+                workflow_support.result_path(cell, "sys1"))
+    ok, failed = (workflow_support.result_path(cell, "sys1") for cell in cells)
+    hour = 3600 * 10**9
+    for path in (ok, failed):
+        os.utime(path, ns=(time.time_ns() + hour,) * 2)  # written after the tree's change
+    assert workflow_support.failed_on_changed_inputs(config, cells, "sys1") == []
+    for path in (ok, failed):
+        os.utime(path, ns=(time.time_ns() - hour,) * 2)  # written before it
+    assert workflow_support.failed_on_changed_inputs(config, cells, "sys1") == [failed]
+    assert workflow_support.failed_on_changed_inputs(config, cells, "other") == []
+
+
+def test_a_trees_last_change_is_its_newest_entry_deep_inside_or_none(tmp_path):
+    """An image changed in a class folder leaves the root's own times (all Snakemake
+    compares) as they were; its last change is the tree's."""
+    import os
+
+    from dlbench.datasets import fingerprint
+
+    image = tmp_path / "tree" / "cat" / "1.jpg"
+    image.parent.mkdir(parents=True)
+    image.write_bytes(b"x")
+    root = image.parents[1]
+    late = max(os.stat(p).st_ctime_ns for p in (root, image.parent, image)) + 3600 * 10**9
+    os.utime(image, ns=(late, late))
+    assert fingerprint.last_change_ns(root) == late > root.stat().st_mtime_ns
+    (root / ".swp").write_bytes(b"")  # hidden: not read, but the root's own time moves
+    assert fingerprint.last_change_ns(root) == late
+    assert fingerprint.last_change_ns(tmp_path / "none") is None
+
+
 def test_an_op_config_that_is_not_one_is_refused_before_any_job(tmp_path):
     bad = tmp_path / "ops.json"
     bad.write_text("{}")

@@ -173,6 +173,37 @@ def results_to_retry(cells: Iterable[study.Cell], statuses: Iterable[str],
             if recorded_status(path) in wanted]
 
 
+def failed_on_changed_inputs(config: Mapping[str, Any], cells: Iterable[study.Cell],
+                             system: str, repeats: Mapping[str, int] | None = None
+                             ) -> list[Path]:
+    """The failed results of cells that read a folder (a user's ImageFolder tree) in which
+    something changed after the result was written: an image mended in place leaves the
+    folder's own mtime, all Snakemake compares, as it was. Each folder is walked once, and
+    only when a failed cell reads it (dlbench.datasets.fingerprint.last_change_ns)."""
+    from dlbench.datasets import fingerprint
+
+    is_folder: dict[str, bool] = {}
+    changed: dict[str, int | None] = {}
+    out = []
+    for path, cell in result_paths(cells, system, repeats or {}).items():
+        folders = [name for name in inputs(config, cell)
+                   if is_folder.setdefault(name, Path(name).is_dir())]
+        # Only the results of such cells are read: most cells read no folder.
+        if not folders or recorded_status(path) != "failed":
+            continue
+        try:
+            written = path.stat().st_mtime_ns
+        except OSError:  # moved aside meanwhile: the cell runs anyway
+            continue
+        for folder in folders:
+            if folder not in changed:
+                changed[folder] = fingerprint.last_change_ns(folder)
+            if changed[folder] is not None and changed[folder] > written:
+                out.append(path)
+                break
+    return out
+
+
 UNREADABLE = "unreadable"
 
 

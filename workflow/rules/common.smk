@@ -180,6 +180,28 @@ def _retry_recorded_outcomes():
 _retry_recorded_outcomes()
 
 
+def _retry_failed_on_changed_data():
+    """A failed cell that reads a user's ImageFolder tree runs again once something in the
+    tree changed after it failed (a bad image mended in place, which leaves the folder's
+    own mtime, all Snakemake compares, as it was). Its result moves to retried/ like
+    retry_failed's (main process; a dry run only says how many)."""
+    if not workflow.is_main_process:
+        return
+    paths = support.failed_on_changed_inputs(config, CELLS, SYSTEM, REPEATS)
+    if not paths:
+        return
+    words = f"{len(paths)} failed cell(s) whose data changed since (first: {paths[0]})"
+    if _dry_run():
+        print(f"dlbench: would run {words} again", file=sys.stderr)
+        return
+    for path in paths:
+        dlbench_atomic.set_aside(path, "retried")
+    print(f"dlbench: running {words} again", file=sys.stderr)
+
+
+_retry_failed_on_changed_data()
+
+
 def _set_aside_invalid_results():
     """The result files the last aggregate found invalid move into invalid/ beside them,
     so that this run measures their cells again (main process, not a dry run)."""

@@ -14,6 +14,11 @@ ImageNet-sized tree (1.28 million files) at every workflow start, and minutes on
 network filesystem. The workflow computes it once per dataset per start, for the
 datasets whose preparation Snakemake considers.
 
+A cell that reads the tree itself (an ``image_folder`` cell) has the root folder as its
+input, with the same blind spot: ``last_change_ns`` is when anything under the tree last
+changed, which the workflow compares with a failed cell's result to run it again once the
+tree is mended (dlbench.workflow_support.failed_on_changed_inputs).
+
 Standard library only: the workflow imports this at parse time.
 """
 
@@ -26,10 +31,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
-def _files(folder: str, prefix: str, seen: set[tuple[int, int]]) -> Iterator[str]:
-    """One line per file under ``folder`` (its path relative to the root, size, mtime_ns),
-    depth first in name order, following symbolic links (a class folder may be one) but
-    entering each real folder once (no link loop)."""
+def _walk(folder: str, prefix: str, seen: set[tuple[int, int]]
+          ) -> Iterator[tuple[str, os.stat_result, bool]]:
+    """Every folder and file under ``folder``, the folder itself first: (its path relative
+    to the root, its stat, whether a folder), depth first in name order, following
+    symbolic links (a class folder may be one) but entering each real folder once (no link
+    loop). Hidden names (editor swap files, .DS_Store) are left out: no preparation or
+    loader reads them."""
     try:
         st = os.stat(folder)
         with os.scandir(folder) as it:
@@ -39,16 +47,15 @@ def _files(folder: str, prefix: str, seen: set[tuple[int, int]]) -> Iterator[str
     if (st.st_dev, st.st_ino) in seen:
         return
     seen.add((st.st_dev, st.st_ino))
+    yield prefix, st, True
     for entry in entries:
-        # Hidden names (editor swap files, .DS_Store) are not images the preparation reads.
         if entry.name.startswith("."):
             continue
         try:
             if entry.is_dir():
-                yield from _files(entry.path, f"{prefix}{entry.name}/", seen)
+                yield from _walk(entry.path, f"{prefix}{entry.name}/", seen)
             elif entry.is_file():
-                st = entry.stat()
-                yield f"{prefix}{entry.name}\0{st.st_size}\0{st.st_mtime_ns}\n"
+                yield f"{prefix}{entry.name}", entry.stat(), False
         except OSError:
             continue  # removed while we looked, or a dangling link: not read either
 
@@ -59,9 +66,23 @@ def tree_fingerprint(root: str | os.PathLike) -> str:
     if not Path(root).is_dir():
         return "missing"
     digest = hashlib.sha256()
-    for line in _files(os.fspath(root), "", set()):
-        digest.update(line.encode(errors="surrogateescape"))
+    for name, st, is_dir in _walk(os.fspath(root), "", set()):
+        if not is_dir:
+            line = f"{name}\0{st.st_size}\0{st.st_mtime_ns}\n"
+            digest.update(line.encode(errors="surrogateescape"))
     return digest.hexdigest()
+
+
+def last_change_ns(root: str | os.PathLike) -> int | None:
+    """When anything under ``root`` last changed (nanoseconds since the epoch), by the
+    newest status change (ctime) or modification (mtime) of its folders and files: an
+    image replaced in place or moved in (ctime, even where mtime was kept), one removed
+    (its folder's). None when ``root`` is not a folder. One ``stat`` per entry, as the
+    fingerprint."""
+    if not Path(root).is_dir():
+        return None
+    return max((max(st.st_ctime_ns, st.st_mtime_ns)
+                for _, st, _ in _walk(os.fspath(root), "", set())), default=None)
 
 
 @functools.cache
