@@ -24,7 +24,9 @@ EVERY_AXIS = {
                 "data": ["synthetic", "imgs"], "data_backend": ["caffe_lmdb", "image_folder"],
                 "kv_store": ["device", "nccl"], "cudnn_benchmark": [True, False],
                 "data_loader_only": [False, True], "num_loader_threads": [0, 4]},
-            "exclude": [{"data": "synthetic", "data_loader_only": True}]},
+            # deep_mnist on a dataset (never able to run) became a config error later.
+            "exclude": [{"data": "synthetic", "data_loader_only": True},
+                        {"model": "deep_mnist", "data": "imgs"}]},
         "ops": {
             "kind": "ops",
             "grid": {"op_config": ["config/ops/gvprof_units.json"], "device": ["cpu", "gpu"],
@@ -57,7 +59,8 @@ def test_cell_ids_are_those_of_the_first_release(name):
     # Calibration cells (calibrate: true) came later: new cells, beside the unchanged ones.
     ids = [f"{c.study}/{c.id}" for c in study.expand_config(cfg)
            if c.study != study.CALIBRATION_STUDY]
-    assert ids == SAVED[name]
+    assert ids == [i for i in SAVED[name] if not ("_deep-mnist_" in i and "_imgs_" in i)]
+    assert name != "grid" or any("_resnet50_" in i and "_imgs_" in i for i in ids)
 
 
 def test_an_axis_added_later_keeps_old_ids_at_its_default(monkeypatch):
@@ -106,7 +109,13 @@ def test_job_parameters_are_those_of_release_2(name):
     else:
         cfg = EVERY_AXIS if name == "grid" else shipped(name)
         cells = [c for c in study.expand_config(cfg) if c.study != study.CALIBRATION_STUDY]
-    assert [c.to_json() for c in cells] == SAVED_PARAMS[name]
+    assert [c.to_json() for c in cells] == [
+        job for job in SAVED_PARAMS[name] if not _deep_mnist_on_a_dataset(json.loads(job))]
+
+
+def _deep_mnist_on_a_dataset(job):
+    """Saved jobs a later release refuses (deep_mnist takes no images)."""
+    return job["params"].get("model") == "deep_mnist" and job["params"].get("data") == "imgs"
 
 
 def test_a_newer_axis_at_a_value_other_than_its_default_is_in_the_job_parameters():

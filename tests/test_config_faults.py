@@ -155,7 +155,7 @@ def test_a_failed_image_folder_cell_runs_again_once_its_tree_changed_after_it(
     tree = tmp_path / "tree"
     (tree / "cat").mkdir(parents=True)
     (tree / "cat" / "1.jpg").write_bytes(b"bad")
-    config = grid(data="mine", data_backend="image_folder", batch_size=[1, 2])
+    config = grid(model="resnet18", data="mine", data_backend="image_folder", batch_size=[1, 2])
     config["datasets"] = {"mine": {"path": str(tree)}}
     cells = study.expand_config(config)
     for cell, status in zip(cells, ["ok", "failed"], strict=True):
@@ -172,6 +172,14 @@ def test_a_failed_image_folder_cell_runs_again_once_its_tree_changed_after_it(
         os.utime(path, ns=(time.time_ns() - hour,) * 2)  # written before it
     assert workflow_support.failed_on_changed_inputs(config, cells, "sys1") == [failed]
     assert workflow_support.failed_on_changed_inputs(config, cells, "other") == []
+
+
+@pytest.mark.parametrize("model", ["deep_mnist", "bert_base"])
+def test_a_dataset_for_a_model_that_takes_no_images_is_refused_in_one_line(model, tmp_path):
+    config = grid(model=model, data="mine")
+    config["datasets"] = {"mine": {"path": str(tmp_path)}}
+    assert error_of(config).startswith(f"study 's': data: {model} takes ")
+    assert "needs an image model" in error_of(config)
 
 
 def test_a_trees_last_change_is_its_newest_entry_deep_inside_or_none(tmp_path):
