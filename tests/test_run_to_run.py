@@ -96,6 +96,23 @@ def test_a_failed_repeat_does_not_count():
     assert rows[0]["repeats"] == 2 and "repeats" not in rows[2]
 
 
+def test_results_without_a_cell_id_are_never_repeats_of_each_other():
+    """Runners used on their own write no cell id: two files (batch 4 and 64, say) are two
+    cells; the rows of one file stay together."""
+    rows = _rows([0.01, 0.5, 0.5])
+    for row, source in zip(rows, ["bs4.json", "bs64.json", "bs64.json"], strict=True):
+        row.update(cell_id=None, study=None, source=source)
+    rows[2]["name"] = "other"
+    run_to_run.add_columns(rows)
+    assert [r["repeats"] for r in rows] == [1, 1, 1]
+    assert rows[1]["cell_throughput"] == pytest.approx(8 / rows[1]["time_median_s"])
+    together = _rows([0.10, 0.11])
+    for row, source in zip(together, ["a.json", "b.json"], strict=True):
+        row["source"] = source  # the workflow's repeats: one cell id, a file each
+    run_to_run.add_columns(together)
+    assert [r["repeats"] for r in together] == [2, 2]
+
+
 def test_the_interval_over_few_repeats_covers_the_truth_about_95_percent_of_the_time():
     """Three repeats per cell, 400 cells drawn from a known distribution: the plain
     percentile bootstrap would cover the true mean ~75 % of the time; the expanded one

@@ -4,7 +4,8 @@ aggregate table.
 A study's ``repeats: N`` runs every cell N times, each a process of its own: one process's
 iterations cannot show what differs between processes (memory placement, clocks, the
 autotuner's picks, other tenants). Each ok row gets, for its measurement (system, study,
-cell, name, operator, pass) over the ok repeats:
+cell, name, operator, pass; a result without a cell id, made by a runner on its own, is
+one of its own) over the ok repeats:
 
 - ``repeats``: how many repeats measured it;
 - ``cell_time_median_s``: the median of the repeats' median step times, and
@@ -55,6 +56,14 @@ def within_run_cv(row: Mapping[str, Any]) -> float | None:
     return std / mean
 
 
+def measurement_key(row: Mapping[str, Any]) -> tuple:
+    """Which rows are repeats of one measurement: KEY, and for a result made outside the
+    workflow (a runner on its own, no cell id) its file too: two such runs are not known
+    to be the same cell (a batch size apart, or two op configs with an operator alike)."""
+    key = tuple(row.get(k) for k in KEY)
+    return key if row.get("cell_id") is not None else (*key, row.get("source"))
+
+
 def add_columns(rows: list[dict[str, Any]], unstable_cv: float = DEFAULT_UNSTABLE_CV) -> None:
     """Fill the columns above into ``rows`` (the aggregate's row dicts), in place."""
     import numpy as np  # here: the workflow reads this module's settings without numpy
@@ -64,7 +73,7 @@ def add_columns(rows: list[dict[str, Any]], unstable_cv: float = DEFAULT_UNSTABL
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
         if _measured(row):
-            groups.setdefault(tuple(row.get(k) for k in KEY), []).append(row)
+            groups.setdefault(measurement_key(row), []).append(row)
     members = list(groups.values())
     samples, by_repeats = [], []
     for group in members:

@@ -177,7 +177,7 @@ def held_back_table(frame: pd.DataFrame) -> str | None:
     if rows.empty:
         return None
     rows = rows.drop_duplicates(subset=["source"]).sort_values("held", ascending=False)
-    body = [[r.study, r.system, r.cell_id, f"{r.held:.0%}", r.gpu_clock_reasons or "",
+    body = [[r.study, r.system, r.get("cell") or r.cell_id, f"{r.held:.0%}", r.gpu_clock_reasons or "",
              f"{r.gpu_power_limit_w:,.0f}" if pd.notna(r.gpu_power_limit_w) else ""]
             for _, r in rows.iterrows()]
     return table(["study", "system", "cell", "samples held back", "why", "power limit (W)"],
@@ -195,7 +195,7 @@ def unstable_table(frame: pd.DataFrame) -> str | None:
     keys = [k for k in ("cell", "name", "pass", "op_name") if k in rows]
     rows = rows.drop_duplicates(subset=keys, keep="last").sort_values(
         "run_to_run_cv", ascending=False)
-    body = [[r.study, r.system, r.cell_id, r.name, r["pass"], int(r.repeats),
+    body = [[r.study, r.system, r.get("cell") or r.cell_id, r.name, r["pass"], int(r.repeats),
              f"{r.run_to_run_cv:.1%}", f"{r.cell_time_median_s * 1e3:,.3f}",
              f"{r.cell_time_ci_low_s * 1e3:,.3f} – {r.cell_time_ci_high_s * 1e3:,.3f}"
              if pd.notna(r.cell_time_ci_low_s) else ""]
