@@ -892,6 +892,17 @@ def run_comms(tmp_path, *flags):
     return proc, R.read(out)
 
 
+def test_a_gpu_collective_without_the_gpus_fails_in_one_line_before_torchrun(tmp_path):
+    import torch
+
+    if torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has two GPUs")
+    proc, res = run_comms(tmp_path, "--num_gpus=2", "--device=cuda", "--b=1K", "--e=1K")
+    assert proc.returncode == 1 and res["status"] == "failed"
+    assert res["error"].startswith("device gpu: 2 processes need 2 GPUs on this node; ")
+    assert "Traceback" not in proc.stderr
+
+
 def test_two_processes_sweep_sizes_and_record_both_bandwidths(tmp_path, monkeypatch):
     """Two gloo processes through torchrun (PARAM's short flags pass through it): one
     measurement per size, algorithm bandwidth size / median time, bus bandwidth that times

@@ -179,7 +179,7 @@ def test_a_dataset_for_a_model_that_takes_no_images_is_refused_in_one_line(model
     config = grid(model=model, data="mine")
     config["datasets"] = {"mine": {"path": str(tmp_path)}}
     assert error_of(config).startswith(f"study 's': data: {model} takes ")
-    assert "needs an image model" in error_of(config)
+    assert "synthetic data only, not on a dataset (mine)" in error_of(config)
 
 
 def test_a_trees_last_change_is_its_newest_entry_deep_inside_or_none(tmp_path):

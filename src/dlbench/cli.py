@@ -139,3 +139,22 @@ def check_minimums(parser: argparse.ArgumentParser, args: argparse.Namespace,
         value = getattr(args, flag.attr)
         if value < axis.minimum:
             parser.error(f"{flag.option} must be >= {axis.minimum}, got {value}")
+
+
+def check_cell(parser: argparse.ArgumentParser, kind: str, runner: str,
+               cell: dict[str, Any]) -> None:
+    """The study's checks of a cell (its axes' values, then its kind's: the model, its
+    options, the values a device lacks) as one argparse error naming the runner's flag, so
+    that a runner used on its own refuses what a study would, before anything runs. A
+    dataset the runner is given by path is taken as known."""
+    from dlbench import axes, kinds
+
+    data = cell.get("data")
+    datasets = {data: {}} if data and data != "synthetic" else {}
+    try:
+        axes.check(kind, cell)
+        kinds.get(kind).check(cell, datasets)
+    except axes.AxisError as exc:
+        known = {a.name for a in axes.table()}
+        flag = axes.get(exc.field).flag_for(runner) if exc.field in known else None
+        parser.error(f"{flag.option if flag else exc.field}: {exc}")

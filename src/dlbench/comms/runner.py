@@ -491,15 +491,19 @@ def _launch(args: argparse.Namespace, argv: list[str]) -> int:
     # After "--": torchrun's parser would take PARAM's short flags (--n) for abbreviations
     # of its own options and stop; it hands the "--" on, and main drops it.
     workers = ["--", *argv]
+    outcome = None
     try:
         if args.num_nodes > 1:
             cmd = distributed.multi_node_command(args.num_nodes, args.num_gpus, args.device,
                                                  workers, module="dlbench.comms")
         else:
             cmd = distributed.torchrun_command(args.num_gpus, workers, module="dlbench.comms")
+            missing = distributed.missing_gpus(args.device, args.num_gpus)
+            outcome = ("failed", missing) if missing else None
     except multinode.MultiNodeError as exc:
-        rc, outcome = 1, ("failed", str(exc))
-    else:
+        outcome = ("failed", str(exc))
+    rc = 1
+    if outcome is None:
         rc, lines = distributed.run_workers(cmd, args.num_gpus, output)
         if output is None or output.exists():
             return rc

@@ -66,10 +66,9 @@ class ModelKind(CellKind):
         if params["data"] != "synthetic" and spec.input_kind != "image":
             # A dataset is images (ImageFolder, LMDB, RecordIO); the runners would fail
             # every such cell on its first batch.
-            raise AxisError("data", f"{name} takes {spec.input_kind}, not images: a "
-                                    f"dataset ({params['data']}) needs an image model "
-                                    f"(in a grid: exclude: [{{model: {name}, data: "
-                                    f"{params['data']}}}])")
+            raise AxisError("data", f"{name} takes {spec.input_kind}, not images: it "
+                                    f"runs on synthetic data only, not on a dataset "
+                                    f"({params['data']})")
         if params["data_loader_only"] and params["data"] == "synthetic":
             raise AxisError("data_loader_only", "needs a dataset on the data axis, not synthetic")
         _check_model_opts(spec, params["model_opts"])

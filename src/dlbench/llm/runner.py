@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from dlbench import axes, cellrun, cli, harness, kinds, monitor, stages, stats
+from dlbench import axes, cellrun, cli, harness, monitor, stages, stats
 from dlbench import result as R
 from dlbench.models import llm as L
 
@@ -220,13 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.dtype = axes.get("precision").normalise(args.dtype)
     cell = axes.cell_from_args(KIND, RUNNER, "pytorch", args)
-    try:  # the study's checks (the model, its options, the context), as flag errors
-        axes.check(KIND, cell)
-        kinds.get(KIND).check(cell, {})
-    except axes.AxisError as exc:
-        known = {a.name for a in axes.table()}
-        flag = axes.get(exc.field).flag_for(RUNNER) if exc.field in known else None
-        p.error(f"{flag.option if flag else exc.field}: {exc}")
+    cli.check_cell(p, KIND, RUNNER, cell)  # the model, its options, the context
     res = R.new_result(kind=KIND, cell=cell, study=args.study, cell_id=args.cell_id)
     with cellrun.recorded(res, args.output):
         run(args, res)

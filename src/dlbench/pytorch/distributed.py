@@ -41,6 +41,19 @@ def topology() -> Topology:
                     int(os.environ["WORLD_SIZE"]))
 
 
+def missing_gpus(device: str, num_gpus: int) -> str | None:
+    """Why a one-node GPU cell cannot start its ``num_gpus`` processes here, in one line
+    (None when it can, or on a CPU): said before torchrun, whose workers would each fail
+    and which would then print its own traceback."""
+    if device not in ("gpu", "cuda"):
+        return None
+    seen = torch.cuda.device_count()
+    if seen >= num_gpus:
+        return None
+    return (f"device gpu: {num_gpus} processes need {num_gpus} GPUs on this node; torch "
+            f"{torch.__version__} sees {seen}")
+
+
 def torchrun_command(nproc: int, argv: list[str], rdzv_endpoint: str | None = None, *,
                      nnodes: int = 1, rdzv_id: str | None = None,
                      rdzv_conf: str | None = None, module: str = "dlbench.pytorch") -> list[str]:

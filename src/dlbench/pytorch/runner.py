@@ -304,9 +304,10 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         flops_per_iteration=flops * topo.world_size if flops else None,
         data_wait_s=wait, compute_s=compute, extra=extra)]
     if "phi" in extra:
-        # ParaDnn's own figure: 6·Φ FLOPs per sample for training, 2·Φ for inference.
+        # ParaDnn's own figure, 6·Φ·bs·steps / time for training (2·Φ for inference): its
+        # steps' whole time, so over the mean step time (not the median other figures use).
         per_sample = (2 if args.forward_only else 6) * extra["phi"]
-        extra["phi_tflops"] = per_sample * items / res["measurements"][0]["time_s"]["median"] / 1e12
+        extra["phi_tflops"] = per_sample * items / res["measurements"][0]["time_s"]["mean"] / 1e12
     if "fc_shape" in extra:
         # A ParaDnn FC cell's bytes (its roofline point): dlbench.models.paradnn.fc_bytes.
         from dlbench.models import paradnn
@@ -335,6 +336,9 @@ def _launch_distributed(args: argparse.Namespace, argv: list[str]) -> int:
         except multinode.MultiNodeError as exc:
             return _record_launch_failure(args, output, "failed", str(exc), 1)
     else:
+        missing = distributed.missing_gpus(args.device, args.num_gpus)
+        if missing:
+            return _record_launch_failure(args, output, "failed", missing, 1)
         cmd = distributed.torchrun_command(args.num_gpus, argv, args.rdzv_endpoint)
     rc, lines = distributed.run_workers(cmd, args.num_gpus, output)
     if output and not output.exists():
@@ -368,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not args.model or args.model not in models.names():
         p.error(f"--model: unknown model {args.model!r} (valid: {', '.join(models.names())})")
+    # Before torchrun starts workers: each would print its own traceback.
+    cli.check_cell(p, "model", "pytorch", cell_of(args))
     from dlbench.pytorch import distributed
 
     if (args.num_gpus > 1 or args.num_nodes > 1) and not distributed.is_worker():
