@@ -28,6 +28,10 @@ def test_framework_settings_fall_back_to_the_running_interpreter():
     assert support.framework_container(config, "mxnet") is None
     assert support.monitor_option({"monitor": {"interval_ms": 0}}) == ["--monitor_interval_ms=0"]
     assert support.monitor_option({}) == []
+    # The default written out: the same job parameters, so no cell is measured again.
+    assert support.monitor_option({"monitor": {"interval_ms": 500}}) == []
+    assert support.monitor_option({"monitor": {"interval_ms": 200}}) == [
+        "--monitor_interval_ms=200"]
 
 
 def test_each_framework_reads_its_own_copy_of_a_dataset(tmp_path):

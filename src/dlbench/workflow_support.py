@@ -280,9 +280,15 @@ def framework_container(config: Mapping[str, Any], framework: str) -> str | None
 
 
 def monitor_option(config: Mapping[str, Any]) -> list[str]:
-    """The launcher's monitor option from 'monitor.interval_ms' (none: the default)."""
+    """The launcher's monitor option from 'monitor.interval_ms': none at the default, given
+    or not, since the option is part of each cell job's params, and a job whose params
+    change runs again (writing the default out must not measure every cell again)."""
+    from dlbench.monitor import DEFAULT_INTERVAL_MS
+
     interval = (config.get("monitor") or {}).get("interval_ms")
-    return [] if interval is None else [f"--monitor_interval_ms={interval}"]
+    if interval is None or interval == DEFAULT_INTERVAL_MS:
+        return []
+    return [f"--monitor_interval_ms={interval}"]
 
 
 def num_nodes(cell: study.Cell) -> int:
