@@ -5,8 +5,9 @@
 #   snakemake --profile profiles/slurm         # on a Slurm cluster
 
 
-# A config given with --configfile replaces the default study instead of extending it.
-if not config:
+# A config given with --configfile replaces the default study instead of extending it;
+# --config alone (retry_failed=true, system=NAME) sets values of the default study's.
+if "studies" not in config:
 
     configfile: "config/config.yaml"
 

@@ -203,3 +203,15 @@ def test_a_pre_label_tree_moves_under_the_system_and_never_overwrites(tmp_path):
     assert (legacy / "cells" / "c1.json").is_file()  # kept where it was, not overwritten
     assert json.loads((results / "box" / "s" / "cells" / "c1.json").read_text())["cell_id"] == "c1"
     assert systems.adopt("box", tmp_path / "none") == []
+
+
+def test_a_systems_folder_with_a_cells_folder_inside_is_never_adopted(tmp_path):
+    """results/<system>/cells/ (a study once allowed the name 'cells') looks like the old
+    layout's study folder; the machine the system recorded says it is a system's."""
+    results = tmp_path / "results"
+    result_file(results, "walk-z", "cells", "c1", env())
+    (results / "walk-z" / systems.MACHINE_FILE).write_text("{}")
+    assert systems.legacy_study_dirs(results) == []
+    assert systems.systems_folder(results / "walk-z")
+    assert systems.adopt("vm", results) == []
+    assert (results / "walk-z" / "cells" / "cells" / "c1.json").is_file()

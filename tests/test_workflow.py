@@ -207,3 +207,16 @@ def test_an_invalid_result_is_a_failed_row_and_the_next_run_measures_its_cell(wo
     table = pq.read_table(workdir / "results" / "benchmarks.parquet").to_pylist()
     (row,) = [r for r in table if r["source"] == str(victim.relative_to(workdir))]
     assert row["status"] == "ok"
+
+
+def test_config_values_on_the_command_line_alone_keep_the_default_study(tmp_path):
+    """README's `snakemake --config retry_failed=true` (no --configfile): the values join
+    config/config.yaml's studies (a bare `if not config` took them for a whole config)."""
+    shutil.copytree(REPO / "config", tmp_path / "config")  # the study and its op configs
+    proc = subprocess.run([*SNAKEMAKE, "--directory", str(tmp_path), "-n", "--config",
+                           "system=ab-node", "retry_failed=true"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outputs = re.findall(r"output: (results/\S+/cells/\S+\.json)$", proc.stdout + proc.stderr,
+                         flags=re.MULTILINE)
+    assert outputs and all(o.startswith("results/ab-node/") for o in outputs)

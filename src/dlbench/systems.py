@@ -135,8 +135,9 @@ def result_files(results: Path = RESULTS) -> list[Path]:
 
 def systems_folder(folder: Path) -> bool:
     """Whether results/<name>/ is a system's (not a study folder of the old layout, which
-    has cells/ right inside)."""
-    return not (folder / CELLS).is_dir()
+    has cells/ right inside): a system's records its machine (system.json, written by its
+    first cell), which the old layout never had; else no cells/ right inside it."""
+    return (folder / MACHINE_FILE).is_file() or not (folder / CELLS).is_dir()
 
 
 # -- adopting a tree made before systems ----------------------------------------------------
@@ -147,7 +148,7 @@ def legacy_study_dirs(results: Path = RESULTS) -> list[Path]:
     if not results.is_dir():
         return []
     return sorted(d for d in results.iterdir()
-                  if d.is_dir() and d.name not in RESERVED and (d / CELLS).is_dir())
+                  if d.is_dir() and d.name not in RESERVED and not systems_folder(d))
 
 
 def adopt(system: str, results: Path = RESULTS) -> list[tuple[Path, Path]]:
