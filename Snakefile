@@ -20,6 +20,14 @@ include: "workflow/rules/report.smk"
 include: "workflow/rules/profile.smk"
 
 
+# On a cluster these run on the driving host, as without one: each reads or writes files
+# only, in seconds, and would otherwise wait in the queue for a cell's allocation.
+localrules:
+    aggregate,
+    report,
+    profile_tables,
+
+
 rule all:
     input:
         # The cells' results too: Snakemake remakes a missing file only for a job that

@@ -220,3 +220,31 @@ def test_config_values_on_the_command_line_alone_keep_the_default_study(tmp_path
     outputs = re.findall(r"output: (results/\S+/cells/\S+\.json)$", proc.stdout + proc.stderr,
                          flags=re.MULTILINE)
     assert outputs and all(o.startswith("results/ab-node/") for o in outputs)
+
+
+SUBMIT = """\
+#!/bin/sh
+# A scheduler that runs each job script at once, noting its rule.
+grep -o '"rule": *"[a-z_0-9]*"' "$1" | head -1 >> "{log}"
+nohup sh "$1" >/dev/null 2>&1 &
+echo 1
+"""
+
+
+def test_on_a_cluster_only_cells_are_submitted_the_table_and_report_run_here(tmp_path):
+    """Through the cluster-generic executor (a stand-in scheduler that runs each job
+    script at once; no Slurm here): the cell is submitted, the aggregate and the report
+    run on the driving host (localrules), not queued for a cell's allocation."""
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"studies": {"t": {"grid": {
+        "model": "deep_mnist", "device": "cpu", "batch_size": 2, "num_batches": 2,
+        "num_warmup_batches": 1}}}}))
+    submitted = tmp_path / "submitted.txt"
+    submit = tmp_path / "submit.sh"
+    submit.write_text(SUBMIT.format(log=submitted))
+    submit.chmod(0o755)
+    proc = snakemake(tmp_path, "--executor", "cluster-generic", "--cluster-generic-submit-cmd",
+                     str(submit), "--jobs", "2", "--latency-wait", "5")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert submitted.read_text().split() == ['"rule":', '"benchmark_pytorch"']
+    assert "localrule aggregate:" in proc.stderr and "localrule report:" in proc.stderr
+    assert (tmp_path / "results" / "report" / "index.html").is_file()
