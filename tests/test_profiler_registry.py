@@ -302,6 +302,12 @@ def test_cell_check_comes_from_the_tool():
         f"tool torch profiles PyTorch model cells; cell {mxnet.id} of study 'm' is a mxnet "
         "model cell")
     assert registry.get("torch").check_cell(tiny_cell()) is None
+    assert "add framework: pytorch" in registry.get("torch").check_cell(mxnet)
+    (ops,) = study.expand_config({"studies": {"o": {"kind": "ops", "grid": {
+        "op_config": "config/ops/cpu_demo.json", "device": "cpu"}}}})
+    line = registry.get("torch").check_cell(ops)
+    assert "is a pytorch ops cell" in line and "add framework" not in line  # it is pytorch
+    assert "match its model cells" in line
 
 
 def test_library_dirs_per_framework():

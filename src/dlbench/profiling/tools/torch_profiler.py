@@ -72,9 +72,11 @@ class TorchProfiler(Profiler):
         framework = cell.params.get("framework")
         if cell.kind == "model" and framework == "pytorch":
             return None
+        hint = ("add framework: pytorch to match" if framework != "pytorch" else
+                "match its model cells (ncu, nsys and hpcrun profile any cell; "
+                "python -m dlbench.ops --profile traces an op config by hand)")
         return (f"tool torch profiles PyTorch model cells; cell {cell.id} of study "
-                f"'{cell.study}' is a {framework} {cell.kind} cell (add framework: pytorch "
-                "to match)")
+                f"'{cell.study}' is a {framework} {cell.kind} cell ({hint})")
 
     def iterations(self, settings: Mapping[str, Any]) -> tuple[int | None, int | None]:
         # Exactly the schedule's iterations: the profiler's last step is the run's last.
