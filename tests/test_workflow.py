@@ -234,10 +234,11 @@ echo 1
 def test_on_a_cluster_only_cells_are_submitted_the_table_and_report_run_here(tmp_path):
     """Through the cluster-generic executor (a stand-in scheduler that runs each job
     script at once; no Slurm here): the cell is submitted, the aggregate and the report
-    run on the driving host (localrules), not queued for a cell's allocation."""
+    run on the driving host (localrules), not queued for a cell's allocation. Also: the
+    report's warning on a misspelt baseline_system reaches the console."""
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"studies": {"t": {"grid": {
         "model": "deep_mnist", "device": "cpu", "batch_size": 2, "num_batches": 2,
-        "num_warmup_batches": 1}}}}))
+        "num_warmup_batches": 1}}}, "baseline_system": "nosuch"}))
     submitted = tmp_path / "submitted.txt"
     submit = tmp_path / "submit.sh"
     submit.write_text(SUBMIT.format(log=submitted))
@@ -248,3 +249,5 @@ def test_on_a_cluster_only_cells_are_submitted_the_table_and_report_run_here(tmp
     assert submitted.read_text().split() == ['"rule":', '"benchmark_pytorch"']
     assert "localrule aggregate:" in proc.stderr and "localrule report:" in proc.stderr
     assert (tmp_path / "results" / "report" / "index.html").is_file()
+    # The report's warnings reach the console, not only its log.
+    assert "dlbench: report: baseline_system 'nosuch' is no system of " in proc.stderr
