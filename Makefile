@@ -34,8 +34,11 @@ environments:
 system-deps:
 	@bash tests/system-deps.sh
 
+# `make run CONFIG=my.yaml` runs another config (Snakemake's --configfile), in place of
+# config/config.yaml.
+CONFIG ?=
 run: environments
-	$(BIN)/snakemake --cores all
+	$(BIN)/snakemake --cores all $(if $(CONFIG),--configfile '$(CONFIG)')
 	@echo "report: results/report/index.html"
 
 test: environments system-deps
