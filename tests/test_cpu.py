@@ -176,6 +176,12 @@ def test_emulation_notice_names_study_count_and_measured_factor():
     assert line.startswith("dlbench: study 's1': 3 cell(s) in bfloat16, which this CPU "
                            "(AMD EPYC, AVX2) emulates")
     assert "bfloat16 ~76x slower" in line
+    (line,) = progress.emulation_notices(cells, {"bfloat16": 3.4}, "AMD EPYC, AVX2")
+    assert "bfloat16 ~3.4x slower" in line
+    # A flag list given (DLBENCH_CPUINFO) on a CPU whose probe finds bfloat16 fast.
+    (line,) = progress.emulation_notices(cells, {"bfloat16": 0.45}, "given flags")
+    assert "far slower" not in line and "~0x" not in line
+    assert "matmul measured here takes bfloat16 ~0.45x float32's time" in line
 
 
 # -- time left --------------------------------------------------------------------------------

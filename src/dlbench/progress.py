@@ -199,10 +199,16 @@ def emulation_notices(cells: Sequence[Any], slowdowns: Mapping[str, float],
     lines = []
     for study, group in by_study.items():
         precisions = sorted({c.params["precision"] for c in group})
-        factors = [f"{p} ~{slowdowns[p]:.0f}x" for p in precisions if p in slowdowns]
-        expect = (f"expect them to run far slower than float32 (matmul measured here: "
-                  f"{', '.join(factors)} slower)" if factors
-                  else "expect them to run tens of times slower than float32")
+        measured = {p: slowdowns[p] for p in precisions if p in slowdowns}
+        factors = ", ".join(f"{p} ~{v:.0f}x" if v >= 10 else f"{p} ~{v:.2g}x"
+                            for p, v in measured.items())
+        if not measured:
+            expect = "expect them to run tens of times slower than float32"
+        elif max(measured.values()) >= 2:
+            expect = (f"expect them to run far slower than float32 (matmul measured here: "
+                      f"{factors} slower)")
+        else:  # the flags say emulated, the probe says otherwise (a CPU flag list given)
+            expect = f"matmul measured here takes {factors} float32's time"
         lines.append(f"dlbench: study '{study}': {len(group)} cell(s) in "
                      f"{' and '.join(precisions)}, which this CPU ({cpu_words}) emulates: "
                      f"{expect}; 'precisions: native' in the study skips them")
