@@ -98,7 +98,7 @@ def test_a_schema_problem_deep_in_the_config_names_its_field():
     config["monitor"] = {"interval_ms": "often"}
     with pytest.raises(workflow_support.WorkflowConfigError) as info:
         workflow_support.validate_config(config, SCHEMA)
-    assert str(info.value).startswith("monitor.interval_ms: 'often' is not of type")
+    assert str(info.value) == "monitor.interval_ms: must be a number, got 'often'"
 
 
 def test_a_study_given_twice_in_one_file_is_found(tmp_path):
@@ -207,3 +207,120 @@ def test_an_op_config_that_is_not_one_is_refused_before_any_job(tmp_path):
     config = {"studies": {"o": {"kind": "ops", "grid": {"op_config": str(bad)}}}}
     assert error_of(config) == (f"study 'o': op_config: {bad}: holds no operators (an empty "
                                 "JSON object)")
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("cells", "a cells/ folder right inside results/<system>/"),
+    ("Cells", "a cells/ folder right inside results/<system>/"),  # one folder on macOS
+    ("cache", "inductor caches"),
+    ("system.json", "records the system's machine")])
+def test_a_study_named_as_what_a_systems_folder_holds_is_refused(name, why):
+    message = error_of({"studies": {name: {"grid": {"model": "deep_mnist", "device": "cpu"}}}})
+    assert message.startswith(f"study '{name}': name: '{name}' is reserved (")
+    assert why in message and message.endswith("choose another name")
+
+
+def test_a_study_named_as_what_results_holds_beside_systems_is_kept():
+    """Studies live under results/<system>/: results/'s own folders are no collision."""
+    for name in ("logs", "profiles", "datasets", "report", "invalid", "retried"):
+        config = {"studies": {name: {"grid": {"model": "deep_mnist", "device": "cpu"}}}}
+        assert [c.study for c in study.expand_config(config)] == [name]
+
+
+def test_a_dataset_named_as_the_datasets_log_folder_is_refused():
+    config = {"datasets": {"logs": {"synthetic": {}}}, **grid(data="logs")}
+    assert error_of(config).startswith("dataset 'logs': name: 'logs' is reserved (results/"
+                                       "datasets/logs/ holds")
+
+
+def test_a_name_with_a_trailing_newline_is_refused_in_one_line():
+    """'$' matches before a final newline: the name would pass, and no job make its files."""
+    config = {"studies": {"s1\n": {"grid": {"model": "deep_mnist", "device": "cpu"}}}}
+    assert error_of(config) == ("study 's1\\n': name: use letters, digits, '_', '-' and '.' "
+                                "only, starting with a letter or digit")
+    config = {"datasets": {"d\n": {"synthetic": {}}}, **grid(data="d\n")}
+    assert error_of(config).startswith("dataset 'd\\n': name: use letters, digits")
+
+
+def schema_error_of(config) -> str:
+    with pytest.raises(workflow_support.WorkflowConfigError) as info:
+        workflow_support.validate_config(config, SCHEMA)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize(("axes", "message"), [
+    ({"batch_size": "8"}, "study 's': grid.batch_size: must be an integer or a list of "
+                          "integers, got '8'"),
+    ({"batch_size": 8.5}, "study 's': grid.batch_size: must be an integer or a list of "
+                          "integers, got 8.5"),
+    ({"batch_size": True}, "study 's': grid.batch_size: must be an integer or a list of "
+                           "integers, got True"),
+    ({"precision": 16}, "study 's': grid.precision: must be a string or a list of strings, "
+                        "got 16"),
+    ({"batch_size": [1, "2"]}, "study 's': grid.batch_size[1]: must be an integer, got '2'"),
+    ({"model_opts": 3}, "study 's': grid.model_opts: must be a mapping or a list of "
+                        "mappings, got 3")])
+def test_a_value_of_the_wrong_type_names_the_study_field_and_what_is_valid(axes, message):
+    assert schema_error_of(grid(**axes)) == message
+
+
+def test_schema_problems_outside_a_grid_name_their_study_or_field():
+    ops = {"studies": {"o": {"kind": "ops", "grid": {"op_config": "x", "backward": "yes"}}}}
+    assert schema_error_of(ops) == ("study 'o': grid.backward: must be a boolean (true or "
+                                    "false) or a list of booleans, got 'yes'")
+    config = grid()
+    config["studies"]["s"]["overrides"] = [{"match": 1, "set": {}}]
+    assert schema_error_of(config) == "study 's': overrides[0].match: must be a mapping, got 1"
+    assert schema_error_of({**grid(), "retry_failed": 3}) == (
+        "retry_failed: must be a boolean (true or false), a string or a list of values among "
+        "(failed, oom, skipped), got 3")
+    assert schema_error_of({**grid(), "datasets": {"d": {}}}) == (
+        "datasets.d: must be a mapping with path or a mapping with synthetic, got {}")
+
+
+@pytest.mark.parametrize("key", ["system", "baseline_system"])
+def test_a_system_label_of_digits_from_the_command_line_is_its_text(key):
+    """Snakemake reads --config system=2024 as the integer 2024; the label is '2024'."""
+    config = {**grid(), key: 2024}
+    workflow_support.validate_config(config, SCHEMA)
+    assert config[key] == "2024"
+    if key == "system":
+        assert workflow_support.system_label(config) == "2024"
+    # What does not give back the text typed is still refused.
+    for value in (True, 20.5):
+        assert schema_error_of({**grid(), key: value}).startswith(f"{key}: must be a string")
+
+
+def test_a_typo_in_defaults_is_named_where_it_is_not_in_a_studys_grid():
+    config = {"defaults": {"model": {"num_batchs": 3}}, **grid()}
+    message = error_of(config)
+    assert message.startswith("config: defaults.model.num_batchs: unknown axis of model cells "
+                              "(valid: framework, model,")
+    # Also when no study is of that kind: never silently ignored.
+    config = {"defaults": {"ops": {"iteratons": 3}}, **grid()}
+    assert error_of(config).startswith("config: defaults.ops.iteratons: unknown axis of ops")
+    # A study's own grid is still blamed for its own typo.
+    config = {"defaults": {"model": {"num_batches": 3}}, **grid(num_batchs=3)}
+    assert error_of(config).startswith("study 's': grid.num_batchs: unknown axis (valid: ")
+
+
+def test_an_empty_list_from_defaults_is_named_there():
+    config = {"defaults": {"model": {"batch_size": []}}, **grid()}
+    assert error_of(config) == "study 's': defaults.model.batch_size: is an empty list"
+
+
+def test_unquoted_on_off_read_as_booleans_get_a_hint_to_quote_them(tmp_path):
+    """YAML 1.1: cuda_l2_cache: [on, off] is [true, false]; both checks say to quote."""
+    import yaml
+
+    config = yaml.safe_load("studies:\n  o: {kind: ops, grid: {op_config: OPS, device: gpu, "
+                            "cuda_l2_cache: [on, off]}}\n".replace("OPS", str(tmp_path)))
+    with pytest.raises(workflow_support.WorkflowConfigError) as info:
+        workflow_support.validate_config(config, SCHEMA)
+    assert str(info.value).endswith(
+        "cuda_l2_cache[0]: must be a string, got True (YAML reads unquoted on/off, yes/no as "
+        "true/false: quote it, 'on')")
+    assert error_of(config).endswith("got True (YAML reads unquoted on/off, yes/no as "
+                                     "true/false: quote it, 'on')")

@@ -70,7 +70,7 @@ def test_a_bad_config_is_one_line_naming_the_study_and_field(tmp_path, capsys):
     bad = {"studies": {"s": {"repeats": 0, "grid": {"model": "resnet18"}}}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(bad))
     rc, _, err = run_list(tmp_path, capsys, "studies")
-    assert rc == 2 and err.count("\n") == 1 and "studies.s.repeats" in err
+    assert rc == 2 and err.count("\n") == 1 and "study 's': repeats: " in err
     rc = listing.main(["studies", "--configfile", str(tmp_path / "missing.yaml")])
     assert rc == 2 and "missing.yaml" in capsys.readouterr().err
 
@@ -86,3 +86,40 @@ def test_a_study_given_twice_is_a_warning_as_in_the_workflow(tmp_path, capsys):
     assert rc == 0 and [r["cell_id"].split("_")[1] for r in rows] == ["alexnet"]
     assert err == (f"dlbench config warning: {tmp_path / 'config.yaml'}: line 4: key 's' is "
                    "given twice (the last one wins)\n")
+
+
+def test_several_configfiles_merge_as_snakemake_merges_them(tmp_path, capsys):
+    """A second file's study joins the first's studies (Snakemake merges mappings at every
+    depth); both of Snakemake's forms of the option are taken."""
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(CONFIG))
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(yaml.safe_dump({"studies": {
+        "added": {"grid": {"model": "deep_mnist", "device": "cpu"}},
+        "single": {"repeats": 3}}}))
+    for form in (["--configfile", str(tmp_path / "config.yaml"), str(extra)],
+                 ["--configfile", str(tmp_path / "config.yaml"), "--configfile", str(extra)]):
+        rc = listing.main(["studies", *form, "--results", str(tmp_path / "results"),
+                           "--format", "csv"])
+        rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+        assert rc == 0
+        assert {r["study"]: r["repeats"] for r in rows} == {"sweep": "2", "single": "3",
+                                                            "added": "1"}
+
+
+def test_merge_config_is_snakemakes_update_config():
+    from snakemake.utils import update_config
+
+    cases = [({"a": {"b": 1, "c": {"d": 2}}, "e": [1]}, {"a": {"c": {"x": 3}}, "e": [2]}),
+             ({"a": 1}, {"a": {"b": 2}}), ({"a": {"b": 2}}, {"a": 1}),
+             ({"a": 1}, {"a": {}}), ({"a": [1]}, {"a": {"b": {"c": None}}})]
+    for base, over in cases:
+        ours, theirs = yaml.safe_load(yaml.safe_dump(base)), yaml.safe_load(yaml.safe_dump(base))
+        listing.merge_config(ours, over)
+        update_config(theirs, over)
+        assert ours == theirs, (base, over)
+
+
+def test_a_system_label_of_digits_is_its_text(tmp_path, capsys):
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({**CONFIG, "system": 2024}))
+    rc, rows, err = run_list(tmp_path, capsys, "studies")
+    assert rc == 0 and "2024 missing" in rows[0], err

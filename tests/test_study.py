@@ -125,3 +125,23 @@ def test_an_override_setting_an_alias_is_normalised_before_the_exclude_rules():
         exclude=[{"model": "alexnet", "precision": "float16"}]))
     assert [(c.params["model"], c.params["precision"]) for c in cells] == [
         ("resnet18", "float32")]
+
+
+def test_exclude_and_override_rules_match_precision_aliases(capsys):
+    """The grid's values are normalised (bf16 is bfloat16): so are the rules', else a rule
+    written as the grid is matches nothing and its cells run as they are."""
+    cells = study.expand_config(cfg(
+        {"model": "deep_mnist", "precision": ["f32", "bf16", "f16"], "device": "cpu"},
+        exclude=[{"precision": "bf16"}],
+        overrides=[{"match": {"precision": ["f32", "float16"]}, "set": {"num_batches": 7}}]))
+    assert {c.params["precision"]: c.params["num_batches"] for c in cells} == {
+        "float32": 7, "float16": 7}
+    assert capsys.readouterr().err == ""
+
+
+def test_an_override_whose_match_is_not_a_mapping_is_one_line():
+    with pytest.raises(study.ConfigError) as info:
+        study.expand_config(cfg({"model": "deep_mnist"},
+                                overrides=[{"match": ["model"], "set": {"num_batches": 7}}]))
+    assert str(info.value) == ("study 's': overrides[0].match: must be a mapping of axes to "
+                               "values, got ['model']")

@@ -565,6 +565,10 @@ class AxisError(ValueError):
 INT_MAX = 2**63 - 1
 
 
+# YAML 1.1 reads unquoted on/off and yes/no as booleans: cuda_l2_cache: [on, off] is two.
+YAML_BOOLEAN_HINT = " (YAML reads unquoted on/off, yes/no as true/false: quote it, 'on')"
+
+
 def check(kind: str, params: Mapping[str, Any]) -> None:
     """Types, bounds and valid values of every axis of a cell (raises AxisError)."""
     for axis in of_kind(kind):
@@ -577,7 +581,8 @@ def check(kind: str, params: Mapping[str, Any]) -> None:
         if axis.type is bool and not isinstance(value, bool):
             raise AxisError(axis.name, f"must be true or false, got {value!r}")
         if axis.type is str and not isinstance(value, str):
-            raise AxisError(axis.name, f"must be a string, got {value!r}")
+            hint = YAML_BOOLEAN_HINT if isinstance(value, bool) else ""
+            raise AxisError(axis.name, f"must be a string, got {value!r}{hint}")
         if axis.type is dict and not isinstance(value, dict):
             raise AxisError(axis.name, f"must be a mapping, got {value!r}")
         if axis.minimum is not None and value < axis.minimum:

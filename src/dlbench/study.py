@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlbench import axes, cpu, kinds
+from dlbench import axes, cpu, kinds, systems
 
 STUDY_KEYS = ("kind", "grid", "overrides", "exclude", "description", "precisions",
               "timeout_s", "repeats", "calibrate")
@@ -38,7 +38,21 @@ DEFAULT_MAX_CELLS = 100_000
 # Repeats of a cell are separate jobs of separate rules (one per repeat, so that the
 # scheduler can run them round by round): a bound keeps the workflow's rules few.
 MAX_REPEATS = 50
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# Names become folders: checked with fullmatch, since '$' also matches before a trailing
+# newline ("s1\n" would pass, and no job could make its folder's files).
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# What results/<system>/ holds beside its studies' folders (results/<system>/<study>/),
+# and why a study may not take the name. Compared case-blind: on a case-insensitive file
+# system (macOS) 'Cells' is the folder 'cells'.
+RESERVED_STUDIES = {
+    systems.CELLS: f"a {systems.CELLS}/ folder right inside results/<system>/ makes it look "
+                   "like a study folder of the layout before systems, which is moved",
+    "cache": "results/<system>/cache/ holds the compiled cells' inductor caches",
+    systems.MACHINE_FILE: f"results/<system>/{systems.MACHINE_FILE} records the system's "
+                          "machine",
+}
+# What results/datasets/ holds beside the datasets' folders.
+RESERVED_DATASETS = {"logs": "results/datasets/logs/ holds the datasets' conversion logs"}
 # A study's 'precisions': every cell (all), or on a CPU only those it computes natively.
 STUDY_PRECISIONS = ("all", "native")
 
@@ -105,6 +119,13 @@ def _matches(cell: Mapping[str, Any], rule: Mapping[str, Any]) -> bool:
     return all(cell.get(k) in _as_list(v) for k, v in rule.items())
 
 
+def _normalised_rule(rule: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """A match rule's values spelled as the cells' are (the grid's aliases are normalised:
+    precision f32 is float32), so that a rule written with an alias matches its cells."""
+    return {key: [axes.get(key).normalise(v) for v in _as_list(value)]
+            for key, value in rule.items()}
+
+
 def _normalise(p: dict[str, Any]) -> dict[str, Any]:
     for name, value in p.items():
         if isinstance(value, str):
@@ -163,8 +184,13 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
                  cap: int | None = None) -> list[Cell]:
     """The study's cells, validated. ``cap``: the most cells it may have (checked on the
     grid's size before any cell is made)."""
-    if not _NAME.match(name):
-        raise _fail(name, "name", "use letters, digits, '_', '-' and '.' only")
+    if not _NAME.fullmatch(name):
+        # repr: a name with a newline or a quote in it is still said in one line.
+        raise ConfigError(f"study {name!r}: name: use letters, digits, '_', '-' and '.' only, "
+                          "starting with a letter or digit")
+    reserved = RESERVED_STUDIES.get(name.casefold())
+    if reserved:
+        raise _fail(name, "name", f"{name!r} is reserved ({reserved}); choose another name")
     if not isinstance(study, Mapping):
         raise _fail(name, "study", "must be a mapping with a grid")
     kind = study.get("kind", "model")
@@ -177,10 +203,15 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
     _enum(name, "precisions", precisions, STUDY_PRECISIONS)
     timeout_s(name, study, config)
     repeats(name, study, config)
-    grid = {**config.get("defaults", {}).get(kind, {}), **(study.get("grid") or {})}
+    own = study.get("grid") or {}
+    grid = {**(config.get("defaults") or {}).get(kind, {}), **own}
+
+    def grid_field(key: str) -> str:  # where the value was given: the study or the defaults
+        return f"grid.{key}" if key in own else f"defaults.{kind}.{key}"
+
     for key in grid:
         if key not in axis_defaults:
-            raise _fail(name, f"grid.{key}",
+            raise _fail(name, grid_field(key),
                         f"unknown axis (valid: {', '.join(axis_defaults)})")
     for key, default in axis_defaults.items():
         if default is axes.REQUIRED and key not in grid:
@@ -190,7 +221,7 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
               for key, default in axis_defaults.items()}
     for key, vals in values.items():
         if not vals:
-            raise _fail(name, f"grid.{key}", "is an empty list")
+            raise _fail(name, grid_field(key), "is an empty list")
     size = math.prod(len(vals) for vals in values.values())
     if cap is not None and size > cap:
         raise _fail(name, "grid", f"{size:,} cells (the product of its axes' value counts) is "
@@ -207,9 +238,16 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
     for i, ov in enumerate(overrides):
         if not isinstance(ov, Mapping) or set(ov) != {"match", "set"}:
             raise _fail(name, f"overrides[{i}]", "needs exactly the keys match and set")
+        for key in ("match", "set"):
+            if not isinstance(ov[key], Mapping):
+                raise _fail(name, f"overrides[{i}].{key}",
+                            f"must be a mapping of axes to values, got {ov[key]!r}")
         bad = [k for k in [*ov["match"], *ov["set"]] if k not in axis_defaults]
         if bad:
             raise _fail(name, f"overrides[{i}]", f"unknown axis {bad[0]!r}")
+    # Once per rule, not per cell; the keys are axes (checked above).
+    rules = [_normalised_rule(rule) for rule in rules]
+    matches = [_normalised_rule(ov["match"]) for ov in overrides]
     datasets = config.get("datasets") or {}
     cells: list[Cell] = []
     seen: set[str] = set()
@@ -220,7 +258,7 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
         params = dict(zip(values, combo, strict=True))
         matched = False
         for i, ov in enumerate(overrides):
-            if _matches(params, ov["match"]):
+            if _matches(params, matches[i]):
                 params.update(ov["set"])
                 used_overrides.add(i)
                 matched = True
@@ -256,12 +294,38 @@ def check_datasets(datasets: Mapping[str, Any]) -> None:
     '-' and '.' only. One read from the user's own ImageFolder must exist before anything
     runs."""
     for name, spec in datasets.items():
-        if not _NAME.match(str(name)):
-            raise ConfigError(f"dataset '{name}': name: use letters, digits, '_', '-' and '.' "
-                              "only, starting with a letter or digit")
+        if not _NAME.fullmatch(str(name)):
+            # repr: a name with a newline or a quote in it is still said in one line.
+            raise ConfigError(f"dataset {str(name)!r}: name: use letters, digits, '_', '-' and "
+                              "'.' only, starting with a letter or digit")
+        reserved = RESERVED_DATASETS.get(str(name).casefold())
+        if reserved:
+            raise ConfigError(f"dataset '{name}': name: {str(name)!r} is reserved ({reserved}); "
+                              "choose another name")
         path = (spec or {}).get("path")
         if path is not None and not Path(path).is_dir():
             raise ConfigError(f"dataset '{name}': path: {path} is not a folder")
+
+
+def check_defaults(defaults: Any) -> None:
+    """The config's defaults, per kind, are axes of that kind: checked once for the config
+    (not as a study's grid, where a typo would be blamed on the first study using them),
+    and also where no study of the kind uses them."""
+    if not isinstance(defaults, Mapping):
+        raise ConfigError(f"config: defaults: must be a mapping of kinds to axis values, "
+                          f"got {defaults!r}")
+    for kind, values in defaults.items():
+        if kind not in kinds.names():
+            raise ConfigError(f"config: defaults.{kind}: unknown kind "
+                              f"(valid: {', '.join(kinds.names())})")
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"config: defaults.{kind}: must be a mapping of axes to values, "
+                              f"got {values!r}")
+        valid = axes.defaults(kind)
+        for key in values:
+            if key not in valid:
+                raise ConfigError(f"config: defaults.{kind}.{key}: unknown axis of {kind} cells "
+                                  f"(valid: {', '.join(valid)})")
 
 
 def check_frameworks(settings: Mapping[str, Any]) -> None:
@@ -278,6 +342,7 @@ def expand_config(config: Mapping[str, Any]) -> list[Cell]:
     """All cells of all studies, validated."""
     check_frameworks(config.get("frameworks") or {})
     check_datasets(config.get("datasets") or {})
+    check_defaults(config.get("defaults") or {})
     studies = config.get("studies")
     if not isinstance(studies, Mapping) or not studies:
         raise ConfigError("config: studies: at least one study is required")
