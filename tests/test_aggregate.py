@@ -1,6 +1,7 @@
 
 import json
 
+import pandas as pd
 import pyarrow.parquet as pq
 
 from dlbench import aggregate
@@ -50,7 +51,7 @@ def test_cli_turns_a_bad_result_file_into_a_failed_row_naming_it(tmp_path, capsy
     assert row["status"] == "failed" and row["source"] == str(bad)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{bad}: not a dlbench result" in err
-    assert not bad.exists() and len(list((tmp_path / "invalid").iterdir())) == 1
+    assert bad.exists()  # by hand: the user's file stays (only the workflow moves it)
 
 
 def test_a_result_older_than_an_axis_reads_at_its_default_where_its_framework_has_it():
@@ -77,3 +78,75 @@ def test_a_result_older_than_an_axis_reads_at_its_default_where_its_framework_ha
         1, False, True, None)
     assert row("comms", {**comms, "blocking": False, "window": 8})["window"] == 8
     assert row("op", {"framework": "pytorch", "op_config": "x.json"})["num_nodes"] is None
+
+
+def op_result(path, errors):
+    """An operator cell that measured torch.add and recorded ``errors`` for other inputs."""
+    res = R.new_result(kind="op", study="s", cell_id=path.stem,
+                       cell={"framework": "pytorch", "op_config": "mixed.json", "device": "cpu"})
+    res["measurements"].append(R.measurement(
+        name="0|0|0", op_name="torch.add", pass_="forward", times_s=[0.1, 0.2],
+        items_per_iteration=1))
+    res["extra"] = {"errors": errors}
+    R.finish(res, "ok")
+    R.write(res, path)
+    return path
+
+
+def test_failed_inputs_of_an_ok_operator_cell_are_rows_of_their_own(tmp_path):
+    errors = [{"op_name": "torch.mm", "id": "0|0|1", "error": "torch.mm: shapes", "oom": False},
+              {"op_name": "torch.bmm", "id": "0|0|0", "error": "torch.bmm: CUDA out of memory",
+               "oom": True},
+              {"op_name": "torch.nope", "id": None, "error": "torch.nope: unknown operator",
+               "oom": False}]
+    table = aggregate.write([op_result(tmp_path / "c.json", errors)], tmp_path / "t.parquet")
+    rows = table.to_pylist()
+    got = [(r["status"], r["op_name"], r["name"], r["error"]) for r in rows]
+    # The measured input first: a per-cell view keeping each cell's last row sees a failure.
+    assert got == [("ok", "torch.add", "0|0|0", None),
+                   ("failed", "torch.mm", "0|0|1", "torch.mm: shapes"),
+                   ("oom", "torch.bmm", "0|0|0", "torch.bmm: CUDA out of memory"),
+                   ("failed", "torch.nope", None, "torch.nope: unknown operator")]
+    assert {r["cell_id"] for r in rows} == {"c"} and rows[1]["throughput"] is None
+    assert rows[1]["op_config"] == "mixed.json" and rows[1]["repeats"] is None
+    assert json.loads(rows[1]["extra"])["failed_input"]["id"] == "0|0|1"
+    # A cell that measured nothing is one failed row: its own error counts the inputs.
+    res = R.read(tmp_path / "c.json")
+    res["measurements"] = []
+    R.finish(res, "failed", "config mixed.json: 3 errors, none measured; first: ...")
+    (row,) = aggregate.rows_of(res, "c.json")
+    assert (row["status"], row.get("op_name"), row["error"]) == ("failed", None, res["error"])
+
+
+def test_by_hand_files_are_never_moved_and_each_bad_one_is_a_failed_row_in_one_line(
+        tmp_path, capsys):
+    """PARAM's JSON-lines output (also .json) and a missing file: a failed row naming the
+    file and one line each; the user's files stay where they are."""
+    good = write_cell(tmp_path / "good.json")
+    param = tmp_path / "benchmark_result.json"
+    param.write_text('{"run_options": {}}\n{"op_name": "torch.add"}\n')
+    missing = tmp_path / "missing.json"
+    rc = aggregate.main([str(good), str(param), str(missing),
+                         "--parquet", str(tmp_path / "t.parquet")])
+    assert rc == 0
+    rows = {r["source"]: r for r in pq.read_table(tmp_path / "t.parquet").to_pylist()}
+    assert rows[str(good)]["status"] == "ok"
+    assert rows[str(param)]["status"] == rows[str(missing)]["status"] == "failed"
+    assert param.exists() and not (tmp_path / "invalid").exists()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        f"dlbench.aggregate: invalid result file {param}: not a JSON result file "
+        "(Extra data at line 2)",
+        f"dlbench.aggregate: invalid result file {missing}: cannot be read "
+        "(No such file or directory)"]
+
+
+def test_integer_columns_stay_integers_in_the_csv_when_cell_kinds_mix(tmp_path):
+    """An operator cell has no batch_size: the column holds a null, which must not turn
+    the model cell's 8 into 8.0."""
+    files = [write_cell(tmp_path / "m.json"), op_result(tmp_path / "o.json", [])]
+    csv = tmp_path / "t.csv"
+    aggregate.write(files, tmp_path / "t.parquet", csv)
+    rows = pd.read_csv(csv, dtype=str, keep_default_na=False).set_index("cell_id")
+    assert rows.loc["m", "batch_size"] == "8" and rows.loc["o", "batch_size"] == ""
+    assert rows.loc["m", "iterations"] == "2" and rows.loc["m", "repeat"] == "0"

@@ -190,6 +190,9 @@ def run_script(tmp_path: Path, monkeypatch, inputs: list[Path]) -> Path:
                            output=SimpleNamespace(parquet=str(tmp_path / "t.parquet"),
                                                   csv=str(tmp_path / "t.csv")),
                            params=SimpleNamespace(unstable_cv=0.05))
+    # The script lists invalid files for the next run under results/ of the working
+    # directory: this test's, never the repository's.
+    monkeypatch.chdir(tmp_path)
     # The script redirects them; whatever it leaves, the test gets its own back.
     monkeypatch.setattr(sys, "stdout", sys.stdout)
     monkeypatch.setattr(sys, "stderr", sys.stderr)
@@ -203,6 +206,24 @@ def test_the_script_logs_invalid_files_and_succeeds(tmp_path, monkeypatch):
     lines = log.read_text().splitlines()
     assert lines[0].startswith(f"dlbench.aggregate: invalid result file {bad}: ")
     assert lines[1] == "2 rows from 2 result files"
+
+
+def test_two_software_stacks_under_one_label_stop_the_script_in_one_line(tmp_path,
+                                                                        monkeypatch):
+    """As the README says: one line naming both files, no traceback; the job fails."""
+    def stack(cell_id: str, version: str) -> Path:
+        res = {**result(cell_id), "system": "box", "fingerprint": {
+            "hardware": {}, "software": {"framework": "pytorch", "framework_version": version}}}
+        return write_json(tmp_path / "results" / "box" / "s" / "cells" / f"{cell_id}.json", res)
+
+    a, b = stack("A", "2.9.0"), stack("B", "2.10.0")
+    with pytest.raises(SystemExit) as info:
+        run_script(tmp_path, monkeypatch, [a, b])
+    assert info.value.code == 1
+    (line,) = (tmp_path / "logs" / "aggregate.log").read_text().splitlines()
+    assert line.startswith("dlbench.aggregate: system 'box': two pytorch software stacks")
+    assert str(a) in line and str(b) in line
+    assert not (tmp_path / "t.parquet").exists()
 
 
 def test_the_script_keeps_the_traceback_in_its_log_when_it_fails(tmp_path, monkeypatch):

@@ -299,6 +299,22 @@ def test_bad_input_is_a_one_line_failed_result(mxnet_python, tmp_path, flags, ex
 
 
 @pytest.mark.mxnet
+def test_a_data_dir_folder_without_a_record_file_names_both_layouts(mxnet_python, tmp_path):
+    """DLBS's train.rec is taken as well as the prepared data.rec: the message says both."""
+    out = run_helper(mxnet_python, f"""
+        from dlbench.cellrun import CellError
+        from dlbench.mxnet import data
+        try:
+            data.resolve_record({str(tmp_path)!r})
+        except CellError as exc:
+            print(exc)
+    """)
+    assert out.strip() == (
+        f"--data_dir {tmp_path}: a folder with neither data.rec (python -m dlbench.datasets "
+        "recordio's layout: data.rec, data.idx) nor train.rec (DLBS's: train.rec, train.idx)")
+
+
+@pytest.mark.mxnet
 def test_gpu_device_without_a_cuda_build_fails_clearly(mxnet_python, tmp_path):
     """The CPU wheel sees no GPU: --device gpu must fail naming --num_gpus (on a CUDA host
     with GPUs this cell would run; not exercised here)."""

@@ -119,6 +119,25 @@ def test_cuda_graph_off_a_gpu_is_dropped_with_a_warning_as_param_does(tmp_path, 
     assert all("compile" not in m["extra"] for m in res["measurements"])
 
 
+def test_cuda_l2_cache_off_off_a_gpu_is_dropped_with_a_warning_as_cuda_graph_is(tmp_path,
+                                                                             caplog):
+    """Nothing is flushed on a CPU: the result must not say off."""
+    code, lines, res = run_ops(tmp_path, op_config(tmp_path), "--cuda-l2-cache", "off")
+    assert code == 0 and res["status"] == "ok"
+    assert res["cell"]["cuda_l2_cache"] == "on" and lines[0]["run_options"]["cuda_l2_cache"]
+    (warning,) = [r.getMessage() for r in caplog.records if "--cuda-l2-cache" in r.getMessage()]
+    assert warning.startswith("--cuda-l2-cache off flushes a GPU's L2 cache; nothing is "
+                              "flushed on cpu")
+
+
+def test_a_cpu_study_cell_with_the_l2_cache_off_is_a_config_error(tmp_path):
+    with pytest.raises(study.ConfigError) as info:
+        study.expand_config(ops_grid(tmp_path, device="cpu", cuda_l2_cache="off"))
+    assert str(info.value) == ("study 'ops': cuda_l2_cache: off flushes a GPU's L2 cache "
+                               "before each call: device gpu only")
+    assert study.expand_config(ops_grid(tmp_path, device="gpu", cuda_l2_cache="off"))
+
+
 def test_capture_is_refused_for_a_cpu_device():
     """The capture itself needs a GPU and is not run here."""
     with pytest.raises(ValueError, match="cuda device only"):

@@ -152,6 +152,26 @@ def test_a_resume_id_that_never_matches_skips_everything(tmp_path):
     assert res["status"] == "skipped" and res["measurements"] == []
 
 
+def warnings_of(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_stop_id_that_never_matches_runs_everything_and_says_so(tmp_path, caplog):
+    code, lines, res = run_ops(tmp_path, PARAM_CONFIGS / "simple_add.json", "-i", "1",
+                               "-s", "torch.add|9|9|9")
+    assert code == 0 and res["status"] == "ok" and op_lines(lines)
+    assert warnings_of(caplog) == [
+        "stop id 'torch.add|9|9|9' matched no input: ran to the end of the config"]
+
+
+def test_a_stop_id_before_the_resume_id_is_named_as_the_reason_nothing_ran(tmp_path, caplog):
+    code, lines, res = run_ops(tmp_path, PARAM_CONFIGS / "simple_add_range.json", "-w", "0",
+                               "-i", "1", "-r", "torch.add|1|0|0_3", "-s", "torch.add|0|0|1_2")
+    assert code == 0 and op_lines(lines) == [] and res["status"] == "skipped"
+    assert warnings_of(caplog) == [
+        "stop id 'torch.add|0|0|1_2' comes before resume id 'torch.add|1|0|0_3': nothing ran"]
+
+
 def test_zero_iterations_write_empty_metrics_as_param_does(tmp_path):
     code, lines, res = run_ops(tmp_path, PARAM_CONFIGS / "simple_add.json", "-w", "0", "-i", "0")
     (op,) = op_lines(lines)
@@ -188,6 +208,30 @@ def test_bad_ops_and_specs_are_recorded_in_one_line_and_the_rest_still_runs(tmp_
     assert [op["op_name"] for op in op_lines(lines) if "error" not in op] == ["torch.add", "torch.mul"]
     assert code == 0 and res["status"] == "ok" and len(res["measurements"]) == 2
     assert [e["error"] for e in res["extra"]["errors"]] == messages
+
+
+def test_inputs_that_fail_beside_measured_ones_are_summed_up_and_become_table_rows(
+        tmp_path, caplog):
+    """The cell stays ok (what was measured stands, as PARAM goes on); each failed input is
+    a failed row of the table, and the log ends with one line counting them."""
+    from dlbench import aggregate
+
+    config = write_config(tmp_path, {
+        "torch.add": {"config": [{"input": [{"args": [tensor(4, 4), tensor(4, 4)]}]}]},
+        "torch.mm": {"config": [{"input": [{"args": [tensor(4, 3), tensor(5, 4)]}]}]},
+        "torch.nope": {"config": [{"input": [{"args": []}]}]},
+    })
+    code, _, res = run_ops(tmp_path, config, "-i", "2")
+    assert code == 0 and res["status"] == "ok" and len(res["measurements"]) == 1
+    summary = caplog.records[-1]
+    assert summary.levelname == "WARNING" and summary.getMessage() == (
+        "2 of 3 inputs failed; first: torch.mm: config[0].input[0]: RuntimeError: mat1 and "
+        "mat2 shapes cannot be multiplied (4x3 and 5x4)")
+    rows = aggregate.rows_of_file(tmp_path / "out_result.json")
+    assert [(r["status"], r["op_name"], r["name"]) for r in rows] == [
+        ("ok", "torch.add", "0|0|0"), ("failed", "torch.mm", "0|0|0"),
+        ("failed", "torch.nope", None)]
+    assert rows[2]["error"] == "torch.nope: unknown operator (torch has no attribute 'nope')"
 
 
 def test_all_inputs_failing_makes_a_failed_result(tmp_path):

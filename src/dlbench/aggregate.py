@@ -7,7 +7,8 @@ A result file that cannot be trusted (not JSON, against the result schema, anoth
 identity, a value no column can hold) never fails the table: it becomes one ``failed`` row
 whose error names the file and the problem, and ``write`` moves the file aside into
 ``invalid/`` beside it, so that the workflow sees the cell's result missing and measures
-the cell again on its next run (nothing is deleted).
+the cell again on its next run (nothing is deleted). By hand (``python -m
+dlbench.aggregate``) nothing is moved: the files are the user's.
 """
 
 from __future__ import annotations
@@ -258,7 +259,21 @@ def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
             **warmup_values(extra),
             "times_s": m["times_s"], "extra": _json(extra),
         })
-    return rows
+    return rows + failed_input_rows(res, base)
+
+
+def failed_input_rows(res: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per operator input that failed in a cell that measured others (the runner's
+    ``extra.errors``; the cell itself stays ok, as PARAM goes on past a failed input), so
+    that a status filter finds it. An error before any input (an unknown operator, a bad
+    config entry) has no input id: ``name`` is null there. After the cell's measurements:
+    a per-cell view keeping a cell's last row (the report's) sees the failure."""
+    if res["kind"] != "op":
+        return []
+    return [{**base, "status": "oom" if error.get("oom") else "failed",
+             "error": error.get("error"), "op_name": error.get("op_name"),
+             "name": error.get("id"), "extra": _json({"failed_input": error})}
+            for error in (res.get("extra") or {}).get("errors") or []]
 
 
 # An invalid result is moved here, beside the cell results (results/<system>/<study>/cells/invalid/).
@@ -294,7 +309,9 @@ def load(path: str | Path) -> dict[str, Any]:
         res = R.read(path)
     except UnicodeDecodeError as exc:  # random bytes: a ValueError, but not a JSON one
         raise InvalidResult(f"not a JSON result file (not UTF-8 text at byte {exc.start})") from None
-    except (ValueError, RecursionError, OSError) as exc:
+    except OSError as exc:  # its own words, not Python's repeating the path
+        raise InvalidResult(f"cannot be read ({exc.strerror or type(exc).__name__})") from None
+    except (ValueError, RecursionError) as exc:
         # R.read's messages start with the path, which the caller says anyway.
         raise InvalidResult(_one_line(str(exc).removeprefix(f"{path}: "))) from None
     try:
@@ -415,6 +432,13 @@ def check_systems(files: list[tuple[str | Path, list[dict[str, Any]]]]) -> None:
         raise SystemConflict(problem)
 
 
+def _nullable_integers(dtype: pa.DataType) -> Any:
+    """to_pandas' types_mapper: integer columns as pandas' Int64 (None: the default)."""
+    import pandas as pd
+
+    return pd.Int64Dtype() if pa.types.is_integer(dtype) else None
+
+
 def write(paths: Iterable[str | Path], parquet: str | Path, csv: str | Path | None = None,
           *, move_invalid: bool = True, invalid_later: list[str] | None = None,
           unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV) -> pa.Table:
@@ -432,8 +456,10 @@ def write(paths: Iterable[str | Path], parquet: str | Path, csv: str | Path | No
         pq.write_table(table, stack.enter_context(atomic.temp_path(parquet)))
         if csv is not None:
             stack.enter_context(writing(csv, kept))
-            # CSV has no list type: per-iteration times stay in the Parquet file.
-            frame = table.drop_columns(["times_s"]).to_pandas()
+            # CSV has no list type: per-iteration times stay in the Parquet file. Integer
+            # columns as pandas' nullable integers: a null among them (a cell kind without
+            # the axis) would make a plain column float, and batch_size 8 read "8.0".
+            frame = table.drop_columns(["times_s"]).to_pandas(types_mapper=_nullable_integers)
             frame.to_csv(stack.enter_context(atomic.temp_path(csv)), index=False)
     return table
 
@@ -443,8 +469,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="python -m dlbench.aggregate",
-        description="Aggregate cell result files into Parquet/CSV. An invalid result file "
-                    f"becomes a failed row and is moved into {INVALID_DIR}/ beside it.")
+        description="Aggregate cell result files into Parquet/CSV. A file that is not a "
+                    "valid result (missing, not a result: PARAM's JSON-lines output) becomes "
+                    "a failed row naming it, said in one line; no file is moved.")
     parser.add_argument("results", nargs="+", help="cell result JSON files")
     parser.add_argument("--parquet", required=True)
     parser.add_argument("--csv")
@@ -457,7 +484,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     try:
-        table = write(args.results, args.parquet, args.csv, unstable_cv=args.unstable_cv)
+        # By hand the files are the user's, not a workflow's cells: nothing is moved (the
+        # workflow moves an invalid result aside so that its next run measures the cell).
+        table = write(args.results, args.parquet, args.csv, move_invalid=False,
+                      unstable_cv=args.unstable_cv)
     except (OSError, SystemConflict) as exc:
         print(f"dlbench.aggregate: {exc}", file=sys.stderr)
         return 1

@@ -2,17 +2,25 @@
 
 An invalid result file becomes a failed row (dlbench.aggregate) and is listed for the next
 run, which moves it aside and measures its cell again: moved now, it would be missing from
-this run's target. The job fails only when the table cannot be written, and then its log
-ends with the traceback and the file it could not write.
+this run's target. Two software stacks (or machines) under one system label stop the job
+with one line naming both files: the user's to settle, no traceback helps. Otherwise the
+job fails only when the table cannot be written, and then its log ends with the traceback
+and the file it could not write.
 """
 
+import sys
 
 from dlbench import aggregate, job_log, workflow_support
 
 with job_log.into(snakemake.log[0]):  # noqa: F821 (snakemake injects it)
     invalid = []
-    table = aggregate.write(snakemake.input, snakemake.output.parquet, snakemake.output.csv,  # noqa: F821
-                            move_invalid=False, invalid_later=invalid,
-                            unstable_cv=snakemake.params.unstable_cv)  # noqa: F821
+    try:
+        table = aggregate.write(snakemake.input, snakemake.output.parquet,  # noqa: F821
+                                snakemake.output.csv, move_invalid=False,  # noqa: F821
+                                invalid_later=invalid,
+                                unstable_cv=snakemake.params.unstable_cv)  # noqa: F821
+    except aggregate.SystemConflict as exc:
+        print(f"dlbench.aggregate: {exc}", file=sys.stderr)
+        sys.exit(1)  # SystemExit: job_log keeps no traceback of it; the job fails
     workflow_support.record_invalid_later(invalid)
     print(f"{table.num_rows} rows from {len(snakemake.input)} result files")  # noqa: F821

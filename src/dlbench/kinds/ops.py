@@ -44,6 +44,11 @@ class OpsKind(CellKind):
                 and params["device"] != "gpu":
             raise AxisError("compile", f"{params['compile']} captures CUDA graphs: device "
                                        "gpu only")
+        # The runner would run it with the L2 left alone (no GPU, no flush) and record on:
+        # a cell whose result never says what it asked for.
+        if params.get("cuda_l2_cache") == "off" and params["device"] != "gpu":
+            raise AxisError("cuda_l2_cache", "off flushes a GPU's L2 cache before each call: "
+                                             "device gpu only")
         # Checked here, before any job: a missing file would otherwise leave Snakemake with
         # nothing to do for the whole run (a missing input), and say it in many lines.
         path = Path(params["op_config"])

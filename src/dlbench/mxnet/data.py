@@ -36,8 +36,11 @@ def resolve_record(data_dir: str) -> tuple[Path, Path]:
     failure.raise_if_failed(path)
     rec = path
     if path.is_dir():
-        rec = next((path / n for n in ("data.rec", "train.rec") if (path / n).is_file()),
-                   path / "data.rec")
+        rec = next((path / n for n in ("data.rec", "train.rec") if (path / n).is_file()), None)
+        if rec is None:  # both layouts named: a DLBS folder is as good as a prepared one
+            raise CellError(f"--data_dir {data_dir}: a folder with neither data.rec (python -m "
+                            "dlbench.datasets recordio's layout: data.rec, data.idx) nor "
+                            "train.rec (DLBS's: train.rec, train.idx)")
     if rec.suffix != ".rec":
         raise CellError(f"--data_dir {data_dir}: expected a .rec file or a folder with "
                         "data.rec or train.rec")

@@ -168,6 +168,17 @@ def compile_mode(args: argparse.Namespace, device: torch.device) -> str:
     return mode
 
 
+def l2_cache_setting(args: argparse.Namespace, device: torch.device) -> str:
+    """``--cuda-l2-cache`` as it applies: off flushes a GPU's L2 before each call; off a
+    GPU there is none to flush, so, as CUDA-graph capture is, it is dropped with a warning
+    and the result records what ran (on)."""
+    if args.cuda_l2_cache == "off" and device.type != "cuda":
+        log.warning("--cuda-l2-cache off flushes a GPU's L2 cache; nothing is flushed on %s "
+                    "(running, and recording, cuda_l2_cache on)", device)
+        return "on"
+    return args.cuda_l2_cache
+
+
 def read_args_file(flag: str, path: str | None) -> str:
     if not path:
         return ""
@@ -313,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         args.compile = compile_mode(args, device)
     except ValueError as exc:
         parser.error(str(exc))
+    args.cuda_l2_cache = l2_cache_setting(args, device)
 
     cell = {
         "framework": "pytorch",

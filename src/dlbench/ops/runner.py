@@ -109,13 +109,35 @@ class Benchmark:
     # -- driving ----------------------------------------------------------------------
 
     def run(self, bench_config: dict[str, Any]) -> None:
+        stopped_before_resume = False
         try:
             for op_name, info in bench_config.items():
                 self.run_op(op_name, info)
         except StopBenchmark as stop:
             log.info("%s", stop)
-        if self.skipping:
+            # Reached while still skipping: the resume id may well exist, after it.
+            stopped_before_resume = self.skipping
+            if stopped_before_resume:
+                log.warning("stop id %r comes before resume id %r: nothing ran",
+                            self.stop_id, self.resume_id)
+        else:
+            if self.stop_id:  # said, as a resume id that matches nothing is
+                log.warning("stop id %r matched no input: ran to the end of the config",
+                            self.stop_id)
+        if self.skipping and not stopped_before_resume:
             log.warning("resume id %r matched no input: nothing ran", self.resume_id)
+        if self.errors and self.inputs_run:
+            # Where some inputs ran the cell stays ok and nothing else counts the failures;
+            # where none did, the cell's own error says this (cli.failure_line).
+            log.warning("%s", self.failure_summary())
+
+    def failure_summary(self) -> str:
+        """One line at the end of the run: how many inputs failed and the first error (the
+        others are in the log above and in the result's ``extra.errors``). An error before
+        any input ran (an unknown operator) counts as one input."""
+        failed = len(self.errors)
+        return (f"{failed} of {failed + self.inputs_run} inputs failed; "
+                f"first: {self.errors[0]['error']}")
 
     def run_op(self, op_name: str, info: Any) -> None:
         # the name as it starts a message: quoted when it could not be told apart

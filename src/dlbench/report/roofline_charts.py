@@ -9,6 +9,8 @@ One panel per system and device."""
 
 from __future__ import annotations
 
+from pathlib import PurePath
+
 import altair as alt
 import numpy as np
 import pandas as pd
@@ -42,13 +44,21 @@ def points(frame: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     family = ok["op_name"].where(ok["kind"] == "op", ok["model"]).fillna(ok["name"])
     return pd.DataFrame({
-        "panel": _panel(ok), "family": family.astype(str), "name": _names(ok, family),
+        "panel": _panel(ok), "family": family.astype(str), "config": op_configs(ok),
+        "name": _names(ok, family),
         "pass": ok["pass"].fillna("?"),
         "precision": ok["efficiency_precision"].fillna("?"),
         "intensity": ok["flops_per_iteration"] / ok["bytes_per_iteration"],
         "tflops": ok["tflops"].astype(float),
         "pct_of_roof": np.nan,
     }).reset_index(drop=True)
+
+
+def op_configs(ok: pd.DataFrame) -> pd.Series:
+    """An operator point's op config, by its file's stem as the operator charts name it
+    (two configs may hold one operator at one input id); empty for other points."""
+    stems = ok["op_config"].map(lambda p: PurePath(p).stem if isinstance(p, str) else "")
+    return stems.where(ok["kind"] == "op", "").astype(str)
 
 
 def _names(ok: pd.DataFrame, family: pd.Series) -> pd.Series:
@@ -170,7 +180,8 @@ def _panel_chart(group: pd.DataFrame, roof: pd.DataFrame, title: str) -> alt.Cha
         x=x, y=y, color=alt.Color("family:N", title="operator / model",
                                   scale=alt.Scale(scheme="tableau10")),
         shape=alt.Shape("pass:N", title="pass"),
-        tooltip=[alt.Tooltip("family:N", title="operator / model"), alt.Tooltip("name:N", title="input"),
+        tooltip=[alt.Tooltip("family:N", title="operator / model"),
+                 alt.Tooltip("config:N", title="op config"), alt.Tooltip("name:N", title="input"),
                  alt.Tooltip("pass:N"), alt.Tooltip("precision:N"),
                  alt.Tooltip("intensity:Q", title="FLOP/byte", format=".3~s"),
                  alt.Tooltip("tflops:Q", title="TFLOP/s", format=".3~g"),
@@ -195,9 +206,13 @@ def roofline_table(frame: pd.DataFrame) -> str | None:
     pts, _ = placed(frame)
     if pts.empty:
         return None
-    pts = pts.sort_values(["panel", "family", "intensity"])
-    rows = [[r.panel, r.family, r.name, r.pass_, r.precision, f"{r.intensity:.3g}",
-             f"{r.tflops:.4g}", "" if pd.isna(r.pct_of_roof) else f"{r.pct_of_roof:.1f}"]
+    pts = pts.sort_values(["panel", "family", "config", "intensity"])
+    # The op config's column where there are operator points: one input id of one operator
+    # in two configs would read as two identical rows without it.
+    configs = (pts["config"] != "").any()
+    rows = [[r.panel, r.family, *([r.config] if configs else []), r.name, r.pass_,
+             r.precision, f"{r.intensity:.3g}", f"{r.tflops:.4g}",
+             "" if pd.isna(r.pct_of_roof) else f"{r.pct_of_roof:.1f}"]
             for r in pts.rename(columns={"pass": "pass_"}).itertuples()]
-    return table(["system · device", "operator / model", "input", "pass", "precision",
-                  "FLOP/byte", "TFLOP/s", "% of roof"], rows)
+    return table(["system · device", "operator / model", *(["op config"] if configs else []),
+                  "input", "pass", "precision", "FLOP/byte", "TFLOP/s", "% of roof"], rows)
