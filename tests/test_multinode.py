@@ -69,11 +69,11 @@ def test_a_profile_of_a_multi_node_cell_is_refused_in_one_line():
     scale = cells({"model": "deep_mnist", "num_nodes": [1, 2]}, name="scale")
     select = {"profiling": {"select": [{"match": {"study": "scale"}, "tools": ["torch"]}]}}
     with pytest.raises(profiling_config.ProfilingConfigError) as err:
-        profiling_config.select_jobs(select, scale)
+        profiling_config.select_jobs(select, scale, system="box")
     assert str(err.value) == (f"profiling.select[0]: cell scale/{scale[1].id} spans 2 nodes; "
                               "profiles are of one-node cells (num_nodes: 1)")
     select["profiling"]["select"][0]["match"]["num_nodes"] = 1
-    assert [job.cell for job in profiling_config.select_jobs(select, scale)] == [scale[0]]
+    assert [job.cell for job in profiling_config.select_jobs(select, scale, system="box")] == [scale[0]]
 
 
 def test_a_local_workflow_run_refuses_a_multi_node_study_before_any_job(tmp_path):

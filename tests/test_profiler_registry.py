@@ -182,7 +182,7 @@ def test_a_tool_modules_settings_reach_the_config_check(perf):
     config = {"studies": {"s": {"grid": {"model": "deep_mnist", "device": "cpu"}}},
               "profiling": {"select": [{"match": {"model": "deep_mnist"}, "tools": ["perf"]}],
                             "tools": {"perf": {"period": 10}}}}
-    (job,) = pconfig.select_jobs(config, study.expand_config(config))
+    (job,) = pconfig.select_jobs(config, study.expand_config(config), system="box")
     assert job.tool == "perf" and pconfig.tool_settings(config, "perf")["period"] == 10
     for given, message in [
         ({"period": 0}, "profiling.tools.perf.period: must be an integer >= 1, got 0"),
@@ -193,7 +193,7 @@ def test_a_tool_modules_settings_reach_the_config_check(perf):
     ]:
         config["profiling"]["tools"]["perf"] = given
         with pytest.raises(ProfilingConfigError) as info:
-            pconfig.select_jobs(config, study.expand_config(config))
+            pconfig.select_jobs(config, study.expand_config(config), system="box")
         assert str(info.value) == message
 
 

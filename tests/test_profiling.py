@@ -40,8 +40,8 @@ def cell_json(cell):
     return json.loads(cell.to_json())
 
 
-def profile_dir(root, tool, cell):
-    return root / tool / cell.study / cell.id
+def profile_dir(root, tool, cell, system="box"):
+    return root / system / tool / cell.study / cell.id
 
 
 # Test doubles of the profilers
@@ -452,12 +452,12 @@ def test_capture_runs_in_an_environment_without_pyarrow(tmp_path):
 
 
 def test_manifest_without_status_reads_as_ok_and_a_broken_one_as_failed(tmp_path):
-    folder = tmp_path / "hpcrun" / "s" / "c1"
+    folder = tmp_path / "box" / "hpcrun" / "s" / "c1"
     folder.mkdir(parents=True)
     (folder / "profile.json").write_text(json.dumps(
         {"schema_version": 1, "tool": "hpcrun", "artifacts": {"database": "database"},
          "tables": {}, "files": ["database/experiment.xml"]}))
-    broken = tmp_path / "torch" / "s" / "c2"
+    broken = tmp_path / "box" / "torch" / "s" / "c2"
     broken.mkdir(parents=True)
     (broken / "profile.json").write_text('{"status": "ok", "tables": {"operators": "op')
     bad, ok = summary.collect(tmp_path)  # in the order of TOOLS
@@ -519,7 +519,7 @@ def grid_config(profiling):
 
 def select(profiling):
     config = grid_config(profiling)
-    return pconfig.select_jobs(config, study.expand_config(config))
+    return pconfig.select_jobs(config, study.expand_config(config), system="box")
 
 
 def test_selection_matches_expanded_cells_by_axis_values():
@@ -534,7 +534,7 @@ def test_selection_matches_expanded_cells_by_axis_values():
     assert [(j.tool, j.cell.params["model"], j.cell.params["batch_size"]) for j in jobs] == [
         ("torch", "resnet18", 64), ("ncu", "resnet18", 64),
         ("nsys", "deep_mnist", 8), ("nsys", "deep_mnist", 64)]
-    assert jobs[0].target == f"results/profiles/torch/a/{jobs[0].cell.id}/profile.json"
+    assert jobs[0].target == f"results/profiles/box/torch/a/{jobs[0].cell.id}/profile.json"
 
 
 @pytest.mark.parametrize(("profiling", "message"), [
@@ -598,18 +598,19 @@ def test_workflow_profiles_a_cell_apart_and_a_missing_tool_is_a_recorded_failure
     (row,) = pq.read_table(results / "benchmarks.parquet").to_pylist()
     assert row["status"] == "ok" and row["peak_host_rss_bytes"] > 0, proc.stderr[-3000:]
     assert (results / systems.default_label() / "tiny" / "cells" / f"{cell.id}.monitor.parquet").is_file()
-    torch_dir = results / "profiles" / "torch" / "tiny" / cell.id
+    here = systems.default_label()
+    torch_dir = results / "profiles" / here / "torch" / "tiny" / cell.id
     assert json.loads((torch_dir / "profile.json").read_text())["status"] == "ok"
     assert (torch_dir / "trace.json").is_file()
     assert pq.read_table(torch_dir / "operators.parquet").num_rows > 0
     line = ("ncu: binary 'ncu-not-installed-here' not found on PATH "
             "(set profiling.tools.ncu.binary)")
-    ncu_log = results / "profiles" / "logs" / "ncu" / "tiny" / f"{cell.id}.log"
+    ncu_log = results / "profiles" / "logs" / here / "ncu" / "tiny" / f"{cell.id}.log"
     assert ncu_log.read_text().strip().splitlines()[-1] == line
-    manifest = json.loads((results / "profiles" / "ncu" / "tiny" / cell.id / "profile.json")
-                          .read_text())
+    manifest = json.loads((results / "profiles" / here / "ncu" / "tiny" / cell.id /
+                           "profile.json").read_text())
     assert (manifest["status"], manifest["error"]) == ("failed", line)
-    profiles = summary.by_cell(summary.collect(results / "profiles"))[("tiny", cell.id)]
+    profiles = summary.by_cell(summary.collect(results / "profiles"))[(here, "tiny", cell.id)]
     assert {(p.tool, p.status) for p in profiles} == {("torch", "ok"), ("ncu", "failed")}
 
     html = (results / "report" / "index.html").read_text()
@@ -618,10 +619,28 @@ def test_workflow_profiles_a_cell_apart_and_a_missing_tool_is_a_recorded_failure
     assert "torch · ok" in section and "ncu · failed" in section
     assert line.replace("'", "&#x27;") in section
     links = re.findall(r'href="([^"#][^"]*)"', section)
-    assert "../profiles/torch/tiny/" + cell.id + "/trace.json" in links
+    assert f"../profiles/{here}/torch/tiny/{cell.id}/trace.json" in links
     for href in links:
         assert (results / "report" / href).exists(), href
-    assert re.search(r'id="chart-profile-torch-tiny-[^"]+"', section)
+    assert re.search(r'id="chart-profile-[^"]*torch-tiny-[^"]+"', section)
+
+    def dry_run(*args):
+        done = subprocess.run([PYTHON, "-m", "snakemake", "--snakefile", str(repo / "Snakefile"),
+                               "--directory", str(tmp_path), "--configfile",
+                               str(tmp_path / "config.yaml"), "-n", *args],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout + done.stderr
+
+    # Another system (machine, software stack) profiles its own cells, as it measures them.
+    assert "profile_pytorch" in dry_run("--config", "system=other-box")
+    # Profiles made before they were kept per system become this system's: none reruns.
+    for tool in ("torch", "ncu"):
+        (results / "profiles" / here / tool).rename(results / "profiles" / tool)
+    (results / "profiles" / "logs" / here / "ncu").rename(results / "profiles" / "logs" / "ncu")
+    output = dry_run()
+    assert f"as system {here!r}" in output and "profile_pytorch" not in output
+    assert (torch_dir / "trace.json").is_file() and ncu_log.is_file()
 
 
 def _runner_parsers():
@@ -661,3 +680,26 @@ def test_every_runner_takes_the_monitor_flag_that_launches_and_profile_jobs_pass
     for module, argv in seen.items():
         args = parsers[module]().parse_args(argv[3:])
         assert args.monitor_interval_ms == 0.0, module
+
+
+def test_profiles_of_the_layout_before_systems_move_under_the_system_never_over_one(tmp_path):
+    """root/<tool>/<study>/<cell>/ (files right inside) moves to root/<system>/...; a system
+    named like a tool (its profiles one level deeper) and a profile already there stay."""
+    old = tmp_path / "torch" / "s" / "c1"
+    old.mkdir(parents=True)
+    (old / "capture.json").write_text("{}")
+    (tmp_path / "logs" / "torch" / "s").mkdir(parents=True)
+    (tmp_path / "logs" / "torch" / "s" / "c1.log").write_text("log\n")
+    named_like_a_tool = tmp_path / "ncu" / "torch" / "s" / "c2"
+    named_like_a_tool.mkdir(parents=True)
+    (named_like_a_tool / "profile.json").write_text("{}")
+    moves = pconfig.adopt("box", tmp_path)
+    assert [to for _, to in moves] == [tmp_path / "box" / "torch" / "s" / "c1",
+                                       tmp_path / "logs" / "box" / "torch" / "s" / "c1.log"]
+    assert (tmp_path / "box" / "torch" / "s" / "c1" / "capture.json").is_file()
+    assert named_like_a_tool.is_dir() and pconfig.adopt("box", tmp_path) == []
+    again = tmp_path / "torch" / "s" / "c1"
+    again.mkdir(parents=True)
+    (again / "capture.json").write_text('{"later": 1}')
+    assert pconfig.adopt("box", tmp_path) == []  # one there already: left where it is
+    assert (tmp_path / "box" / "torch" / "s" / "c1" / "capture.json").read_text() == "{}"

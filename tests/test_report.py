@@ -217,6 +217,26 @@ def test_an_inputs_forward_timed_by_a_forward_only_and_a_backward_cell_is_told_a
     assert "torch.mm|0|0 [backward off]" in roofline_charts.roofline_table(frame)
 
 
+def test_the_roofline_names_the_op_config_of_each_operator_point(tmp_path):
+    """One operator at one input id in two op configs: the roofline's table and tooltip
+    name the config (its file's stem, as the operator charts do), not two identical rows."""
+    results = []
+    for i, config in enumerate(("/configs/mm_small.json", "/configs/mm_large.json")):
+        res = op_result("ops")
+        res["cell"] = {**res["cell"], "op_config": config}
+        res["cell_id"] = f"pytorch_op_{i}"
+        results.append(res)
+    frame = load(write_parquet(tmp_path, results))
+    points, _ = roofline_charts.placed(frame)
+    assert set(points["config"]) == {"mm_small", "mm_large"}
+    html = roofline_charts.roofline_table(frame)
+    assert "<th>op config</th>" in html
+    assert html.count("<td>mm_small</td><td>torch.mm|0|0</td><td>forward</td>") == 1
+    assert html.count("<td>mm_large</td><td>torch.mm|0|0</td><td>forward</td>") == 1
+    spec = json.dumps(roofline_charts.roofline_figure(frame).chart.to_dict())
+    assert '"field": "config", "title": "op config"' in spec
+
+
 def write_parquet(folder: Path, results: list[dict]) -> Path:
     paths = []
     for i, res in enumerate(results):
@@ -255,7 +275,7 @@ def full_study() -> list[dict]:
 def torch_profile(root: Path, study: str, cell: dict) -> Path:
     """An ok torch profile folder as the profile job leaves it: the hook's operators.json and
     trace, the driver's Parquet table, then the manifest."""
-    folder = root / "torch" / study / cell_id_of(cell)
+    folder = root / "box" / "torch" / study / cell_id_of(cell)
     folder.mkdir(parents=True)
     rows = [{"name": name, "calls": calls, "self_cpu_time_us": cpu, "cpu_time_total_us": cpu,
              "self_device_time_us": device, "device_time_total_us": device, "flops": None,
@@ -277,7 +297,7 @@ def torch_profile(root: Path, study: str, cell: dict) -> Path:
 
 
 def failed_profile(root: Path, tool: str, study: str, cell: dict, line: str) -> Path:
-    folder = root / tool / study / cell_id_of(cell)
+    folder = root / "box" / tool / study / cell_id_of(cell)
     folder.mkdir(parents=True)
     (folder / profile_run.ERROR_FILE).write_text(line + "\n")
     profile_run.write_failure(tool, {"study": study, "cell_id": cell_id_of(cell), "params": cell},
@@ -311,7 +331,7 @@ def test_render_writes_page_and_an_image_pair_per_chart(report):
     assert set(names) == {"throughput", "energy-efficiency", "power", "peak-host-memory",
                           "peak-device-memory", "precision-speedup", "model-tflops", "op-time",
                           "op-tflops", "op-gbps", "roofline",
-                          f"profile-torch-smoke-{cell_id_of(PROFILED)}"}
+                          f"profile-box-torch-smoke-{cell_id_of(PROFILED)}"}
     expected = {outdir / "charts" / f"{n}.{ext}" for n in names for ext in ("png", "svg")}
     assert set(files[1:]) == expected
     for name in names:
@@ -365,23 +385,23 @@ def test_profiles_section_lists_each_tool_with_links_that_resolve(report):
     rows = re.findall(r"<tr>(.*?)</tr>", overview)[1:]
     assert len(rows) == 2
     first = re.findall(r"<td>(.*?)</td>", rows[0])
-    assert first[:6] == ["smoke", f"<code>{failed}</code>", "resnet50", "training", "bfloat16",
-                         "128"]
-    assert ">torch · failed<" in first[7]
+    assert first[:7] == ["smoke", "box", f"<code>{failed}</code>", "resnet50", "training",
+                         "bfloat16", "128"]
+    assert ">torch · failed<" in first[8]
     second = re.findall(r"<td>(.*?)</td>", rows[1])
-    assert second[2:6] == ["resnet50", "training", "float32", "64"]
-    assert ">ok<" in second[6]  # the measurement's status
-    assert ">torch · ok<" in second[7] and ">ncu · failed<" in second[7]
+    assert second[3:7] == ["resnet50", "training", "float32", "64"]
+    assert ">ok<" in second[7]  # the measurement's status
+    assert ">torch · ok<" in second[8] and ">ncu · failed<" in second[8]
     # Every file link is relative to the report folder and points at a file that exists.
     links = [h for h in re.findall(r'href="([^"#][^"]*)"', section) if not h.startswith("charts/")]
-    base = f"../profiles/torch/smoke/{profiled}"
+    base = f"../profiles/box/torch/smoke/{profiled}"
     assert {f"{base}/trace.json", f"{base}/operators.parquet", base} <= set(links)
     for href in links:
         assert not Path(href).is_absolute() and (outdir / href).exists(), href
     # Every in-page link (the badges) has its target.
     for target in re.findall(r'href="#([^"]+)"', html):
         assert f'id="{target}"' in html, target
-    assert f'href="#profile-ncu-smoke-{profiled}"' in section
+    assert f'href="#profile-box-ncu-smoke-{profiled}"' in section
 
 
 def test_profile_top_operators_are_ranked_and_escaped(report):
@@ -410,7 +430,7 @@ def test_failed_profiles_show_their_one_line_error_escaped(report):
     # The failed cell's row in the failures table links to its profile.
     failures = section_of(html, "failures")
     assert "<th>profiles</th>" in failures
-    assert f'href="#profile-torch-smoke-{cell_id_of(FAILED)}"' in failures
+    assert f'href="#profile-box-torch-smoke-{cell_id_of(FAILED)}"' in failures
 
 
 def test_energy_and_memory_section_follows_throughput(report, tmp_path):
@@ -875,3 +895,28 @@ def test_a_lone_paradnn_shape_is_labelled_by_its_options_not_as_the_default():
                                        '{"layers": 4, "nodes": 64}']})
     assert model_opts_label(two, given_when_alike=True).tolist() == ["layers=2", "layers=4"]
     assert model_opts_label(pd.DataFrame({"model_opts": [None]}), True).tolist() == ["default"]
+
+
+def test_an_op_cell_with_failed_inputs_is_ok_and_each_failed_input_is_listed():
+    """The aggregate's rows of an op cell that measured one input and failed two (rows of
+    their own, after its measurement): the cell counts as ok; both failures are listed,
+    each with its input; a cell that failed outright is listed once, as before."""
+    from dlbench.report import data, tables
+
+    def row(cell, status, op=None, name=None, error=None):
+        return {"study": "s", "system": "box", "cell_id": cell, "source": f"{cell}.json",
+                "status": status, "op_name": op, "name": name, "error": error}
+
+    frame = data.prepare(pd.DataFrame([
+        row("ops", "ok", "torch.add", "torch.add|0|0"),
+        row("ops", "failed", "torch.mm", "torch.mm|1|0", "torch.mm|1|0: shapes differ"),
+        row("ops", "failed", "torch.nope", None, "unknown op torch.nope"),
+        row("m", "failed", error="broke")]))
+    assert data.cells(frame).set_index("cell_id")["status"].to_dict() == {
+        "ops": "ok", "m": "failed"}
+    assert tables.status_counts(frame) == {"ok": 1, "failed": 1}
+    html = tables.failures_table(frame)
+    assert "<th>input</th>" in html
+    body = [re.findall(r"<td>(.*?)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", html)[1:]]
+    assert sorted(r[3] for r in body) == ["", "torch.mm torch.mm|1|0", "torch.nope"]
+    assert "unknown op torch.nope" in html and "broke" in html

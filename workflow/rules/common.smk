@@ -600,10 +600,27 @@ from dlbench.profiling import config as profiling_config
 
 def _profile_jobs(cfg, cells):
     try:
-        return profiling_config.select_jobs(cfg, cells)
+        return profiling_config.select_jobs(cfg, cells, system=SYSTEM)
     except profiling_config.ProfilingConfigError as exc:
         print(f"dlbench config error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
+
+
+def _adopt_profiles_of_one_system():
+    """Profiles made before they were kept per system become this system's, as the results
+    did (main process): their files move, none runs again."""
+    if not workflow.is_main_process:
+        return
+    moves = profiling_config.adopt(SYSTEM)
+    if moves:
+        print(
+            f"dlbench: adopted {len(moves)} profile folder(s) and log(s) as system "
+            f"{SYSTEM!r} (first: {moves[0][1]})",
+            file=sys.stderr,
+        )
+
+
+_adopt_profiles_of_one_system()
 
 
 PROFILE_JOBS = _profile_jobs(config, CELLS)

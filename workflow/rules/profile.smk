@@ -3,7 +3,7 @@
 # - profile_<framework> (one rule per framework with a profiled cell): the profiled run,
 #   in the cell's framework software like its measurement (the image under
 #   --use-singularity, the conda env under --use-conda, else the host): capture.json, with the tool's raw exports, under
-#   results/profiles/<tool>/<study>/<cell>/;
+#   results/profiles/<system>/<tool>/<study>/<cell>/ (each system its own, as its results);
 # - profile_tables: on the driver (pyarrow), the exports become Parquet and profile.json is
 #   written last.
 # A missing or failing tool is a recorded result, like a failed cell (--record-failure): one
@@ -21,9 +21,9 @@ for fw in PROFILED_FRAMEWORKS:
         input:
             *cell_inputs(fw.name),
         output:
-            f"{profiling_config.PROFILES_DIR}/{{tool}}/{{study}}/{{cell}}/{profiling_config.CAPTURE}",
+            f"{profiling_config.PROFILES_DIR}/{SYSTEM}/{{tool}}/{{study}}/{{cell}}/{profiling_config.CAPTURE}",
         log:
-            f"{profiling_config.PROFILES_DIR}/logs/{{tool}}/{{study}}/{{cell}}.capture.log",
+            f"{profiling_config.PROFILES_DIR}/logs/{SYSTEM}/{{tool}}/{{study}}/{{cell}}.capture.log",
         wildcard_constraints:
             tool="|".join(profiling_config.TOOLS),
             cell=rf"{fw.name}_[^/]+",
@@ -57,11 +57,11 @@ for fw in PROFILED_FRAMEWORKS:
 
 rule profile_tables:
     input:
-        f"{profiling_config.PROFILES_DIR}/{{tool}}/{{study}}/{{cell}}/{profiling_config.CAPTURE}",
+        f"{profiling_config.PROFILES_DIR}/{SYSTEM}/{{tool}}/{{study}}/{{cell}}/{profiling_config.CAPTURE}",
     output:
-        f"{profiling_config.PROFILES_DIR}/{{tool}}/{{study}}/{{cell}}/{profiling_config.MANIFEST}",
+        f"{profiling_config.PROFILES_DIR}/{SYSTEM}/{{tool}}/{{study}}/{{cell}}/{profiling_config.MANIFEST}",
     log:
-        f"{profiling_config.PROFILES_DIR}/logs/{{tool}}/{{study}}/{{cell}}.log",
+        f"{profiling_config.PROFILES_DIR}/logs/{SYSTEM}/{{tool}}/{{study}}/{{cell}}.log",
     wildcard_constraints:
         tool="|".join(profiling_config.TOOLS),
     conda:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dlbench import axes as A
@@ -59,12 +60,15 @@ def tool_settings(config: Mapping[str, Any], tool: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ProfileJob:
+    """A profile of one cell by one tool on one system: like the cell's results, each
+    system (machine, software stack) has its own, in results/profiles/<system>/."""
     tool: str
     cell: S.Cell
+    system: str
 
     @property
     def out_dir(self) -> str:
-        return f"{PROFILES_DIR}/{self.tool}/{self.cell.study}/{self.cell.id}"
+        return f"{PROFILES_DIR}/{self.system}/{self.tool}/{self.cell.study}/{self.cell.id}"
 
     @property
     def target(self) -> str:
@@ -96,7 +100,8 @@ def _check_tool_fits(where: str, tool: str, cell: S.Cell) -> None:
         raise ProfilingConfigError(f"{where}: {problem}")
 
 
-def select_jobs(config: Mapping[str, Any], cells: Sequence[S.Cell]) -> list[ProfileJob]:
+def select_jobs(config: Mapping[str, Any], cells: Sequence[S.Cell], *,
+                system: str) -> list[ProfileJob]:
     """The profile jobs the config asks for, one per (tool, cell), in config order."""
     profiling = config.get("profiling") or {}
     if not isinstance(profiling, Mapping):
@@ -128,7 +133,31 @@ def select_jobs(config: Mapping[str, Any], cells: Sequence[S.Cell]) -> list[Prof
         for tool in tools:
             for cell in chosen:
                 _check_tool_fits(where, tool, cell)
-                job = ProfileJob(tool, cell)
+                job = ProfileJob(tool, cell, system)
                 if job not in jobs:
                     jobs.append(job)
     return jobs
+
+
+def adopt(system: str, root: Path = Path(PROFILES_DIR)) -> list[tuple[Path, Path]]:
+    """Profiles made before they were kept per system (``root/<tool>/<study>/<cell>/``,
+    logs in ``root/logs/<tool>/``) move under ``system`` as the run's results did
+    (dlbench.systems.adopt): (from, to) per move; nothing is overwritten, nothing reruns.
+    A folder of the old layout holds a profile's files right inside ``<tool>/<study>/
+    <cell>/``; a system's is one level deeper, so a system named like a tool is left."""
+    from dlbench import atomic
+
+    made = (MANIFEST, CAPTURE, "error.txt")
+    moves = []
+    for tool in TOOLS:
+        for folder in sorted(root.glob(f"{tool}/*/*")):
+            if not (folder.is_dir() and any((folder / name).is_file() for name in made)):
+                continue
+            target = root / system / folder.relative_to(root)
+            if not target.exists():
+                moves.append((folder, atomic.move(folder, target)))
+        for log in sorted((root / "logs").glob(f"{tool}/*/*.log")):
+            target = root / "logs" / system / log.relative_to(root / "logs")
+            if not target.exists():
+                moves.append((log, atomic.move(log, target)))
+    return moves

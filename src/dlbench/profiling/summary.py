@@ -2,8 +2,8 @@
 
     from dlbench.profiling import summary
     profiles = summary.collect("results/profiles")      # every profile folder, ok or failed
-    by_cell = summary.by_cell(profiles)                 # (study, cell_id) -> [CellProfile]
-    for p in by_cell.get((study, cell_id), []):
+    by_cell = summary.by_cell(profiles)         # (system, study, cell_id) -> [CellProfile]
+    for p in by_cell.get((system, study, cell_id), []):
         p.tool, p.status, p.error, p.artifacts["trace"], p.top[:5]
 
 A profile's status is the manifest's (``"ok"`` or ``"failed"``: a failure recorded with
@@ -15,17 +15,17 @@ A profile's status is the manifest's (``"ok"`` or ``"failed"``: a failure record
 has device activity, else CPU time), ncu kernels by summed ``gpu__time_duration``, nsys
 kernels by total time (``cuda_gpu_kern_sum``). hpcrun's database has no table: its profile
 lists files only. Paths are relative to the folder given to ``collect``'s caller
-(``directory`` is ``root/<tool>/<study>/<cell>``).
+(``directory`` is ``root/<system>/<tool>/<study>/<cell>``).
 """
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -47,6 +47,7 @@ class CellProfile:
     # name, calls, time_s, share (of the table's total time): the heaviest first
     top: list[dict[str, Any]] = field(default_factory=list)
     cell: dict[str, Any] = field(default_factory=dict)  # the cell's axes, from the manifest
+    system: str = ""  # the system it was made on (its folder under the profiles' root)
 
 
 def top_entries(tool: str, directory: Path, tables: dict[str, str],
@@ -58,7 +59,13 @@ def top_entries(tool: str, directory: Path, tables: dict[str, str],
 
 
 def read_profile(directory: Path, top: int = 10) -> CellProfile:
-    """One profile folder ``<tool>/<study>/<cell>``."""
+    """One profile folder ``<system>/<tool>/<study>/<cell>``."""
+    profile = _read(directory, top)
+    profile.system = directory.parts[-4] if len(directory.parts) >= 4 else ""
+    return profile
+
+
+def _read(directory: Path, top: int) -> CellProfile:
     tool, study, cell_id = directory.parts[-3:]
     manifest_path, error_path = directory / MANIFEST, directory / ERROR_FILE
     error = error_path.read_text().strip() if error_path.is_file() else None
@@ -92,21 +99,33 @@ def _from_manifest(tool: str, study: str, cell_id: str, directory: Path, error: 
 
 
 def collect(root: str | Path = "results/profiles", top: int = 10) -> list[CellProfile]:
-    """Every profile under ``root`` (``root/<tool>/<study>/<cell>``), sorted."""
+    """Every profile under ``root`` (``root/<system>/<tool>/<study>/<cell>``), sorted."""
     root = Path(root)
     found = []
     for tool in registry.names():
-        for directory in sorted(root.glob(f"{tool}/*/*")):
-            if directory.is_dir():
+        for directory in sorted(root.glob(f"*/{tool}/*/*")):
+            if directory.is_dir() and directory.parts[-4] != "logs":
                 found.append(read_profile(directory, top))
     return found
 
 
-def by_cell(profiles: Iterable[CellProfile]) -> dict[tuple[str, str], list[CellProfile]]:
-    cells: dict[tuple[str, str], list[CellProfile]] = defaultdict(list)
+def by_cell(profiles: Iterable[CellProfile]) -> dict[tuple[str, str, str], list[CellProfile]]:
+    cells: dict[tuple[str, str, str], list[CellProfile]] = defaultdict(list)
     for p in profiles:
-        cells[(p.study, p.cell_id)].append(p)
+        cells[(p.system, p.study, p.cell_id)].append(p)
     return dict(cells)
+
+
+T = TypeVar("T")
+
+
+def of_row(by_key: Mapping[tuple[str, str, str], T], system: Any, study: str,
+           cell_id: str) -> T | None:
+    """A table row's entry of a mapping keyed like ``by_cell``. A row that names no system
+    (a table of result files not laid out by system) takes any system's of its cell."""
+    if isinstance(system, str) and system:
+        return by_key.get((system, study, cell_id))
+    return next((v for (_, s, c), v in by_key.items() if (s, c) == (study, cell_id)), None)
 
 
 def rows(profiles: Iterable[CellProfile]) -> list[dict[str, Any]]:

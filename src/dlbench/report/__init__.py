@@ -183,7 +183,7 @@ def render(parquet_path: str | Path, outdir: str | Path,
            baseline_system: str | None = None,
            incomplete: Incomplete | None = None) -> list[Path]:
     """Write the report of ``parquet_path`` into ``outdir``; return the files written.
-    ``profiles_dir``: the profiles' root (``<tool>/<study>/<cell>`` folders), if any;
+    ``profiles_dir``: the profiles' root (``<system>/<tool>/<study>/<cell>`` folders), if any;
     ``baseline_system``: the system the others are compared with; ``incomplete``: the
     cells the run did not measure, if any (counted in the header, named first)."""
     frame = load(parquet_path)

@@ -77,8 +77,12 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def cells(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per cell of each study (a cell's status and error are on all its rows)."""
-    return frame.drop_duplicates(subset=["study", "cell"], keep="last")
+    """One row per cell of each study (a cell's status and error are on all its rows, but
+    for an operator cell's failed inputs, rows of their own beside its ok measurements:
+    such a cell is ok)."""
+    ok = frame["status"].eq("ok")
+    has_ok = ok.groupby([frame["study"], frame["cell"]]).transform("any")
+    return frame[ok | ~has_ok].drop_duplicates(subset=["study", "cell"], keep="last")
 
 
 def measured(frame: pd.DataFrame, kind: str) -> pd.DataFrame:

@@ -54,11 +54,13 @@ def _slug(text: str) -> str:
 
 
 def anchor(profile: CellProfile) -> str:
-    return f"profile-{_slug(profile.tool)}-{_slug(profile.study)}-{_slug(profile.cell_id)}"
+    return (f"profile-{_slug(profile.system)}-{_slug(profile.tool)}-{_slug(profile.study)}-"
+            f"{_slug(profile.cell_id)}")
 
 
 def ordered_profiles(profiles: Iterable[CellProfile]) -> list[CellProfile]:
-    return sorted(profiles, key=lambda p: (p.study, p.cell_id, TOOL_ORDER.get(p.tool, 99), p.tool))
+    return sorted(profiles, key=lambda p: (p.study, p.cell_id, p.system,
+                                           TOOL_ORDER.get(p.tool, 99), p.tool))
 
 
 def href(path: Path, report_dir: Path) -> str:
@@ -82,9 +84,10 @@ def tool_badges(profiles: Iterable[CellProfile]) -> Markup:
     return Markup(" ".join(badges))
 
 
-def links_by_cell(profiles: Iterable[CellProfile]) -> dict[tuple[str, str], Markup]:
-    """(study, cell id) -> the badges of its profiles, for the tables of cells."""
+def links_by_cell(profiles: Iterable[CellProfile]) -> dict[tuple[str, str, str], Markup]:
+    """(system, study, cell id) -> the badges of its profiles, for the tables of cells."""
     return {key: tool_badges(group) for key, group in by_cell(profiles).items()}
+
 
 
 def _axes(row: pd.Series | None, cell: dict) -> list[str]:
@@ -105,15 +108,17 @@ def _axes(row: pd.Series | None, cell: dict) -> list[str]:
 
 def overview_table(frame: pd.DataFrame, profiles: list[CellProfile]) -> str:
     """One row per profiled cell: what it is, how its measurement ended, its profiles."""
-    per_cell = cells(frame).set_index(["study", "cell"], drop=False)
+    per_cell = {(r["system"] if isinstance(r["system"], str) else "", r["study"],
+                 r["cell_id"]): r for _, r in cells(frame).iterrows()}
     rows = []
-    for (study, cell_id), group in sorted(by_cell(profiles).items()):
-        row = per_cell.loc[(study, cell_id)] if (study, cell_id) in per_cell.index else None
+    for key, group in sorted(by_cell(profiles).items()):
+        system, study, cell_id = key
+        row = per_cell.get(key, per_cell.get(("", study, cell_id)))
         measured = status_badge(str(row["status"])) if row is not None else "not in this table"
-        rows.append([study, Markup(f"<code>{escape(cell_id)}</code>"),
+        rows.append([study, system, Markup(f"<code>{escape(cell_id)}</code>"),
                      *_axes(row, group[0].cell), measured, tool_badges(group)])
-    return table(["study", "cell", "model / op", "phase", "precision", "batch", "measurement",
-                  "profiles"], rows, css="profiles")
+    return table(["study", "system", "cell", "model / op", "phase", "precision", "batch",
+                  "measurement", "profiles"], rows, css="profiles")
 
 
 def _time_unit(seconds: float) -> tuple[str, float]:
@@ -175,7 +180,7 @@ def artifact_links(profile: CellProfile, report_dir: Path) -> str:
 
 def profile_blocks(profile: CellProfile, report_dir: Path, chart_name: str) -> list[Figure | str]:
     head = (f'<h3 class="profile-head" id="{escape(anchor(profile))}">'
-            f"{escape(profile.tool)} · {escape(profile.study)} · "
+            f"{escape(profile.tool)} · {escape(profile.system)} · {escape(profile.study)} · "
             f"<code>{escape(profile.cell_id)}</code> {status_badge(profile.status)}</h3>")
     if profile.status != "ok":
         why = profile.error or "no manifest and no error yet (still running?)"

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from dlbench import gpu_clocks
+from dlbench.profiling.summary import of_row
 from dlbench.report.data import STATUS_ORDER, cells, ordered
 
 
@@ -71,24 +72,38 @@ def study_table(frame: pd.DataFrame) -> str:
     return table(["study", "kinds", "cells", *statuses], rows, css="numeric-tail")
 
 
+def _failed_input(row: Any) -> str:
+    """An operator input's name (op and input id) for a failed row of an op cell."""
+    op, name = getattr(row, "op_name", None), getattr(row, "name", None)
+    parts = [str(v) for v in (op, name) if isinstance(v, str) and v]
+    return " ".join(dict.fromkeys(parts))
+
+
 def failures_table(frame: pd.DataFrame,
-                   profile_links: dict[tuple[str, str], Markup] | None = None) -> str | None:
-    """Cells that are not ok, with their one-line error; None when every cell is ok.
-    ``profile_links``: (study, cell) -> links to the cell's profiles, a column of its own
-    when a listed cell has one."""
-    bad = cells(frame)
-    bad = bad[bad["status"] != "ok"]
+                   profile_links: dict[tuple[str, str, str], Markup] | None = None
+                   ) -> str | None:
+    """Cells that are not ok, and the operator inputs that failed in cells that measured
+    others (rows of their own, dlbench.aggregate.failed_input_rows), with their one-line
+    error; None when there are none. ``profile_links``: (system, study, cell) -> links to
+    the cell's profiles, a column of its own when a listed cell has one."""
+    keys = [k for k in ("study", "cell", "op_name", "name") if k in frame]
+    bad = frame[frame["status"] != "ok"].drop_duplicates(subset=keys, keep="last")
     if bad.empty:
         return None
     rank = {s: i for i, s in enumerate(STATUS_ORDER)}
     bad = bad.assign(_r=bad["status"].map(rank).fillna(9)).sort_values(["_r", "study", "cell"])
     links = profile_links or {}
-    with_links = any((r.study, r.cell) in links for r in bad.itertuples())
+    found = [of_row(links, r.system, r.study, r.cell_id) for r in bad.itertuples()]
+    with_links = any(found)
+    inputs = [_failed_input(r) for r in bad.itertuples()]
+    with_inputs = any(inputs)
     rows = [[status_badge(r.status), r.study, Markup(f"<code>{_text(r.cell)}</code>"),
+             *([input_] if with_inputs else []),
              Markup(f'<span class="error">{_text(r.error) or "(no error recorded)"}</span>'),
-             *([links.get((r.study, r.cell), "")] if with_links else [])]
-            for r in bad.itertuples()]
-    headers = ["status", "study", "cell", "error", *(["profiles"] if with_links else [])]
+             *([link or ""] if with_links else [])]
+            for r, input_, link in zip(bad.itertuples(), inputs, found, strict=True)]
+    headers = ["status", "study", "cell", *(["input"] if with_inputs else []), "error",
+               *(["profiles"] if with_links else [])]
     return table(headers, rows, css="failures")
 
 
