@@ -144,6 +144,17 @@ def test_the_summary_lines_parse_with_dlbs_own_rule(capsys):
     assert parsed["results.throughput"] == pytest.approx(20.0)
     assert res["measurements"][0]["throughput"] == pytest.approx(40.0)
     assert parsed["results.time_data"] == pytest.approx([100.0, 400.0, 100.0])
+    assert "results.measurements" not in parsed  # one measurement: DLBS's lines as they are
+    # Several (an op config's inputs): the lines are the first's and say so.
+    res["measurements"].append(R.measurement(
+        name="torch.mm|1|0", pass_="forward", times_s=[0.5], items_per_iteration=1,
+        throughput_unit="calls/s"))
+    res["measurements"][0]["op_name"] = "torch.add"
+    cellrun.print_dlbs_summary(res)
+    parsed = parse_like_dlbs(capsys.readouterr().out)
+    assert parsed["results.measurements"] == 2
+    assert parsed["results.measurement"] == "m torch.add training"
+    assert parsed["results.time"] == pytest.approx(200.0)
     failed = R.finish(R.new_result(kind="model", cell={}), "failed", 'quote " and \\ back')
     cellrun.print_dlbs_summary(failed)
     parsed = parse_like_dlbs(capsys.readouterr().out)

@@ -59,6 +59,13 @@ def print_dlbs_summary(res: dict[str, Any], stream: Any = None) -> None:
     line("status", res["status"])
     if res.get("error"):
         line("status_msg", res["error"])
+    if len(res["measurements"]) > 1:
+        # DLBS has one time per run; an operator config or a message-size sweep has many:
+        # the lines below are the first measurement's, and say which it is.
+        line("measurements", len(res["measurements"]))
+        first = res["measurements"][0]
+        line("measurement", " ".join(str(v) for v in (first["name"], first.get("op_name"),
+                                                       first["pass"]) if v))
     for m in res["measurements"][:1]:
         line("time", round(m["time_s"]["mean"] * 1000.0, 6))
         line("time_std", round(m["time_s"]["std"] * 1000.0, 6))
