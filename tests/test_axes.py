@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 import yaml
 
-from dlbench import aggregate, axes, cli, launch, study
+from dlbench import aggregate, axes, cli, kinds, launch, study
 from dlbench import result as R
 from dlbench.pytorch import runner as pytorch_runner
 
@@ -19,10 +19,23 @@ REPO = Path(__file__).resolve().parents[1]
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
 
 
-@pytest.mark.parametrize("kind", ["model", "ops", "calibrate", "llm_inference", "comms"])
+@pytest.mark.parametrize("kind", kinds.names())
 def test_config_schema_states_the_axes_of_the_table(kind):
     assert SCHEMA["$defs"][f"grid_{kind}"]["properties"] == \
         axes.schema_fragment(kind)["properties"]
+
+
+def test_config_schema_knows_every_cell_kind_for_defaults_and_grids():
+    """A kind missing from the schema's defaults is refused there; one missing from the
+    if/then chain has its grid checked as a model cell's."""
+    assert sorted(SCHEMA["properties"]["defaults"]["properties"]) == sorted(kinds.names())
+    branch, chained = SCHEMA["properties"]["studies"]["additionalProperties"], []
+    while "if" in branch:
+        chained.append(branch["if"]["properties"]["kind"]["const"])
+        branch = branch["else"]
+    assert sorted([*chained, "model"]) == sorted(kinds.names())
+    jsonschema.validate({"defaults": {"comms": {"iterations": 5}},
+                         "studies": {"c": {"kind": "comms", "grid": {}}}}, SCHEMA)
 
 
 def test_the_schema_checks_an_axis_type_by_the_study_kind():

@@ -49,3 +49,15 @@ def test_without_the_plugin_the_framework_is_one_config_error(tmp_path):
                        match=r"^study 'np': framework: unknown value 'numpy' \(valid: pytorch, mxnet\)$"):
         study.expand_config({"studies": {"np": {"grid": {"framework": "numpy",
                                                           "model": "numpy_mlp"}}}})
+
+
+def test_dlbench_list_models_shows_the_models_a_plugin_adds():
+    """`dlbench list models` reads the registry with its plug-ins (it read the built-in
+    catalogue only)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(PLUGINS), str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "dlbench.command", "list", "models"],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if "numpy_mlp" in line]
+    assert "numpy" in line.replace("numpy_mlp", "")

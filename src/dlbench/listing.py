@@ -136,7 +136,8 @@ def model_rows() -> list[dict[str, Any]]:
     return [{"model": spec.name, "frameworks": ", ".join(spec.frameworks),
              "input": f"{spec.input_kind} {'x'.join(str(n) for n in spec.input_shape)}",
              "options": ", ".join(f"{k}={v}" for k, v in spec.default_opts.items()),
-             "description": spec.description} for spec in models.CATALOG]
+             "description": spec.description}
+            for spec in map(models.get, models.names())]  # with the plug-ins' models
 
 
 def text_table(rows: list[dict[str, Any]]) -> list[str]:

@@ -82,7 +82,7 @@ def schema_fragment() -> dict[str, Any]:
     return {
         "type": "object",
         "description": "Cells to profile, each with some tools, as separate jobs under "
-                       "results/profiles/<tool>/<study>/<cell>/. Values are checked by "
+                       "results/profiles/<system>/<tool>/<study>/<cell>/. Values are checked by "
                        "dlbench.profiling.config; each tool's settings are declared in its "
                        "module under dlbench/profiling/tools/.",
         "additionalProperties": False,
