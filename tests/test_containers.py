@@ -247,7 +247,7 @@ def test_a_profiled_run_is_in_the_cells_image_and_its_tables_on_the_host(contain
     command = call[c + 1]
     assert re.search(r"(^|; *)python -m dlbench\.profiling capture ", command), command
     assert "--python python " in command and "finish" not in command
-    (folder,) = (container_run["workdir"] / "results" / "profiles" / "torch").glob("*/*")
+    (folder,) = (container_run["workdir"] / "results" / "profiles").glob("*/torch/*/*")
     manifest = json.loads((folder / "profile.json").read_text())
     assert manifest["status"] == "ok", manifest.get("error")
     assert manifest["cell"]["data"] == "pets" and manifest["commands"]

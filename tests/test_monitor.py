@@ -450,3 +450,19 @@ def test_nvml_ids_follow_cuda_visible_devices(monkeypatch):
     assert monitor.nvml_ids([0, 1]) == [3, "GPU-abc"]
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert monitor.nvml_ids([0, 1]) == [0, 1]
+
+
+def test_a_tree_never_reads_more_cpu_than_the_machine_has():
+    """Per-process shares are CPU-time ticks over each one's own short interval: on a
+    loaded host their sum can read above every core busy (302 % on 2 cores was seen)."""
+    import contextlib
+    import types
+
+    tree = monitor.ProcessTree()
+    fake = types.SimpleNamespace(oneshot=contextlib.nullcontext,
+                                 memory_info=lambda: types.SimpleNamespace(rss=1),
+                                 cpu_percent=lambda _: 0.8 * tree.capacity)
+    tree._procs = {1: fake, 2: fake}
+    tree._refreshed_at = float("inf")  # no refresh of the children in this sample
+    assert tree.sample(0.0) == (2, tree.capacity, 2)
+    assert tree.capacity == 100.0 * psutil.cpu_count()

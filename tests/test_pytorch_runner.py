@@ -236,7 +236,7 @@ def test_a_loader_cell_that_fails_before_its_loop_is_still_a_loader_cell(tmp_pat
     """--data_loader_only on a dataset that cannot be read: the failed result is the
     loader's (once recorded as a model cell, counted apart from its loader twins)."""
     (tmp_path / "empty").mkdir()
-    proc, res = run_runner(tmp_path, "--model", "deep_mnist", "--batch_size", "2",
+    proc, res = run_runner(tmp_path, "--model", "resnet18", "--batch_size", "2",
                            "--num_batches", "2", "--num_warmup_batches", "0", "--device", "cpu",
                            "--data_loader_only", "true", "--data_dir", str(tmp_path / "empty"),
                            "--data_name", "image_folder")

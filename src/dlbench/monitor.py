@@ -85,6 +85,11 @@ class ProcessTree:
         self.root = psutil.Process(pid or os.getpid())
         self._procs: dict[int, Any] = {}
         self._refreshed_at = -math.inf
+        # All the machine's cores: what the tree can use at most. Each process's share is
+        # its CPU-time ticks (10 ms) over its own interval since the last sample, so on a
+        # loaded host a short interval reads more than the process could use; their sum is
+        # held to this.
+        self.capacity = 100.0 * (psutil.cpu_count() or 1)
 
     def prime(self) -> None:
         """Start the CPU-time clocks; the first sample then covers start to now."""
@@ -120,7 +125,7 @@ class ProcessTree:
                     cpu += proc.cpu_percent(None)
             except self._psutil.Error:  # exited (a finished worker) or no longer ours
                 del self._procs[pid]
-        return rss, cpu, len(self._procs)
+        return rss, min(cpu, self.capacity), len(self._procs)
 
 
 def _descendants(pid: int) -> list[int]:
