@@ -43,7 +43,8 @@ def test_the_results_there_are_make_the_table_and_the_report_names_the_missing(t
     incomplete_run.write(planned, [], str(parquet), str(tmp_path / "t.csv"), str(report),
                          say=said.append)
     assert said == [
-        "dlbench: 2 of 3 cell results are missing (their jobs failed: see above); writing "
+        "dlbench: 2 of 3 cell results are missing (their jobs failed or were stopped: see "
+        "above); writing "
         "the table and report of the 1 results there are (Ctrl-C to skip)",
         f"dlbench: {parquet} (1 rows) and {report} hold the results there are; the next run "
         "measures the missing cells"]
@@ -61,9 +62,15 @@ def test_no_result_at_all_writes_no_table(tmp_path):
     parquet, said = tmp_path / "t.parquet", []
     incomplete_run.write(planned_paths(tmp_path, "pytorch_a_00000001"), [], str(parquet),
                          str(tmp_path / "t.csv"), str(tmp_path / "report"), say=said.append)
-    assert said == ["dlbench: 1 of 1 cell results are missing (their jobs failed: see "
-                    "above); no result, no table written"]
+    assert said == ["dlbench: 1 of 1 cell results are missing (their jobs failed or were "
+                    "stopped: see above); no result, so no new table"]
     assert not parquet.exists()
+    parquet.write_bytes(b"the table of an earlier run")
+    said.clear()
+    incomplete_run.write(planned_paths(tmp_path, "pytorch_a_00000001"), [], str(parquet),
+                         str(tmp_path / "t.csv"), str(tmp_path / "report"), say=said.append)
+    assert said[0].endswith("no result, so no new table (the one there is left as it was)")
+    assert parquet.read_bytes() == b"the table of an earlier run"
 
 
 def test_the_note_names_twenty_cells_and_counts_the_rest(tmp_path):

@@ -149,7 +149,8 @@ def test_killed_launcher_leaves_no_runner_and_no_result_and_the_rerun_remeasures
     # Snakemake would not aggregate (the table waits for every cell): the workflow did.
     rows = pq.read_table(workdir / "results" / "benchmarks.parquet").to_pylist()
     assert [(r["batch_size"], r["status"]) for r in rows] == [(3, "failed")]
-    assert "dlbench: 1 of 2 cell results are missing (their jobs failed: see above); " in output
+    assert ("dlbench: 1 of 2 cell results are missing (their jobs failed or were stopped: "
+            "see above); ") in output
     assert "dlbench: results/benchmarks.parquet (1 rows) and results/report hold " in output
     page = (workdir / "results" / "report" / "index.html").read_text()
     (missing_cell,) = [c.id for c in study.expand_config(yaml.safe_load(

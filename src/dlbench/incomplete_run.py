@@ -65,13 +65,16 @@ def write(planned: Sequence[str], others: Sequence[str], parquet: str, csv: str,
     absent = missing(planned)
     if not absent:
         return
-    lacking = f"dlbench: {len(absent)} of {len(planned)} cell results are missing"
+    # Failed, or stopped by an interrupt: the lines above say which.
+    lacking = (f"dlbench: {len(absent)} of {len(planned)} cell results are missing (their "
+               "jobs failed or were stopped: see above)")
     gone = set(absent)  # each planned file is looked at once; others were just found
     present = [*(str(path) for path in planned if str(path) not in gone), *others]
     if not present:
-        say(f"{lacking} (their jobs failed: see above); no result, no table written")
+        kept = " (the one there is left as it was)" if Path(parquet).exists() else ""
+        say(f"{lacking}; no result, so no new table{kept}")
         return
-    say(f"{lacking} (their jobs failed: see above); writing the table and report of the "
+    say(f"{lacking}; writing the table and report of the "
         f"{len(present)} results there are (Ctrl-C to skip)")
     written: list[str] = []
     try:
