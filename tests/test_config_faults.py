@@ -306,6 +306,14 @@ def test_a_typo_in_defaults_is_named_where_it_is_not_in_a_studys_grid():
     assert error_of(config).startswith("study 's': grid.num_batchs: unknown axis (valid: ")
 
 
+def test_a_bad_value_from_defaults_is_named_as_coming_from_there():
+    config = {"defaults": {"model": {"batch_size": 0}}, **grid()}
+    assert error_of(config) == ("study 's': batch_size (from defaults.model): must be >= 1, "
+                                "got 0")
+    # The study's own value is the study's.
+    assert error_of(grid(batch_size=0)) == "study 's': batch_size: must be >= 1, got 0"
+
+
 def test_an_empty_list_from_defaults_is_named_there():
     config = {"defaults": {"model": {"batch_size": []}}, **grid()}
     assert error_of(config) == "study 's': defaults.model.batch_size: is an empty list"

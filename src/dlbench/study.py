@@ -107,12 +107,17 @@ def _enum(study: str, field: str, value: Any, valid: Iterable[str]) -> None:
         raise _fail(study, field, f"unknown value {value!r} (valid: {', '.join(valid)})")
 
 
-def _check_cell(study: str, kind: str, p: dict[str, Any], datasets: Mapping[str, Any]) -> None:
+def _check_cell(study: str, kind: str, p: dict[str, Any], datasets: Mapping[str, Any],
+                from_defaults: Iterable[str] = ()) -> None:
+    """The cell's axes and its kind's checks; ``from_defaults``: the axes whose value the
+    config's defaults gave, named so (the study's grid does not hold them)."""
     try:
         axes.check(kind, p)
         kinds.get(kind).check(p, datasets)
     except axes.AxisError as exc:
-        raise _fail(study, exc.field, str(exc)) from None
+        field = (f"{exc.field} (from defaults.{kind})" if exc.field in from_defaults
+                 else exc.field)
+        raise _fail(study, field, str(exc)) from None
 
 
 def _matches(cell: Mapping[str, Any], rule: Mapping[str, Any]) -> bool:
@@ -249,6 +254,8 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
     rules = [_normalised_rule(rule) for rule in rules]
     matches = [_normalised_rule(ov["match"]) for ov in overrides]
     datasets = config.get("datasets") or {}
+    # Axes only the config's defaults give (no override sets them either).
+    from_defaults = set(grid) - set(own) - {k for ov in overrides for k in ov["set"]}
     cells: list[Cell] = []
     seen: set[str] = set()
     used_overrides: set[int] = set()
@@ -270,7 +277,7 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
             continue
         # Checked before the native filter, which would drop an unknown precision as one
         # this CPU does not compute natively.
-        _check_cell(name, kind, params, datasets)
+        _check_cell(name, kind, params, datasets, from_defaults)
         if precisions == "native" and not native_here(params):
             dropped_as_emulated += 1
             continue
