@@ -158,23 +158,32 @@ def _dry_run():
     return bool(getattr(args, "dryrun", False))
 
 
-def _retry_recorded_outcomes():
-    """retry_failed: run the cells recorded as failed (or with the statuses listed) again.
-    Their results move to results/<system>/<study>/cells/retried/ (kept, with the time), so the
-    cells have none and run; a dry run only says how many would. Decided in the main
-    process only (cluster jobs parse this file again)."""
-    if not RETRY or not workflow.is_main_process:
-        return
-    paths = support.results_to_retry(CELLS, RETRY, SYSTEM, REPEATS)
+def _run_again(paths, which, why=""):
+    """The cells of these result files run again: each file moves to retried/ beside it
+    (kept, with the time), so the cells have none; a dry run only says how many would.
+    ``which`` names them ("2 cell(s) recorded as failed"), ``why`` is the line's prefix.
+    """
     if not paths:
         return
-    words = f"{len(paths)} cell(s) recorded as {' or '.join(RETRY)}"
     if _dry_run():
-        print(f"dlbench: retry_failed: would run {words} again", file=sys.stderr)
+        print(f"dlbench: {why}would run {which} again", file=sys.stderr)
         return
     for path in paths:
         dlbench_atomic.set_aside(path, "retried")
-    print(f"dlbench: retry_failed: running {words} again", file=sys.stderr)
+    print(f"dlbench: {why}running {which} again", file=sys.stderr)
+
+
+def _retry_recorded_outcomes():
+    """retry_failed: run the cells recorded as failed (or with the statuses listed) again.
+    Decided in the main process only (cluster jobs parse this file again)."""
+    if not RETRY or not workflow.is_main_process:
+        return
+    paths = support.results_to_retry(CELLS, RETRY, SYSTEM, REPEATS)
+    _run_again(
+        paths,
+        f"{len(paths)} cell(s) recorded as {' or '.join(RETRY)}",
+        "retry_failed: ",
+    )
 
 
 _retry_recorded_outcomes()
@@ -183,20 +192,15 @@ _retry_recorded_outcomes()
 def _retry_failed_on_changed_data():
     """A failed cell that reads a user's ImageFolder tree runs again once something in the
     tree changed after it failed (a bad image mended in place, which leaves the folder's
-    own mtime, all Snakemake compares, as it was). Its result moves to retried/ like
-    retry_failed's (main process; a dry run only says how many)."""
+    own mtime, all Snakemake compares, as it was). Main process only."""
     if not workflow.is_main_process:
         return
     paths = support.failed_on_changed_inputs(config, CELLS, SYSTEM, REPEATS)
-    if not paths:
-        return
-    words = f"{len(paths)} failed cell(s) whose data changed since (first: {paths[0]})"
-    if _dry_run():
-        print(f"dlbench: would run {words} again", file=sys.stderr)
-        return
-    for path in paths:
-        dlbench_atomic.set_aside(path, "retried")
-    print(f"dlbench: running {words} again", file=sys.stderr)
+    if paths:
+        _run_again(
+            paths,
+            f"{len(paths)} failed cell(s) whose data changed since (first: {paths[0]})",
+        )
 
 
 _retry_failed_on_changed_data()

@@ -30,6 +30,7 @@ from dlbench.profiling.spec import ProfilingConfigError
 PROFILES_DIR = "results/profiles"
 MANIFEST = "profile.json"
 CAPTURE = "capture.json"  # the profiled run's record, made in the framework environment
+ERROR_FILE = "error.txt"  # a failure the profiled run could not record in its manifest
 TOOLS = registry.names()  # the workflow's {tool} wildcard (workflow/rules/profile.smk)
 
 
@@ -147,7 +148,7 @@ def adopt(system: str, root: Path = Path(PROFILES_DIR)) -> list[tuple[Path, Path
     <cell>/``; a system's is one level deeper, so a system named like a tool is left."""
     from dlbench import atomic
 
-    made = (MANIFEST, CAPTURE, "error.txt")
+    made = (MANIFEST, CAPTURE, ERROR_FILE)
     moves = []
     for tool in TOOLS:
         for folder in sorted(root.glob(f"{tool}/*/*")):

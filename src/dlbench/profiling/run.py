@@ -36,9 +36,9 @@ from dlbench import result as R
 from dlbench.profiling import commands, registry
 from dlbench.profiling.base import Job
 from dlbench.profiling.commands import ProfileError, Step
-from dlbench.profiling.config import CAPTURE, MANIFEST
+from dlbench.profiling.config import CAPTURE, ERROR_FILE, MANIFEST
 
-ERROR_FILE = "error.txt"
+
 def library_dirs(framework: str) -> tuple[str, str]:
     """The package whose folder holds ``framework``'s shared libraries, and the folder in
     it ("" for the package's own), as its plug-in says (dlbench.frameworks); an unknown

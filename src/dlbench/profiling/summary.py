@@ -30,8 +30,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from dlbench.profiling import registry
-from dlbench.profiling.config import MANIFEST
-from dlbench.profiling.run import ERROR_FILE
+from dlbench.profiling.config import ERROR_FILE, MANIFEST
 
 
 @dataclass

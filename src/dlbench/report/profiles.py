@@ -89,7 +89,6 @@ def links_by_cell(profiles: Iterable[CellProfile]) -> dict[tuple[str, str, str],
     return {key: tool_badges(group) for key, group in by_cell(profiles).items()}
 
 
-
 def _axes(row: pd.Series | None, cell: dict) -> list[str]:
     """Model (or op config), phase, precision and batch size: the aggregate's row first,
     the manifest's cell where the aggregate has no row for it."""
