@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dlbench import atomic, study, workflow_support
+from dlbench import atomic, config_schema, study, workflow_support
 from dlbench import result as R
 
 SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
@@ -87,7 +87,7 @@ def test_timeout_s_per_study_and_for_the_config():
 def test_an_unknown_top_level_key_is_one_line():
     config = {**grid(), "studeis": {}}
     with pytest.raises(workflow_support.WorkflowConfigError) as info:
-        workflow_support.validate_config(config, SCHEMA)
+        config_schema.validate_config(config, SCHEMA)
     message = str(info.value)
     assert message.startswith("config: unknown key 'studeis' (valid: ")
     assert "\n" not in message and len(message) < 300
@@ -97,7 +97,7 @@ def test_a_schema_problem_deep_in_the_config_names_its_field():
     config = grid()
     config["monitor"] = {"interval_ms": "often"}
     with pytest.raises(workflow_support.WorkflowConfigError) as info:
-        workflow_support.validate_config(config, SCHEMA)
+        config_schema.validate_config(config, SCHEMA)
     assert str(info.value) == "monitor.interval_ms: must be a number, got 'often'"
 
 
@@ -105,10 +105,10 @@ def test_a_study_given_twice_in_one_file_is_found(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("studies:\n  a:\n    grid: {model: alexnet}\n  b:\n    grid: {}\n"
                     "  a:\n    grid: {model: resnet50}\n")
-    assert workflow_support.duplicate_keys(path) == [
+    assert config_schema.duplicate_keys(path) == [
         f"{path}: line 6: key 'a' is given twice (the last one wins)"]
     path.write_text("studies:\n  a: {grid: {}}\n")
-    assert workflow_support.duplicate_keys(path) == []
+    assert config_schema.duplicate_keys(path) == []
 
 
 @pytest.mark.parametrize(("value", "statuses"), [
@@ -244,7 +244,7 @@ def test_a_name_with_a_trailing_newline_is_refused_in_one_line():
 
 def schema_error_of(config) -> str:
     with pytest.raises(workflow_support.WorkflowConfigError) as info:
-        workflow_support.validate_config(config, SCHEMA)
+        config_schema.validate_config(config, SCHEMA)
     message = str(info.value)
     assert "\n" not in message
     return message
@@ -284,7 +284,7 @@ def test_schema_problems_outside_a_grid_name_their_study_or_field():
 def test_a_system_label_of_digits_from_the_command_line_is_its_text(key):
     """Snakemake reads --config system=2024 as the integer 2024; the label is '2024'."""
     config = {**grid(), key: 2024}
-    workflow_support.validate_config(config, SCHEMA)
+    config_schema.validate_config(config, SCHEMA)
     assert config[key] == "2024"
     if key == "system":
         assert workflow_support.system_label(config) == "2024"
@@ -326,7 +326,7 @@ def test_unquoted_on_off_read_as_booleans_get_a_hint_to_quote_them(tmp_path):
     config = yaml.safe_load("studies:\n  o: {kind: ops, grid: {op_config: OPS, device: gpu, "
                             "cuda_l2_cache: [on, off]}}\n".replace("OPS", str(tmp_path)))
     with pytest.raises(workflow_support.WorkflowConfigError) as info:
-        workflow_support.validate_config(config, SCHEMA)
+        config_schema.validate_config(config, SCHEMA)
     assert str(info.value).endswith(
         "cuda_l2_cache[0]: must be a string, got True (YAML reads unquoted on/off, yes/no as "
         "true/false: quote it, 'on')")

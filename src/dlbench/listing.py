@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dlbench import models, study, systems, workflow_support
+from dlbench import config_schema, models, study, systems, workflow_support
 
 PROG = "dlbench list"
 DEFAULT_CONFIG = Path("config/config.yaml")
@@ -71,7 +71,7 @@ def load_config(paths: list[Path]) -> dict[str, Any]:
             raise ListError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
         if not isinstance(value, dict):
             raise ListError(f"{path}: a config is a mapping with 'studies'")
-        for line in workflow_support.duplicate_keys(path):  # as the workflow warns
+        for line in config_schema.duplicate_keys(path):  # as the workflow warns
             print(f"dlbench config warning: {line}", file=sys.stderr)
         merge_config(config, value)
     return config
@@ -81,7 +81,7 @@ def expand(config: Mapping[str, Any]) -> tuple[list[study.Cell], dict[str, int]]
     """Every cell and each study's repeats, checked as the workflow checks them."""
     try:
         if SCHEMA.is_file():  # a source checkout: the workflow's schema too
-            workflow_support.validate_config(config, SCHEMA)
+            config_schema.validate_config(config, SCHEMA)
         return workflow_support.expand_cells(config), workflow_support.repeat_counts(config)
     except (workflow_support.WorkflowConfigError, study.ConfigError) as exc:
         raise ListError(str(exc)) from None
@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.what == "models":
         return model_rows()
     # A label of digits (system: 2024) is its text, as in the workflow, schema or not.
-    config = dict(workflow_support.label_text(load_config(args.configfile or [DEFAULT_CONFIG])))
+    config = dict(config_schema.label_text(load_config(args.configfile or [DEFAULT_CONFIG])))
     cells, repeats = expand(config)
     labels = system_labels(config, args.results, args.system)
     rows = cell_rows(cells, repeats, labels, args.results)

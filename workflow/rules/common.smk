@@ -15,6 +15,7 @@ from snakemake.utils import min_version, validate
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 from dlbench import atomic as dlbench_atomic
+from dlbench import config_schema
 from dlbench import cpu as dlbench_cpu
 from dlbench import frameworks as dlbench_frameworks
 from dlbench import gpus as dlbench_gpus
@@ -36,11 +37,11 @@ def _config_error(exc):
 
 
 for _configfile in workflow.configfiles:
-    for _line in support.duplicate_keys(Path(_configfile)):
+    for _line in config_schema.duplicate_keys(Path(_configfile)):
         print(f"dlbench config warning: {_line}", file=sys.stderr)
 try:
     # Our own check first: one line naming the field (Snakemake's prints the whole config).
-    support.validate_config(
+    config_schema.validate_config(
         config,
         Path(workflow.main_snakefile).parent / "workflow/schemas/config.schema.yaml",
     )
