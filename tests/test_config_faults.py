@@ -84,6 +84,57 @@ def test_timeout_s_per_study_and_for_the_config():
     assert error_of(config) == "study 't': timeout_s: must be a number >= 1, got 0"
 
 
+@pytest.mark.parametrize("value", [float("inf"), float("nan")])
+def test_a_timeout_that_is_not_finite_is_refused(value):
+    # YAML's .inf and .nan: nan passed the minimum (nan < 1 is false), and both then failed
+    # the workflow with a traceback when its jobs' time limits were rounded up
+    config = {**grid(), "timeout_s": value}
+    assert error_of(config) == f"study 's': timeout_s: must be a number >= 1, got {value!r}"
+
+
+def test_a_monitor_interval_that_is_not_finite_is_refused_before_any_cell_runs():
+    with pytest.raises(workflow_support.WorkflowConfigError) as info:
+        workflow_support.monitor_option({**grid(), "monitor": {"interval_ms": float("nan")}})
+    assert str(info.value) == "monitor.interval_ms: must be a finite number >= 0, got nan"
+    assert workflow_support.monitor_option({"monitor": {"interval_ms": 100}}) == [
+        "--monitor_interval_ms=100"]
+
+
+@pytest.mark.parametrize("name", [2024, 1.5, True])
+def test_a_study_or_dataset_name_yaml_reads_as_a_number_is_refused(name):
+    # 2024: is the integer 2024 to YAML: the cells were named '2024' while repeats,
+    # timeouts and calibrate kept the integer, and a study's repeats were silently lost
+    config = {"studies": {name: grid()["studies"]["s"]}}
+    assert error_of(config) == (
+        f"study {name!r}: name: a name is text; quote it in the YAML ('{name}')")
+    config = {"datasets": {name: {"synthetic": {}}}, **grid()}
+    assert error_of(config) == (
+        f"dataset {name!r}: name: a name is text; quote it in the YAML ('{name}')")
+
+
+@pytest.mark.parametrize("image", ["img.sif;touch${IFS}/tmp/pwned;#", "a b.sif", "$(id).sif",
+                                   "x.sif\n"])
+def test_an_image_holding_what_a_shell_reads_is_refused(image):
+    # Snakemake pastes the image into each containerised job's shell command unquoted
+    config = {**grid(), "frameworks": {"pytorch": {"container": image}}}
+    assert error_of(config) == (
+        f"config: frameworks.pytorch.container: {image!r}: an image is a path or URI of "
+        "letters, digits and ._-/:@+ only")
+
+
+def test_images_by_path_or_uri_are_taken():
+    for image in ["docker://nvcr.io/nvidia/pytorch:24.05-py3", "images/pytorch.sif",
+                  "oras://ghcr.io/o/img@sha256:0123abcd", "/opt/img/torch+cu12.sif"]:
+        config = {**grid(), "frameworks": {"pytorch": {"container": image}}}
+        assert len(study.expand_config(config)) == 1
+
+
+def test_a_local_image_that_is_no_regular_file_is_not_read():
+    from dlbench import launch
+
+    assert launch.image_digest("/dev/zero") is None  # was read for ever
+
+
 def test_an_unknown_top_level_key_is_one_line():
     config = {**grid(), "studeis": {}}
     with pytest.raises(workflow_support.WorkflowConfigError) as info:

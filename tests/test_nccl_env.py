@@ -28,6 +28,22 @@ def test_settings_are_nccl_names_with_plain_values():
     assert nccl_env.problem("NCCL_ALGO=Ring") is None
 
 
+@pytest.mark.parametrize("setting", [
+    "NCCL_NET_PLUGIN=/tmp/x/libnccl-net.so", "NCCL_TUNER_PLUGIN=/tmp/t.so",
+    "NCCL_PROFILER_PLUGIN=p", "NCCL_ENV_PLUGIN=e", "NCCL_DEBUG_FILE=/home/u/.bashrc",
+    "NCCL_TOPO_DUMP_FILE=/tmp/t.xml", "NCCL_GRAPH_DUMP_FILE=/tmp/g.xml", "NCCL_CONF_FILE=/tmp/c"])
+def test_settings_that_load_a_library_or_name_a_file_nccl_writes_are_refused(setting):
+    name = setting.partition("=")[0]
+    assert nccl_env.problem(f"NCCL_ALGO=Ring {setting}") == (
+        f"{name} is not taken: it loads a library or names a file NCCL writes or reads its "
+        "settings from")
+
+
+def test_a_topology_file_nccl_reads_as_data_is_taken():
+    assert nccl_env.parse("NCCL_TOPO_FILE=/etc/nccl/topo.xml NCCL_GRAPH_FILE=/etc/g.xml") == {
+        "NCCL_TOPO_FILE": "/etc/nccl/topo.xml", "NCCL_GRAPH_FILE": "/etc/g.xml"}
+
+
 def test_a_study_sweeps_settings_as_cells_and_refuses_a_bad_one_in_one_line():
     ring, tree = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
         "num_gpus": 8, "nccl_env": ["NCCL_ALGO=Ring", "NCCL_ALGO=Tree"]}}}})

@@ -240,3 +240,19 @@ def test_standalone_a_bad_file_is_one_line_naming_it_and_exit_1(tmp_path, conten
     assert '__results.status__="failed"' in proc.stdout
     assert f"__results.status_msg__={json.dumps(f'config {path}: {error}')}" in proc.stdout
     assert error in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_an_op_config_whose_path_starts_with_a_dash_is_the_config_not_an_option(
+        tmp_path, monkeypatch):
+    # given as "-c <path>", a file named -ops.json failed every cell of its study (argparse:
+    # "-c: expected one argument"); the cell passes it as --config=<path>
+    from dlbench import kinds, study
+    from dlbench.ops.cli import build_parser
+
+    monkeypatch.chdir(tmp_path)
+    Path("-ops.json").write_text('{"torch.add": {"config": []}}')
+    (cell,) = study.expand_config({"studies": {"o": {"kind": "ops", "grid": {
+        "op_config": "-ops.json", "device": "cpu"}}}})
+    argv = kinds.get("ops").command(cell.params, Path("x.json"), "python", None)
+    start = argv.index("dlbench.ops") + 1
+    assert build_parser().parse_args(argv[start:]).config == "-ops.json"

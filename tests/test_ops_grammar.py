@@ -224,6 +224,12 @@ def test_copy_fills_shape_elements_from_other_tensor_args():
      "args[0].__copy__[0].shape: args[1] is not a tensor arg"),
     ({"type": "tensor", "dtype": "float", "shape": [2, [1, 2]]},
      "args[0].shape[1]: expected a size >= 0, got [1, 2]"),
+    # more values than len() can count (once an OverflowError that failed the whole cell)
+    ({"type": "int", "value": [0, 10**20], "__range__": ["value"]},
+     "args[0].value: range [0, 100000000000000000000] holds more values than can be counted"),
+    ({"type": "tensor", "dtype": "float", "shape": [[1, 2**64]], "__range__": ["shape"]},
+     "args[0].shape[0]: range [1, 18446744073709551616] holds more values than can be "
+     "counted"),
 ])
 def test_range_spec_errors_name_the_path(arg, message):
     got = items(iterators.RangeConfigIterator, [{"args": [arg]}])
@@ -304,3 +310,11 @@ def test_l2_flush_size_comes_from_the_device_properties_not_run_without_gpu():
     assert size == 100 * 2**20 and message is None
     size, message = l2_flush_bytes(SimpleNamespace(name="OldGPU"))
     assert size == FALLBACK_L2_BYTES and "OldGPU does not report L2_cache_size" in message
+
+
+def test_an_unknown_field_with_a_newline_in_its_name_is_logged_on_one_line(caplog):
+    spec = {"type": "int", "value": 3, "bad\nERROR forged": 1}
+    with caplog.at_level("WARNING", logger="dlbench.ops"):
+        grammar.check(spec, "args[0]")
+    (record,) = caplog.records
+    assert "\n" not in record.getMessage() and "bad\\nERROR forged" in record.getMessage()

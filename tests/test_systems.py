@@ -47,6 +47,7 @@ def test_the_default_label_is_this_hosts_short_name_made_safe():
     assert systems.default_label("my host!") == "my-host-"
     assert systems.default_label("_x") == "x"
     assert systems.default_label("report") == "local"  # a folder results/ keeps
+    assert systems.default_label("Report") == "local"
 
 
 @pytest.mark.parametrize(("label", "words"), [
@@ -54,7 +55,10 @@ def test_the_default_label_is_this_hosts_short_name_made_safe():
     ("datasets", "a folder results/ keeps for itself"),
     # a file of results/ (once a traceback from the workflow: results/status.txt/<study>/...)
     ("status.txt", "a file results/ keeps for itself"),
-    ("benchmarks.parquet", "a file results/ keeps for itself")])
+    ("benchmarks.parquet", "a file results/ keeps for itself"),
+    # case-blind: on a case-insensitive disk (macOS) these are results/profiles/ and the table
+    ("Profiles", "a folder results/ keeps for itself"),
+    ("Benchmarks.Parquet", "a file results/ keeps for itself")])
 def test_a_bad_label_is_one_config_error_naming_the_field(label, words):
     with pytest.raises(workflow_support.WorkflowConfigError) as info:
         workflow_support.system_label({"system": label})

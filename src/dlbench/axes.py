@@ -339,7 +339,7 @@ TABLE: tuple[Axis, ...] = (
          help="model options (the model's registry entry lists them)"),
     # Operator cells (PARAM's flags, seed 003).
     Axis("op_config", str, REQUIRED, kinds=("ops",),
-         flags={"ops": Flag("-c", "pair", dest="config")},
+         flags={"ops": Flag("--config", "value")},  # =: a path may start with -
          help="a PARAM-style JSON op config file"),
     Axis("backward", bool, False, kinds=("ops",), flags={"ops": Flag("-b", "switch")}),
     Axis("exec_mode", str, "discrete", kinds=("ops",), choices=_EXEC_MODES,

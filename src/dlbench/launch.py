@@ -28,6 +28,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -230,13 +231,16 @@ def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None
 def image_digest(image: str, cache_dir: Path | None = None) -> str | None:
     """What identifies a container image's contents: ``sha256:<hex>`` of a local image file
     (remembered in ``cache_dir`` by path, size and mtime, since images are gigabytes), the
-    URI itself for a registry image (docker://, oras://, ...), None for a missing file."""
+    URI itself for a registry image (docker://, oras://, ...), None for a missing file or one
+    that is none (a device)."""
     if "://" in image:
         return image
     path = Path(image)
     try:
         st = path.stat()
     except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):  # a device (/dev/zero) would be read for ever
         return None
     key = hashlib.sha256(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()
     cached = cache_dir / key if cache_dir else None

@@ -6,7 +6,11 @@ the runners apply them.
 
 Only NCCL's own variables are taken, and values only of the characters NCCL's settings
 use: a study cannot set arbitrary environment variables (``LD_PRELOAD``, ``PATH``) of the
-processes it starts.
+processes it starts. Nor the NCCL variables that do what those would: load a library
+(``NCCL_NET_PLUGIN``, the tuner, profiler and environment plug-ins), write a file
+(``NCCL_DEBUG_FILE``, the topology and graph dumps) or read settings from one
+(``NCCL_CONF_FILE``, which may name a plug-in). NCCL_TOPO_FILE and NCCL_GRAPH_FILE, which
+describe a machine NCCL cannot see (a VM), are read as data and are allowed.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ _NAME = re.compile(r"NCCL_[A-Z0-9_]+")
 # Letters, digits and what NCCL's values hold: lists (,), ranges and interfaces (^eth,
 # mlx5_0:1), sizes (4M), paths (/tmp/nccl.topo.xml).
 _VALUE = re.compile(r"[A-Za-z0-9_.,:/^+-]+")
+# Names that load code or write files (see the module's docstring).
+_REFUSED = re.compile(r"NCCL_\w*_PLUGIN|NCCL_\w*DUMP\w*|NCCL_DEBUG_FILE|NCCL_CONF_FILE")
 
 
 def parse(text: str) -> dict[str, str]:
@@ -27,6 +33,9 @@ def parse(text: str) -> dict[str, str]:
         name, sep, value = item.partition("=")
         if not sep or not _NAME.fullmatch(name):
             raise ValueError(f"{item!r} is no NCCL_<NAME>=<value> setting")
+        if _REFUSED.fullmatch(name):
+            raise ValueError(f"{name} is not taken: it loads a library or names a file NCCL "
+                             "writes or reads its settings from")
         if not _VALUE.fullmatch(value):
             raise ValueError(f"{name}'s value {value!r} holds a character NCCL's settings "
                              "do not use")

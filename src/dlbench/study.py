@@ -155,7 +155,9 @@ def emulated_cells(cells: Iterable[Cell]) -> list[Cell]:
 
 
 def _number(study: str, field: str, value: Any, minimum: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+    # not finite: YAML's .inf and .nan pass a comparison with the minimum (nan < 1 is false)
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum
+            or not math.isfinite(value)):
         raise _fail(study, field, f"must be a number >= {minimum:g}, got {value!r}")
     return value
 
@@ -296,11 +298,21 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
     return cells
 
 
+def _check_text_name(what: str, name: Any) -> None:
+    """A study's or dataset's name as YAML gives it is text: ``2024:`` is the integer 2024
+    and ``1.50:`` the float 1.5, which the config's other tables (repeats, timeouts,
+    calibrate, profiling's match) would hold under a key other than the cells' name."""
+    if not isinstance(name, str):
+        raise ConfigError(f"{what} {name!r}: name: a name is text; quote it in the YAML "
+                          f"('{name}')")
+
+
 def check_datasets(datasets: Mapping[str, Any]) -> None:
     """A dataset's name becomes a folder under results/datasets/: letters, digits, '_',
     '-' and '.' only. One read from the user's own ImageFolder must exist before anything
     runs."""
     for name, spec in datasets.items():
+        _check_text_name("dataset", name)
         if not _NAME.fullmatch(str(name)):
             # repr: a name with a newline or a quote in it is still said in one line.
             raise ConfigError(f"dataset {str(name)!r}: name: use letters, digits, '_', '-' and "
@@ -335,14 +347,25 @@ def check_defaults(defaults: Any) -> None:
                                   f"(valid: {', '.join(valid)})")
 
 
+# What an image path or URI holds (docker://nvcr.io/nvidia/pytorch:24.05-py3,
+# oras://host/img@sha256:..., images/pytorch.sif): Snakemake pastes the image into the
+# shell command of each containerised job unquoted, so nothing a shell would read.
+_IMAGE = re.compile(r"[A-Za-z0-9._/:@+-]+")
+
+
 def check_frameworks(settings: Mapping[str, Any]) -> None:
-    """Settings may name only frameworks dlbench has (dlbench.frameworks)."""
+    """Settings may name only frameworks dlbench has (dlbench.frameworks), and images only
+    by characters a path or URI uses."""
     from dlbench import frameworks
 
-    for name in settings:
+    for name, values in settings.items():
         if name not in frameworks.names():
             raise ConfigError(f"config: frameworks.{name}: unknown framework "
                               f"(valid: {', '.join(frameworks.names())})")
+        image = (values or {}).get("container") if isinstance(values, Mapping) else None
+        if isinstance(image, str) and image and not _IMAGE.fullmatch(image):
+            raise ConfigError(f"config: frameworks.{name}.container: {image!r}: an image is a "
+                              "path or URI of letters, digits and ._-/:@+ only")
 
 
 def expand_config(config: Mapping[str, Any]) -> list[Cell]:
@@ -355,8 +378,10 @@ def expand_config(config: Mapping[str, Any]) -> list[Cell]:
         raise ConfigError("config: studies: at least one study is required")
     limit = max_cells(config)
     cells: list[Cell] = []
+    for name in studies:
+        _check_text_name("study", name)
     for name, study in studies.items():
-        cells.extend(expand_study(str(name), study, config, cap=limit - len(cells)))
+        cells.extend(expand_study(name, study, config, cap=limit - len(cells)))
     return cells + calibration_cells(studies, cells)
 
 

@@ -50,17 +50,18 @@ def default_label(hostname: str | None = None) -> str:
     """This host's short name as a label (characters a label cannot hold become '-')."""
     short = (hostname or socket.gethostname()).split(".")[0]
     label = re.sub(r"[^A-Za-z0-9_.-]", "-", short).lstrip("_.-")
-    return label if label and label not in RESERVED | RESERVED_FILES else "local"
+    return label if label and label.casefold() not in RESERVED | RESERVED_FILES else "local"
 
 
 def check_label(label: Any, where: str = "system") -> str:
     if not isinstance(label, str) or not LABEL.fullmatch(label):
         raise SystemLabelError(f"{where}: {label!r} is not a system label (letters, digits, "
                            "'_', '.', '-'; starting with a letter or digit)")
-    if label in RESERVED:
+    # case-blind: on a case-insensitive disk (macOS) "Profiles" is results/profiles/
+    if label.casefold() in RESERVED:
         raise SystemLabelError(f"{where}: {label!r} is a folder results/ keeps for itself "
                            f"({', '.join(sorted(RESERVED))}); choose another label")
-    if label in RESERVED_FILES:
+    if label.casefold() in RESERVED_FILES:
         raise SystemLabelError(f"{where}: {label!r} is a file results/ keeps for itself "
                            f"({', '.join(sorted(RESERVED_FILES))}); choose another label")
     return label

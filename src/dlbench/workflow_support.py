@@ -6,6 +6,7 @@ running workflow; what touches Snakemake itself stays there, one function each.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -233,6 +234,9 @@ def monitor_option(config: Mapping[str, Any]) -> list[str]:
     from dlbench.monitor import DEFAULT_INTERVAL_MS
 
     interval = (config.get("monitor") or {}).get("interval_ms")
+    if interval is not None and not math.isfinite(interval):  # the schema lets .nan pass
+        raise WorkflowConfigError(f"monitor.interval_ms: must be a finite number >= 0, "
+                                  f"got {interval!r}")
     if interval is None or interval == DEFAULT_INTERVAL_MS:
         return []
     return [f"--monitor_interval_ms={interval}"]

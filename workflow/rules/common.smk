@@ -62,6 +62,7 @@ try:
     # How many times each study's cells run (separate processes): dlbench.study.repeats.
     REPEATS = support.repeat_counts(config)
     UNSTABLE_CV = support.unstable_cv(config)
+    MONITOR_OPTION = support.monitor_option(config)
 except support.WorkflowConfigError as exc:
     _config_error(exc)
 CELLS_BY_ID = {(cell.study, cell.id): cell for cell in CELLS}
@@ -350,7 +351,7 @@ def job_request(cell):
 
 
 def monitor_option():
-    return support.monitor_option(config)
+    return MONITOR_OPTION
 
 
 @job_function

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import logging
 import random
+import sys
 from collections.abc import Iterable
 from typing import Any
 
 import torch
+
+from dlbench.ops.configfile import shown
 
 log = logging.getLogger("dlbench.ops")
 
@@ -97,6 +100,8 @@ def full_range(bounds: Any, path: str) -> range:
     start, end, step = (*bounds, 1) if len(bounds) == 2 else bounds
     if step < 1 or end < start:
         raise SpecError(path, f"range {bounds!r} needs start <= end and step >= 1")
+    if (end - start) // step >= sys.maxsize:  # len() of such a range raises OverflowError
+        raise SpecError(path, f"range {bounds!r} holds more values than can be counted")
     return range(start, end + 1, step)
 
 
@@ -135,8 +140,10 @@ def check(spec: Any, path: str, *, ranged: bool = False) -> None:
     ranges = _check_meta(spec, kind, path, ranged)
     unknown = set(spec) - _FIELDS[kind] - META_ATTRS - {"type"}
     if unknown:
-        log.warning("%s: ignoring unknown field(s) %s of a %s", path, ", ".join(sorted(unknown)),
-                    kind)
+        # shown(): a key with a newline would forge a log line (the cell's error is read
+        # off the last one)
+        log.warning("%s: ignoring unknown field(s) %s of a %s", shown(path),
+                    shown(", ".join(sorted(map(str, unknown)))), kind)
     if kind in SCALAR_NUMBER_TYPES:
         _check_number(spec, kind, path, ranges)
     elif kind == "bool":
