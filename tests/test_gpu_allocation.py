@@ -75,6 +75,43 @@ def test_a_held_gpu_is_not_given_twice_and_partial_grabs_are_let_go(tmp_path):
     both.release()
 
 
+# The lock directory is shared by every user of the host (/tmp/dlbench-gpus, mode 1777):
+# another user may have put something there under a lock file's name.
+@pytest.mark.parametrize("planted", ["symlink", "hard link", "fifo"])
+def test_a_lock_file_that_is_not_a_plain_file_of_its_own_is_refused(tmp_path, planted):
+    locks, victim = tmp_path / "locks", tmp_path / "bashrc"
+    locks.mkdir()
+    victim.write_text("export PATH=$HOME/bin:$PATH\n")
+    lock = gpus._lock_path(locks, "0")
+    if planted == "symlink":
+        lock.symlink_to(victim)
+    elif planted == "hard link":
+        os.link(victim, lock)
+    else:
+        os.mkfifo(lock)
+    with pytest.raises(gpus.GpuAllocationError) as err:
+        gpus.acquire(2, ["1", "0"], locks, timeout_s=0)
+    assert str(err.value).startswith(f"GPU lock file {lock}: ") and "\n" not in str(err.value)
+    assert victim.read_text() == "export PATH=$HOME/bin:$PATH\n"  # not truncated
+    gpus.acquire(1, ["1"], locks, timeout_s=0).release()  # GPU 1 was let go
+
+
+def test_a_lock_directory_others_could_plant_files_in_is_refused(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    with pytest.raises(gpus.GpuAllocationError, match=r"^GPU lock directory .*link: "):
+        gpus.acquire(1, ["0"], tmp_path / "link", timeout_s=0)
+    real.chmod(0o777)  # anyone may replace anyone's lock file
+    with pytest.raises(gpus.GpuAllocationError, match=r"^GPU lock directory .*real: "):
+        gpus.acquire(1, ["0"], real, timeout_s=0)
+    real.chmod(0o1777)  # sticky, as /tmp: the design's shared directory
+    gpus.acquire(1, ["0"], real, timeout_s=0).release()
+    made = tmp_path / "made"
+    gpus.acquire(1, ["0"], made, timeout_s=0).release()
+    assert made.stat().st_mode & 0o7777 == 0o1777
+
+
 HOLDER = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path

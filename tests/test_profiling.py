@@ -553,11 +553,80 @@ def test_selection_matches_expanded_cells_by_axis_values():
      "profiling.tools.hpcrun.knobs: knob name 'lower' must be UPPER_CASE"),
     ({"select": [{"match": {}, "tools": ["torch"], "extra": 1}]},
      "profiling.select[0]: needs exactly the keys match and tools"),
+    ({"tools": {"ncu": {"extra_args": ["--log-file", "/home/u/notes.txt"]}}},
+     "profiling.tools.ncu.extra_args: '--log-file' is refused: --log-file chooses where"),
+    ({"tools": {"nsys": {"reports": ["cuda_gpu_kern_sum", "../../x"]}}},
+     "profiling.tools.nsys.reports: '../../x' is not a name"),
 ])
 def test_profiling_config_errors_are_one_line(profiling, message):
     with pytest.raises(pconfig.ProfilingConfigError) as info:
         select(profiling)
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+# A config names no file outside results/ for a tool to write, and no code for it to load:
+# each tool module refuses the options that would.
+@pytest.mark.parametrize(("tool", "words", "option"), [
+    ("ncu", ["--log-file", "/home/u/notes.txt"], "--log-file"),
+    ("ncu", ["--export=/x"], "--export"),
+    ("ncu", ["-o", "/x"], "-o"),
+    ("ncu", ["-o/x"], "-o"),
+    ("ncu", ["-fo", "/x"], "-o"),  # -f takes no value: -f -o /x
+    ("ncu", ["--log", "/x"], "--log-file"),  # ncu takes an unambiguous abbreviation
+    ("ncu", ["-i", "old.ncu-rep"], "-i"),
+    ("ncu", ["--section-folder", "/tmp/x"], "--section-folder"),  # Python rules ncu runs
+    ("ncu", ["--section-folder-recursive=/tmp/x"], "--section-folder-recursive"),
+    ("ncu", ["--section-folder-restore"], "--section-folder-restore"),
+    ("ncu", ["--config-file-path", "/tmp/ncu.cfg"], "--config-file-path"),
+    ("ncu", ["--preload-library", "/tmp/x.so"], "--preload-library"),
+    ("ncu", ["--injection-path-64=/tmp/x"], "--injection-path-64"),
+    ("nsys", ["--output=/home/u/x"], "--output"),
+    ("nsys", ["-o", "/home/u/x"], "-o"),
+    ("nsys", ["-e", "LD_PRELOAD=/tmp/x.so"], "-e"),
+    ("nsys", ["--env-var=LD_PRELOAD=/tmp/x.so"], "--env-var"),
+    ("nsys", ["--command-file", "/tmp/switches"], "--command-file"),
+    ("nsys", ["--after-report-ready=/tmp/x.sh"], "--after-report-ready"),
+    ("nsys", ["--gds-libs-path", "/tmp/lib"], "--gds-libs-path"),
+])
+def test_tool_options_that_write_elsewhere_load_code_or_set_the_environment_are_refused(
+        tool, words, option):
+    with pytest.raises(pconfig.ProfilingConfigError) as info:
+        pconfig.settings(tool, {"extra_args": ["--cache-control", "all", *words]})
+    message = str(info.value)
+    assert message.startswith(f"profiling.tools.{tool}.extra_args: {words[0]!r} is refused: "
+                              f"{option} ") and "\n" not in message
+
+
+def test_tool_options_of_other_kinds_are_kept():
+    ncu = ["--section", "MemoryWorkloadAnalysis", "--cache-control", "all", "-f", "-k", "foo",
+           "-c", "5", "--import-source", "yes", "--rename-kernels", "off"]
+    assert pconfig.settings("ncu", {"extra_args": ncu})["extra_args"] == ncu
+    # --export and --stats write beside --output, in the profile's folder
+    nsys = ["--cuda-memory-usage=true", "-t", "cuda,osrt", "--stats=true", "--export=sqlite"]
+    assert pconfig.settings("nsys", {"extra_args": nsys})["extra_args"] == nsys
+
+
+@pytest.mark.parametrize("report", ["/tmp/pwn", "../../x", "cuda_gpu_kern_sum:base"])
+def test_nsys_reports_are_report_names_not_paths(report):
+    """A report is a file name in the profile folder (<report>.parquet)."""
+    with pytest.raises(pconfig.ProfilingConfigError) as info:
+        pconfig.settings("nsys", {"reports": ["nvtx_sum", report]})
+    assert str(info.value).startswith("profiling.tools.nsys.reports: ")
+
+
+def test_ncu_args_file_options_are_refused_before_ncu_runs(tmp_path, doubles):
+    """The args file is read when the job runs: its words meet extra_args's check there."""
+    args_file = tmp_path / "ncu_args.txt"
+    args_file.write_text("--cache-control all\n--section-folder /tmp/rules  # runs rules\n")
+    settings = pconfig.settings("ncu", {"args_file": str(args_file)})
+    cell = tiny_cell()
+    out = profile_dir(tmp_path / "profiles", "ncu", cell)
+    assert run.main("ncu", cell_json(cell), out, PYTHON, settings, None) == 1
+    line = (out / "error.txt").read_text()
+    assert line.startswith(f"ncu: args file {str(args_file)!r}: '--section-folder' is refused: "
+                           "--section-folder ")
+    assert line.endswith("(set profiling.tools.ncu.args_file)\n") and line.count("\n") == 1
+    assert doubles() == []  # ncu never ran
 
 
 def test_settings_overlay_the_defaults():

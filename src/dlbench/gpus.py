@@ -14,11 +14,13 @@ already have their own ``CUDA_VISIBLE_DEVICES``; the workflow says so through
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -102,23 +104,60 @@ def _lock_path(directory: Path, gpu: str) -> Path:
 
 
 def prepare_lock_dir(directory: Path) -> None:
-    if directory.is_dir():
-        return
+    if not directory.is_dir():
+        try:
+            # Not writable by others until it is sticky (whatever the umask): a cell that
+            # finds it meanwhile must not refuse it.
+            directory.mkdir(mode=0o755, parents=True, exist_ok=False)
+            directory.chmod(0o1777)  # every user's cells must be able to lock the host's GPUs
+        except FileExistsError:
+            pass  # another cell made it first
+        except OSError as exc:
+            raise GpuAllocationError(f"GPU lock directory {directory}: {exc.strerror}") from None
+    # Another user may have made it: a link could lead anywhere, and in a folder everyone
+    # may write to without the sticky bit anyone may replace anyone's lock file.
+    mode = os.lstat(directory).st_mode
+    problem = ("a symbolic link" if stat.S_ISLNK(mode) else
+               "not a directory" if not stat.S_ISDIR(mode) else
+               "writable by every user but not sticky (chmod 1777)"
+               if mode & stat.S_IWOTH and not mode & stat.S_ISVTX else None)
+    if problem:
+        raise GpuAllocationError(f"GPU lock directory {directory}: {problem}, refused "
+                                 f"(set {LOCK_DIR_ENV} to another)")
+
+
+# A lock file is opened without following a link and without blocking (on a FIFO), and is
+# used only if it is a plain file of one name: in the shared directory another user may have
+# put a link to, or a hard link of, one of the user's files under its name, which
+# _note_holder would truncate.
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_NOT_OPENED = {errno.ELOOP: "a symbolic link", errno.EISDIR: "a directory"}
+
+
+def _open_lock_file(path: Path) -> int:
     try:
-        directory.mkdir(parents=True, exist_ok=False)
-        directory.chmod(0o1777)  # every user's cells must be able to lock the host's GPUs
-    except FileExistsError:
-        pass  # another cell made it first
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, 0o666)
+        except PermissionError:  # another user's lock file: flock needs no write access
+            fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
     except OSError as exc:
-        raise GpuAllocationError(f"GPU lock directory {directory}: {exc.strerror}") from None
+        if exc.errno not in _NOT_OPENED:
+            raise
+        what = _NOT_OPENED[exc.errno]
+    else:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            return fd
+        os.close(fd)
+        what = "a file with other names (hard links)" if stat.S_ISREG(st.st_mode) else \
+            "not a plain file"
+    raise GpuAllocationError(f"GPU lock file {path}: {what}, refused (remove it, or set "
+                             f"{LOCK_DIR_ENV})")
 
 
 def _try_lock(path: Path) -> int | None:
     """An open descriptor holding an exclusive lock on ``path``, or None if it is taken."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except PermissionError:
-        fd = os.open(path, os.O_RDONLY)  # another user's lock file: flock needs no write access
+    fd = _open_lock_file(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -172,12 +211,17 @@ def acquire(count: int, pool: Sequence[str], directory: Path, *, owner: str = ""
     waited = False
     while True:
         held: list[tuple[str, int]] = []
-        for gpu in pool:
-            fd = _try_lock(_lock_path(directory, gpu))
-            if fd is not None:
-                held.append((gpu, fd))
-                if len(held) == count:
-                    break
+        try:
+            for gpu in pool:
+                fd = _try_lock(_lock_path(directory, gpu))
+                if fd is not None:
+                    held.append((gpu, fd))
+                    if len(held) == count:
+                        break
+        except BaseException:  # a refused lock file: the GPUs locked so far are let go
+            for _, fd in held:
+                os.close(fd)
+            raise
         if len(held) == count:
             for _, fd in held:
                 _note_holder(fd, owner)

@@ -9,7 +9,8 @@ checks (a non-empty optional string, an UPPER_CASE knob name) stay in ``check``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,6 +106,66 @@ class Strings(Setting):
 
     def _schema(self) -> dict[str, Any]:
         return {"$ref": "#/$defs/strings"}  # shared with the rest of the config schema
+
+
+@dataclass(frozen=True)
+class Names(Strings):
+    """A list of names (letters, digits, _), each one a file's name in the profile folder:
+    a name is never a path, so nothing is written outside it."""
+
+    def _check(self, field: str, value: Any) -> None:
+        super()._check(field, value)
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z0-9_]+", name):
+                raise ProfilingConfigError(
+                    f"{field}: {name!r} is not a name (letters, digits and _ only)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options(Strings):
+    """A tool's own command-line options, passed as they are, but for those its module
+    refuses: one that chooses where the tool writes, loads code, reads more options from a
+    file or sets the profiled process's environment would let a config write outside the
+    results or run code of its choosing."""
+
+    refused: Mapping[str, str]  # option (--log-file, -o) -> why
+    flags: str = ""  # short options without a value: "-fo x" is "-f -o x"
+    # The tool's options that begin a refused one's name (ncu's --section): not abbreviations.
+    whole: Collection[str] = ()
+
+    def _check(self, field: str, value: Any) -> None:
+        super()._check(field, value)
+        problem = self.refusal(value)
+        if problem:
+            raise ProfilingConfigError(f"{field}: {problem}")
+
+    def refusal(self, words: Sequence[str]) -> str | None:
+        """Why the first refused word of ``words`` is refused, or None. Every word counts,
+        a value too: a value that reads as a refused option is refused with it."""
+        for word in words:
+            option = self._option(word)
+            if option:
+                return f"{word!r} is refused: {option} {self.refused[option]}"
+        return None
+
+    def _option(self, word: str) -> str | None:
+        if word.startswith("--"):
+            name = word.split("=", 1)[0]
+            if name in self.refused:
+                return name
+            if len(name) == 2 or name in self.whole:  # "--" ends the options
+                return None
+            # A parser may take an unambiguous prefix of a long option (Boost's does, and
+            # ncu's help reads as Boost's): --log is --log-file.
+            return next((o for o in self.refused if o.startswith(name)), None)
+        if not word.startswith("-"):
+            return None
+        for letter in word[1:]:  # -ox is -o x; after a flag the next letter is an option
+            if f"-{letter}" in self.refused:
+                return f"-{letter}"
+            if letter not in self.flags:
+                break
+        return None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,15 @@ from typing import Any
 from dlbench import nvtx_ranges
 from dlbench.profiling.base import Job, Profiler, ranked
 from dlbench.profiling.commands import Plan, ProfileError, Step
-from dlbench.profiling.spec import NUM_BATCHES, NUM_WARMUP_BATCHES, Choice, Int, Str, Strings
+from dlbench.profiling.spec import (
+    NUM_BATCHES,
+    NUM_WARMUP_BATCHES,
+    Choice,
+    Int,
+    Options,
+    Str,
+    Strings,
+)
 
 # ncu columns that identify a launch; they stay text even when they look like numbers.
 TEXT_COLUMNS = {"Process Name", "Host Name", "Kernel Name", "Context", "Stream",
@@ -26,6 +34,25 @@ TEXT_COLUMNS = {"Process Name", "Host Name", "Kernel Name", "Context", "Stream",
 DURATION = "gpu__time_duration.sum"
 _TIME_UNITS_NS = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6,
                   "ms": 1e6, "second": 1e9, "s": 1e9}
+
+# The ncu options that extra_args and the args file may not hold (ncu --help): the profile's
+# files are ncu's only output, in the profile's folder, and a config names no code for ncu
+# to load (a section folder holds the Python rules ncu runs) nor a file of more options.
+EXTRA_ARGS = Options(
+    "extra_args", [], "More ncu options, before the application.",
+    refused={
+        **dict.fromkeys(("-o", "--export", "--log-file", "--section-folder-restore",
+                         "--rename-kernels-export", "--rename-kernels-path"),
+                        "chooses where ncu writes (a profile's files stay in its folder)"),
+        **dict.fromkeys(("--section-folder", "--section-folder-recursive",
+                         "--injection-path-32", "--injection-path-64", "--preload-library"),
+                        "makes ncu load code from a path"),
+        **dict.fromkeys(("--config-file", "--config-file-path"),
+                        "makes ncu read more options from a file"),
+        **dict.fromkeys(("-i", "--import"), "makes ncu read a report instead of profiling"),
+    },
+    flags="hvf",  # -h, -v and -f take no value
+    whole=("--section", "--rename-kernels"))
 
 
 def ncu_plan(runner: list[str], out_dir: Path, s: Mapping[str, Any]) -> Plan:
@@ -70,9 +97,15 @@ def args_file_words(path: str | None) -> list[str]:
         raise ProfileError(f"ncu: args file {path!r} cannot be read ({exc.strerror}) "
                            "(set profiling.tools.ncu.args_file)") from None
     try:
-        return shlex.split(text, comments=True)
+        words = shlex.split(text, comments=True)
     except ValueError as exc:
         raise ProfileError(f"ncu: args file {path!r}: {exc}") from None
+    # The file is read only now, so its words meet extra_args's check here.
+    problem = EXTRA_ARGS.refusal(words)
+    if problem:
+        raise ProfileError(f"ncu: args file {path!r}: {problem} "
+                           "(set profiling.tools.ncu.args_file)")
+    return words
 
 
 def ncu_kernels(source: Path, dest: Path) -> Any:
@@ -200,7 +233,7 @@ class Ncu(Profiler):
         Int("launch_count", None, "--launch-count.", nullable=True, minimum=1),
         Choice("target_processes", "all", "--target-processes.",
                choices=("all", "application-only")),
-        Strings("extra_args", [], "More ncu options, before the application."),
+        EXTRA_ARGS,
     )
     colour = "#76b900"
     opens_in = (".ncu-rep", "Nsight Compute")

@@ -14,10 +14,34 @@ from typing import Any
 
 from dlbench.profiling.base import Job, Profiler, ranked
 from dlbench.profiling.commands import Plan, ProfileError, Step
-from dlbench.profiling.spec import NUM_BATCHES, NUM_WARMUP_BATCHES, Choice, Str, Strings
+from dlbench.profiling.spec import (
+    NUM_BATCHES,
+    NUM_WARMUP_BATCHES,
+    Choice,
+    Names,
+    Options,
+    Str,
+    Strings,
+)
 
 KERNELS = "cuda_gpu_kern_sum"  # the report the summary's top kernels come from
 _TEXT_COLUMNS = {"Name", "Range", "Style", "Operation"}
+
+# The nsys profile options that extra_args may not hold (the user guide's profile switches):
+# the report goes in the profile's folder, a config names no code or library for nsys to run
+# nor a file of more switches, and the profiled process's environment is the job's (its
+# GPUs). --export and --stats stay: they write beside --output, in the profile's folder.
+EXTRA_ARGS = Options(
+    "extra_args", [], "More nsys profile options, before the application.",
+    refused={
+        **dict.fromkeys(("-o", "--output", "--auto-report-name", "--ib-net-info-output"),
+                        "chooses where nsys writes (a profile's files stay in its folder)"),
+        **dict.fromkeys(("--after-collection-start", "--after-report-ready",
+                         "--gds-libs-path"), "makes nsys run or load code from a path"),
+        "--command-file": "makes nsys read more switches from a file",
+        **dict.fromkeys(("-e", "--env-var", "-n", "--inherit-environment"),
+                        "sets the profiled process's environment"),
+    })
 
 
 def nsys_plan(runner: list[str], out_dir: Path, s: Mapping[str, Any]) -> Plan:
@@ -33,7 +57,8 @@ def nsys_plan(runner: list[str], out_dir: Path, s: Mapping[str, Any]) -> Plan:
         # torch.cuda.nvtx pushes plain (unregistered) strings; nsys matches only registered
         # ones unless told otherwise.
         env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
-    argv += [f"--output={report}", "--force-overwrite=true", *s["extra_args"], *runner]
+    # Ours last: where a later option wins, it is dlbench's.
+    argv += [*s["extra_args"], f"--output={report}", "--force-overwrite=true", *runner]
     stats = [nsys, "stats", "--report", ",".join(s["reports"]), "--format", "csv",
              "--output", str(out_dir / "stats"), "--force-export=true", f"{report}.nsys-rep"]
     artifacts = {"report": "report.nsys-rep"}
@@ -77,9 +102,9 @@ class Nsys(Profiler):
                choices=("nvtx", "cudaProfilerApi", "none")),
         Str("nvtx_capture", "measure", "--nvtx-capture: the NVTX range captured."),
         Str("capture_range_end", "stop", "--capture-range-end."),
-        Strings("reports", ["cuda_gpu_kern_sum", "nvtx_sum"],
-                "nsys stats reports, each a Parquet table."),
-        Strings("extra_args", [], "More nsys profile options, before the application."),
+        Names("reports", ["cuda_gpu_kern_sum", "nvtx_sum"],
+              "nsys stats reports, each a Parquet table."),
+        EXTRA_ARGS,
     )
     colour = "#4c78a8"
     opens_in = (".nsys-rep", "Nsight Systems")
