@@ -225,6 +225,26 @@ def test_pct_of_peak_mfu_and_pct_of_measured_on_the_same_system_only(tmp_path):
     assert triad.pct_of_peak_gbps == pytest.approx(100 * 3000.0 / 3350.0, rel=1e-3)
 
 
+def test_a_data_parallel_cells_efficiency_is_per_device(tmp_path):
+    """A cell's TFLOP/s count every rank's work while the ceilings are one device's: 8 GPUs
+    on 2 nodes at 16 x 494.7 TFLOP/s is half the bf16 peak of each (it read 8, an MFU of 800
+    %), on the roofline too; the table keeps the cell's total."""
+    doc = model_doc("bfloat16", 16 * 494.7, num_gpus=8, num_nodes=2, model="paradnn_fc")
+    doc["measurements"][0]["bytes_per_iteration"] = 1e9
+    doc["measurements"][0]["gbps"] = 16 * 1000.0
+    frame = table(tmp_path, [doc, calibration_doc({"bfloat16": 700.0}, 3000.0)])
+    cell = frame[frame.kind == "model"].iloc[0]
+    assert cell.tflops == pytest.approx(16 * 494.7, rel=1e-6)
+    assert cell.mfu == pytest.approx(0.5, rel=1e-6)
+    assert cell.pct_of_peak == pytest.approx(50.0, rel=1e-6)
+    assert cell.pct_of_measured == pytest.approx(100 * 494.7 / 700.0, rel=1e-6)
+    assert cell.pct_of_peak_gbps == pytest.approx(100 * 1000.0 / 3350.0, rel=1e-3)
+    pts, _ = roofline_charts.placed(frame)
+    assert pts[pts.family == "paradnn_fc"].tflops.iloc[0] == pytest.approx(494.7, rel=1e-6)
+    assert efficiency.devices({"device": "cpu", "num_gpus": 4}) == 1
+    assert efficiency.devices({"device": "gpu", "num_gpus": float("nan")}) == 1
+
+
 def test_a_cpu_or_unknown_device_gets_no_vendor_peak_but_its_measured_ceiling(tmp_path):
     frame = table(tmp_path, [model_doc("float32", 0.05, device="cpu"),
                              calibration_doc({"float32": 0.1}, 20.0, device="cpu")])

@@ -81,6 +81,23 @@ def result(tput, loss=1.0, status="ok", compile_facts=None):
                               "extra": extra}] if status == "ok" else []}
 
 
+def test_the_memory_verdict_compares_bf16_and_float32_inference_peaks():
+    """The verdict from hand-made results (the peaks themselves need a GPU: not
+    exercised here)."""
+    def peak(gib):
+        res = result(1000)
+        res["measurements"][0]["extra"]["max_memory_allocated_bytes"] = int(gib * 2**30)
+        return res
+
+    check = verdicts.memory_check({"resnet50_inference_bfloat16": peak(1.5),
+                                   "resnet50_inference_float32": peak(2.75)})
+    assert (check.verdict, check.figure) == ("pass", "1.50 vs 2.75 GiB allocated at peak")
+    assert verdicts.memory_check({"resnet50_inference_bfloat16": peak(3),
+                                  "resnet50_inference_float32": peak(2.75)}).verdict == "fail"
+    assert verdicts.memory_check({"resnet50_inference_float32": peak(2)}).verdict == \
+        verdicts.verdict(None)
+
+
 def test_model_verdicts_follow_the_figures(tmp_path):
     results = {f"resnet50_training_{p}": result(t) for p, t in
                (("float32", 1000), ("tf32", 1800), ("float16", 2500), ("bfloat16", 900))}

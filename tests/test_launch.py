@@ -77,7 +77,25 @@ def test_ops_command_uses_params_options_and_keeps_its_log_apart(tmp_path):
     out = tmp_path / "c.json"
     cmd = launch.runner_command(json.loads(cell.to_json()), out, "py")
     assert cmd[:3] == ["py", "-m", "dlbench.ops"]
-    assert cmd[3:18] == ["-d", "cuda", "-c", "config/ops/cpu_demo.json", "-b",
+    assert cmd[3:17] == ["-d", "cuda", "--config=config/ops/cpu_demo.json", "-b",
                          "--exec-mode", "continuous_events", "-w", "3", "-i", "9",
                          "--cuda-l2-cache", "on", "-o", str(tmp_path / "c.param")]
     assert f"--output={out}" in cmd
+
+
+def test_a_gpu_cells_runner_numbers_its_gpus_by_pci_bus_as_nvml_does(tmp_path, monkeypatch):
+    """CUDA's default order puts the fastest GPU first; NVML (the monitor) and schedulers
+    number by PCI bus: on a host of mixed GPUs the locked id would be another GPU to CUDA.
+    (The environment handed to the runner; CUDA reading it is not exercised here.)"""
+    from dlbench import gpus
+
+    cell = {"cell_id": "c", "params": {"device": "gpu", "num_gpus": 1}}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.delenv(gpus.ALLOCATION_ENV, raising=False)
+    with launch.assigned_gpus(cell, tmp_path / "locks") as env:
+        assert env == {"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    monkeypatch.setenv(gpus.ALLOCATION_ENV, "scheduler")
+    with launch.assigned_gpus(cell, tmp_path / "locks") as env:
+        assert env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    with launch.assigned_gpus({"cell_id": "c", "params": {"device": "cpu"}}, None) as env:
+        assert env == {}

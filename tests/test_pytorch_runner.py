@@ -51,14 +51,21 @@ def test_inference_bfloat16_cell_with_dlbs_style_flags(tmp_path):
 
 
 def test_data_parallel_cell_on_two_cpu_processes(tmp_path):
-    """DistributedDataParallel under torchrun with gloo: the path multi-GPU cells take."""
-    proc, res = run_runner(tmp_path, "--model=deep_mnist", "--batch_size=4", "--num_batches=3",
-                           "--num_warmup_batches=1", "--device=cpu", "--num_gpus=2")
+    """DistributedDataParallel under torchrun with gloo: the path multi-GPU cells take. A
+    ParaDnn FC cell, whose bytes (as its FLOPs) count each process's weights and batch."""
+    from dlbench.models import paradnn
+
+    shape = {"layers": 2, "nodes": 32, "input_size": 16, "output_size": 8}
+    proc, res = run_runner(tmp_path, "--model=paradnn_fc", f"--model_opts={json.dumps(shape)}",
+                           "--batch_size=4", "--num_batches=3", "--num_warmup_batches=1",
+                           "--device=cpu", "--num_gpus=2")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert res["status"] == "ok"
     (m,) = res["measurements"]
     assert m["items_per_iteration"] == 8  # effective batch = batch x processes
     assert res["cell"]["num_gpus"] == 2
+    one = paradnn.fc_bytes(*shape.values(), batch=4, element_size=4, training=True)
+    assert m["bytes_per_iteration"] == 2 * one  # was the weights once and the batch of 8
 
 
 def test_gpu_cell_without_cuda_fails_in_one_line(tmp_path):
@@ -242,3 +249,28 @@ def test_a_loader_cell_that_fails_before_its_loop_is_still_a_loader_cell(tmp_pat
                            "--data_name", "image_folder")
     assert proc.returncode == 1 and res["status"] == "failed"
     assert res["kind"] == "loader"
+
+
+def test_a_cell_over_several_nodes_counts_this_nodes_share_of_the_samples_per_joule(tmp_path):
+    """Rank 0 samples its own node's GPUs: 2 nodes x 4 GPUs count half the samples against
+    that energy and say so (the monitor here samples no GPU: the count and the note are
+    what is checked, not NVML's energy)."""
+    import time
+    from argparse import Namespace
+
+    from dlbench import monitor
+
+    def attached(world_size, num_nodes):
+        res = {"measurements": [{"items_per_iteration": 64, "iterations": 10}]}
+        mon = monitor.ResourceMonitor(50, gpus=[])
+        with mon:
+            time.sleep(0.12)
+        args = Namespace(output=str(tmp_path / "r.json"), num_gpus=4, num_nodes=num_nodes)
+        runner.attach_monitor(res, args, mon, world_size)
+        return res["extra"]["monitor"]
+
+    assert attached(8, 2)["items"] == 320.0  # was 640: every node's samples
+    assert attached(8, 2)["energy_note"].startswith(
+        "node 0 of 2: its 4 GPUs' energy and their share of the samples")
+    one = attached(4, 1)
+    assert one["items"] == 640.0 and not (one["energy_note"] or "").startswith("node 0")

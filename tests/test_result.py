@@ -65,6 +65,12 @@ def test_read_rejects_foreign_json(tmp_path):
     (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
     (RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"), True),
     (type("OutOfMemoryError", (RuntimeError,), {})("boom"), True),
+    # a library's handle or workspace, out of device memory (a batch near the limit)
+    (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
+     True),
+    (RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"), True),
+    (RuntimeError("CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx`"),
+     False),
     (ValueError("shapes do not match"), False),
 ])
 def test_oom_classification(exc, oom):

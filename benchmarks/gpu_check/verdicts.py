@@ -130,6 +130,7 @@ def model_checks(results: dict[str, dict | None]) -> list[Check]:
                         verdict(all(finite.values()) if finite else None),
                         ", ".join(f"{n.removeprefix('resnet50_training_')}={v:.3g}"
                                   for n, v in losses.items() if v is not None)))
+    checks.append(memory_check(results))
     eager = t["bfloat16"]
     for mode in (*COMPILE_MODES, "inductor-max-autotune"):
         res = results.get(f"resnet50_training_bfloat16_{mode}")
@@ -143,6 +144,21 @@ def model_checks(results: dict[str, dict | None]) -> list[Check]:
                             + f", compile {comp.get('compile_time_s', 0):.0f} s"
                             if tput else res.get("error") or "no result", {"compile": comp}))
     return checks
+
+
+def peak_bytes(res: dict[str, Any] | None) -> int | None:
+    return (((res or {}).get("measurements") or [{}])[0].get("extra") or {}).get(
+        "max_memory_allocated_bytes")
+
+
+def memory_check(results: Mapping[str, dict | None]) -> Check:
+    """bf16 inference (autocast: half-size activations) peaks below float32's: its peak is
+    the measured steps' alone, not the accuracy check's float32 copy run after them."""
+    low, full = (peak_bytes(results.get(f"resnet50_inference_{p}"))
+                 for p in ("bfloat16", "float32"))
+    ok = None if low is None or full is None else low < full
+    return Check("inference bf16 peak memory below float32's", verdict(ok),
+                 f"{(low or 0) / 2**30:.2f} vs {(full or 0) / 2**30:.2f} GiB allocated at peak")
 
 
 BACKEND_NAMES = {"nccl": "NCCL", "gloo": "gloo"}

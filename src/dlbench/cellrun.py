@@ -22,8 +22,12 @@ from dlbench import stages
 
 log = logging.getLogger("dlbench")
 
+# status_alloc_failed: cuBLAS, cuDNN, cuFFT and cuSPARSE out of device memory for a handle
+# or workspace (CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)), which a
+# batch near the limit meets in its first matmul or its backward thread's.
 _OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory",
-                "failed to allocate", "cudaerrormemoryallocation", "std::bad_alloc")
+                "failed to allocate", "cudaerrormemoryallocation", "std::bad_alloc",
+                "status_alloc_failed")
 
 
 class CellError(RuntimeError):

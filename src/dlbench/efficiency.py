@@ -11,7 +11,7 @@ Columns: ``efficiency_precision`` (the precision the FLOP/s are of: a model cell
 precision, an operator input's floating dtype when it has exactly one, a calibration
 kernel's), ``peak_tflops``, ``pct_of_peak``, ``measured_tflops``, ``pct_of_measured``,
 ``mfu`` (model cells: achieved FLOP/s over the vendor peak, a fraction; the FLOPs are those
-the runner counted), and for rows that move a known number of bytes ``peak_gbps``,
+the runner counted), each per device (a data-parallel cell's FLOP/s over its GPUs), and for rows that move a known number of bytes ``peak_gbps``,
 ``pct_of_peak_gbps``, ``measured_gbps``, ``pct_of_measured_gbps``. ParaDnn cells keep
 their own ``phi_tflops`` beside them. A collective's bytes cross links between devices,
 not the device's memory: its rows have none of the bandwidth columns (their own measure
@@ -22,8 +22,9 @@ against the link is the bus bandwidth, ``bus_gbps``, and its share of the link,
 from __future__ import annotations
 
 import json
+import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dlbench import peaks
@@ -94,6 +95,20 @@ def measured_ceilings(rows: Iterable[dict[str, Any]]
     return tflops, gbps
 
 
+def devices(row: Mapping[str, Any]) -> int:
+    """How many GPUs a row's FLOP/s and bytes add up over: a data-parallel model cell
+    counts the work of all its ranks, while a ceiling (a datasheet's, a calibration's) is
+    one device's. 1 off GPU, where a cell's processes share the CPU the ceiling measured."""
+    if row.get("device") != "gpu":
+        return 1
+    count = 1
+    for key in ("num_gpus", "num_nodes"):
+        value = row.get(key)
+        if isinstance(value, int | float) and math.isfinite(value) and value >= 1:
+            count *= int(value)
+    return count
+
+
 def _pct(value: Any, ceiling: float | None) -> float | None:
     return 100.0 * value / ceiling if value and ceiling else None
 
@@ -109,8 +124,11 @@ def add_columns(rows: list[dict[str, Any]]) -> None:
         measured = best_tflops.get((*_ceiling_key(row), precision)) if precision else None
         peak_bw = peaks.peak_bandwidth_gbps(model) if gpu else None
         measured_bw = best_gbps.get(_ceiling_key(row))
-        tflops = row.get("tflops")
+        # per device, as the ceilings are
+        share = devices(row)
+        tflops = row["tflops"] / share if row.get("tflops") else None
         gbps = row.get("gbps") if row.get("kind") not in LINK_KINDS else None
+        gbps = gbps / share if gbps else None
         row.update({
             "efficiency_precision": precision,
             "peak_tflops": peak if tflops else None,

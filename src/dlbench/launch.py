@@ -86,6 +86,12 @@ def unavailable_reason(python: str) -> str | None:
         return None
 
 
+# A GPU cell's runner numbers GPUs as NVML and the scheduler do (by PCI bus): CUDA's own
+# default puts the fastest first, so on a host of mixed GPUs the ids locked and passed in
+# CUDA_VISIBLE_DEVICES, and the GPU the monitor samples, would be another than the one used.
+PCI_ORDER = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
 def gpus_needed(cell: dict[str, Any]) -> int:
     p = cell["params"]
     return int(p.get("num_gpus", 1)) if p.get("device") == "gpu" else 0
@@ -106,14 +112,14 @@ def assigned_gpus(cell: dict[str, Any], lock_dir: Path | None) -> Iterator[dict[
         return
     if gpus.scheduler_allocated():
         say(f"GPUs from the scheduler: CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}")
-        yield {}
+        yield dict(PCI_ORDER)
         return
     directory = lock_dir or gpus.lock_dir()
 
     with gpus.allocated(count, gpus.visible_gpus(), directory, owner=cell["cell_id"],
                         on_wait=say) as allocation:
         say(f"CUDA_VISIBLE_DEVICES={allocation.cuda_visible_devices}")
-        yield {"CUDA_VISIBLE_DEVICES": allocation.cuda_visible_devices}
+        yield {"CUDA_VISIBLE_DEVICES": allocation.cuda_visible_devices, **PCI_ORDER}
 
 
 def take_staged(path: Path) -> bytes | None:

@@ -142,6 +142,11 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         if args.warmup_until_steady:
             res["extra"]["warmup"] = warm_up_until_steady(generation, warm_times, began)
         measured_from = execution.DynamoCounts.now()
+        if device.type == "cuda":
+            # The measured generations' peak (weights, cache, activations): not the float32
+            # weights the build made before casting them, nor the compiler's autotuning.
+            sync()
+            torch.cuda.reset_peak_memory_stats(device)
         sampled.enter_context(mon)
         for _ in range(args.num_batches):
             generation(0)

@@ -27,6 +27,7 @@ from dlbench.ops import configfile, modes, nsight, output
 from dlbench.ops.runner import Benchmark, seed
 from dlbench.ops.timing import EXEC_MODES, ExecOptions
 from dlbench.pytorch import torch_environment
+from dlbench.pytorch.runner import monitored_gpus
 
 log = logging.getLogger("dlbench.ops")
 # The monitor runs once around the whole op config, not around each input's calls (those
@@ -364,8 +365,8 @@ def run(args: argparse.Namespace, device: torch.device, res: dict[str, Any]) -> 
                           cuda_l2_cache=args.cuda_l2_cache == "on", profile=args.profile,
                           compile=args.compile)
     seed(0)
-    gpu_index = [device.index] if device.type == "cuda" else []
-    mon = monitor.ResourceMonitor(args.monitor_interval_ms, gpus=monitor.nvml_ids(gpu_index),
+    # by UUID, as the model runner: the same GPU whatever order CUDA numbers them in
+    mon = monitor.ResourceMonitor(args.monitor_interval_ms, gpus=monitored_gpus(device, 1),
                                   window=MONITOR_WINDOW)
     jsonl_path = f"{args.output_prefix}.json"
     with output.JsonlWriter(jsonl_path, append=args.append) as writer:

@@ -227,7 +227,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                                              data_wait_s=loop.data_wait_s,
                                              extra=harness.warmup_facts(loop))]
         if mon:
-            monitor.attach(res, args.output, mon)
+            attach_monitor(res, args, mon, topo.world_size)
+        distributed.shutdown()  # a data-parallel loader cell's group too (NCCL warns, may hang)
         return
 
     if topo.distributed and built.parallel == "fsdp":
@@ -270,8 +271,15 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         with stages.stage("compile"):
             extra["compile"] = compile_warmup(args.compile, step, batches, sync)
     before = execution.DynamoCounts.now()
+    if device_type == "cuda":
+        # The peak of the warm-up and measured steps (weights, optimizer state, activations),
+        # not of the FLOP count's, the compiler's autotuning or the accuracy check's copies.
+        sync()
+        torch.cuda.reset_peak_memory_stats(device)
     loop = timed_loop(batches, step, sync, args.num_warmup_batches, args.num_batches,
                       hooks=hooks, steady=steady)
+    if device_type == "cuda":
+        extra["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
     times, wait, compute = (distributed.slowest_rank_times(loop.times_s, device),
                             loop.data_wait_s, loop.compute_s)
     extra.update(harness.warmup_facts(loop))
@@ -295,8 +303,6 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         with stages.stage("accuracy"):
             extra["accuracy"] = accuracy_of(cell_module, eager_module, built, args, mode,
                                             device)
-    if device_type == "cuda":
-        extra["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
     res["measurements"] = [R.measurement(
         name=args.model, pass_="inference" if args.forward_only else "training",
         times_s=times, items_per_iteration=items, parameters=n_params,
@@ -313,13 +319,29 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         from dlbench.models import paradnn
 
         m = res["measurements"][0]
-        m["bytes_per_iteration"] = float(paradnn.fc_bytes(
-            *extra.pop("fc_shape"), batch=int(items), training=not args.forward_only,
+        # Each rank moves its own weights and its own batch (as the FLOPs count every rank).
+        m["bytes_per_iteration"] = float(topo.world_size * paradnn.fc_bytes(
+            *extra.pop("fc_shape"), batch=int(items) // topo.world_size,
+            training=not args.forward_only,
             element_size=torch.empty((), dtype=mode.param_dtype).element_size()))
         m["gbps"] = m["bytes_per_iteration"] / m["time_s"]["median"] / 1e9
     if mon:
-        monitor.attach(res, args.output, mon)
+        attach_monitor(res, args, mon, topo.world_size)
     distributed.shutdown()
+
+
+def attach_monitor(res: dict[str, Any], args: argparse.Namespace, mon: monitor.ResourceMonitor,
+                   world_size: int) -> None:
+    """The monitor's summary in the result. Rank 0 samples its own node only: a cell over
+    several nodes counts this node's share of the samples against this node's energy."""
+    items = monitor.items_of(res["measurements"])
+    if world_size <= args.num_gpus:
+        monitor.attach(res, args.output, mon, items)
+        return
+    summary = monitor.attach(res, args.output, mon, items * args.num_gpus / world_size)
+    scope = (f"node 0 of {args.num_nodes}: its {args.num_gpus} GPUs' energy and their share "
+             "of the samples")
+    summary["energy_note"] = "; ".join(filter(None, [scope, summary.get("energy_note")]))
 
 
 def _launch_distributed(args: argparse.Namespace, argv: list[str]) -> int:

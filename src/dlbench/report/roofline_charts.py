@@ -1,6 +1,6 @@
 """The roofline (ParaDnn's figure, for any study): each operator or ParaDnn cell placed by
-its arithmetic intensity (FLOPs per byte moved) and achieved FLOP/s, log-log, under the
-ceilings of its device: min(compute ceiling, bandwidth x intensity).
+its arithmetic intensity (FLOPs per byte moved) and achieved FLOP/s per device, log-log,
+under the ceilings of its device: min(compute ceiling, bandwidth x intensity).
 
 Ceilings are measured (a calibration cell of the same system and device: best GEMM of a
 precision, best STREAM copy/triad) where the study has them, else the vendor's peaks
@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from dlbench import peaks
-from dlbench.efficiency import BANDWIDTH_BENCHMARKS, CALIBRATION_KIND
+from dlbench.efficiency import BANDWIDTH_BENCHMARKS, CALIBRATION_KIND, devices
 from dlbench.report import llm_charts  # its decode steps count the bytes they read
 from dlbench.report.data import PRECISION_ORDER, model_opts_label
 from dlbench.report.op_charts import op_variants
@@ -49,7 +49,8 @@ def points(frame: pd.DataFrame) -> pd.DataFrame:
         "pass": ok["pass"].fillna("?"),
         "precision": ok["efficiency_precision"].fillna("?"),
         "intensity": ok["flops_per_iteration"] / ok["bytes_per_iteration"],
-        "tflops": ok["tflops"].astype(float),
+        # per device, under one device's roofs (a data-parallel cell counts all its ranks)
+        "tflops": ok["tflops"].astype(float) / ok.apply(lambda r: devices(r.to_dict()), axis=1),
         "pct_of_roof": np.nan,
     }).reset_index(drop=True)
 
@@ -174,7 +175,7 @@ def _panel_chart(group: pd.DataFrame, roof: pd.DataFrame, title: str) -> alt.Cha
               scale=alt.Scale(type="log", nice=False, padding=12))
     # tickCount: where the points span less than a decade, labels between the powers of ten
     # (0.11, 0.12, ...) rather than the few log ticks that fall inside (Vega's choice).
-    y = alt.Y("tflops:Q", title="TFLOP/s", scale=alt.Scale(type="log", nice=False, padding=12),
+    y = alt.Y("tflops:Q", title="TFLOP/s per device", scale=alt.Scale(type="log", nice=False, padding=12),
               axis=alt.Axis(tickCount=12))
     dots = alt.Chart(group).mark_point(filled=True, size=70).encode(
         x=x, y=y, color=alt.Color("family:N", title="operator / model",
@@ -184,7 +185,7 @@ def _panel_chart(group: pd.DataFrame, roof: pd.DataFrame, title: str) -> alt.Cha
                  alt.Tooltip("config:N", title="op config"), alt.Tooltip("name:N", title="input"),
                  alt.Tooltip("pass:N"), alt.Tooltip("precision:N"),
                  alt.Tooltip("intensity:Q", title="FLOP/byte", format=".3~s"),
-                 alt.Tooltip("tflops:Q", title="TFLOP/s", format=".3~g"),
+                 alt.Tooltip("tflops:Q", title="TFLOP/s per device", format=".3~g"),
                  alt.Tooltip("pct_of_roof:Q", title="% of roof", format=".1f")])
     layers = [dots]
     if not roof.empty:
@@ -215,4 +216,4 @@ def roofline_table(frame: pd.DataFrame) -> str | None:
              "" if pd.isna(r.pct_of_roof) else f"{r.pct_of_roof:.1f}"]
             for r in pts.rename(columns={"pass": "pass_"}).itertuples()]
     return table(["system · device", "operator / model", *(["op config"] if configs else []),
-                  "input", "pass", "precision", "FLOP/byte", "TFLOP/s", "% of roof"], rows)
+                  "input", "pass", "precision", "FLOP/byte", "TFLOP/s per device", "% of roof"], rows)
