@@ -375,6 +375,59 @@ def test_repeats_are_resampled_as_repeats_with_a_wider_interval_than_their_itera
     assert repeats.verdict == "same"
 
 
+def _side_of(medians, system, spread=0.001):
+    import pandas as pd
+
+    rows = []
+    for repeat, median in enumerate(medians):
+        times = noisy(median, n=50, spread=spread, seed=repeat)
+        rows.append({"study": "s", "kind": "model", "model": "resnet18", "phase": "training",
+                     "batch_size": 8, "name": "resnet18", "pass": "training",
+                     "status": "ok", "repeat": repeat if len(medians) > 1 else None,
+                     "system": system, "time_median_s": float(np.median(times)),
+                     "times_s": list(times), "time_p95_s": float(np.quantile(times, .95)),
+                     "time_p99_s": float(np.quantile(times, .99)),
+                     "throughput": 100 / float(np.median(times)),
+                     "throughput_unit": "samples/s", "items_per_iteration": 100,
+                     "iterations": 50})
+    return pd.DataFrame(rows).reindex(columns=[*aggregate.SCHEMA.names, "repeat"])
+
+
+def test_repeats_against_one_run_are_judged_as_one_run():
+    """BASE ran 3 times, NEW once, 11 % faster on tight iterations: the one run cannot
+    show its own run-to-run spread, so the 25 % single-run threshold applies (it was judged
+    at 5 %, as repeats on both sides: an A/A false-positive rate near 14 %)."""
+    from dlbench.compare import Side, compare_sides
+
+    cell = verdict_of(compare_sides(Side("BASE", "a", _side_of([0.100, 0.101, 0.099], "a")),
+                                    Side("NEW", "b", _side_of([0.090], "b"))))
+    assert cell.ci_method == "repeats+iterations"
+    assert cell.throughput_ci_low > 1 and cell.verdict == "same"
+    assert "one run on a side" in cell.note
+
+
+def test_a_sides_throughput_and_the_ratio_are_of_one_time_and_the_order_of_repeats_is_no_fact():
+    """BASE's repeats at 0.10 and 0.20 s, NEW's at 0.15 and 0.15 s: the same mean time, so
+    the same throughput (667/s a side; BASE read 750/s, the mean of its runs' throughputs,
+    beside a ratio of 1). And repeats listed in another order give the same interval."""
+    from dlbench.compare import Side, compare_sides
+
+    cell = verdict_of(compare_sides(Side("BASE", "a", _side_of([0.10, 0.20], "a")),
+                                    Side("NEW", "b", _side_of([0.15, 0.15], "b"))))
+    assert cell.throughput_ratio == pytest.approx(1.0, rel=0.01)
+    assert cell.base_throughput == pytest.approx(cell.new_throughput, rel=0.01)
+    assert cell.base_throughput == pytest.approx(100 / 0.15, rel=0.01)
+    medians = [0.092, 0.105, 0.098, 0.110, 0.101, 0.095, 0.108, 0.099]
+
+    def interval(order):
+        base = _side_of([medians[i] for i in order], "a", spread=0.0)
+        new = _side_of([0.1] * 8, "b")
+        got = verdict_of(compare_sides(Side("BASE", "a", base), Side("NEW", "b", new)))
+        return got.throughput_ci_low, got.throughput_ci_high
+
+    assert interval(range(8)) == interval([3, 7, 0, 5, 1, 6, 2, 4])
+
+
 def test_t_quantiles_match_published_tables():
     # Student's t, two-sided 95 %: 12.706 (1 dof), 4.303 (2), 2.776 (4), 2.228 (10).
     for dof, value in ((1, 12.706), (2, 4.303), (4, 2.776), (10, 2.228)):

@@ -65,7 +65,7 @@ def _rows(medians, iterations=30, spread=0.01, status=None):
     return rows
 
 
-def test_three_repeats_give_the_median_of_medians_their_cv_and_an_unstable_flag():
+def test_three_repeats_give_the_mean_of_medians_their_cv_and_an_unstable_flag():
     rows = _rows([0.10, 0.11, 0.12], spread=0.0)
     run_to_run.add_columns(rows)
     first = rows[0]
@@ -79,6 +79,25 @@ def test_three_repeats_give_the_median_of_medians_their_cv_and_an_unstable_flag(
     relaxed = _rows([0.10, 0.11, 0.12], spread=0.0)
     run_to_run.add_columns(relaxed, unstable_cv=0.10)
     assert relaxed[0]["unstable"] is False
+
+
+def test_the_cell_time_is_the_statistic_its_interval_is_of_whatever_the_rows_order():
+    """Two modes (an autotuner's two picks): 11 runs at 0.100 s and 9 at 0.120 s. The
+    median of the medians (0.100) lay outside the interval of their mean, the point drawn
+    outside its own error bar; and the interval moved with the order of the rows."""
+    medians = [0.100] * 11 + [0.120] * 9
+    rows = _rows(medians, spread=0.0)
+    run_to_run.add_columns(rows)
+    first = rows[0]
+    assert first["cell_time_median_s"] == pytest.approx(0.109)
+    assert first["cell_time_ci_low_s"] < 0.109 < first["cell_time_ci_high_s"]
+    order = [5, 0, 19, 3, 12, 1, 7, 18, 2, 9, 4, 11, 6, 14, 8, 16, 10, 13, 15, 17]
+    shuffled = _rows([0.1 + 0.001 * k for k in order], spread=0.0)
+    ordered = _rows([0.1 + 0.001 * k for k in range(20)], spread=0.0)
+    for rows in (shuffled, ordered):
+        run_to_run.add_columns(rows)
+    assert (shuffled[0]["cell_time_ci_low_s"], shuffled[0]["cell_time_ci_high_s"]) == (
+        ordered[0]["cell_time_ci_low_s"], ordered[0]["cell_time_ci_high_s"])
 
 
 def test_one_run_is_bootstrapped_over_its_iterations_and_cannot_be_called_stable():
