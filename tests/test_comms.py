@@ -148,7 +148,15 @@ def test_a_command_line_relying_on_a_default_unlike_params_is_told_which(tmp_pat
     assert unlike("--device=cpu") == (
         "--e 268435456 (PARAM's 64), --n 20 (PARAM's 5), --z 1 (PARAM's 0)")
     assert unlike("--device=cpu", "--end-size", "1M", "--num_iters=5", "--blocking", "0") == (
-        "--window 20 (PARAM's 100)")  # non-blocking: a window is issued
+        "--z 0 issues --window 20 collectives a timed iteration (PARAM issues all --n of "
+        "them, then waits once)")  # PARAM's --window is its point-to-point tests'
+    assert unlike("--device=cpu", "--pt2pt", "pairwise", "--e", "64", "--n", "5",
+                  "--window", "100") == (
+        "--pt2pt pairwise pairs every rank i of the first half with i + n/2, all at once "
+        "(PARAM's, without --src-ranks/--dst-ranks: rank 0 with 1)")
+    assert unlike("--device=cpu", "--pt2pt", "pairwise", "--e", "64", "--n", "5",
+                  "--window", "100", "--src-ranks", "0", "--dst-ranks", "1",
+                  "--num_gpus", "2") is None
     assert unlike("--device=cpu", "--pt2pt", "one2one", "--e", "64", "--n", "5") == (
         "--window 20 (PARAM's 100)")
     assert unlike("--device=cpu", "--e=64", "--n=5", "--z=0", "--window=100") is None
@@ -1028,6 +1036,11 @@ def test_incast_and_multicast_among_three_processes_move_each_peers_message_vali
             for m in res["measurements"]] == [("incast|1024", 2048.0, True),
                                               ("incast|4096", 8192.0, True)]
     assert all(m["extra"]["bus_gbps"] == m["gbps"] for m in res["measurements"])
+    # PARAM's COMMS-RES lines: the total size is the bytes the bandwidth is of (was one
+    # message: 1024 B beside the bandwidth of 2048)
+    rows = [line.split() for line in proc.stdout.splitlines() if "COMMS-RES-" in line]
+    assert [(r[0], int(r[1])) for r in rows] == [("COMMS-RES-incast-float32", 2048),
+                                                 ("COMMS-RES-incast-float32", 8192)]
     proc, res = run_comms(tmp_path, "--num_gpus=3", "--collective=multicast", "--root=2",
                           "--dst-ranks=0,1", "--b=512", "--e=512", "--c=1", "--z=0",
                           "--window=2")

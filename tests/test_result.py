@@ -150,6 +150,8 @@ def test_the_summary_lines_parse_with_dlbs_own_rule(capsys):
     assert parsed["results.throughput"] == pytest.approx(20.0)
     assert res["measurements"][0]["throughput"] == pytest.approx(40.0)
     assert parsed["results.time_data"] == pytest.approx([100.0, 400.0, 100.0])
+    # DLBS prints np.std(times) (ddof 0): 141.42 ms, where the sample's std is 173.2 ms
+    assert parsed["results.time_std"] == pytest.approx(141.421356, rel=1e-6)
     assert "results.measurements" not in parsed  # one measurement: DLBS's lines as they are
     # Several (an op config's inputs): the lines are the first's and say so.
     res["measurements"].append(R.measurement(

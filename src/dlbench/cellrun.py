@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import sys
 import time
 import traceback
@@ -72,7 +73,11 @@ def print_dlbs_summary(res: dict[str, Any], stream: Any = None) -> None:
                                                        first["pass"]) if v))
     for m in res["measurements"][:1]:
         line("time", round(m["time_s"]["mean"] * 1000.0, 6))
-        line("time_std", round(m["time_s"]["std"] * 1000.0, 6))
+        # DLBS's np.std: over the iterations themselves (ddof 0); the result's is the
+        # sample's (ddof 1)
+        n = len(m["times_s"])
+        line("time_std", round(m["time_s"]["std"] * math.sqrt((n - 1) / n) * 1000.0, 6)
+             if n else None)
         mean = m["time_s"]["mean"]
         line("throughput", round(m["items_per_iteration"] / mean, 6) if mean > 0 else None)
         line("time_data", [round(t * 1000.0, 6) for t in m["times_s"]])

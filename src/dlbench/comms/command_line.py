@@ -126,15 +126,23 @@ def given(argv: list[str], flag: str) -> bool:
 
 
 def defaults_unlike_params(args: argparse.Namespace, argv: list[str]) -> str | None:
-    """The flags ``argv`` leaves at a default other than PARAM's (``--window`` only where a
-    window is issued), each with both values: "--e 268435456 (PARAM's 64), --z 1 (PARAM's
-    0)"."""
+    """The flags ``argv`` leaves at a default other than PARAM's (``--window`` only for
+    point-to-point tests, PARAM's only windowed ones), each with both values: "--e
+    268435456 (PARAM's 64), --z 1 (PARAM's 0)"; and what a non-blocking collective or a
+    pairwise test without rank lists does otherwise than PARAM."""
     point_to_point = args.collective == "pt2pt"
-    applies = {"window": point_to_point or not args.z, "z": not point_to_point}
+    # PARAM's window is its point-to-point tests' only
+    applies = {"window": point_to_point, "z": not point_to_point}
     parts = [f"{flag} {getattr(args, attr)} (PARAM's {theirs})"
              for flag, other, attr, theirs in PARAM_DEFAULTS
              if not given(argv, flag) and not (other and given(argv, other))
              and applies.get(attr, True) and str(getattr(args, attr)) != theirs]
+    if not point_to_point and not args.z and not given(argv, "--window"):
+        parts.append(f"--z 0 issues --window {args.window} collectives a timed iteration "
+                     "(PARAM issues all --n of them, then waits once)")
+    if point_to_point and args.pt2pt == "pairwise" and not (args.src_ranks or args.dst_ranks):
+        parts.append("--pt2pt pairwise pairs every rank i of the first half with i + n/2, "
+                     "all at once (PARAM's, without --src-ranks/--dst-ranks: rank 0 with 1)")
     return ", ".join(parts) or None
 
 

@@ -5,7 +5,9 @@ rank, time percentiles, algorithm and bus bandwidth (``--tag`` in the line's nam
 PARAM's). The figures are dlbench's: each iteration's time is the slowest rank's, and
 the percentiles are over the measured iterations (PARAM's are over the ranks' mean
 times). Point-to-point tests keep their own measurements (latency and both bandwidths),
-which PARAM's ping, ping-pong table does not hold."""
+which PARAM's ping, ping-pong table does not hold. An incast's or multicast's total size is
+every message it moves (the peers' messages to the root, or the root's to its peers), the
+bytes its bandwidth is of: PARAM's for incast; PARAM counts a multicast's one message."""
 
 from __future__ import annotations
 

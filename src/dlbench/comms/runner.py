@@ -430,7 +430,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                 measured.append(m)
                 if table:
                     total = m["extra"]["iteration_time_s"]["median"] if test.overlapped else 0.0
-                    print(param_output.line(args.collective, args.data_type, args.tag, size,
+                    moved = size * test.messages if args.collective in S.FAN else size
+                    print(param_output.line(args.collective, args.data_type, args.tag, moved,
                                             count, ranks, times, m["gbps"], m["extra"]["bus_gbps"],
                                             total), flush=True)
                 if topo.rank == 0:

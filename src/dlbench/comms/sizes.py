@@ -36,7 +36,8 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_
 FAN = frozenset({"incast", "multicast"})
 # PARAM's --pt2pt patterns: one2one, rank 0 with rank 1; pairwise, every rank of the first
 # half with its counterpart in the second (rank i with i + n/2: on two nodes of as many
-# GPUs, each GPU with the same GPU of the other node), all pairs at once.
+# GPUs, each GPU with the same GPU of the other node), all pairs at once. PARAM's pairwise
+# without --src-ranks/--dst-ranks is rank 0 with rank 1 (the runner says so in a line).
 PT2PT_PATTERNS = ("one2one", "pairwise")
 # Collectives with a root (PARAM's --root): the rank that broadcasts or scatters, or
 # receives the sum or the gathered pieces.
