@@ -53,8 +53,18 @@ def test_a_cell_times_each_prefill_and_each_output_token_and_says_what_it_timed(
     assert min(prefill["times_s"]) > 0 and min(decode["times_s"]) > 0
     tpot = decode["extra"]
     assert tpot["tpot_p50_s"] <= tpot["tpot_p90_s"] <= tpot["tpot_p99_s"]
+    # TPOT over the 3 generations' mean step times; ITL over the 15 steps themselves
+    steps = decode["times_s"]
+    per_generation = sorted(sum(steps[k:k + 5]) / 5 for k in range(0, 15, 5))
+    assert tpot["tpot_p50_s"] == pytest.approx(per_generation[1])
+    assert tpot["itl_p50_s"] == pytest.approx(sorted(steps)[7])
+    assert tpot["itl_p99_s"] <= max(steps) and tpot["tpot_p99_s"] <= per_generation[2]
+    # the last position's logits only (transformers' logits_to_keep): the output
+    # projection of the other 23 positions is not counted
     opts = {**L.default_opts("gpt2_tiny"), "sequence_length": 24}
-    assert prefill["flops_per_iteration"] == pytest.approx(2 * L.flops_per_sequence(opts, False))
+    vocab, width = opts["vocab_size"], opts["n_embd"]
+    assert prefill["flops_per_iteration"] == pytest.approx(
+        2 * (L.flops_per_sequence(opts, False) - 2 * vocab * width * 23))
     extra = res["extra"]
     assert "TTFT" in extra["timed"] and "TPOT" in extra["timed"] and "synchronised" in extra["timed"]
     assert extra["kv_cache_bytes"] == L.kv_cache_bytes(L.default_opts("gpt2_tiny"), 2, 30, 4)
@@ -293,3 +303,15 @@ def test_the_runner_checks_its_cell_as_a_study_does_before_it_runs(flags, error,
         runner.main(["--model", "gpt2_tiny", "--device", "cpu", "--batch_size", "1",
                      "--prompt_length", "8", "--output_length", "4", *flags])
     assert exit_.value.code == 2 and error in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_a_model_is_built_in_the_precision_it_is_served_in():
+    """Built in float32 and cast, a model that fits its device in bfloat16 (Mixtral 8x7B's
+    87 GiB on a 139 GiB GPU) ran out of memory building; the default dtype is restored."""
+    opts = {**L.default_opts("gpt2_tiny"), "activation_checkpointing": False}
+    with runner.default_dtype(torch, torch.bfloat16):
+        model = torch_llm.make("gpt2_tiny", opts)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert torch.get_default_dtype() == torch.float32
+    assert runner.last_logits_argument(model) in ({"logits_to_keep": 1},
+                                                 {"num_logits_to_keep": 1})

@@ -6,9 +6,12 @@ generations, each a timed prefill (TTFT) and ``output_length`` - 1 timed decode 
 (TPOT). Before each generation the static cache is reset, untimed: it counts the positions
 written, and the next generation starts again from position 0.
 
-Two measurements: ``prefill`` (tokens/s over the batch's prompt tokens; its FLOPs by the
-PaLM formula) and ``decode`` (output tokens/s: one token per sequence per step; TPOT's
-p50/p90/p99 in ``extra``; its bytes the weights and KV cache a step reads at least). The
+Two measurements: ``prefill`` (tokens/s over the batch's prompt tokens; the logits of the
+last position only, as servers make them; its FLOPs by the PaLM formula less the output
+projection of the other positions) and ``decode`` (output tokens/s: one token per sequence
+per step; in ``extra`` TPOT's p50/p90/p99 over the generations, each one's mean step time,
+and the steps' own, the inter-token latency ITL; its bytes the weights and KV cache a step
+reads at least). The
 result's ``extra`` states what was timed, the KV cache's size and the peak memory, and a
 warm-up until steady what it ran (``warm_up_until_steady``).
 """
@@ -22,6 +25,7 @@ import logging
 import resource
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from dlbench import axes, cellrun, cli, harness, monitor, stages, stats
@@ -59,6 +63,29 @@ def static_cache(config: Any, batch: int, length: int, device: Any, dtype: Any) 
     return StaticCache(config=config, max_cache_len=length)
 
 
+@contextlib.contextmanager
+def default_dtype(torch: Any, dtype: Any) -> Iterator[None]:
+    """Tensors made without a dtype are ``dtype`` (as transformers' own from_config with a
+    dtype does while it builds), on every transformers release."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+def last_logits_argument(model: Any) -> dict[str, int]:
+    """The forward argument that makes the logits of the last position only, as servers
+    and transformers' generate() do in the prefill (all of them: batch x prompt x vocab, GiBs
+    at batch 64 and 2048 tokens); none where the release has no such argument."""
+    names = inspect.signature(model.forward).parameters
+    for name in ("logits_to_keep", "num_logits_to_keep"):  # transformers >= 4.50, 4.45
+        if name in names:
+            return {name: 1}
+    return {}
+
+
 def cache_argument(model: Any) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
@@ -89,7 +116,9 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     dtype = precision.pure(mode).param_dtype
     batch, prompt, output = args.batch_size, args.prompt_length, args.output_length
     with stages.stage("build"):
-        with torch.device(device):  # made where it runs (no host copy of the weights first)
+        # Made where it runs (no host copy of the weights first) and in the precision it is
+        # served in: built in float32 and cast, a model that fits in bfloat16 may not.
+        with torch.device(device), default_dtype(torch, dtype):
             model = zoo_llm.make(args.model, opts).to(device=device, dtype=dtype).eval()
         cache = static_cache(model.config, batch, prompt + output, device, dtype)
         gen = torch.Generator().manual_seed(0)
@@ -100,16 +129,18 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     # The cache's argument: ``cache`` in transformers 5, ``past_key_values`` before. The
     # cache counts the positions written: the next tokens go after them.
     with_cache = {cache_argument(model): cache, "use_cache": True}
+    last_only = last_logits_argument(model)
     token: list[Any] = [None]
 
     def prefill(ids: Any) -> None:
-        token[0] = forward(input_ids=ids, **with_cache).logits[:, -1:].argmax(-1)
+        token[0] = forward(input_ids=ids, **with_cache, **last_only).logits[:, -1:].argmax(-1)
 
     def decode(_: Any) -> None:
         token[0] = forward(input_ids=token[0], **with_cache).logits[:, -1:].argmax(-1)
 
     ttft: list[float] = []
     tpot: list[float] = []
+    per_generation: list[float] = []
     measured_from = execution.DynamoCounts.now()
     # The resource monitor samples the measured generations (from the first one's start).
     mon = monitor.ResourceMonitor(args.monitor_interval_ms, gpus=monitored_gpus(device, 1))
@@ -133,6 +164,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                                       (1 - warm) * (output - 1))
             ttft.extend(first.times_s)
             tpot.extend(rest.times_s)
+            if rest.times_s:  # a measured generation's own TPOT (vLLM's per request)
+                per_generation.append(sum(rest.times_s) / len(rest.times_s))
             if output > 1:
                 return (time.perf_counter() - decoding) / (output - 1)
             return decoding - began
@@ -157,19 +190,23 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         name=args.model, pass_="prefill", times_s=ttft,
         items_per_iteration=batch * prompt, throughput_unit="tokens/s",
         parameters=L.parameter_count(opts),
-        flops_per_iteration=batch * L.flops_per_sequence(full, training=False)))
+        flops_per_iteration=batch * L.flops_per_prefill(full, bool(last_only))))
     if tpot:
         # The mean over the steps, whose context grows from prompt to prompt + output - 2.
         mean_context = prompt + (output - 2) / 2
         step_flops = batch * L.flops_per_decode_step(opts, mean_context)
-        ordered = sorted(tpot)
+        steps, generations = sorted(tpot), sorted(per_generation)
+        quantiles = (("p50", 50), ("p90", 90), ("p99", 99))
         res["measurements"].append(R.measurement(
             name=args.model, pass_="decode", times_s=tpot, items_per_iteration=batch,
             throughput_unit="tokens/s", parameters=L.parameter_count(opts),
             flops_per_iteration=step_flops,
             bytes_per_iteration=L.bytes_per_decode_step(opts, batch, mean_context, element),
-            extra={f"tpot_{q}_s": stats.percentile(ordered, p)
-                   for q, p in (("p50", 50), ("p90", 90), ("p99", 99))}))
+            # TPOT's percentiles over the generations (each one's mean step time, as vLLM
+            # reports TPOT over requests); the steps' own, vLLM's inter-token latency (ITL),
+            # beside them: one slow step of 127 sets an ITL p99, not a TPOT p99.
+            extra={**{f"tpot_{q}_s": stats.percentile(generations, p) for q, p in quantiles},
+                   **{f"itl_{q}_s": stats.percentile(steps, p) for q, p in quantiles}}))
     if args.compile != "eager":
         # What dynamo compiled while the generations were measured (0: warm-up covered it),
         # flagged as the model runner flags it (the Parquet's recompiled_in_measurement).

@@ -189,9 +189,19 @@ def bytes_per_decode_step(opts: dict[str, Any], batch: int, context: float,
 
 
 def flops_per_decode_step(opts: dict[str, Any], context: float) -> float:
-    """One new token of one sequence attending over ``context`` positions: 2·N + 4·L·H·Q·t."""
+    """One new token of one sequence attending over ``context`` cached positions and
+    itself: 2·N + 4·L·H·Q·(t + 1)."""
     _, width, layers, _, _ = _shape(opts)
-    return float(2 * matmul_weights(opts) + 4 * layers * width * context)
+    return float(2 * matmul_weights(opts) + 4 * layers * width * (context + 1))
+
+
+def flops_per_prefill(opts: dict[str, Any], last_logits_only: bool) -> float:
+    """A prompt of T = sequence_length tokens read into the cache: the inference count of
+    ``flops_per_sequence``, less the output projection of all but the last position where
+    only its logits are made (a server's prefill keeps the next token's: 2·V·d·(T-1) less)."""
+    vocab, width, _, _, _ = _shape(opts)
+    skipped = 2 * vocab * width * (opts["sequence_length"] - 1) if last_logits_only else 0
+    return flops_per_sequence(opts, training=False) - skipped
 
 
 def flops_per_sequence(opts: dict[str, Any], training: bool) -> float:
