@@ -14,7 +14,7 @@ import pytest
 from dlbench import aggregate, cpu, efficiency, study
 from dlbench import result as R
 from dlbench.report import data as report_data
-from dlbench.report import render, roofline_charts, scaling_charts
+from dlbench.report import efficiency_tables, render, roofline_charts, scaling_charts
 
 H100 = "NVIDIA H100 80GB HBM3"  # as torch.cuda.get_device_name() says it on an H100 SXM
 
@@ -245,6 +245,35 @@ def test_a_data_parallel_cells_efficiency_is_per_device(tmp_path):
     assert efficiency.devices({"device": "gpu", "num_gpus": float("nan")}) == 1
 
 
+def test_the_model_efficiency_table_has_a_row_per_cell_at_its_time_and_per_device(tmp_path):
+    """A 2-GPU cell run three times (medians t, 1.2t, 1.4t) is one row, at the mean of its
+    runs' medians (1.2t), its total TFLOP/s beside its rate per device, the one its MFU is
+    of; a cell apart in its execution mode and model options has both named."""
+    runs = []
+    for repeat, slower in enumerate((1.0, 1.2, 1.4)):
+        doc = model_doc("bfloat16", 2 * 494.7, num_gpus=2)  # at t: half the peak per GPU
+        m = doc["measurements"][0]
+        m.update(R.measurement(name=m["name"], pass_=m["pass"],
+                               times_s=[t * slower for t in m["times_s"]],
+                               items_per_iteration=m["items_per_iteration"],
+                               flops_per_iteration=m["flops_per_iteration"]))
+        doc["repeat"] = repeat
+        runs.append(doc)
+    other = model_doc("bfloat16", 2 * 494.7, num_gpus=2)
+    other["cell"].update(compile="inductor", model_opts={"width": 2})
+    other["cell_id"] += "_inductor"
+    numbers = efficiency_tables.model_efficiency_table(table(tmp_path, [*runs, other]))
+    rows = numbers.frame.set_index("model")
+    assert sorted(rows.index) == ["resnet50", "resnet50 (width=2)"]
+    assert rows.loc["resnet50", "tflops"] == pytest.approx(2 * 494.7 / 1.2, rel=1e-6)
+    assert rows.loc["resnet50", "device_tflops"] == pytest.approx(494.7 / 1.2, rel=1e-6)
+    assert rows.loc["resnet50", "mfu"] == pytest.approx(0.5 / 1.2, rel=1e-6)
+    assert rows.loc["resnet50 (width=2)", "mfu"] == pytest.approx(0.5, rel=1e-6)
+    assert rows["mode"].to_dict() == {"resnet50": "eager", "resnet50 (width=2)": "inductor"}
+    titles = [c.title for c in numbers.columns]
+    assert "execution mode" in titles and "TFLOP/s per device" in titles
+
+
 def test_a_cpu_or_unknown_device_gets_no_vendor_peak_but_its_measured_ceiling(tmp_path):
     frame = table(tmp_path, [model_doc("float32", 0.05, device="cpu"),
                              calibration_doc({"float32": 0.1}, 20.0, device="cpu")])
@@ -409,6 +438,16 @@ def test_scaling_counts_the_gpus_of_every_node_of_a_cell(tmp_path):
     (off,) = weak[~weak.on_line].itertuples()
     assert (off.num_gpus, off.num_nodes, off.efficiency) == (8, 2, pytest.approx(700 / 800))
     assert weak.series.nunique() == 1
+
+
+def test_scaling_counts_in_the_cells_throughput_unit(tmp_path):
+    """A language model's scaling table is in tokens/s, as its throughput is."""
+    docs = [model_doc("float32", 1.0, num_gpus=n, throughput=x)
+            for n, x in ((1, 1000.0), (2, 1800.0))]
+    for doc in docs:
+        doc["measurements"][0]["throughput_unit"] = "tokens/s"
+    figure = scaling_charts.scaling_figure(table(tmp_path, docs))
+    assert "tokens/s" in [c.title for c in figure.table.columns]
 
 
 def test_hardware_roofline_and_scaling_sections_render(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import os
@@ -15,6 +16,7 @@ from html import escape
 from pathlib import Path
 from types import SimpleNamespace
 
+import altair as alt
 import pandas as pd
 import pytest
 from headless_chromium import chart_names, chromium, drawn_charts, needs_chromium
@@ -32,10 +34,12 @@ from dlbench.report import (
     model_charts,
     op_charts,
     output,
+    paradnn_charts,
     render,
     resource_charts,
     roofline_charts,
     sections,
+    tables,
     time_charts,
 )
 from dlbench.report.data import load
@@ -920,3 +924,235 @@ def test_an_op_cell_with_failed_inputs_is_ok_and_each_failed_input_is_listed():
     body = [re.findall(r"<td>(.*?)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", html)[1:]]
     assert sorted(r[3] for r in body) == ["", "torch.mm torch.mm|1|0", "torch.nope"]
     assert "unknown op torch.nope" in html and "broke" in html
+
+
+# -- a cell of several runs, and the axes every chart tells apart -------------------------
+
+
+def runs_of(res: dict, slowdowns: tuple[float, ...] = (1.0, 1.2, 1.4)) -> list[dict]:
+    """``res`` run once per slowdown (repeat 0, 1, ...), every time of a run that factor
+    slower: one cell, its work the same, the mean of its runs' medians 1.2 times the
+    first's and the last run's 1.4 times."""
+    runs = []
+    for repeat, slower in enumerate(slowdowns):
+        run = copy.deepcopy(res)
+        for m in run["measurements"]:
+            m.update(R.measurement(
+                name=m["name"], pass_=m["pass"], op_name=m["op_name"],
+                times_s=[t * slower for t in m["times_s"]],
+                items_per_iteration=m["items_per_iteration"],
+                throughput_unit=m["throughput_unit"], parameters=m["parameters"],
+                flops_per_iteration=m["flops_per_iteration"],
+                bytes_per_iteration=m["bytes_per_iteration"], extra=m["extra"]))
+        run["repeat"] = repeat
+        runs.append(run)
+    return runs
+
+
+def stroke_dashes(chart: alt.TopLevelMixin) -> list[str]:
+    """The field of every strokeDash encoding in a chart's spec."""
+    found = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            dash = node.get("encoding", {}).get("strokeDash") \
+                if isinstance(node.get("encoding"), dict) else None
+            if isinstance(dash, dict) and "field" in dash:
+                found.append(dash["field"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(chart.to_dict())
+    return found
+
+
+MEAN_OF_MEDIANS = "time (ms): mean of the runs' medians"
+
+
+def test_a_cell_of_several_runs_is_charted_at_the_mean_of_their_medians(tmp_path):
+    """Three runs of one cell, each slower than the one before: its throughput and TFLOP/s
+    are both at the mean of the runs' medians (TFLOP/s was the last run's), and the
+    charts and tables call that time so; a cell run once keeps its median."""
+    runs = runs_of(model_result("s", model_cell("resnet50", "training", "float32", 64)))
+    frame = load(write_parquet(tmp_path, runs))
+    models = model_charts.model_frame(frame)
+    (row,) = models.itertuples()
+    first = runs[0]["measurements"][0]
+    mean = 1.2 * first["time_s"]["median"]
+    assert row.time_ms == pytest.approx(1e3 * mean)
+    assert row.throughput == pytest.approx(64 / mean)
+    assert row.tflops == pytest.approx(first["flops_per_iteration"] / mean / 1e12)
+    throughput = model_charts.throughput_figure(models)
+    assert MEAN_OF_MEDIANS in [c.title for c in throughput.table.columns]
+    assert MEAN_OF_MEDIANS in json.dumps(throughput.chart.to_dict())
+    assert "the mean of each cell's runs' medians" in model_charts.tflops_figure(models).caption
+    paradnn = paradnn_charts.by_batch_figure(models)  # its charts read the same columns
+    assert MEAN_OF_MEDIANS in [c.title for c in paradnn.table.columns]
+    assert escape(MEAN_OF_MEDIANS) in tables.unstable_table(frame)  # 1.0, 1.2, 1.4: unstable
+    once = model_charts.model_frame(load(write_parquet(tmp_path / "once", runs[:1])))
+    assert "median time (ms)" in [c.title for c in model_charts.throughput_figure(once)
+                                  .table.columns]
+
+
+def test_an_operators_time_and_rates_are_the_cells_across_its_runs(tmp_path):
+    """An operator cell run three times: each input's time is the mean of the runs'
+    medians, its TFLOP/s and GB/s at that time (they were the last run's)."""
+    runs = runs_of(op_result("ops"))
+    first = runs[0]["measurements"]
+    ops = op_charts.op_frame(load(write_parquet(tmp_path, runs)))
+    assert len(ops) == len(first) == 6
+    for m, row in zip(first, ops.itertuples(), strict=True):
+        mean = 1.2 * m["time_s"]["median"]
+        assert row.median_s == pytest.approx(mean)
+        assert row.tflops == pytest.approx(m["flops_per_iteration"] / mean / 1e12)
+        assert row.gbps == pytest.approx(m["bytes_per_iteration"] / mean / 1e9)
+    assert "mean of the runs' medians" in json.dumps(op_charts.time_figure(ops).chart.to_dict())
+
+
+def test_the_roofline_draws_a_cell_of_three_runs_once_at_its_time(tmp_path):
+    """Each input of an operator cell run three times is one point (it was three), at the
+    mean of the runs' medians."""
+    runs = runs_of(op_result("ops"))
+    points = roofline_charts.points(load(write_parquet(tmp_path, runs)))
+    first = runs[0]["measurements"]
+    assert len(points) == len(first) == 6
+    assert sorted(points["tflops"]) == pytest.approx(sorted(
+        m["flops_per_iteration"] / (1.2 * m["time_s"]["median"]) / 1e12 for m in first))
+
+
+def test_a_collectives_time_and_bandwidths_are_the_cells_across_its_runs():
+    """A collective's row carries its cell's time across runs (aggregate's run_to_run):
+    the chart's time and both bandwidths are at it, not at the last run's median."""
+    from dlbench.report import comms_charts
+    from dlbench.report.data import prepare
+
+    row = {"cell_id": "ar", "source": "ar_r2.json", "study": "net", "kind": "comms",
+           "status": "ok", "throughput": 1e5, "name": "all_reduce|1024", "pass": "collective",
+           "op_name": "all_reduce", "collective": "all_reduce", "num_gpus": 2, "num_nodes": 1,
+           "system": "a", "device": "gpu", "framework": "pytorch", "bytes_per_iteration": 1024,
+           "time_median_s": 1.4e-5, "time_p95_s": 1.5e-5, "gbps": 1024 / 1.4e-5 / 1e9,
+           "bus_gbps": 1024 / 1.4e-5 / 1e9, "pct_of_link": 50.0, "repeats": 3,
+           "cell_time_median_s": 1.2e-5}
+    frame = prepare(pd.DataFrame([row]))
+    (sized,) = comms_charts.comms_frame(frame).itertuples()
+    assert sized.time_us == pytest.approx(12.0)
+    assert sized.algbw_gbps == pytest.approx(1024 / 1.2e-5 / 1e9)
+    assert sized.busbw_gbps == pytest.approx(1024 / 1.2e-5 / 1e9)
+    assert sized.pct_of_link == pytest.approx(50.0 * 1.4 / 1.2)
+    figure = comms_charts.bandwidth_figure(frame)
+    assert "time (µs): mean of the runs' medians" in [c.title for c in figure.table.columns]
+
+
+def llm_rows(cell: str, batch: int, *, num_batches: int = 3, model_opts: str | None = None,
+             repeats: int = 1, slower: float = 1.0) -> list[dict]:
+    """The aggregate's rows of one language-model inference cell (prefill and decode), the
+    last of ``repeats`` runs, ``slower`` times the cell's time across them."""
+    common = {"study": "serve", "cell_id": cell, "source": f"{cell}.json",
+              "kind": "llm_inference", "status": "ok", "system": "box", "device": "cpu",
+              "framework": "pytorch", "model": "llama_tiny", "precision": "float32",
+              "batch_size": batch, "prompt_length": 32, "output_length": 8,
+              "num_batches": num_batches, "model_opts": model_opts, "repeats": repeats}
+    prefill, decode = 0.01 * batch, 0.002 * batch
+    return [{**common, "name": "llama_tiny", "pass": "prefill", "throughput": 32 * batch / prefill,
+             "time_median_s": prefill * slower, "cell_time_median_s": prefill,
+             "cell_throughput": 32 * batch / prefill},
+            {**common, "name": "llama_tiny", "pass": "decode", "throughput": batch / decode,
+             "time_median_s": decode * slower, "cell_time_median_s": decode,
+             "cell_throughput": batch / decode, "gbps": 1.0 / slower}]
+
+
+def test_language_model_cells_differing_in_any_axis_are_told_apart():
+    """Two inference cells apart in num_batches only get two line styles (the latency
+    chart joined them), as the trade-off chart does each cell's other axes."""
+    from dlbench.report import llm_charts
+    from dlbench.report.data import prepare
+
+    frame = prepare(pd.DataFrame([*llm_rows("n3b1", 1), *llm_rows("n3b2", 2),
+                                  *llm_rows("n5b1", 1, num_batches=5),
+                                  *llm_rows("n5b2", 2, num_batches=5)]))
+    assert {"num_batches", "warmup_until_steady"} <= set(llm_charts.OTHER_AXES)
+    assert set(stroke_dashes(llm_charts.latency_figure(frame).chart)) == {"variant"}
+    assert set(stroke_dashes(llm_charts.tradeoff_figure(frame).chart)) == {"variant"}
+
+
+def test_a_language_models_options_name_it():
+    from dlbench.report import llm_charts
+    from dlbench.report.data import prepare
+
+    options = prepare(pd.DataFrame([*llm_rows("a", 1), *llm_rows("b", 1,
+                                                                  model_opts='{"n_layer": 4}')]))
+    assert sorted(llm_charts.llm_frame(options)["model"]) == ["llama_tiny",
+                                                               "llama_tiny (n_layer=4)"]
+
+
+def test_a_language_model_cell_of_three_runs_is_charted_at_the_mean_of_their_medians():
+    """TTFT and TPOT are the cell's across its runs (they were the last run's), and the
+    output tokens/s and decode GB/s beside them are at those times."""
+    from dlbench.report import llm_charts
+    from dlbench.report.data import prepare
+
+    repeated = prepare(pd.DataFrame(llm_rows("r", 2, repeats=3, slower=1.4)))
+    (cell,) = llm_charts.llm_frame(repeated).itertuples()
+    assert (cell.ttft_ms, cell.tpot_ms) == pytest.approx((20.0, 4.0))
+    assert cell.output_tokens_per_s == pytest.approx(2 * 8 / (0.02 + 7 * 0.004))
+    assert cell.decode_gbps == pytest.approx(1.0)
+    latency = llm_charts.latency_figure(repeated)
+    assert "TPOT (ms): mean of the runs' medians" in [c.title for c in latency.table.columns]
+
+
+def monitored_on_two_systems(tmp_path: Path, unit: str = "samples/s") -> pd.DataFrame:
+    """The model frame of one monitored cell at two batch sizes on systems a and b."""
+    results = []
+    for system in ("a", "b"):
+        for batch in (16, 32):
+            res = model_result("s", model_cell("resnet50", "training", "float32", batch),
+                               monitored=True)
+            res["system"] = system
+            for m in res["measurements"]:
+                m["throughput_unit"] = unit
+            results.append(res)
+    return model_charts.model_frame(load(write_parquet(tmp_path, results)))
+
+
+def test_power_lines_of_two_systems_differ_in_style(tmp_path):
+    """Two systems' power lines take a line style each, as every chart against batch size
+    does (they looked the same)."""
+    power = resource_charts.power_figure(monitored_on_two_systems(tmp_path))
+    assert set(stroke_dashes(power.chart)) == {"variant"}
+
+
+def test_a_language_models_energy_is_tokens_per_joule(tmp_path):
+    """Energy counts what the throughput counts: a language model's tokens."""
+    energy = resource_charts.energy_figure(monitored_on_two_systems(tmp_path, "tokens/s"))
+    assert "tokens per joule" in json.dumps(energy.chart.to_dict())
+    assert "tokens/J" in [c.title for c in energy.table.columns]
+    assert energy.caption.startswith("Tokens processed by the measured iterations")
+
+
+def test_where_the_time_went_counts_a_cell_of_three_runs_as_one_cell(tmp_path):
+    res = model_result("a", model_cell("resnet50", "training", "float32", 32))
+    res["stages_s"] = {"startup": 2.0, "measure": 4.0, "other": 1.0}
+    long = time_charts.stage_frame(load(write_parquet(tmp_path, runs_of(res))))
+    assert set(long["cells"]) == {1} and set(long["runs"]) == {3}
+    assert set(long["label"]) == {"a · 1 cell(s) in 3 runs, 57% measured"}
+    assert time_charts.summary_line(long).startswith(
+        "The cells' own time: 21 s in 1 cell(s) in 3 runs, of which")
+
+
+def test_one_cell_drifting_on_two_systems_is_drawn_as_two_measurements(tmp_path):
+    results = []
+    for system in ("a", "b"):
+        res = model_result("s", model_cell("resnet50", "training", "float32", 64))
+        base = res["measurements"][0]["time_s"]["median"]
+        times = [base * (1 + 0.2 * i / 39) * (1 + 0.005 * (i % 2)) for i in range(40)]
+        res["measurements"][0].update(R.measurement(
+            name="resnet50", pass_="training", times_s=times, items_per_iteration=64))
+        res["system"] = system
+        results.append(res)
+    drawn = drift_charts.drift_frame(load(write_parquet(tmp_path, results)))
+    cell = cell_id_of(results[0]["cell"])
+    assert sorted(drawn["measurement"].unique()) == [
+        f"a/{cell} · resnet50 · training (+18%)", f"b/{cell} · resnet50 · training (+18%)"]

@@ -14,7 +14,7 @@ from dlbench import axes
 from dlbench.comms.overlap import NO_KERNEL
 from dlbench.comms.sizes import measured_label, message_bytes
 from dlbench.report import encodings
-from dlbench.report.data import measured
+from dlbench.report.data import at_cell_time, cell_time, measured, numeric, time_title
 from dlbench.report.model_charts import line_panels, with_panel
 from dlbench.report.style import Column, Figure, NumbersTable, styled
 
@@ -57,17 +57,19 @@ def _sizes_frame(rows: pd.DataFrame) -> pd.DataFrame:
         **{a: rows.get(a, pd.Series(None, index=rows.index, dtype=object)) for a in OTHER_AXES},
         "size_bytes": pd.to_numeric(size, errors="coerce").fillna(
             rows["bytes_per_iteration"]).astype(float),
-        "time_us": 1e6 * rows["time_median_s"].astype(float),
+        # The cell's time (the mean of its runs' medians) and the bandwidths at it; the
+        # p95 is the last run's.
+        "time_us": 1e6 * cell_time(rows),
+        "repeats": numeric(rows, "repeats").fillna(1).astype(int),
         "time_p95_us": 1e6 * rows["time_p95_s"].astype(float),
-        "algbw_gbps": rows["gbps"],
+        "algbw_gbps": at_cell_time(rows, "gbps"),
         # One process moves nothing over a link: its bus bandwidth is 0 by definition, a
         # figure that says nothing of the hardware, so it is left out (null), not drawn.
-        "busbw_gbps": rows["bus_gbps"].where(ranks > 1),
+        "busbw_gbps": at_cell_time(rows, "bus_gbps").where(ranks > 1),
         # The link that limits the collective and the bus bandwidth's share of it
         # (dlbench.links); results made before the readings have none.
         "link": rows.get("link", pd.Series(None, index=rows.index, dtype=object)),
-        "pct_of_link": pd.to_numeric(rows.get("pct_of_link", pd.Series(None, index=rows.index,
-                                                                         dtype=float))),
+        "pct_of_link": at_cell_time(rows, "pct_of_link"),
     })
 
 
@@ -96,8 +98,9 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
     if data.empty:
         return None
     data, panels, encoding, x, colour, tips = _by_size(data)
+    median = time_title(data["repeats"], "µs")
     tips = [*tips,
-            alt.Tooltip("time_us:Q", title="median (µs)", format=",.1f"),
+            alt.Tooltip("time_us:Q", title=median, format=",.1f"),
             alt.Tooltip("algbw_gbps:Q", title="algorithm GB/s", format=",.3f"),
             alt.Tooltip("busbw_gbps:Q", title="bus GB/s", format=",.3f")]
     # The link's columns where some cell read its links (none on one node's CPU).
@@ -110,7 +113,7 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
         return line_panels(data, panels, encoding, x=x, colour=colour, tooltip=tips, y=y,
                            field=field, whisker=whisker)
 
-    time = panels_of(alt.Y("time_us:Q", title="median time (µs)", scale=alt.Scale(type="log")),
+    time = panels_of(alt.Y("time_us:Q", title=median, scale=alt.Scale(type="log")),
                      "time_us", "time_p95_us")
     # Cells of one process only (a single GPU): no bus bandwidth to draw, the times alone.
     chart = (alt.vconcat(panels_of(alt.Y("busbw_gbps:Q", title="bus bandwidth (GB/s)"),
@@ -132,11 +135,13 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
         "per iteration. One panel per collective, one colour per process count; "
         "point-to-point cells have three: latency (half a ping-pong), unidirectional and "
         "bidirectional bandwidth (two messages per time, one each way)."
+        + (" With repeats, a time is the mean of the runs' medians (its bandwidths at it), "
+           "the p95 the last run's." if data["repeats"].max() > 1 else "")
         + encoding.note(), styled(chart), shows=encoding.defaults,
         table=NumbersTable([
             Column("collective", "collective"), Column("ranks", "processes", "d"),
             *[Column(a, encodings.title(a)) for a in placed],
-            Column("size_bytes", "bytes", ",d"), Column("time_us", "median (µs)", ",.1f"),
+            Column("size_bytes", "bytes", ",d"), Column("time_us", median, ",.1f"),
             Column("algbw_gbps", "algorithm GB/s", ",.3f"),
             Column("busbw_gbps", "bus GB/s", ",.3f"),
             *([Column("pct_of_link", "% of link", ".1f"), Column("link", "link")]

@@ -94,6 +94,34 @@ def measured(frame: pd.DataFrame, kind: str) -> pd.DataFrame:
     return rows.drop_duplicates(subset=keys, keep="last").reset_index(drop=True)
 
 
+def numeric(rows: pd.DataFrame, name: str) -> pd.Series:
+    """Column ``name`` as floats; all null where the table lacks it (an older aggregate)."""
+    return pd.to_numeric(rows[name], errors="coerce") if name in rows \
+        else pd.Series(float("nan"), index=rows.index)
+
+
+def cell_time(rows: pd.DataFrame) -> pd.Series:
+    """Each measurement's time across its cell's repeats, seconds: ``cell_time_median_s``
+    (the mean of the runs' medians, the statistic ``cell_throughput`` and the interval are
+    of, so the same on every repeat's row), else the row's own median (a table without it)."""
+    return numeric(rows, "cell_time_median_s").fillna(numeric(rows, "time_median_s"))
+
+
+def at_cell_time(rows: pd.DataFrame, column: str) -> pd.Series:
+    """A figure of the row that is its work over its median time (tflops, gbps, mfu, ...)
+    at the cell's time instead (``cell_time``): the last run's figure beside the cell's
+    throughput would be of another time."""
+    return numeric(rows, column) * numeric(rows, "time_median_s") / cell_time(rows)
+
+
+def time_title(repeats: pd.Series, unit: str, what: str = "time") -> str:
+    """The title of ``cell_time`` in ``unit``: one run's median, or where some cell ran
+    more than once (``repeats``) the mean of the runs' medians (one run's too: its own)."""
+    if pd.to_numeric(repeats, errors="coerce").max() > 1:
+        return f"{what} ({unit}): mean of the runs' medians"
+    return f"median {what} ({unit})"
+
+
 def ordered(values: pd.Series | list, preferred: tuple[str, ...] = ()) -> list:
     """Distinct values, nulls left out: the preferred ones first in their order, the rest
     sorted, numbers by size and anything else alphabetically."""

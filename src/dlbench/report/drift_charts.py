@@ -31,9 +31,10 @@ def drifting_rows(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _label(rows: pd.DataFrame) -> pd.Series:
-    """cell · [operator] measurement · pass [· run k]: an operator cell's inputs are named
-    by position, and each has a forward and a backward measurement."""
-    parts = rows[["cell_id"]].fillna("")
+    """system/cell · [operator] measurement · pass [· run k]: an operator cell's inputs are
+    named by position, and each has a forward and a backward measurement; one cell id on
+    two systems is two cells (data.prepare's ``cell``)."""
+    parts = rows.get("cell", rows["cell_id"]).fillna("").to_frame("cell")
     name = rows["name"].fillna("").astype(str)
     if "op_name" in rows:
         op = rows["op_name"].fillna("").astype(str)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dlbench.efficiency import CALIBRATION_KIND
+from dlbench.efficiency import CALIBRATION_KIND, devices
 from dlbench.report import encodings
-from dlbench.report.data import varying
+from dlbench.report.data import at_cell_time, measured, varying
+from dlbench.report.model_charts import execution_mode, model_label
 from dlbench.report.style import Column, NumbersTable
 from dlbench.report.tables import table
 
@@ -47,20 +48,31 @@ def calibration_table(frame: pd.DataFrame) -> str | None:
 
 
 def model_efficiency_table(frame: pd.DataFrame) -> NumbersTable | None:
-    """Model cells with counted FLOPs: achieved TFLOP/s, MFU and % of the measured ceiling
-    (a sortable table the page builds: a study of 10,000 cells has as many rows)."""
-    rows = frame[(frame["kind"] == "model") & (frame["status"] == "ok")
-                 & frame["tflops"].notna()]
+    """Model cells with counted FLOPs, one row each: achieved TFLOP/s, MFU and % of the
+    measured ceiling (a sortable table the page builds: a study of 10,000 cells has as many
+    rows)."""
+    rows = measured(frame, "model")  # a cell run three times is one row
+    rows = rows[rows["tflops"].notna()]
     if rows.empty or (rows["pct_of_peak"].isna().all() and rows["pct_of_measured"].isna().all()):
         return None
+    # At the cell's time, as the charts' throughput and TFLOP/s are, not its last run's.
+    rows = rows.assign(**{c: at_cell_time(rows, c) for c in
+                          ("tflops", "mfu", "pct_of_measured")})
+    # The ceilings are one device's and so are the shares (dlbench.efficiency), while
+    # tflops counts every GPU of a data-parallel cell: its rate per device beside it.
+    share = [devices(r) for r in rows[["device", "num_gpus", "num_nodes"]].to_dict("records")]
+    rows = rows.assign(model=model_label(rows), mode=execution_mode(rows),
+                       device_tflops=rows["tflops"] / share)
     rows = rows.sort_values(["system", "model", "phase", "precision", "batch_size"])
     placed = [a for a in varying(rows, encodings.model_axes())
-              if a not in ("system", "mode", "num_gpus")]
+              if a not in ("system", "num_gpus")]
     columns = [Column("system", "system"), Column("model", "model"), Column("phase", "phase"),
                Column("precision", "precision"), Column("batch_size", "batch", "d"),
                Column("num_gpus", "GPUs", "d"),
                *[Column(a, encodings.title(a)) for a in placed],
-               Column("tflops", "TFLOP/s", ",.4g"), Column("peak_tflops", "vendor peak", ",.4g"),
+               Column("tflops", "TFLOP/s (all GPUs)", ",.4g"),
+               Column("device_tflops", "TFLOP/s per device", ",.4g"),
+               Column("peak_tflops", "vendor peak", ",.4g"),
                Column("mfu", "MFU", ".1%"), Column("measured_tflops", "measured ceiling", ",.4g"),
                Column("pct_of_measured", "% of measured", ",.1f"),
                Column("phi_tflops", "ParaDnn Φ TFLOP/s", ",.4g")]

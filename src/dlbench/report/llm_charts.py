@@ -9,9 +9,17 @@ import json
 import altair as alt
 import pandas as pd
 
+from dlbench import axes
 from dlbench.report import encodings
-from dlbench.report.data import measured
-from dlbench.report.model_charts import faceted, filtered, line_panels, with_panel
+from dlbench.report.data import at_cell_time, cell_time, measured, numeric, time_title
+from dlbench.report.model_charts import (
+    faceted,
+    filtered,
+    line_panels,
+    model_label,
+    series_dash,
+    with_panel,
+)
 from dlbench.report.style import (
     PANEL_HEIGHT,
     PANEL_WIDTH,
@@ -23,9 +31,14 @@ from dlbench.report.style import (
 )
 
 KIND = "llm_inference"
-# Axes an inference cell may differ in besides its panel (model, precision), batch size
-# and colour (prompt length).
-OTHER_AXES = ("system", "device", "compile", "output_length", "framework")
+# The chart's roles: panels (model, precision), x (batch size), colour (prompt length);
+# model_opts is named in the model's label.
+ROLES = ("model", "precision", "batch_size", "prompt_length", "model_opts")
+# Axes an inference cell may differ in besides its roles: the system, then every other axis
+# of the kind that is a column of the table (num_batches, warmup_until_steady, ...), so that
+# no line joins two cells that differ in one, an axis added later included.
+OTHER_AXES = ("system", *(a.name for a in axes.of_kind(KIND)
+                          if a.column and a.name not in ROLES))
 
 
 # The llm frame's decode bandwidth fields -> the aggregate's columns of the decode row.
@@ -47,6 +60,11 @@ def llm_frame(frame: pd.DataFrame) -> pd.DataFrame:
     rows = measured(frame, KIND)
     if rows.empty:
         return rows
+    # Times and rates at the cell's time (the mean of its runs' medians), not its last run's.
+    rows = rows.assign(model=model_label(rows), cell_time_s=cell_time(rows),
+                       throughput=numeric(rows, "cell_throughput").fillna(rows["throughput"]),
+                       **{column: at_cell_time(rows, column)
+                          for column in DECODE_BANDWIDTH.values()})
     out = []
     for cell, group in rows.groupby("cell", sort=False):
         by_pass = {r["pass"]: r for _, r in group.iterrows()}
@@ -55,20 +73,27 @@ def llm_frame(frame: pd.DataFrame) -> pd.DataFrame:
             continue
         extra = {**_extra(prefill.get("extra")), **(_extra(decode.get("extra"))
                                                      if decode is not None else {})}
+        batch, output = int(prefill["batch_size"]), int(prefill["output_length"])
+        ttft = float(prefill["cell_time_s"])
+        tpot = float(decode["cell_time_s"]) if decode is not None else None
         out.append({
             "cell": cell, "model": prefill["model"], "precision": prefill["precision"],
-            "batch_size": int(prefill["batch_size"]),
+            "batch_size": batch,
             "prompt_length": int(prefill["prompt_length"]),
-            "output_length": int(prefill["output_length"]),
+            "output_length": output,
             **{axis: prefill.get(axis) for axis in OTHER_AXES if axis not in ("output_length",)},
-            "ttft_ms": 1e3 * float(prefill["time_median_s"]),
-            "tpot_ms": 1e3 * float(decode["time_median_s"]) if decode is not None else None,
+            "repeats": int(numeric(group, "repeats").fillna(1).max()),
+            "ttft_ms": 1e3 * ttft,
+            "tpot_ms": 1e3 * tpot if tpot is not None else None,
             "tpot_p90_ms": 1e3 * extra["tpot_p90_s"] if "tpot_p90_s" in extra else None,
             "tpot_p99_ms": 1e3 * extra["tpot_p99_s"] if "tpot_p99_s" in extra else None,
-            "output_tokens_per_s": extra.get("output_tokens_per_s"),
+            # A whole generation at those times, as the runner figures it at its medians
+            # (dlbench.llm.runner): the batch's output tokens over its time.
+            "output_tokens_per_s": batch * output / (ttft + (output - 1) * tpot)
+            if tpot is not None else extra.get("output_tokens_per_s"),
             "prefill_tokens_per_s": float(prefill["throughput"]),
             # Decode's memory traffic (a floor: weights and KV cache, dlbench.models.llm)
-            # over its median step, against the memory's peak and the measured copy.
+            # over its step time, against the memory's peak and the measured copy.
             **{key: _number(decode, column) for key, column in DECODE_BANDWIDTH.items()},
             "kv_cache_mib": extra.get("kv_cache_bytes", 0) / 2**20 or None,
             "peak_memory_mib": extra.get("peak_memory_bytes", 0) / 2**20 or None,
@@ -91,7 +116,7 @@ def _colour() -> alt.Color:
     return alt.Color("prompt_length:O", title="prompt tokens", scale=alt.Scale(scheme="viridis"))
 
 
-def _tooltip(encoding: encodings.Encoding) -> list[alt.Tooltip]:
+def _tooltip(data: pd.DataFrame, encoding: encodings.Encoding) -> list[alt.Tooltip]:
     return [alt.Tooltip("model:N"), alt.Tooltip("precision:N"),
             alt.Tooltip("batch_size:Q", title="batch size"),
             alt.Tooltip("prompt_length:Q", title="prompt tokens"),
@@ -99,20 +124,22 @@ def _tooltip(encoding: encodings.Encoding) -> list[alt.Tooltip]:
             *[alt.Tooltip(f"{a}:N", title=encodings.title(a))
               for a in encoding.placed(("output_length",))],
             alt.Tooltip("ttft_ms:Q", title="TTFT (ms)", format=",.3f"),
-            alt.Tooltip("tpot_ms:Q", title="TPOT p50 (ms)", format=",.3f"),
+            alt.Tooltip("tpot_ms:Q", title=time_title(data["repeats"], "ms", "TPOT"),
+                        format=",.3f"),
             alt.Tooltip("tpot_p99_ms:Q", title="TPOT p99 (ms)", format=",.3f"),
             alt.Tooltip("output_tokens_per_s:Q", title="output tokens/s", format=",.1f"),
             alt.Tooltip("decode_gbps:Q", title="decode GB/s (floor)", format=",.0f")]
 
 
-def _numbers(encoding: encodings.Encoding) -> NumbersTable:
+def _numbers(data: pd.DataFrame, encoding: encodings.Encoding) -> NumbersTable:
     placed = encoding.placed(("model", "precision"))
     return NumbersTable([
         Column("model", "model"), Column("precision", "precision"),
         *[Column(a, encodings.title(a)) for a in placed],
         Column("batch_size", "batch", "d"), Column("prompt_length", "prompt", "d"),
         Column("output_length", "output", "d"), Column("ttft_ms", "TTFT (ms)", ",.3f"),
-        Column("tpot_ms", "TPOT p50 (ms)", ",.3f"), Column("tpot_p90_ms", "p90", ",.3f"),
+        Column("tpot_ms", time_title(data["repeats"], "ms", "TPOT"), ",.3f"),
+        Column("tpot_p90_ms", "p90", ",.3f"),
         Column("tpot_p99_ms", "p99", ",.3f"),
         Column("output_tokens_per_s", "output tokens/s", ",.1f"),
         Column("decode_gbps", "decode GB/s", ",.0f"),
@@ -130,7 +157,7 @@ def latency_figure(frame: pd.DataFrame) -> Figure | None:
     data, panels, encoding = prepared
     x = alt.X("batch_size:Q", title="batch size", axis=batch_axis(data["batch_size"].unique()),
               scale=alt.Scale(type="log", base=2, nice=False, padding=12))
-    tips = _tooltip(encoding)
+    tips = _tooltip(data, encoding)
     def panels_of(field: str, title: str, whisker: str | None = None) -> alt.FacetChart:
         y = alt.Y(f"{field}:Q", title=title, scale=alt.Scale(zero=True))
         return line_panels(data, panels, encoding, x=x, colour=_colour(), tooltip=tips, y=y,
@@ -142,12 +169,15 @@ def latency_figure(frame: pd.DataFrame) -> Figure | None:
     return Figure("llm-latency", "Time to first token and per output token",
                   "Top: the prefill of the batch's prompts (TTFT); bottom: each further token "
                   "(TPOT, median, whisker to p99), from a static KV cache, every timed step "
-                  "synchronised. One panel per model and precision, one line per prompt "
+                  "synchronised."
+                  + (" With repeats, TTFT and TPOT are the means of the runs' medians, the "
+                     "percentiles the last run's." if data["repeats"].max() > 1 else "")
+                  + " One panel per model and precision, one line per prompt "
                   "length. The table's decode GB/s is the weights and KV cache a step reads "
-                  "at least over its median time: decode is bound by them, so its share of "
+                  "at least over its time: decode is bound by them, so its share of "
                   "the memory's peak (or of the measured copy) is how far it is from the "
                   "hardware." + encoding.note(), styled(chart), shows=encoding.defaults,
-                  table=_numbers(encoding))
+                  table=_numbers(data, encoding))
 
 
 def tradeoff_figure(frame: pd.DataFrame) -> Figure | None:
@@ -163,7 +193,9 @@ def tradeoff_figure(frame: pd.DataFrame) -> Figure | None:
     base = alt.Chart().encode(
         x=alt.X("output_tokens_per_s:Q", title="output tokens/s", scale=alt.Scale(zero=True)),
         y=alt.Y("tpot_ms:Q", title="time per output token (ms)", scale=alt.Scale(zero=True)),
-        color=_colour(), detail="variant:N", order="batch_size:Q", tooltip=_tooltip(encoding))
+        color=_colour(), order="batch_size:Q", tooltip=_tooltip(data, encoding),
+        # Each line style a cell's other axes (two systems' curves told apart).
+        **series_dash(encoding))
     labels = base.mark_text(dx=8, dy=-6, fontSize=9, align="left").encode(text="batch_size:Q")
     layered = filtered(alt.layer(base.mark_line(), base.mark_point(), labels, data=data), None,
                        encoding).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT)

@@ -8,10 +8,14 @@ import pandas as pd
 from dlbench.aggregate import MONITOR_COLUMNS
 from dlbench.report import encodings
 from dlbench.report.data import (
+    at_cell_time,
+    cell_time,
     joined,
     measured,
     model_opts_label,
+    numeric,
     ordered,
+    time_title,
     varying,
 )
 from dlbench.report.encodings import Encoding
@@ -77,7 +81,8 @@ def model_frame(frame: pd.DataFrame, *, paradnn: bool = False) -> pd.DataFrame:
         # 95 % interval of the typical run as whiskers.
         **run_to_run_columns(rows),
         "unit": rows["throughput_unit"].fillna(""),
-        "tflops": rows["tflops"].astype(float),
+        # At the cell's time, as its throughput is: one tooltip, one time.
+        "tflops": at_cell_time(rows, "tflops"),
         "system": rows["system"].fillna("") if "system" in rows else "",
         "framework": rows["framework"].fillna("?"),
         "mode": execution_mode(rows),
@@ -130,28 +135,22 @@ def by_batch(models: pd.DataFrame, panels: tuple[str, ...] = ("model", "phase")
 _BY_BATCH: dict[tuple[int, tuple[str, ...]], tuple[pd.DataFrame, tuple]] = {}
 
 
-def _column(rows: pd.DataFrame, name: str) -> pd.Series:
-    return pd.to_numeric(rows[name], errors="coerce") if name in rows \
-        else pd.Series(float("nan"), index=rows.index)
-
-
 def run_to_run_columns(rows: pd.DataFrame) -> dict[str, pd.Series]:
-    """Throughput and time of each measurement's typical run (the median of its repeats'
+    """Throughput and time of each measurement's typical run (the mean of its repeats'
     medians; the row's own median in a table without repeats), the throughput interval
     from the time interval, and the run-to-run facts."""
-    time_s = _column(rows, "cell_time_median_s").fillna(rows["time_median_s"].astype(float))
-    items = _column(rows, "items_per_iteration")
-    throughput = _column(rows, "cell_throughput").fillna(rows["throughput"].astype(float))
+    items = numeric(rows, "items_per_iteration")
+    throughput = numeric(rows, "cell_throughput").fillna(rows["throughput"].astype(float))
     unstable = rows["unstable"] if "unstable" in rows else pd.Series(None, index=rows.index)
     return {
         "throughput": throughput,
-        "throughput_low": items / _column(rows, "cell_time_ci_high_s"),
-        "throughput_high": items / _column(rows, "cell_time_ci_low_s"),
-        "time_ms": time_s * 1e3,
-        "repeats": _column(rows, "repeats").fillna(1).astype(int),
+        "throughput_low": items / numeric(rows, "cell_time_ci_high_s"),
+        "throughput_high": items / numeric(rows, "cell_time_ci_low_s"),
+        "time_ms": cell_time(rows) * 1e3,
+        "repeats": numeric(rows, "repeats").fillna(1).astype(int),
         "ci_method": (rows["ci_method"] if "ci_method" in rows
                       else pd.Series(None, index=rows.index)).fillna("none"),
-        "run_to_run_cv": _column(rows, "run_to_run_cv"),
+        "run_to_run_cv": numeric(rows, "run_to_run_cv"),
         "unstable": unstable.astype("boolean").fillna(False).astype(bool),
     }
 
@@ -214,6 +213,16 @@ def faceted(layered: alt.LayerChart, panels: list[str], encoding: Encoding | Non
     return chart
 
 
+def series_dash(encoding: Encoding) -> dict[str, object]:
+    """The encodings of a line per ``variant`` (the encoding's series): its dash where
+    there are series."""
+    series: dict[str, object] = {"detail": "variant:N"}
+    if encoding.series:
+        series["strokeDash"] = alt.StrokeDash("variant:N",
+                                              title=encodings.series_title(encoding.series))
+    return series
+
+
 def line_panels(data: pd.DataFrame, panels: list[str], encoding: Encoding, *, x: alt.X,
                 colour: alt.Color, tooltip: list[alt.Tooltip], y: alt.Y, field: str,
                 whisker: str | None = None) -> alt.FacetChart:
@@ -221,11 +230,7 @@ def line_panels(data: pd.DataFrame, panels: list[str], encoding: Encoding, *, x:
     per the encoding's series (the ``variant`` column, its line style), a rule from
     ``field`` up to ``whisker`` where given, one panel per label in ``panels`` with a y
     scale of its own; rows without ``field`` left out."""
-    series = {"detail": "variant:N"}
-    if encoding.series:
-        series["strokeDash"] = alt.StrokeDash("variant:N",
-                                              title=encodings.series_title(encoding.series))
-    base = alt.Chart().encode(x=x, color=colour, tooltip=tooltip, **series)
+    base = alt.Chart().encode(x=x, color=colour, tooltip=tooltip, **series_dash(encoding))
     line = base.encode(y=y)
     layers = [line.mark_line(), line.mark_point()]
     if whisker:
@@ -250,6 +255,25 @@ def _points_title(title: str | list[str]) -> str | list[str]:
     return f"{title} (points)" if title else "points"
 
 
+def series_styles(base: alt.Chart, frame: pd.DataFrame, colour: alt.Color,
+                encoding: Encoding | None) -> alt.Chart:
+    """``base`` with a dash and a point shape per value of ``variant`` (the encoding's
+    series), where there are several; unchanged where there is one."""
+    if frame["variant"].nunique() <= 1:
+        return base
+    title = encodings.series_title(encoding.series) if encoding else ""
+    # A line of one point shows no dash: where there are such, the point shapes get
+    # a legend too (a study at one batch size told its systems apart by tooltip only).
+    shape_legend = alt.Legend(title=_points_title(title)) \
+        if lone_points(frame, colour, encoding) else None
+    return base.encode(
+        strokeDash=alt.StrokeDash("variant:N", title=title, sort=in_order(
+            frame, encoding.series, "variant") if encoding else "ascending", legend=alt.Legend(
+            symbolType="stroke", symbolStrokeWidth=2.2, symbolSize=300)),
+        shape=alt.Shape("variant:N", legend=shape_legend, sort=in_order(
+            frame, encoding.series, "variant") if encoding else "ascending"))
+
+
 def lines_by_batch(frame: pd.DataFrame, *, y: str, y_title: str, colour: alt.Color,
                    tooltip: list[alt.Tooltip], panels: list[str],
                    series: str = "variant", encoding: Encoding | None = None,
@@ -264,18 +288,8 @@ def lines_by_batch(frame: pd.DataFrame, *, y: str, y_title: str, colour: alt.Col
         x=x, y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(zero=True)),
         color=colour, detail=f"{series}:N", tooltip=tooltip,
     )
-    if frame[series].nunique() > 1 and series == "variant":
-        title = encodings.series_title(encoding.series) if encoding else ""
-        # A line of one point shows no dash: where there are such, the point shapes get
-        # a legend too (a study at one batch size told its systems apart by tooltip only).
-        shape_legend = alt.Legend(title=_points_title(title)) \
-            if lone_points(frame, colour, encoding) else None
-        base = base.encode(
-            strokeDash=alt.StrokeDash("variant:N", title=title, sort=in_order(
-                frame, encoding.series, "variant") if encoding else "ascending", legend=alt.Legend(
-                symbolType="stroke", symbolStrokeWidth=2.2, symbolSize=300)),
-            shape=alt.Shape("variant:N", legend=shape_legend, sort=in_order(
-                frame, encoding.series, "variant") if encoding else "ascending"))
+    if series == "variant":
+        base = series_styles(base, frame, colour, encoding)
     layers = [base.mark_line(), base.mark_point()]
     if y == "throughput" and frame.get("throughput_low", pd.Series(dtype=float)).notna().any():
         # The 95 % interval of each point (over repeats, or over one run's iterations).
@@ -295,7 +309,9 @@ def lines_by_batch(frame: pd.DataFrame, *, y: str, y_title: str, colour: alt.Col
     return faceted(layered, panels, encoding, frame).resolve_scale(y="independent")
 
 
-def _unit(frame: pd.DataFrame) -> str:
+def throughput_unit(frame: pd.DataFrame) -> str:
+    """The rows' throughput unit (``unit``: samples/s, tokens/s, shots/s), items/s where
+    they have several."""
     units = [u for u in frame["unit"].unique() if u]
     return units[0] if len(units) == 1 else "items/s"
 
@@ -311,15 +327,16 @@ def throughput_figure(models: pd.DataFrame) -> Figure | None:
                             alt.Tooltip("ci_method:N", title="CI over"),
                             alt.Tooltip("repeats:Q", title="runs"),
                             alt.Tooltip("run_to_run_cv:Q", title="run-to-run CV", format=".1%"),
-                            alt.Tooltip("time_ms:Q", title="median time (ms)", format=",.3f")],
+                            alt.Tooltip("time_ms:Q", title=time_title(frame["repeats"], "ms"),
+                                        format=",.3f")],
                          encoding)
     colour = alt.Color("precision:N", scale=precision_scale(list(frame["precision"].unique())))
-    chart = lines_by_batch(frame, y="throughput", y_title=f"throughput ({_unit(frame)})",
+    chart = lines_by_batch(frame, y="throughput", y_title=f"throughput ({throughput_unit(frame)})",
                            colour=colour, tooltip=tips, panels=panels, encoding=encoding)
     several = int(frame["repeats"].max()) > 1
     return Figure("throughput", "Throughput against batch size",
                   "Median-iteration throughput"
-                  + (" (the median of each cell's runs)" if several else "")
+                  + (" (at the mean of each cell's runs' medians)" if several else "")
                   + "; one panel per model and phase, one line per precision. Whiskers: 95 % "
                   "confidence interval of the typical run"
                   + (", over the runs (over one run's iterations where a cell ran once)"
@@ -330,10 +347,10 @@ def throughput_figure(models: pd.DataFrame) -> Figure | None:
                   + encoding.note(),
                   styled(chart), shows=encoding.defaults, table=NumbersTable([
                       *axis_columns(encoding),
-                      Column("throughput", f"throughput ({_unit(frame)})", ",.1f"),
+                      Column("throughput", f"throughput ({throughput_unit(frame)})", ",.1f"),
                       Column("throughput_low", "95 % CI from", ",.1f"),
                       Column("throughput_high", "95 % CI to", ",.1f"),
-                      Column("time_ms", "median time (ms)", ",.3f"),
+                      Column("time_ms", time_title(frame["repeats"], "ms"), ",.3f"),
                       Column("repeats", "runs", "d")], required="throughput"))
 
 
@@ -351,7 +368,7 @@ def framework_figure(models: pd.DataFrame) -> Figure | None:
     base = alt.Chart().encode(
         x=alt.X("batch_size:O", title="batch size", axis=alt.Axis(labelAngle=0), scale=BAND),
         xOffset=alt.XOffset("framework:N", sort=frameworks),
-        y=alt.Y("throughput:Q", title=f"throughput ({_unit(frame)})"),
+        y=alt.Y("throughput:Q", title=f"throughput ({throughput_unit(frame)})"),
         color=alt.Color("framework:N", scale=colour_scale(frameworks, FRAMEWORK_COLOURS)),
         tooltip=[alt.Tooltip("framework:N"),
                  *model_tooltip(frame, [alt.Tooltip("throughput:Q", format=",.1f")],
@@ -547,8 +564,10 @@ def tflops_figure(models: pd.DataFrame) -> Figure | None:
                            tooltip=tips, panels=panels, encoding=encoding,
                            where="isValid(datum.tflops)")
     return Figure("model-tflops", "TFLOP/s against batch size",
-                  "Floating-point work per iteration divided by the median iteration time."
-                  + encoding.note(), styled(chart), shows=encoding.defaults,
+                  "Floating-point work per iteration divided by the median iteration time"
+                  + (" (the mean of each cell's runs' medians)"
+                     if int(frame["repeats"].max()) > 1 else "") + "." + encoding.note(),
+                  styled(chart), shows=encoding.defaults,
                   table=NumbersTable([*axis_columns(encoding), Column("tflops", "TFLOP/s", ",.2f")],
                                      required="tflops"))
 
@@ -569,7 +588,7 @@ def loader_figure(frame: pd.DataFrame) -> Figure | None:
     data, panels = with_panel(data, ["framework", "data"])
     colour = alt.Color("threads:N", title="loader threads", scale=alt.Scale(scheme="tableau10"))
     chart = lines_by_batch(
-        data, y="throughput", y_title=f"throughput ({_unit(data)})", colour=colour,
+        data, y="throughput", y_title=f"throughput ({throughput_unit(data)})", colour=colour,
         tooltip=[alt.Tooltip("data:N"), alt.Tooltip("threads:N"),
                  alt.Tooltip("batch_size:Q", title="batch size"),
                  alt.Tooltip("throughput:Q", format=",.1f")],

@@ -8,7 +8,16 @@ import altair as alt
 import pandas as pd
 
 from dlbench import axes
-from dlbench.report.data import joined, measured, ordered, varying
+from dlbench.report.data import (
+    at_cell_time,
+    cell_time,
+    joined,
+    measured,
+    numeric,
+    ordered,
+    time_title,
+    varying,
+)
 from dlbench.report.style import PASS_COLOURS, Figure, colour_scale, styled
 
 # The axis with its own place in these charts: the op config (panels). Not backward: a
@@ -67,13 +76,16 @@ def op_frame(frame: pd.DataFrame) -> pd.DataFrame:
         "op": rows["op_name"].fillna(rows["name"]),
         "input": [_input_label(o, n) for o, n in zip(rows["op_name"], rows["name"], strict=True)],
         "pass": rows["pass"].fillna("?"),
-        "median_s": rows["time_median_s"].astype(float),
+        # The cell's time (the mean of its runs' medians) and its rates at it; the spread
+        # is the last run's.
+        "median_s": cell_time(rows),
+        "repeats": numeric(rows, "repeats").fillna(1).astype(int),
         "p5_s": rows["time_p5_s"].astype(float),
         "p95_s": rows["time_p95_s"].astype(float),
         "flops": rows["flops_per_iteration"].astype(float),
         "bytes": rows["bytes_per_iteration"].astype(float),
-        "tflops": rows["tflops"].astype(float),
-        "gbps": rows["gbps"].astype(float),
+        "tflops": at_cell_time(rows, "tflops"),
+        "gbps": at_cell_time(rows, "gbps"),
     })
     rows = rows.reset_index(drop=True)
     out = out.reset_index(drop=True)
@@ -120,13 +132,17 @@ def time_figure(ops: pd.DataFrame) -> Figure | None:
         color=_pass_colour(frame),
     )
     spread = base.mark_rule(strokeWidth=2.5, opacity=0.6).encode(x="p5:Q", x2="p95:Q")
+    several = frame["repeats"].max() > 1
+    median = time_title(frame["repeats"], unit)
     points = base.mark_point(filled=True, size=60, opacity=1).encode(
-        x=alt.X("median:Q", title=f"time per call ({unit}): median, bar from p5 to p95",
+        x=alt.X("median:Q", title=f"time per call ({unit}): "
+                + ("mean of the runs' medians, bar from the last run's p5 to p95" if several
+                   else "median, bar from p5 to p95"),
                 scale=alt.Scale(type="log", nice=False, padding=14)),
         tooltip=[alt.Tooltip("op:N", title="operator"), alt.Tooltip("input:N"),
                  alt.Tooltip("pass:N"), alt.Tooltip("config:N", title="op config"),
                  alt.Tooltip("variant:N", title="cell"),
-                 alt.Tooltip("median:Q", title=f"median ({unit})", format=",.3f"),
+                 alt.Tooltip("median:Q", title=median, format=",.3f"),
                  alt.Tooltip("p5:Q", title=f"p5 ({unit})", format=",.3f"),
                  alt.Tooltip("p95:Q", title=f"p95 ({unit})", format=",.3f")],
     )
@@ -137,7 +153,9 @@ def time_figure(ops: pd.DataFrame) -> Figure | None:
             labelAngle=0, labelAlign="left", labelOrient="top", labelAnchor="start")),
         ).resolve_scale(y="independent")
     return Figure("op-time", "Time per operator input",
-                  "Median time of one call of each operator input, per pass.", styled(chart))
+                  "Median time of one call of each operator input, per pass"
+                  + (" (with repeats, the mean of the runs' medians; the bar the last run's)"
+                     if several else "") + ".", styled(chart))
 
 
 def _rate_figure(ops: pd.DataFrame, *, rate: str, work: str, name: str, title: str,

@@ -6,9 +6,9 @@ import altair as alt
 import pandas as pd
 
 from dlbench.report import encodings
-from dlbench.report.data import varying
+from dlbench.report.data import time_title, varying
 from dlbench.report.encodings import Encoding
-from dlbench.report.model_charts import faceted, filtered, with_panel
+from dlbench.report.model_charts import faceted, filtered, throughput_unit, with_panel
 from dlbench.report.style import (
     PANEL_HEIGHT,
     PANEL_WIDTH,
@@ -28,8 +28,7 @@ def _metric(frame: pd.DataFrame) -> tuple[str, str]:
     """TFLOP/s where the runner counted the work; throughput otherwise."""
     if frame["tflops"].notna().any():
         return "tflops", "achieved TFLOP/s"
-    units = [u for u in frame["unit"].unique() if u]
-    return "throughput", f"throughput ({units[0] if len(units) == 1 else 'items/s'})"
+    return "throughput", f"throughput ({throughput_unit(frame)})"
 
 
 def _panels(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], Encoding]:
@@ -50,22 +49,22 @@ def _lines(base: alt.Chart, encoding: Encoding) -> alt.Chart:
         "variant:N", title=encodings.series_title(encoding.series)))
 
 
-def _numbers(y: str, y_title: str, encoding: Encoding) -> NumbersTable:
+def _numbers(frame: pd.DataFrame, y: str, y_title: str, encoding: Encoding) -> NumbersTable:
     placed = encoding.placed(("model", "precision"))
     return NumbersTable([
         Column("model", "model"), Column("config", "options"),
         Column("phi", "Φ (parameters)", ",d"), Column("precision", "precision"),
         *[Column(a, encodings.title(a)) for a in placed],
         Column("batch_size", "batch size", "d"), Column(y, y_title, ",.3f"),
-        Column("time_ms", "median time (ms)", ",.3f")], required=y)
+        Column("time_ms", time_title(frame["repeats"], "ms"), ",.3f")], required=y)
 
 
-def _tooltip(y: str) -> list[alt.Tooltip]:
+def _tooltip(frame: pd.DataFrame, y: str) -> list[alt.Tooltip]:
     return [alt.Tooltip("model:N"), alt.Tooltip("config:N", title="options"),
             alt.Tooltip("phi:Q", title="Φ (parameters)", format=",d"),
             alt.Tooltip("precision:N"), alt.Tooltip("batch_size:Q", title="batch size"),
             alt.Tooltip(f"{y}:Q", format=",.2f"),
-            alt.Tooltip("time_ms:Q", title="median time (ms)", format=",.3f")]
+            alt.Tooltip("time_ms:Q", title=time_title(frame["repeats"], "ms"), format=",.3f")]
 
 
 def by_batch_figure(paradnn: pd.DataFrame) -> Figure | None:
@@ -82,7 +81,7 @@ def by_batch_figure(paradnn: pd.DataFrame) -> Figure | None:
                 scale=alt.Scale(type="log", base=2, nice=False, padding=12)),
         y=alt.Y(f"{y}:Q", title=y_title),
         color=colour, detail=[alt.Detail("config:N"), alt.Detail("variant:N")],
-        tooltip=_tooltip(y),
+        tooltip=_tooltip(frame, y),
     )
     base = _lines(base, encoding)
     # Hollow points: with colour on stroke only, Vega draws the Φ legend as a gradient
@@ -94,7 +93,7 @@ def by_batch_figure(paradnn: pd.DataFrame) -> Figure | None:
     return Figure("paradnn-by-batch", f"ParaDnn: {y_title} against batch size",
                   "One line per model configuration, coloured by its parameter count Φ."
                   + encoding.note(), styled(chart), shows=encoding.defaults,
-                  table=_numbers(y, y_title, encoding))
+                  table=_numbers(frame, y, y_title, encoding))
 
 
 def by_size_figure(paradnn: pd.DataFrame) -> Figure | None:
@@ -111,7 +110,7 @@ def by_size_figure(paradnn: pd.DataFrame) -> Figure | None:
         y=alt.Y(f"{y}:Q", title=y_title),
         color=alt.Color("batch_size:O", title="batch size", scale=alt.Scale(scheme=_PLASMA)),
         detail=[alt.Detail("batch_size:O"), alt.Detail("variant:N")], order="phi:Q",
-        tooltip=_tooltip(y),
+        tooltip=_tooltip(frame, y),
     )
     base = _lines(base, encoding)
     layered = filtered(alt.layer(base.mark_line(strokeWidth=1.6), base.mark_point(), data=frame),
@@ -120,4 +119,4 @@ def by_size_figure(paradnn: pd.DataFrame) -> Figure | None:
     return Figure("paradnn-by-size", f"ParaDnn: {y_title} against model size",
                   "One line per batch size over the models' parameter counts Φ."
                   + encoding.note(), styled(chart), shows=encoding.defaults,
-                  table=_numbers(y, y_title, encoding))
+                  table=_numbers(frame, y, y_title, encoding))

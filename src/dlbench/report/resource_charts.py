@@ -20,6 +20,8 @@ from dlbench.report.model_charts import (
     filtered,
     lines_by_batch,
     model_tooltip,
+    series_styles,
+    throughput_unit,
 )
 from dlbench.report.style import (
     PANEL_HEIGHT,
@@ -86,21 +88,25 @@ def energy_figure(models: pd.DataFrame) -> Figure | None:
     if selected is None:
         return None
     cells, frame, panels, encoding = selected
-    tips = model_tooltip(frame, [alt.Tooltip("samples_per_joule:Q", title="samples/J", format=",.2f"),
+    # What the throughput counts (samples, a language model's tokens, deepwave's shots):
+    # the monitor's items are the measured iterations' (dlbench.monitor).
+    items = throughput_unit(cells).removesuffix("/s")
+    tips = model_tooltip(frame, [alt.Tooltip("samples_per_joule:Q", title=f"{items}/J",
+                                             format=",.2f"),
                             alt.Tooltip("energy_j:Q", title="energy (J)", format=",.1f"),
                             alt.Tooltip("power_mean_w:Q", title="mean power (W)", format=",.1f"),
                             alt.Tooltip("energy_note:N", title="note")], encoding)
-    chart = lines_by_batch(frame, y="samples_per_joule", y_title="samples per joule",
+    chart = lines_by_batch(frame, y="samples_per_joule", y_title=f"{items} per joule",
                            colour=_precision_colour(frame), tooltip=tips, panels=panels,
                            encoding=encoding, where=WITH_ENERGY)
     partial = _partial_notes(cells)
-    caption = ("Samples processed by the measured iterations divided by the energy they took "
-               "(GPUs and, where readable, the host's RAPL counters).")
+    caption = (f"{items.capitalize()} processed by the measured iterations divided by the "
+               "energy they took (GPUs and, where readable, the host's RAPL counters).")
     if partial:
         caption += f" Sources not counted: {partial}."
     return Figure("energy-efficiency", "Energy efficiency against batch size",
                   caption + encoding.note(), styled(chart), shows=encoding.defaults, table=_numbers(encoding, [
-                      Column("samples_per_joule", "samples/J", ",.2f"),
+                      Column("samples_per_joule", f"{items}/J", ",.2f"),
                       Column("energy_j", "energy (J)", ",.1f"),
                       Column("power_mean_w", "mean power (W)", ",.1f")], "samples_per_joule"))
 
@@ -116,10 +122,13 @@ def power_figure(models: pd.DataFrame) -> Figure | None:
                          encoding)
     x = alt.X("batch_size:Q", title="batch size", axis=batch_axis(frame["batch_size"].unique()),
               scale=alt.Scale(type="log", base=2, nice=False, padding=12))
-    base = alt.Chart().encode(x=x, color=_precision_colour(frame), detail="variant:N",
-                              tooltip=tips)
-    mean = base.encode(y=alt.Y("power_mean_w:Q", title="power (W): mean, tick at max",
-                               scale=alt.Scale(zero=True)))
+    colour = _precision_colour(frame)
+    base = alt.Chart().encode(x=x, color=colour, detail="variant:N", tooltip=tips)
+    # The mean's line and points take the line styles of the other axes (the max's rule
+    # and tick keep their own dash): two systems' lines are told apart as elsewhere.
+    mean = series_styles(base, frame, colour, encoding).encode(
+        y=alt.Y("power_mean_w:Q", title="power (W): mean, tick at max",
+                scale=alt.Scale(zero=True)))
     layers = [mean.mark_line(), mean.mark_point()]
     if cells["power_max_w"].notna().any():
         peak = base.transform_filter("isValid(datum.power_max_w)")

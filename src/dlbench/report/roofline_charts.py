@@ -18,7 +18,7 @@ import pandas as pd
 from dlbench import peaks
 from dlbench.efficiency import BANDWIDTH_BENCHMARKS, CALIBRATION_KIND, devices
 from dlbench.report import llm_charts  # its decode steps count the bytes they read
-from dlbench.report.data import PRECISION_ORDER, model_opts_label
+from dlbench.report.data import PRECISION_ORDER, at_cell_time, measured, model_opts_label
 from dlbench.report.op_charts import op_variants
 from dlbench.report.style import Figure, styled
 
@@ -34,12 +34,16 @@ def _panel(frame: pd.DataFrame) -> pd.Series:
 
 
 def points(frame: pd.DataFrame) -> pd.DataFrame:
-    """One point per measurement that has FLOPs, bytes and a time."""
-    ok = frame[(frame["status"] == "ok") & frame["tflops"].notna()
-               & (frame["flops_per_iteration"].fillna(0) > 0)
-               & (frame["bytes_per_iteration"].fillna(0) > 0)]
-    ok = ok[(ok["kind"] == "op") | ((ok["kind"] == "model") & ok["model"].isin(FAMILIES))
-            | (ok["kind"] == llm_charts.KIND)]
+    """One point per measurement that has FLOPs, bytes and a time: a cell's, whatever its
+    runs (data.measured), at the cell's time (the mean of its runs' medians)."""
+    parts = [measured(frame, kind) for kind in ("op", "model", llm_charts.KIND)]
+    parts = [rows for rows in parts if not rows.empty]
+    if not parts:
+        return pd.DataFrame()
+    ok = pd.concat(parts, ignore_index=True)
+    ok = ok[ok["tflops"].notna() & (ok["flops_per_iteration"].fillna(0) > 0)
+            & (ok["bytes_per_iteration"].fillna(0) > 0)
+            & ((ok["kind"] != "model") | ok["model"].isin(FAMILIES))]
     if ok.empty:
         return pd.DataFrame()
     family = ok["op_name"].where(ok["kind"] == "op", ok["model"]).fillna(ok["name"])
@@ -50,7 +54,7 @@ def points(frame: pd.DataFrame) -> pd.DataFrame:
         "precision": ok["efficiency_precision"].fillna("?"),
         "intensity": ok["flops_per_iteration"] / ok["bytes_per_iteration"],
         # per device, under one device's roofs (a data-parallel cell counts all its ranks)
-        "tflops": ok["tflops"].astype(float) / ok.apply(lambda r: devices(r.to_dict()), axis=1),
+        "tflops": at_cell_time(ok, "tflops") / ok.apply(lambda r: devices(r.to_dict()), axis=1),
         "pct_of_roof": np.nan,
     }).reset_index(drop=True)
 

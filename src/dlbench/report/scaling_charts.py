@@ -1,10 +1,10 @@
 """Scaling across GPUs (DLBS's weak and strong scaling): for model cells that differ only in
 their GPUs (and the batch), speed-up S(n) = X(n) / X(1) and efficiency E(n) = X(n) / (n X(1)),
-X being throughput in samples per second (the median over repeats where a cell has them)
-and n the cell's GPUs on all its nodes (num_gpus x num_nodes), so that a study scaling from
-one node to several is one series. Where two cells of a series have the same n on
-different node counts (8 GPUs on one node, 4 on each of two), the line takes the one on
-fewer nodes; the table lists both.
+X being throughput in items per second (samples, tokens, shots: the cells' unit; at the
+mean of the runs' median times where a cell has repeats) and n the cell's GPUs on all its
+nodes (num_gpus x num_nodes), so that a study scaling from one node to several is one
+series. Where two cells of a series have the same n on different node counts (8 GPUs on
+one node, 4 on each of two), the line takes the one on fewer nodes; the table lists both.
 
 - weak scaling: the per-device batch stays fixed as GPUs are added (the global batch grows);
 - strong scaling: the global batch (per-device batch x num_gpus) stays fixed, so each GPU
@@ -19,6 +19,7 @@ import pandas as pd
 from dlbench import axes
 from dlbench.report import encodings
 from dlbench.report.data import joined, measured, varying
+from dlbench.report.model_charts import throughput_unit
 from dlbench.report.style import Column, Figure, NumbersTable, styled
 
 # What a series holds fixed: every axis column but the two that scaling varies.
@@ -43,7 +44,8 @@ def scaling_frame(frame: pd.DataFrame) -> pd.DataFrame:
     if rows["num_gpus"].nunique() < 2:
         return pd.DataFrame()
     rows = rows.assign(x=rows["cell_throughput"].fillna(rows["throughput"]).astype(float),
-                       global_batch=rows["batch_size"] * rows["num_gpus"])
+                       global_batch=rows["batch_size"] * rows["num_gpus"],
+                       unit=rows["throughput_unit"].fillna(""))
     keys = _series_keys(rows)
     rows[keys] = rows[keys].astype(object).where(rows[keys].notna(), "")  # nulls group together
     # A series is named by every fixed axis that differs between series (so that no two
@@ -79,7 +81,7 @@ def scaling_frame(frame: pd.DataFrame) -> pd.DataFrame:
     others = [a for a in others if a != "num_nodes"]
     columns = ["scaling", "series", "series_id", "system", "model", "precision", "phase", "num_gpus",
                "num_nodes", "batch_size", "global_batch", "fixed_batch", "throughput", "speedup",
-               "efficiency", "on_line", *others]
+               "efficiency", "on_line", "unit", *others]
     return data[columns].sort_values(["scaling", "series", "num_gpus"], kind="stable",
                                      ignore_index=True)
 
@@ -135,7 +137,7 @@ def scaling_figure(frame: pd.DataFrame) -> Figure | None:
         Column("num_gpus", "GPUs", "d"), Column("num_nodes", "nodes", "d"),
         Column("batch_size", "batch per GPU", "d"),
         Column("global_batch", "global batch", "d"),
-        Column("throughput", "samples/s", ",.1f"), Column("speedup", "speed-up", ".2f"),
+        Column("throughput", throughput_unit(data), ",.1f"), Column("speedup", "speed-up", ".2f"),
         Column("efficiency", "efficiency", ".0%")], required="efficiency")
     return Figure("scaling", "Scaling efficiency across GPUs",
                   "Weak scaling keeps the per-device batch, strong scaling the global batch; "

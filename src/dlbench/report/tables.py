@@ -15,7 +15,7 @@ import pandas as pd
 
 from dlbench import gpu_clocks
 from dlbench.profiling.summary import of_row
-from dlbench.report.data import STATUS_ORDER, cells, ordered
+from dlbench.report.data import STATUS_ORDER, cells, ordered, time_title
 
 
 def _text(value: Any) -> str:
@@ -216,4 +216,4 @@ def unstable_table(frame: pd.DataFrame) -> str | None:
              if pd.notna(r.cell_time_ci_low_s) else ""]
             for _, r in rows.iterrows()]
     return table(["study", "system", "cell", "measurement", "pass", "runs", "run-to-run CV",
-                  "median time (ms)", "95 % CI (ms)"], body, css="numeric-tail")
+                  time_title(rows["repeats"], "ms"), "95 % CI (ms)"], body, css="numeric-tail")

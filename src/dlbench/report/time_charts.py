@@ -26,20 +26,22 @@ COLOURS = {"start-up": "#9aa5b1", "environment": "#c1c7cd", "build": "#72b7b2",
 
 
 def stage_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per (system, study, stage): seconds summed over the study's cells (each
-    result file once, whatever its rows), the cells counted and the stage's share."""
+    """One row per (system, study, stage): seconds summed over the study's runs (each
+    result file once, whatever its rows), the cells and their runs counted (a cell of
+    ``repeats: 3`` is one cell of three runs) and the stage's share."""
     if frame.empty or not set(COLUMNS) <= set(frame.columns):
         return pd.DataFrame()
-    cells = frame.drop_duplicates("source")
-    cells = cells.assign(**{c: pd.to_numeric(cells[c], errors="coerce") for c in COLUMNS})
-    cells = cells[cells[COLUMNS].notna().any(axis=1)]
-    if cells.empty:
+    runs = frame.drop_duplicates("source")
+    runs = runs.assign(**{c: pd.to_numeric(runs[c], errors="coerce") for c in COLUMNS})
+    runs = runs[runs[COLUMNS].notna().any(axis=1)]
+    if runs.empty:
         return pd.DataFrame()
-    cells = cells.assign(study=cells["study"].fillna(""), system=cells["system"].fillna(""))
-    groups = cells.groupby(["system", "study"], sort=False)
+    runs = runs.assign(study=runs["study"].fillna(""), system=runs["system"].fillna(""))
+    groups = runs.groupby(["system", "study"], sort=False)
     totals = groups[COLUMNS].sum(min_count=1).reset_index()
-    totals["cells"] = groups.size().to_numpy()
-    long = totals.melt(id_vars=["system", "study", "cells"], value_vars=COLUMNS,
+    totals["cells"] = groups["cell"].nunique().to_numpy()
+    totals["runs"] = groups.size().to_numpy()
+    long = totals.melt(id_vars=["system", "study", "cells", "runs"], value_vars=COLUMNS,
                        var_name="stage", value_name="seconds").dropna(subset=["seconds"])
     long["stage"] = long["stage"].str.removeprefix("wall_").str.removesuffix("_s").map(LABELS)
     long["share"] = long["seconds"] / long.groupby(["system", "study"])["seconds"].transform("sum")
@@ -47,11 +49,17 @@ def stage_frame(frame: pd.DataFrame) -> pd.DataFrame:
     # Each bar says its cells and the share they spent measuring.
     measured = (long["share"].where(long["stage"] == LABELS["measure"], 0.0)
                 .groupby([long["system"], long["study"]]).transform("sum"))
-    long["label"] = (joined(long[label_columns]) + " · " + long["cells"].astype(str)
-                     + " cell(s), " + (measured * 100).round().astype(int).astype(str)
-                     + "% measured")
+    counted = pd.Series([_counted(c, r) for c, r in zip(long["cells"], long["runs"],
+                                                         strict=True)], index=long.index)
+    long["label"] = (joined(long[label_columns]) + " · " + counted + ", "
+                     + (measured * 100).round().astype(int).astype(str) + "% measured")
     long["stage_order"] = long["stage"].map({label: i for i, label in enumerate(LABELS.values())})
     return long.sort_values(["label", "stage_order"]).reset_index(drop=True)
+
+
+def _counted(cells: int, runs: int) -> str:
+    """'2 cell(s)', or where cells ran more than once (repeats) '2 cell(s) in 6 runs'."""
+    return f"{cells} cell(s)" + (f" in {runs} runs" if runs != cells else "")
 
 
 def _minutes(seconds: float) -> str:
@@ -63,8 +71,9 @@ def summary_line(long: pd.DataFrame) -> str:
     by_stage = long.groupby("stage")["seconds"].sum()
     total = float(by_stage.sum())
     measured = float(by_stage.get(LABELS["measure"], 0.0))
-    cells = int(long.drop_duplicates(["system", "study"])["cells"].sum())
-    line = (f"The cells' own time: {_minutes(total)} in {cells} cell(s), of which the "
+    counts = long.drop_duplicates(["system", "study"])[["cells", "runs"]].sum()
+    counted = _counted(int(counts["cells"]), int(counts["runs"]))
+    line = (f"The cells' own time: {_minutes(total)} in {counted}, of which the "
             f"measured iterations took {_minutes(measured)} ({measured / total:.0%}).")
     others = by_stage.drop(LABELS["measure"], errors="ignore")
     if not others.empty and total > 0:
@@ -87,7 +96,7 @@ def time_figure(frame: pd.DataFrame) -> Figure | None:
         order=alt.Order("stage_order:Q"),
         tooltip=[alt.Tooltip("label:N", title="study"), alt.Tooltip("stage:N"),
                  alt.Tooltip("seconds:Q", format=",.1f"), alt.Tooltip("share:Q", format=".0%"),
-                 alt.Tooltip("cells:Q")],
+                 alt.Tooltip("cells:Q"), alt.Tooltip("runs:Q")],
     ).properties(width=560, height=alt.Step(22))
     caption = (summary_line(long) + " Start-up is the runner's process starting (Python, "
                "the framework's import) before its cell's record; other is what no stage "
@@ -99,4 +108,5 @@ def time_figure(frame: pd.DataFrame) -> Figure | None:
                   table=NumbersTable([Column("label", "study"), Column("stage", "stage"),
                                       Column("seconds", "seconds", ",.1f"),
                                       Column("share", "share", ".0%"),
-                                      Column("cells", "cells", "d")], required="seconds"))
+                                      Column("cells", "cells", "d"),
+                                      Column("runs", "runs", "d")], required="seconds"))
