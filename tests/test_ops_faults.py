@@ -256,3 +256,13 @@ def test_an_op_config_whose_path_starts_with_a_dash_is_the_config_not_an_option(
     argv = kinds.get("ops").command(cell.params, Path("x.json"), "python", None)
     start = argv.index("dlbench.ops") + 1
     assert build_parser().parse_args(argv[start:]).config == "-ops.json"
+
+
+def test_a_result_named_as_params_json_lines_file_is_refused_before_anything_runs(tmp_path):
+    """-o P writes P.json (PARAM's records): --output P.json wrote the result over them."""
+    from dlbench.ops.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["-c", "config/ops/cpu_demo.json", "-o", str(tmp_path / "p"),
+              "--output", str(tmp_path / "p.json")])
+    assert info.value.code == 2 and not (tmp_path / "p.json").exists()

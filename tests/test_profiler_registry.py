@@ -297,7 +297,14 @@ def test_nsys_finish_fails_a_profile_without_data(tmp_path):
 def test_cell_check_comes_from_the_tool():
     (mxnet,) = study.expand_config({"studies": {"m": {"grid": {
         "framework": "mxnet", "model": "resnet18", "device": "cpu"}}}})
-    assert registry.get("ncu").check_cell(mxnet) is None
+    assert registry.get("nsys").check_cell(mxnet) is None
+    # ncu profiles CUDA kernels: a CPU cell ran whole under it to "no kernel was profiled"
+    assert registry.get("ncu").check_cell(mxnet) == (
+        f"tool ncu profiles CUDA kernels; cell {mxnet.id} of study 'm' runs on the cpu (add "
+        "device: gpu to match)")
+    (gpu,) = study.expand_config({"studies": {"g": {"grid": {
+        "framework": "mxnet", "model": "resnet18", "device": "gpu"}}}})
+    assert registry.get("ncu").check_cell(gpu) is None
     assert registry.get("torch").check_cell(mxnet).startswith(
         f"tool torch profiles PyTorch model cells; cell {mxnet.id} of study 'm' is a mxnet "
         "model cell")

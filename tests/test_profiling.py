@@ -525,14 +525,14 @@ def select(profiling):
 def test_selection_matches_expanded_cells_by_axis_values():
     jobs = select({"select": [
         {"match": {"model": "resnet18", "batch_size": 64, "precision": "bf16",
-                   "framework": "pytorch"}, "tools": ["torch", "ncu"]},
+                   "framework": "pytorch"}, "tools": ["torch", "hpcrun"]},
         {"match": {"study": "a", "model": "deep_mnist", "batch_size": [8, 64],
                    "precision": "float32"}, "tools": ["nsys"]},
         {"match": {"model": "resnet18", "batch_size": 64, "precision": "bfloat16",
-                   "framework": "pytorch"}, "tools": ["ncu"]},  # already selected
+                   "framework": "pytorch"}, "tools": ["hpcrun"]},  # already selected
     ]})
     assert [(j.tool, j.cell.params["model"], j.cell.params["batch_size"]) for j in jobs] == [
-        ("torch", "resnet18", 64), ("ncu", "resnet18", 64),
+        ("torch", "resnet18", 64), ("hpcrun", "resnet18", 64),
         ("nsys", "deep_mnist", 8), ("nsys", "deep_mnist", 64)]
     assert jobs[0].target == f"results/profiles/box/torch/a/{jobs[0].cell.id}/profile.json"
 
@@ -546,14 +546,14 @@ def test_selection_matches_expanded_cells_by_axis_values():
      "profiling.select[0].tools: unknown tool 'perf' (valid: torch, ncu, nsys, hpcrun)"),
     ({"select": [{"match": {"model": "resnet18", "batch_size": 64}, "tools": ["torch"]}]},
      "profiling.select[0]: tool torch profiles PyTorch model cells; cell mxnet_resnet18"),
-    ({"tools": {"ncu": {"clock_control": "fast"}}},
+    ({"tools": {"hpcrun": {"clock_control": "fast"}}},
      "profiling.tools.ncu.clock_control: unknown value 'fast' (valid: base, none)"),
     ({"tools": {"nsys": {"binry": "x"}}}, "profiling.tools.nsys.binry: unknown setting"),
     ({"tools": {"hpcrun": {"knobs": {"lower": 1}}}},
      "profiling.tools.hpcrun.knobs: knob name 'lower' must be UPPER_CASE"),
     ({"select": [{"match": {}, "tools": ["torch"], "extra": 1}]},
      "profiling.select[0]: needs exactly the keys match and tools"),
-    ({"tools": {"ncu": {"extra_args": ["--log-file", "/home/u/notes.txt"]}}},
+    ({"tools": {"hpcrun": {"extra_args": ["--log-file", "/home/u/notes.txt"]}}},
      "profiling.tools.ncu.extra_args: '--log-file' is refused: --log-file chooses where"),
     ({"tools": {"nsys": {"reports": ["cuda_gpu_kern_sum", "../../x"]}}},
      "profiling.tools.nsys.reports: '../../x' is not a name"),
@@ -639,7 +639,7 @@ def test_settings_overlay_the_defaults():
 @pytest.mark.slow
 def test_workflow_profiles_a_cell_apart_and_a_missing_tool_is_a_recorded_failure(tmp_path):
     """One Snakemake run: a deep_mnist CPU cell measured, profiled with torch.profiler, and
-    with an ncu that is not installed. The ncu profile is a recorded failure (one line in
+    with an nsys that is not installed. The nsys profile is a recorded failure (one line in
     its log and in its manifest); the measurement, the torch profile, the aggregate and the
     report, which shows both profiles, are all made and Snakemake exits 0."""
     import re
@@ -652,8 +652,8 @@ def test_workflow_profiles_a_cell_apart_and_a_missing_tool_is_a_recorded_failure
             "framework": "pytorch", "model": "deep_mnist", "phase": "training",
             "precision": "float32", "batch_size": 2, "device": "cpu", "num_batches": 5,
             "num_warmup_batches": 1}}},
-        "profiling": {"select": [{"match": {"model": "deep_mnist"}, "tools": ["torch", "ncu"]}],
-                      "tools": {"ncu": {"binary": "ncu-not-installed-here"}}},
+        "profiling": {"select": [{"match": {"model": "deep_mnist"}, "tools": ["torch", "nsys"]}],
+                      "tools": {"nsys": {"binary": "nsys-not-installed-here"}}},
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     proc = subprocess.run([PYTHON, "-m", "snakemake", "--snakefile", str(repo / "Snakefile"),
@@ -672,20 +672,20 @@ def test_workflow_profiles_a_cell_apart_and_a_missing_tool_is_a_recorded_failure
     assert json.loads((torch_dir / "profile.json").read_text())["status"] == "ok"
     assert (torch_dir / "trace.json").is_file()
     assert pq.read_table(torch_dir / "operators.parquet").num_rows > 0
-    line = ("ncu: binary 'ncu-not-installed-here' not found on PATH "
-            "(set profiling.tools.ncu.binary)")
-    ncu_log = results / "profiles" / "logs" / here / "ncu" / "tiny" / f"{cell.id}.log"
-    assert ncu_log.read_text().strip().splitlines()[-1] == line
-    manifest = json.loads((results / "profiles" / here / "ncu" / "tiny" / cell.id /
+    line = ("nsys: binary 'nsys-not-installed-here' not found on PATH "
+            "(set profiling.tools.nsys.binary)")
+    nsys_log = results / "profiles" / "logs" / here / "nsys" / "tiny" / f"{cell.id}.log"
+    assert nsys_log.read_text().strip().splitlines()[-1] == line
+    manifest = json.loads((results / "profiles" / here / "nsys" / "tiny" / cell.id /
                            "profile.json").read_text())
     assert (manifest["status"], manifest["error"]) == ("failed", line)
     profiles = summary.by_cell(summary.collect(results / "profiles"))[(here, "tiny", cell.id)]
-    assert {(p.tool, p.status) for p in profiles} == {("torch", "ok"), ("ncu", "failed")}
+    assert {(p.tool, p.status) for p in profiles} == {("torch", "ok"), ("nsys", "failed")}
 
     html = (results / "report" / "index.html").read_text()
     section = html[html.index('<section id="profiles">'):]
     section = section[:section.index("</section>")]
-    assert "torch · ok" in section and "ncu · failed" in section
+    assert "torch · ok" in section and "nsys · failed" in section
     assert line.replace("'", "&#x27;") in section
     links = re.findall(r'href="([^"#][^"]*)"', section)
     assert f"../profiles/{here}/torch/tiny/{cell.id}/trace.json" in links
@@ -704,12 +704,12 @@ def test_workflow_profiles_a_cell_apart_and_a_missing_tool_is_a_recorded_failure
     # Another system (machine, software stack) profiles its own cells, as it measures them.
     assert "profile_pytorch" in dry_run("--config", "system=other-box")
     # Profiles made before they were kept per system become this system's: none reruns.
-    for tool in ("torch", "ncu"):
+    for tool in ("torch", "nsys"):
         (results / "profiles" / here / tool).rename(results / "profiles" / tool)
-    (results / "profiles" / "logs" / here / "ncu").rename(results / "profiles" / "logs" / "ncu")
+    (results / "profiles" / "logs" / here / "nsys").rename(results / "profiles" / "logs" / "nsys")
     output = dry_run()
     assert f"as system {here!r}" in output and "profile_pytorch" not in output
-    assert (torch_dir / "trace.json").is_file() and ncu_log.is_file()
+    assert (torch_dir / "trace.json").is_file() and nsys_log.is_file()
 
 
 def _runner_parsers():
@@ -772,3 +772,27 @@ def test_profiles_of_the_layout_before_systems_move_under_the_system_never_over_
     (again / "capture.json").write_text('{"later": 1}')
     assert pconfig.adopt("box", tmp_path) == []  # one there already: left where it is
     assert (tmp_path / "box" / "torch" / "s" / "c1" / "capture.json").read_text() == "{}"
+
+
+def test_a_profiled_run_is_stopped_after_the_studys_timeout(tmp_path):
+    """A hung profiled cell once held its job (and the workflow) for ever: its measurement
+    is stopped after timeout_s, and so is each step of its profile, in one line."""
+    from dlbench.profiling.commands import ProfileError, Step
+
+    hang = Step("profile", [sys.executable, "-c", "import time; time.sleep(60)"])
+    with pytest.raises(ProfileError) as info:
+        run.run_step("torch", hang, tmp_path, timeout_s=1.0)
+    assert str(info.value) == (
+        f"torch: profile ({Path(sys.executable).name}) stopped after 1 s (the study's "
+        "timeout_s)")
+    done = Step("profile", [sys.executable, "-c", "print('ok')"])
+    run.run_step("torch", done, tmp_path, timeout_s=30.0)
+
+
+def test_a_hand_run_profile_with_an_incomplete_cell_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "dlbench.profiling", "run", "--tool", "torch",
+                           "--cell", '{"study": "x"}', "--out_dir", str(tmp_path / "p")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        "error: --cell: no cell_id, kind, params (a cell as study.Cell.to_json writes it)")

@@ -98,3 +98,19 @@ def test_a_cluster_jobs_runtime_bounds_its_cells_time_limit():
         "the runtime to give them longer, e.g. --set-resources "
         "benchmark_pytorch:runtime=MINUTES)")}
     assert support.job_timeouts(timeouts, 1, "r")[0] == {"short": 1, "long": 1}
+
+
+def test_the_interpreter_running_snakemake_has_one_name_whatever_started_it(tmp_path):
+    """It is in every job's params: `.venv/bin/python -m snakemake` after
+    `.venv/bin/snakemake` (python3) planned every cell and profile again."""
+    real = tmp_path / "bin" / "python3"
+    real.parent.mkdir()
+    real.write_text("")
+    (tmp_path / "bin" / "python").symlink_to("python3")
+    assert support.this_python(str(tmp_path / "bin" / "python")) == str(real)
+    assert support.this_python(str(real)) == str(real)
+    other = tmp_path / "other" / "python"
+    other.parent.mkdir()
+    other.write_text("")
+    (tmp_path / "other" / "python3").write_text("")  # another file: not the same interpreter
+    assert support.this_python(str(other)) == str(other)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -216,10 +217,27 @@ def framework_settings(config: Mapping[str, Any], framework: str) -> Mapping[str
     return (config.get("frameworks") or {}).get(framework) or {}
 
 
+def this_python(executable: str | None = None) -> str:
+    """The interpreter running Snakemake, by one name whatever name started it: it is in
+    every job's params, and a changed params value measures the cell again, so .venv/bin/
+    python3 and .venv/bin/python (one file) must not differ. Not the link resolved: that
+    is the base interpreter, outside the virtual environment."""
+    path = Path(executable or sys.executable)
+    # python3 first: what the entry points pip writes (.venv/bin/snakemake) run under
+    for name in ("python3", "python", f"python3.{sys.version_info.minor}"):
+        candidate = path.with_name(name)
+        try:
+            if candidate.exists() and os.path.samefile(candidate, path):
+                return str(candidate)
+        except OSError:
+            continue
+    return str(path)
+
+
 def framework_python(config: Mapping[str, Any], framework: str) -> str:
     """The interpreter of a framework's environment (DLBS's host_python_path); empty or
     unset: the one running Snakemake."""
-    return framework_settings(config, framework).get("python") or sys.executable
+    return framework_settings(config, framework).get("python") or this_python()
 
 
 def framework_container(config: Mapping[str, Any], framework: str) -> str | None:

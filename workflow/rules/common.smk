@@ -499,7 +499,7 @@ def launcher_command(framework):
         return ["python"]
     if uses_deployment(DeploymentMethod.CONDA):
         return ["env", f"PYTHONPATH={DLBENCH_SOURCES}", "python"]
-    return [sys.executable]
+    return [support.this_python()]
 
 
 def runner_python(framework):

@@ -30,7 +30,7 @@ rule dataset_synthetic:
         "../../envs/driver.yaml"
     params:
         args=lambda wc: synthetic_args(wc.dataset),
-        python=literal(sys.executable),
+        python=literal(support.this_python()),
     shell:
         "{params.python:q} -m dlbench.datasets synthetic --record-failure --out {output:q}"
         " {params.args:q}"
@@ -51,7 +51,7 @@ rule dataset_lmdb:
         "../../envs/driver.yaml"
     params:
         args=lambda wc: conversion_args(wc.dataset, "lmdb"),
-        python=literal(sys.executable),
+        python=literal(support.this_python()),
         source=lambda wc: dataset_fingerprint.source_fingerprint(
             support.datasets(config)[wc.dataset].get("path")
         ),
@@ -74,7 +74,7 @@ rule dataset_recordio:
     conda:
         "../../envs/mxnet.yaml"
     params:
-        driver=literal(sys.executable),
+        driver=literal(support.this_python()),
         python=literal(framework_python("mxnet")),
         args=lambda wc: conversion_args(wc.dataset, "recordio"),
         source=lambda wc: dataset_fingerprint.source_fingerprint(

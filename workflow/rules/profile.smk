@@ -39,6 +39,8 @@ for fw in PROFILED_FRAMEWORKS:
             # A profile perturbs the machine as much as a measurement: never beside one.
             benchmark_slot=1,
             gpu=gpus_of,
+            # Each profiled run is stopped after the study's timeout_s, as its measurement.
+            timeout_s=cell_timeout(fw.name),
         params:
             launcher=literal(launcher_command(fw.name)),
             python=literal(runner_python(fw.name)),
@@ -52,7 +54,8 @@ for fw in PROFILED_FRAMEWORKS:
             "{params.launcher:q} -m dlbench.profiling capture --record-failure"
             " --tool {wildcards.tool:q} --cell {params.cell:q} --out_dir {params.out_dir:q}"
             " --python {params.python:q} --data_dir={params.data_dir:q}"
-            " --settings {params.settings:q} > {log:q} 2>&1"
+            " --settings {params.settings:q} --timeout_s {resources.timeout_s}"
+            " > {log:q} 2>&1"
 
 
 rule profile_tables:

@@ -317,6 +317,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{flag.replace('_', '-')} must be >= 0")
     if args.run_batch_size < 1:
         parser.error("--run-batch-size must be >= 1")
+    if args.output and os.path.abspath(f"{args.output_prefix}.json") == \
+            os.path.abspath(args.output):
+        # the result would be written over PARAM's JSON-lines records
+        parser.error(f"-o {args.output_prefix} writes {args.output_prefix}.json, the file "
+                     "--output names: give them apart")
     try:
         device = parse_device(args.device)
     except ValueError as exc:

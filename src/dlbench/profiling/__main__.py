@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -29,6 +30,26 @@ def _json(text: str) -> dict:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("must be a JSON object")
     return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def _cell_problem(cell: dict) -> str | None:
+    """Why ``cell`` is no cell as the workflow passes it (study.Cell.to_json), or None."""
+    missing = [key for key in ("study", "cell_id", "kind", "params") if key not in cell]
+    if missing:
+        return f"no {', '.join(missing)} (a cell as study.Cell.to_json writes it)"
+    if not isinstance(cell["params"], dict):
+        return "params must be a JSON object"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         job.add_argument("--settings", type=_json, default={},
                          help="the tool's settings as JSON (profiling.tools.<tool>)")
         job.add_argument("--record-failure", action="store_true", help=record_help)
+        job.add_argument("--timeout_s", type=_seconds, default=None,
+                         help="stop each profiled run after this many seconds (the workflow "
+                              "gives the study's timeout_s)")
     done = sub.add_parser("finish", help="tables and DIR/profile.json of a captured profile")
     done.add_argument("--tool", required=True, choices=registry.names())
     done.add_argument("--out_dir", required=True, type=Path, help="the profile's folder")
@@ -74,9 +98,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "finish":
         return run.main_finish(args.tool, args.out_dir, record_failure=args.record_failure)
+    problem = _cell_problem(args.cell)
+    if problem:
+        parser.error(f"--cell: {problem}")
     job_main = run.main if args.command == "run" else run.main_capture
     return job_main(args.tool, args.cell, args.out_dir, args.python or sys.executable,
-                    tool_settings, args.data_dir or None, record_failure=args.record_failure)
+                    tool_settings, args.data_dir or None, record_failure=args.record_failure,
+                    timeout_s=args.timeout_s)
 
 
 if __name__ == "__main__":

@@ -56,24 +56,34 @@ def build_plan(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
     return profiler.plan(Job(cell, out_dir, python, settings, runner))
 
 
-def run_step(tool: str, step: Step, out_dir: Path, env: dict[str, str] | None = None) -> None:
+def run_step(tool: str, step: Step, out_dir: Path, env: dict[str, str] | None = None,
+             timeout_s: float | None = None) -> None:
+    """One step of the plan; ``timeout_s``: the step's process group is killed after it
+    (the cell's study's limit, as its measurement's), a failure naming it."""
     for pattern in step.remove_first:
         for path in glob.glob(str(out_dir / pattern)):
             os.unlink(path)
     print(f"dlbench.profiling: {tool}: {step.name}: {' '.join(step.argv)}", file=sys.stderr,
           flush=True)
     env = {**os.environ, **(env or {}), **step.env}
+    timed_out = False
     if step.stdout is None:
-        rc, tail = subproc.run_tee(step.argv, env=env)
+        ran = subproc.supervised(step.argv, env=env, timeout_s=timeout_s)
+        rc, tail, timed_out = ran.rc, ran.tail, ran.timed_out
     else:
         with open(out_dir / step.stdout, "w") as sink:
             try:
                 proc = subprocess.run(step.argv, env=env, stdout=sink, stderr=subprocess.PIPE,
-                                      text=True, errors="replace")
+                                      text=True, errors="replace", timeout=timeout_s)
                 rc, tail = proc.returncode, proc.stderr.splitlines()
                 sys.stderr.write(proc.stderr)
+            except subprocess.TimeoutExpired:
+                rc, tail, timed_out = -9, [], True
             except OSError as exc:
                 rc, tail = 127, [f"cannot start {step.argv[0]}: {exc.strerror}"]
+    if timed_out:
+        raise ProfileError(f"{tool}: {step.name} ({Path(step.argv[0]).name}) stopped after "
+                           f"{timeout_s:g} s (the study's timeout_s)")
     if rc != 0:
         why = subproc.last_error_line(tail) or "no error output"
         raise ProfileError(f"{tool}: {step.name} ({Path(step.argv[0]).name}) exited with "
@@ -99,9 +109,10 @@ def files_of(folder: Path, limit: int = 500) -> list[str]:
 
 
 def capture(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
-            settings: dict[str, Any], data_dir: str | None = None) -> dict[str, Any]:
-    """The profiled run, in the cell's framework environment; returns the record written
-    to ``out_dir/capture.json``."""
+            settings: dict[str, Any], data_dir: str | None = None,
+            timeout_s: float | None = None) -> dict[str, Any]:
+    """The profiled run, in the cell's framework environment, each step stopped after
+    ``timeout_s``; returns the record written to ``out_dir/capture.json``."""
     if out_dir.exists():
         shutil.rmtree(out_dir)  # a profile of an earlier run must not mix with this one
     out_dir.mkdir(parents=True)
@@ -115,7 +126,7 @@ def capture(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
         # locks and CUDA_VISIBLE_DEVICES).
         with launch.assigned_gpus(cell, None) as gpu_env:
             for step in plan.steps:
-                run_step(tool, step, out_dir, gpu_env)
+                run_step(tool, step, out_dir, gpu_env, timeout_s)
                 if step.runs_cell:
                     check_cell_result(tool, out_dir)
     except gpus.GpuAllocationError as exc:
@@ -234,11 +245,11 @@ def _failed(tool: str, out_dir: Path, line: str, record_failure: bool,
 
 def main_capture(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
                  settings: dict[str, Any], data_dir: str | None, *,
-                 record_failure: bool = False) -> int:
+                 record_failure: bool = False, timeout_s: float | None = None) -> int:
     """The profiled run; 0 when it succeeded, or failed and ``record_failure`` recorded it
     in ``capture.json``; 1 when it failed."""
     try:
-        capture(tool, cell, out_dir, python, settings, data_dir)
+        capture(tool, cell, out_dir, python, settings, data_dir, timeout_s)
     except (ProfileError, OSError) as exc:
         if isinstance(exc, OSError) and not record_failure:
             raise
@@ -280,10 +291,10 @@ def _readable_capture(tool: str, out_dir: Path) -> dict[str, Any]:
 
 def main(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
          settings: dict[str, Any], data_dir: str | None, *,
-         record_failure: bool = False) -> int:
+         record_failure: bool = False, timeout_s: float | None = None) -> int:
     """Capture, then finish, in this process (``python -m dlbench.profiling run``)."""
     code = main_capture(tool, cell, out_dir, python, settings, data_dir,
-                        record_failure=record_failure)
+                        record_failure=record_failure, timeout_s=timeout_s)
     if code != 0:  # with record_failure a failed capture is code 0 and finish records it
         return code
     return main_finish(tool, out_dir, record_failure=record_failure)

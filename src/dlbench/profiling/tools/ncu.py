@@ -238,6 +238,14 @@ class Ncu(Profiler):
     colour = "#76b900"
     opens_in = (".ncu-rep", "Nsight Compute")
 
+    def check_cell(self, cell: Any) -> str | None:
+        # ncu profiles CUDA kernels only: a CPU cell would run whole under it and fail
+        # with "no kernel was profiled"
+        if cell.params.get("device") == "gpu":
+            return None
+        return (f"tool ncu profiles CUDA kernels; cell {cell.id} of study '{cell.study}' "
+                f"runs on the {cell.params.get('device')} (add device: gpu to match)")
+
     def plan(self, job: Job) -> Plan:
         return ncu_plan(job.runner, job.out_dir, job.settings)
 

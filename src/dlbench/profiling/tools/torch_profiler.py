@@ -73,7 +73,7 @@ class TorchProfiler(Profiler):
         if cell.kind == "model" and framework == "pytorch":
             return None
         hint = ("add framework: pytorch to match" if framework != "pytorch" else
-                "match its model cells (ncu, nsys and hpcrun profile any cell; "
+                "match its model cells (nsys and hpcrun profile any cell, ncu a GPU one; "
                 "python -m dlbench.ops --profile traces an op config by hand)")
         return (f"tool torch profiles PyTorch model cells; cell {cell.id} of study "
                 f"'{cell.study}' is a {framework} {cell.kind} cell ({hint})")
