@@ -23,6 +23,7 @@ import yaml
 from spython.main.parse.parsers import DockerParser, SingularityParser
 
 from dlbench import systems
+from dlbench import workflow_support as support
 
 REPO = Path(__file__).resolve().parents[1]
 CONTAINERS = REPO / "containers"
@@ -232,7 +233,7 @@ def test_each_cell_runs_in_its_frameworks_image_with_gpus_and_the_dataset_bound(
         # Inside, the image's interpreter runs the launcher and the runner.
         command = call[c + 1]
         assert re.search(r"(^|; *)(exec )?python -m dlbench\.launch ", command), command
-        assert "--python python " in command and sys.executable not in command
+        assert "--python python " in command and support.this_python() not in command
 
 
 @pytest.mark.slow
@@ -300,13 +301,13 @@ def test_without_the_flag_the_same_rules_use_the_host_interpreters(container_run
                 if "-m dlbench.launch" in line]
     assert len(commands) == 4
     assert all(line.removeprefix("exec ").startswith(
-        f"{shlex.quote(sys.executable)} -m dlbench.launch ") for line in commands)
+        f"{shlex.quote(support.this_python())} -m dlbench.launch ") for line in commands)
     # the 4 cells and the profiled run (its launcher and runner python change too)
     assert out.count("reason: Params have changed since last execution") == 5
     profiled = [line.split("Shell command:", 1)[-1].strip() for line in out.splitlines()
                 if "-m dlbench.profiling capture" in line]
     assert len(profiled) == 1 and profiled[0].startswith(
-        f"{shlex.quote(sys.executable)} -m dlbench.profiling capture ")
+        f"{shlex.quote(support.this_python())} -m dlbench.profiling capture ")
     assert sum("--python /nonexistent/host/mxnet/python " in line for line in commands) == 1
     assert all("--container_image= " in line for line in commands)
     assert "apptainer" not in out.lower() and "singularity" not in out.lower()

@@ -1,5 +1,6 @@
 """The workflow's helpers (dlbench.workflow_support), without Snakemake."""
 
+import os
 import sys
 
 import pytest
@@ -24,7 +25,8 @@ def test_a_config_problem_is_one_line():
 def test_framework_settings_fall_back_to_the_running_interpreter():
     config = {"frameworks": {"mxnet": {"python": "/env/bin/python", "container": ""}}}
     assert support.framework_python(config, "mxnet") == "/env/bin/python"
-    assert support.framework_python(config, "pytorch") == sys.executable
+    assert support.framework_python(config, "pytorch") == support.this_python()
+    assert os.path.samefile(support.this_python(), sys.executable)
     assert support.framework_container(config, "mxnet") is None
     assert support.monitor_option({"monitor": {"interval_ms": 0}}) == ["--monitor_interval_ms=0"]
     assert support.monitor_option({}) == []
