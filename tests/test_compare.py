@@ -3,6 +3,7 @@ on real result files aggregated by dlbench.aggregate."""
 
 import hashlib
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -279,6 +280,24 @@ def test_system_labels_of_one_table_are_compared_and_a_mixed_side_is_refused(tmp
     assert err.count("\n") == 1 and "unknown system label 'typo'" in err and "new, old" in err
 
 
+def test_two_labels_with_folders_are_every_result_file_of_each_system(tmp_path, monkeypatch):
+    """The table holds only the cells of the config last run for the system that ran it:
+    compared through it, the same files gave another verdict after another config's run
+    (a cell 'no such cell in NEW'). Two labels with folders read the folders."""
+    monkeypatch.chdir(tmp_path)
+    results = Path("results")
+    for system, median in (("boxA", 0.10), ("boxB", 0.07)):
+        write_result(results, system, model_cell(), noisy(median, seed=1))
+        write_result(results, system, model_cell(batch_size=16), noisy(2 * median, seed=2))
+    # the table of a run of boxB's config holding only its batch-8 cell
+    aggregate.write([*results.glob("boxA/*/cells/*.json"),
+                     *results.glob("boxB/*/cells/*bs8_*.json")], results / "benchmarks.parquet")
+    comparison = compare("boxA", "boxB")
+    both = comparison.cells[comparison.cells["side"] == "both"]
+    assert len(both) == 2 and set(both["verdict"]) == {"faster"}
+    assert comparison.new.label == f"boxB ({Path('results/boxB')})"
+
+
 def _bad_table(path, version):
     good = pa.table({name: pa.array([], type=pa.string()) for name in
                      ("study", "kind", "status", "name", "pass")}
@@ -528,3 +547,40 @@ def test_a_result_from_before_an_axis_existed_matches_one_at_its_default(tmp_pat
     new = pd.DataFrame([{"study": "s", "num_nodes": 1, "compile": "eager", "validate": False}])
     assert keys_of(old).tolist() == keys_of(new).tolist()
     assert keys_of(old).tolist() != keys_of(new.assign(num_nodes=2)).tolist()
+
+
+def test_swapping_base_and_new_swaps_faster_and_slower():
+    """A ratio of 1.31 at the 25 % single-run threshold was faster, its mirror 0.763 same
+    (slower needed 1 - 0.25): the bound for slower is 1 / 1.25."""
+    from dlbench.compare.ratios import verdicts
+
+    cells = pd.DataFrame({"throughput_ratio": [1.31, 1 / 1.31, 1.2, 1 / 1.2],
+                          "throughput_ci_low": [1.2, 0.30, 1.1, 0.80],
+                          "throughput_ci_high": [3.3, 0.835, 1.3, 0.91],
+                          "ci_method": ["iterations"] * 4})
+    verdict, _ = verdicts(cells, 0.05, 0.25)
+    assert list(verdict) == ["faster", "slower", "same", "same"]
+
+
+def test_a_cell_on_one_side_only_shows_the_cells_figures_across_its_runs():
+    """Its repeats at 0.10, 0.12 and 0.14 s: the cell's time is their mean, 0.12 s, as a
+    compared cell's (it showed the last run's row, 0.14 s)."""
+    from dlbench.compare import Side, compare_sides
+
+    base = _side_of([0.10, 0.12, 0.14], "a", spread=0.0)
+    base = base.assign(model="resnet50", name="resnet50", cell_time_median_s=0.12,
+                       cell_throughput=100 / 0.12)
+    both = _side_of([0.1], "a", spread=0.0)
+    comparison = compare_sides(Side("BASE", "a", pd.concat([base, both], ignore_index=True)),
+                               Side("NEW", "b", _side_of([0.1], "b", spread=0.0)))
+    (row,) = comparison.cells[comparison.cells["side"] == "base"].itertuples()
+    assert row.base_time_median_s == pytest.approx(0.12)
+    assert row.base_throughput == pytest.approx(100 / 0.12)
+
+
+def test_comparing_an_input_with_itself_says_so(tmp_path, capsys):
+    write_result(tmp_path / "r", "x", model_cell(), noisy(0.1, seed=1))
+    folder = str(tmp_path / "r" / "x")
+    assert main([folder, folder + "/", "--out", str(tmp_path / "o")]) == 0
+    assert (f"warning: BASE and NEW are the same input ({folder}): every cell is compared "
+            "with itself") in capsys.readouterr().err

@@ -9,6 +9,7 @@ written (one line on stderr naming the file or field).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from dlbench.cli import output_folder
@@ -81,6 +82,10 @@ def run(args: argparse.Namespace, prog: str = PROG) -> int:
 
     settings = Settings(threshold=args.threshold, resamples=args.resamples, seed=args.seed,
                         single_run_threshold=args.single_run_threshold)
+    if os.path.abspath(args.base) == os.path.abspath(args.new):
+        # a typo in a CI script would pass for ever: every cell is the same as itself
+        print(f"{prog}: warning: BASE and NEW are the same input ({args.base}): every cell "
+              "is compared with itself", file=sys.stderr)
     try:
         comparison = compare(args.base, args.new, table=args.table, settings=settings)
         files = write_outputs(comparison, args.out)

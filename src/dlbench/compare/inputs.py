@@ -7,7 +7,10 @@ A side is one of:
   required columns is an older table of the same layout and is read);
 - a results folder: its ``benchmarks.parquet`` when it has one, else its cell result files
   (``**/cells/*.json``) tabulated as the aggregate step does, without moving anything;
-- a value of the ``system`` column of one table (``--table``), when BASE and NEW are labels.
+- a value of the ``system`` column of one table (``--table``), when BASE and NEW are labels;
+  without ``--table``, two labels with a folder each under ``results/`` are those folders
+  (every result file of each system; the table holds only the cells of the config last
+  run for the system it ran), else labels of ``results/benchmarks.parquet``.
 
 Every problem is an ``InputError`` whose message is one line naming the file or field, so
 that the command can print it and exit 2.
@@ -148,6 +151,14 @@ def load_pair(base: str, new: str, table: str | Path | None = None) -> tuple[Sid
         return load_labels(base, new, Path(table))
     exists = [Path(base).exists(), Path(new).exists()]
     if not any(exists) and not _looks_like_path(base) and not _looks_like_path(new):
+        folders = [DEFAULT_TABLE.parent / label for label in (base, new)]
+        if all(f.is_dir() and systems.systems_folder(f) for f in folders):
+            # Each system's own result files: the table holds only the cells of the config
+            # last run for the system it ran, so the same files would compare otherwise
+            # after another config's run.
+            return tuple(Side(role, f"{label} ({folder})", read_folder(folder))
+                         for role, label, folder in zip(("BASE", "NEW"), (base, new), folders,
+                                                        strict=True))
         return load_labels(base, new, DEFAULT_TABLE,
                            f" (BASE '{base}' and NEW '{new}' are not files or folders, so they "
                            "were taken as system labels of this table; give --table)")

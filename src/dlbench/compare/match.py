@@ -271,8 +271,12 @@ def _one_side(rows: pd.DataFrame, side: str, verdict: str) -> pd.DataFrame:
     out["status"] = rows["reason"] if "reason" in rows else rows["status"]
     out["error"] = rows.get("error")
     out["note"] = rows.get("note")
-    for column in ("time_median_s", "throughput", "system"):
-        out[f"{side}_{column}"] = rows[column]
+    # The cell's figures across its repeats (the mean of their medians) where the table has
+    # them, as a compared cell's; else the row's own (a failed run, an older table).
+    for column, cell in (("time_median_s", "cell_time_median_s"), ("throughput", "cell_throughput"),
+                         ("system", None)):
+        own = rows[column]
+        out[f"{side}_{column}"] = rows[cell].fillna(own) if cell in rows else own
     out["throughput_unit"] = rows["throughput_unit"]
     return out
 

@@ -78,7 +78,7 @@ def percent_text(threshold: float) -> str:
 def rule_text(comparison: Comparison) -> str:
     s = comparison.settings
     return (f"A cell is faster or slower when the {s.confidence * 100:g} % bootstrap confidence "
-            f"interval of its throughput ratio NEW/BASE excludes 1 and the ratio differs from 1 "
+            f"interval of its throughput ratio NEW/BASE excludes 1 and one side is faster "
             f"by more than {percent_text(s.threshold)} (where both sides ran as repeats; "
             f"{percent_text(max(s.threshold, s.single_run_threshold))} where a side ran "
             "once, since one run cannot show run-to-run variation); otherwise it is the same "
