@@ -541,19 +541,23 @@ def test_selection_matches_expanded_cells_by_axis_values():
     ({"select": [{"match": {"modle": "x"}, "tools": ["torch"]}]},
      "profiling.select[0].match: unknown axis 'modle'"),
     ({"select": [{"match": {"model": "vgg16"}, "tools": ["torch"]}]},
-     "profiling.select[0].match: matches no cell of any study"),
+     "profiling.select[0].match: matches no cell of any study: no cell has model 'vgg16' "
+     "(the cells have: deep_mnist, resnet18)"),
+    ({"select": [{"match": {"study": "b", "model": "resnet18"}, "tools": ["torch"]}]},
+     "profiling.select[0].match: matches no cell of any study: no cell has study 'b' (the "
+     "cells have: a, m)"),
     ({"select": [{"match": {"model": "resnet18"}, "tools": ["perf"]}]},
      "profiling.select[0].tools: unknown tool 'perf' (valid: torch, ncu, nsys, hpcrun)"),
     ({"select": [{"match": {"model": "resnet18", "batch_size": 64}, "tools": ["torch"]}]},
      "profiling.select[0]: tool torch profiles PyTorch model cells; cell mxnet_resnet18"),
-    ({"tools": {"hpcrun": {"clock_control": "fast"}}},
+    ({"tools": {"ncu": {"clock_control": "fast"}}},
      "profiling.tools.ncu.clock_control: unknown value 'fast' (valid: base, none)"),
     ({"tools": {"nsys": {"binry": "x"}}}, "profiling.tools.nsys.binry: unknown setting"),
     ({"tools": {"hpcrun": {"knobs": {"lower": 1}}}},
      "profiling.tools.hpcrun.knobs: knob name 'lower' must be UPPER_CASE"),
     ({"select": [{"match": {}, "tools": ["torch"], "extra": 1}]},
      "profiling.select[0]: needs exactly the keys match and tools"),
-    ({"tools": {"hpcrun": {"extra_args": ["--log-file", "/home/u/notes.txt"]}}},
+    ({"tools": {"ncu": {"extra_args": ["--log-file", "/home/u/notes.txt"]}}},
      "profiling.tools.ncu.extra_args: '--log-file' is refused: --log-file chooses where"),
     ({"tools": {"nsys": {"reports": ["cuda_gpu_kern_sum", "../../x"]}}},
      "profiling.tools.nsys.reports: '../../x' is not a name"),
@@ -796,3 +800,21 @@ def test_a_hand_run_profile_with_an_incomplete_cell_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].endswith(
         "error: --cell: no cell_id, kind, params (a cell as study.Cell.to_json writes it)")
+
+
+def test_a_selection_of_a_precision_this_cpu_leaves_out_says_why(monkeypatch):
+    """The docs' own selection (precision bfloat16) matched nothing on a CPU that emulates
+    it, under a study with precisions: native, and the line did not say why."""
+    from dlbench import cpu
+
+    monkeypatch.setattr(study, "native_here", lambda params: params.get("precision") != "bfloat16")
+    monkeypatch.setattr(cpu, "precision_native", lambda precision, *a: precision != "bfloat16")
+    config = {"studies": {"n": {"precisions": "native", "grid": {
+        "model": "deep_mnist", "device": "cpu", "precision": ["float32", "bfloat16"]}}},
+        "profiling": {"select": [{"match": {"precision": "bf16"}, "tools": ["torch"]}]}}
+    with pytest.raises(pconfig.ProfilingConfigError) as info:
+        pconfig.select_jobs(config, study.expand_config(config), system="box")
+    assert str(info.value) == (
+        "profiling.select[0].match: matches no cell of any study: no cell has precision 'bf16' "
+        "(the cells have: float32); this CPU emulates it, and a study with precisions: native "
+        "leaves such cells out")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench import axes as A
+from dlbench import cpu
 from dlbench import study as S
 from dlbench.profiling import registry
 from dlbench.profiling.spec import ProfilingConfigError
@@ -74,6 +75,25 @@ class ProfileJob:
     @property
     def target(self) -> str:
         return f"{self.out_dir}/{MANIFEST}"
+
+
+def _why_none(cells: Sequence[S.Cell], match: Mapping[str, Any]) -> str:
+    """The first of ``match``'s keys that no cell has a value of, said with the values the
+    cells have (a misspelt study, a value no grid holds, one this CPU emulates and a
+    study's ``precisions: native`` left out); empty where only the combination is absent."""
+    for key, wanted in match.items():
+        if not any(_matches(cell, {key: wanted}) for cell in cells):
+            have = sorted({str(c.study if key == "study" else c.params.get(key))
+                           for c in cells})
+            shown = ", ".join(have[:12]) + (", ..." if len(have) > 12 else "")
+            hint = ""
+            if key == "precision" and any(
+                    cpu.precision_native(A.get(key).normalise(v), "cpu") is False
+                    for v in (wanted if isinstance(wanted, list) else [wanted])):
+                hint = ("; this CPU emulates it, and a study with precisions: native leaves "
+                        "such cells out")
+            return f": no cell has {key} {wanted!r} (the cells have: {shown}){hint}"
+    return " (each value is some cell's, but no cell has them all)"
 
 
 def _matches(cell: S.Cell, match: Mapping[str, Any]) -> bool:
@@ -130,7 +150,8 @@ def select_jobs(config: Mapping[str, Any], cells: Sequence[S.Cell], *,
             registry.get(tool, f"{where}.tools")
         chosen = [cell for cell in cells if _matches(cell, match)]
         if not chosen:
-            raise ProfilingConfigError(f"{where}.match: matches no cell of any study")
+            raise ProfilingConfigError(f"{where}.match: matches no cell of any study"
+                                       f"{_why_none(cells, match)}")
         for tool in tools:
             for cell in chosen:
                 _check_tool_fits(where, tool, cell)
