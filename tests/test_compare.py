@@ -378,7 +378,7 @@ def test_repeats_are_resampled_as_repeats_with_a_wider_interval_than_their_itera
                          "throughput_unit": "samples/s", "items_per_iteration": 8,
                          "iterations": 50})
         frame = pd.DataFrame(rows)  # with every column of the table, as inputs reads it
-        return frame.reindex(columns=[*aggregate.SCHEMA.names, "repeat"])
+        return frame.reindex(columns=list(dict.fromkeys([*aggregate.SCHEMA.names, "repeat"])))
 
     from dlbench.compare import Side, compare_sides
 
@@ -409,7 +409,8 @@ def _side_of(medians, system, spread=0.001):
                      "throughput": 100 / float(np.median(times)),
                      "throughput_unit": "samples/s", "items_per_iteration": 100,
                      "iterations": 50})
-    return pd.DataFrame(rows).reindex(columns=[*aggregate.SCHEMA.names, "repeat"])
+    return pd.DataFrame(rows).reindex(columns=list(dict.fromkeys([*aggregate.SCHEMA.names,
+                                                                  "repeat"])))
 
 
 def test_repeats_against_one_run_are_judged_as_one_run():
@@ -584,3 +585,17 @@ def test_comparing_an_input_with_itself_says_so(tmp_path, capsys):
     assert main([folder, folder + "/", "--out", str(tmp_path / "o")]) == 0
     assert (f"warning: BASE and NEW are the same input ({folder}): every cell is compared "
             "with itself") in capsys.readouterr().err
+
+
+def test_a_cells_failed_runs_not_compared_say_which_run_they_are():
+    from dlbench.compare import Side, compare_sides
+
+    new = _side_of([0.1, 0.1, 0.1], "b", spread=0.0)
+    new["error"] = new["error"].astype(object)
+    new.loc[1:, "status"] = "failed"
+    new.loc[1:, "error"] = "timed out after 2 s (timeout_s)"
+    comparison = compare_sides(Side("BASE", "a", _side_of([0.1], "a", spread=0.0)),
+                               Side("NEW", "b", new))
+    skipped = comparison.cells[comparison.cells["verdict"] == "not compared"]
+    assert sorted(label.rsplit(" · ", 1)[-1] for label in skipped["label"]) == ["run 1",
+                                                                               "run 2"]

@@ -271,6 +271,7 @@ def _one_side(rows: pd.DataFrame, side: str, verdict: str) -> pd.DataFrame:
     out["status"] = rows["reason"] if "reason" in rows else rows["status"]
     out["error"] = rows.get("error")
     out["note"] = rows.get("note")
+    out["repeat"] = rows.get("repeat")
     # The cell's figures across its repeats (the mean of their medians) where the table has
     # them, as a compared cell's; else the row's own (a failed run, an older table).
     for column, cell in (("time_median_s", "cell_time_median_s"), ("throughput", "cell_throughput"),
@@ -295,6 +296,11 @@ def result_table(matching: Matching, compared: pd.DataFrame) -> pd.DataFrame:
         parts.append(_one_side(skipped[skipped["side"] == side], side, NOT_COMPARED))
     table = pd.concat([p for p in parts if len(p)], ignore_index=True)
     table["label"] = cell_labels(table)
+    # A cell's failed runs are rows of their own: which run each is (else alike rows)
+    run = pd.to_numeric(_column(table, "repeat"), errors="coerce")
+    runs = (table["verdict"] == NOT_COMPARED).to_numpy() & run.notna().to_numpy()
+    table.loc[runs, "label"] = (table.loc[runs, "label"] + " · run "
+                                + run[runs].astype(int).astype(str))
     for name, kind in axes.columns():
         table[name] = _column(table, name).astype(_DTYPES[kind])
     order = {v: i for i, v in enumerate(VERDICT_ORDER)}
