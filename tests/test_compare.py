@@ -599,3 +599,14 @@ def test_a_cells_failed_runs_not_compared_say_which_run_they_are():
     skipped = comparison.cells[comparison.cells["verdict"] == "not compared"]
     assert sorted(label.rsplit(" · ", 1)[-1] for label in skipped["label"]) == ["run 1",
                                                                                "run 2"]
+
+
+def test_a_cpu_cells_peak_memory_is_its_processes_peak_rss():
+    """Its memory column was always empty: a CPU cell has no device memory."""
+    from dlbench.compare import Side, compare_sides
+
+    base = _side_of([0.1], "a", spread=0.0).assign(peak_host_rss_bytes=2.0e9)
+    new = _side_of([0.1], "b", spread=0.0).assign(peak_host_rss_bytes=2.5e9)
+    row = verdict_of(compare_sides(Side("BASE", "a", base), Side("NEW", "b", new)))
+    assert row.memory_metric == "peak_host_rss_bytes"
+    assert row.memory_ratio == pytest.approx(1.25)

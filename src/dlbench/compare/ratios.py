@@ -204,11 +204,13 @@ def _ci_method(base: pd.DataFrame, new: pd.DataFrame) -> np.ndarray:
 
 def _memory_metric(base: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
     """Peak device memory as the monitor saw it where both sides have it, else the
-    framework's own peak allocation; None where neither."""
+    framework's own peak allocation, else (a CPU cell) the process tree's peak RSS; None
+    where none."""
     metric, b_values, n_values = [], [], []
     choices = [(column, base[f"{name}_values"].tolist(), new[f"{name}_values"].tolist())
                for name, column in (("device_memory", "peak_device_memory_bytes"),
-                                    ("allocated_memory", "max_memory_allocated_bytes"))]
+                                    ("allocated_memory", "max_memory_allocated_bytes"),
+                                    ("host_memory", "peak_host_rss_bytes"))]
     for i in range(len(base)):
         for column, b, n in choices:
             if len(b[i]) and len(n[i]):
