@@ -610,3 +610,14 @@ def test_a_cpu_cells_peak_memory_is_its_processes_peak_rss():
     row = verdict_of(compare_sides(Side("BASE", "a", base), Side("NEW", "b", new)))
     assert row.memory_metric == "peak_host_rss_bytes"
     assert row.memory_ratio == pytest.approx(1.25)
+
+
+def test_sides_with_no_cell_in_common_name_the_setting_that_differs(tmp_path):
+    """A run with num_warmup_batches 2 against one with 1: exit 2 named no field."""
+    from dlbench.compare import InputError, Side, compare_sides
+
+    base = _side_of([0.1], "a").assign(num_warmup_batches=1)
+    new = _side_of([0.1], "b").assign(num_warmup_batches=2)
+    with pytest.raises(InputError) as info:
+        compare_sides(Side("BASE", "a", base), Side("NEW", "b", new))
+    assert str(info.value).endswith(": the sides differ in num_warmup_batches (1 vs 2)")

@@ -24,7 +24,14 @@ import pandas as pd
 from dlbench.compare import environments
 from dlbench.compare.environments import Difference
 from dlbench.compare.inputs import InputError, Side, load_pair
-from dlbench.compare.match import BASE_ONLY, NEW_ONLY, NOT_COMPARED, match, result_table
+from dlbench.compare.match import (
+    BASE_ONLY,
+    NEW_ONLY,
+    NOT_COMPARED,
+    disjoint_columns,
+    match,
+    result_table,
+)
 from dlbench.compare.ratios import FASTER, SAME, SLOWER, Settings, compare_cells, summaries
 
 __all__ = ["COUNTED", "Comparison", "InputError", "Settings", "Side", "compare", "compare_sides"]
@@ -62,10 +69,13 @@ def compare_sides(base: Side, new: Side, settings: Settings | None = None) -> Co
     settings = settings or Settings()
     matching = match(base.frame, new.frame)
     if not matching.keys:
+        differ = disjoint_columns(matching.base_only, matching.new_only)
         raise InputError(
             f"no common cells between BASE {base.label} ({len(matching.base_only)} measured) "
-            f"and NEW {new.label} ({len(matching.new_only)} measured): no ok row of one has "
-            "the study, axes and measurement of an ok row of the other")
+            f"and NEW {new.label} ({len(matching.new_only)} measured): "
+            + (f"the sides differ in {'; '.join(differ)}" if differ else
+               "no ok row of one has the study, axes and measurement of an ok row of the "
+               "other"))
     compared = compare_cells(matching.base, matching.new, matching.keys, settings)
     cells = result_table(matching, compared)
     base_facts, new_facts = environments.facts(base.frame), environments.facts(new.frame)

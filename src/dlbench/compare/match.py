@@ -259,6 +259,20 @@ VERDICT_ORDER = ("slower", "faster", "same", BASE_ONLY, NEW_ONLY, NOT_COMPARED)
 _DTYPES = {"int64": "Int64", "bool": "boolean", "string": object}
 
 
+def disjoint_columns(base: pd.DataFrame, new: pd.DataFrame, limit: int = 3) -> list[str]:
+    """The key columns whose values on one side are none of the other side's, each with
+    both sides' values ("num_warmup_batches (1 vs 2)"): why two sides have no cell in
+    common, when a setting differs throughout."""
+    found = []
+    for column in KEY_COLUMNS:
+        ours = {_text(v) for v in _column(base, column)}
+        theirs = {_text(v) for v in _column(new, column)}
+        if ours and theirs and not ours & theirs:
+            found.append(f"{column} ({', '.join(sorted(ours)[:3]) or 'none'} vs "
+                         f"{', '.join(sorted(theirs)[:3]) or 'none'})")
+    return found[:limit]
+
+
 def _keys_frame(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[[c for c in KEY_COLUMNS if c in rows]].reindex(columns=KEY_COLUMNS)
 
