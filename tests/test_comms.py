@@ -328,6 +328,9 @@ def test_the_resource_monitor_covers_the_sweep_and_takes_the_launchers_flag(tmp_
     summary = res["extra"]["monitor"]
     assert res["status"] == "ok" and summary["enabled"] and summary["sample_count"] >= 1
     assert (tmp_path / summary["series_file"]).exists()
+    # its energy is the whole sweep's, said so: no samples per joule of the measured ones
+    assert summary["window"].startswith("the whole sweep") and summary["items"] == 0.0
+    assert summary["samples_per_joule"] is None
     assert runner.main([*argv[3:-4], "--monitor_interval_ms=0", f"--output={out}"]) == 0
     assert R.read(out)["extra"]["monitor"]["enabled"] is False
 

@@ -383,3 +383,17 @@ def test_unquoted_on_off_read_as_booleans_get_a_hint_to_quote_them(tmp_path):
         "true/false: quote it, 'on')")
     assert error_of(config).endswith("got True (YAML reads unquoted on/off, yes/no as "
                                      "true/false: quote it, 'on')")
+
+
+@pytest.mark.parametrize("kv_store", ["dist_sync", "dist_device_sync", "dist_async"])
+def test_mxnet_workers_of_a_distributed_kvstore_cannot_warm_up_until_steady(kv_store):
+    """Each worker would end its warm-up on its own (dist_sync: one waits for pushes that
+    never come; dist_async: measured steps meet another worker's warm-up)."""
+    config = {"studies": {"m": {"grid": {
+        "framework": "mxnet", "model": "resnet18", "device": "cpu", "kv_store": kv_store,
+        "warmup_until_steady": True}}}}
+    assert error_of(config) == (
+        f"study 'm': warmup_until_steady: the workers of kv_store {kv_store} do not agree "
+        "when to stop warming up: false (num_warmup_batches)")
+    config["studies"]["m"]["grid"]["kv_store"] = "device"
+    assert len(study.expand_config(config)) == 1

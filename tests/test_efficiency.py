@@ -162,6 +162,8 @@ def test_calibration_runner_measures_gemm_and_stream_on_this_cpu(tmp_path):
     assert {"copy", "triad"} <= {m["op_name"] for m in res["measurements"]}
     # The resource monitor around the sweep (its power where a GPU or RAPL gives one).
     assert res["extra"]["monitor"]["enabled"] and res["extra"]["monitor"]["sample_count"] >= 1
+    assert res["extra"]["monitor"]["window"].startswith("the whole sweep")
+    assert res["extra"]["monitor"]["samples_per_joule"] is None
     # Each kernel's operands are built, warmed and measured in turn: three stages.
     assert {"build", "warmup", "measure"} <= set(res["stages_s"])
     emulated = sorted(set(("float64", "float32", "bfloat16", "float16")) - set(native))

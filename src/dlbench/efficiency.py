@@ -11,8 +11,9 @@ Columns: ``efficiency_precision`` (the precision the FLOP/s are of: a model cell
 precision, an operator input's floating dtype when it has exactly one, a calibration
 kernel's), ``peak_tflops``, ``pct_of_peak``, ``measured_tflops``, ``pct_of_measured``,
 ``mfu`` (model cells: achieved FLOP/s over the vendor peak, a fraction; the FLOPs are those
-the runner counted), each per device (a data-parallel cell's FLOP/s over its GPUs), and for rows that move a known number of bytes ``peak_gbps``,
-``pct_of_peak_gbps``, ``measured_gbps``, ``pct_of_measured_gbps``. ParaDnn cells keep
+the runner counted), each per device (a data-parallel cell's FLOP/s over its GPUs), and
+for rows that move a known number of bytes ``peak_gbps``, ``pct_of_peak_gbps``,
+``measured_gbps``, ``pct_of_measured_gbps``. ParaDnn cells keep
 their own ``phi_tflops`` beside them. A collective's bytes cross links between devices,
 not the device's memory: its rows have none of the bandwidth columns (their own measure
 against the link is the bus bandwidth, ``bus_gbps``, and its share of the link,

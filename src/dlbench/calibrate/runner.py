@@ -113,7 +113,9 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         res["extra"]["unsupported_precisions_not_measured"] = ["float8"]
     skipped = []
     # The resource monitor samples the whole sweep: every kernel's warmup and measurement.
-    mon = monitor.ResourceMonitor(args.monitor_interval_ms, gpus=monitored_gpus(device, 1))
+    mon = monitor.ResourceMonitor(args.monitor_interval_ms, gpus=monitored_gpus(device, 1),
+                                  window="the whole sweep (each kernel's operands, warm-up "
+                                         "and measured iterations)")
     with mon:
         for build in kernels(args, device, precisions):
             kernel = None
@@ -132,7 +134,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                 del kernel
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-    monitor.attach(res, args.output, mon)
+    monitor.attach(res, args.output, mon, items=0.0)  # its energy is no measured one's
     if skipped:
         res["extra"]["skipped_kernels"] = skipped
     if not res["measurements"]:

@@ -62,6 +62,9 @@ from dlbench.comms.overlap import NO_KERNEL
 log = logging.getLogger("dlbench.comms")
 # An all_to_allv's blocks on one rank: the elements it sends to and receives from each rank.
 Splits = tuple[list[int], list[int]] | None
+# What the monitor's energy covers: not the measured iterations alone (no samples per joule)
+MONITOR_WINDOW = ("the whole sweep (each size's buffers, warm-up, measured iterations and "
+                  "validation)")
 
 
 def cell_of(args: argparse.Namespace) -> dict[str, Any]:
@@ -383,7 +386,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     # The resource monitor (rank 0, every GPU of the cell on its node) covers the whole
     # sweep: each size's warmup and measured iterations, and its validation.
     mon = monitor.ResourceMonitor(args.monitor_interval_ms if topo.rank == 0 else 0,
-                                  gpus=monitored_gpus(device, args.num_gpus))
+                                  gpus=monitored_gpus(device, args.num_gpus),
+                                  window=MONITOR_WINDOW)
     with mon:
         for i, count in enumerate(counts):
             splits = _rank_splits(args.collective, given, count, rank, ranks,
@@ -454,7 +458,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     if topo.rank == 0:
-        monitor.attach(res, args.output, mon)
+        monitor.attach(res, args.output, mon, items=0.0)  # its energy is no measured one's
     if not res["measurements"]:
         raise cellrun.CellError(f"no message size ran ({res['extra'].get('stopped_by')})")
 

@@ -113,6 +113,13 @@ def check_nodes(params: Mapping[str, Any]) -> None:
     if nodes > 1 and params.get("data_loader_only"):
         raise AxisError("num_nodes", "data_loader_only cells time one node's input pipeline: "
                                      "num_nodes must be 1")
+    if params["framework"] == "mxnet" and params.get("kv_store") in DIST_KV_STORES \
+            and params.get("warmup_until_steady"):
+        # Each worker would end its warm-up on its own: under dist_sync one then waits for
+        # pushes that never come, under dist_async measured steps meet another's warm-up.
+        raise AxisError("warmup_until_steady", f"the workers of kv_store {params['kv_store']} "
+                                               "do not agree when to stop warming up: false "
+                                               "(num_warmup_batches)")
 
 
 @functools.cache

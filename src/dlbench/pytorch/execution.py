@@ -58,8 +58,14 @@ def to_memory_format(module: torch.nn.Module, memory_format: str) -> torch.nn.Mo
 
 
 def _channels_last(batch: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple(x.contiguous(memory_format=torch.channels_last)
-                 if isinstance(x, torch.Tensor) and x.dim() == 4 else x for x in batch)
+    out = tuple(x.contiguous(memory_format=torch.channels_last)
+                if isinstance(x, torch.Tensor) and x.dim() == 4 else x for x in batch)
+    for x in out:
+        if isinstance(x, torch.Tensor) and x.is_cuda:
+            # queued on a GPU: waited for here, as the batch's copy is (data wait)
+            torch.cuda.current_stream(x.device).synchronize()
+            break
+    return out
 
 
 def batches_in(batches: Iterator[tuple[Any, ...]], memory_format: str) -> Iterator[tuple]:
