@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dlbench import workflow_support
+
 REPO = Path(__file__).resolve().parents[1]
 # Braces would be Snakemake format fields, spaces and a quote shell syntax: all must reach
 # the launcher as one argument.
@@ -45,7 +47,8 @@ def test_an_interpreter_path_with_braces_reaches_the_launcher_unchanged(tmp_path
     by_study = {}
     for command in commands:
         argv = shlex.split(command)
-        assert argv[:4] == ["exec", sys.executable, "-m", "dlbench.launch"]
+        # the interpreter running Snakemake by its one name (python3 for python)
+        assert argv[:4] == ["exec", workflow_support.this_python(), "-m", "dlbench.launch"]
         assert argv[argv.index("--python") + 1] == AWKWARD_PYTHON
         # The redirection is the shell's: the log next to the result.
         output = argv[argv.index("--output") + 1]

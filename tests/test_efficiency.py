@@ -245,6 +245,10 @@ def test_a_data_parallel_cells_efficiency_is_per_device(tmp_path):
     assert pts[pts.family == "paradnn_fc"].tflops.iloc[0] == pytest.approx(494.7, rel=1e-6)
     assert efficiency.devices({"device": "cpu", "num_gpus": 4}) == 1
     assert efficiency.devices({"device": "gpu", "num_gpus": float("nan")}) == 1
+    import numpy as np
+
+    assert efficiency.devices({"device": "gpu", "num_gpus": np.int64(4),
+                               "num_nodes": np.int64(2)}) == 8
 
 
 def test_the_model_efficiency_table_has_a_row_per_cell_at_its_time_and_per_device(tmp_path):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -105,7 +106,9 @@ def devices(row: Mapping[str, Any]) -> int:
     count = 1
     for key in ("num_gpus", "num_nodes"):
         value = row.get(key)
-        if isinstance(value, int | float) and math.isfinite(value) and value >= 1:
+        # numbers.Real: a table's numpy integers too
+        if isinstance(value, numbers.Real) and not isinstance(value, bool) \
+                and math.isfinite(value) and value >= 1:
             count *= int(value)
     return count
 
