@@ -96,7 +96,7 @@ def side_values(rows: pd.DataFrame) -> pd.DataFrame:
         # repeats' throughputs is another figure: 0.1 s and 0.2 s are 750/s, not 667/s)
         "throughput": group["_items"].mean() / group["time_median_s"].mean(),
         "throughput_unit": group["throughput_unit"].first(),
-        "items_per_iteration": group["items_per_iteration"].first(),
+        "items_per_iteration": group["_items"].mean(),
         "iterations": group["iterations"].sum(min_count=1),
         "system": group["system"].first(),
         # The most held-back run's share of samples with its GPU below its clock, and why.
@@ -185,13 +185,11 @@ def _time_boot(values: pd.DataFrame, stream: int, boot: bootstrap.Bootstrap, dof
 
 
 def _throughput_factor(base: pd.DataFrame, new: pd.DataFrame) -> np.ndarray:
-    """NEW items per iteration / BASE's: 1 for matched cells in practice. Where they are
-    not known the throughput columns stand in (throughput = items / median time)."""
-    items = new["items_per_iteration"].to_numpy(float) / base["items_per_iteration"].to_numpy(float)
+    """NEW items per iteration / BASE's (each side's, from its throughput columns where
+    not recorded: side_values): 1 for matched cells in practice, and where unknown."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        from_columns = (new["throughput"].to_numpy(float) * new["time_median_s"].to_numpy(float)
-                        / (base["throughput"].to_numpy(float) * base["time_median_s"].to_numpy(float)))
-    factor = np.where(np.isfinite(items) & (items > 0), items, from_columns)
+        factor = (new["items_per_iteration"].to_numpy(float)
+                  / base["items_per_iteration"].to_numpy(float))
     return np.where(np.isfinite(factor) & (factor > 0), factor, 1.0)
 
 
