@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pyarrow.parquet as pq
 import pytest
 
-from dlbench import aggregate, atomic
+from dlbench import aggregate, atomic, workflow_support
 from dlbench import result as R
 
 SCRIPT = Path(__file__).resolve().parents[1] / "workflow" / "scripts" / "aggregate.py"
@@ -182,6 +182,29 @@ def test_a_full_disk_keeps_the_previous_table_and_names_the_file(tmp_path, monke
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results", "t.csv", "t.parquet"]
 
 
+def test_a_table_that_cannot_be_synced_keeps_the_previous_pair(tmp_path, monkeypatch):
+    """Both files are synced before either replaces its previous version: a Parquet whose
+    sync fails (a full NFS quota shows there) leaves the old CSV too, not a new CSV beside
+    the old table."""
+    good = write_json(cell_path(tmp_path, "A"), result("A"))
+    parquet, csv = tmp_path / "t.parquet", tmp_path / "t.csv"
+    aggregate.write([good], parquet, csv)
+    before = parquet.read_bytes(), csv.read_bytes()
+    real_fsync = atomic._fsync
+
+    def parquet_sync_fails(path, mode=None):
+        if path.name.startswith(".t.parquet."):
+            enospc()
+        real_fsync(path, mode)
+
+    monkeypatch.setattr(atomic, "_fsync", parquet_sync_fails)
+    with pytest.raises(atomic.WriteError) as info:
+        aggregate.write([good, good], parquet, csv)
+    assert str(info.value).startswith(f"[Errno 28] {parquet}: No space left on device")
+    assert (parquet.read_bytes(), csv.read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results", "t.csv", "t.parquet"]
+
+
 def run_script(tmp_path: Path, monkeypatch, inputs: list[Path]) -> Path:
     """workflow/scripts/aggregate.py as Snakemake runs it, in this process; return its log."""
     log = tmp_path / "logs" / "aggregate.log"
@@ -189,7 +212,7 @@ def run_script(tmp_path: Path, monkeypatch, inputs: list[Path]) -> Path:
     fake = SimpleNamespace(input=[str(p) for p in inputs], log=[str(log)],
                            output=SimpleNamespace(parquet=str(tmp_path / "t.parquet"),
                                                   csv=str(tmp_path / "t.csv")),
-                           params=SimpleNamespace(unstable_cv=0.05))
+                           params=SimpleNamespace(unstable_cv=0.05, system="box"))
     # The script lists invalid files for the next run under results/ of the working
     # directory: this test's, never the repository's.
     monkeypatch.chdir(tmp_path)
@@ -206,6 +229,39 @@ def test_the_script_logs_invalid_files_and_succeeds(tmp_path, monkeypatch):
     lines = log.read_text().splitlines()
     assert lines[0].startswith(f"dlbench.aggregate: invalid result file {bad}: ")
     assert lines[1] == "2 rows from 2 result files"
+
+
+def test_another_systems_invalid_file_stays_a_failed_row_and_is_not_set_aside(tmp_path,
+                                                                             monkeypatch):
+    """Only this run's system's invalid files are listed for its next run to set aside:
+    another system's cells are measured by that system's runs, so its file stays where it
+    is (a failed row saying whose it is) instead of leaving the table for good."""
+    def invalid(system: str, cell_id: str) -> Path:
+        path = tmp_path / "results" / system / "s" / "cells" / f"{cell_id}.json"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"{broken")
+        return path
+
+    ours, theirs = invalid("box", "A"), invalid("other", "B")
+    log = run_script(tmp_path, monkeypatch, [ours, theirs])
+    listed = (tmp_path / workflow_support.INVALID_LATER).read_text().splitlines()
+    assert listed == [str(ours)]
+    rows = {row["system"]: row for row in pq.read_table(tmp_path / "t.parquet").to_pylist()}
+    assert "the next run moves it aside" in rows["box"]["error"]
+    assert rows["other"]["error"].endswith(
+        "left in place: system 'other''s next run measures the cell again")
+    assert rows["other"]["status"] == "failed" and rows["other"]["cell_id"] == "B"
+    assert str(theirs) in log.read_text()
+    workflow_support.set_aside_invalid(tmp_path / workflow_support.INVALID_LATER)
+    assert theirs.exists() and not ours.exists()
+
+
+def test_an_invalid_repeats_row_says_which_repeat(tmp_path):
+    bad = cell_path(tmp_path, "pytorch_x_0000000a_r2")
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"{broken")
+    (row,) = aggregate.build_table([bad]).to_pylist()
+    assert (row["cell_id"], row["repeat"], row["status"]) == ("pytorch_x_0000000a", 2, "failed")
 
 
 def test_two_software_stacks_under_one_label_stop_the_script_in_one_line(tmp_path,

@@ -110,3 +110,25 @@ def test_a_second_interrupt_stops_it_and_says_what_was_written(tmp_path, monkeyp
                          str(tmp_path / "report"), say=said.append)
     assert said[-1] == f"dlbench: interrupted; written: {parquet} (1 rows)"
     assert pq.read_table(parquet).num_rows == 1
+
+
+def test_only_this_runs_invalid_files_are_moved_aside(tmp_path, monkeypatch):
+    """Another system's invalid result stays where it is (its own runs measure the cell
+    again); this system's is moved into invalid/ for its next run to measure."""
+    from dlbench import report
+
+    monkeypatch.setattr(report, "render", lambda *args, **kwargs: None)
+    root = tmp_path / "results"
+    ours = Path(result_file(root, "pytorch_a_00000001"))
+    ours.write_text("{broken")
+    theirs = systems.result_path("other", "s", "pytorch_b_00000002", root)
+    theirs.parent.mkdir(parents=True)
+    theirs.write_text("{broken")
+    planned = [str(ours), *planned_paths(root, "pytorch_c_00000003")]
+    incomplete_run.write(planned, [str(theirs)], str(tmp_path / "t.parquet"),
+                         str(tmp_path / "t.csv"), str(tmp_path / "report"), say=lambda _: None)
+    assert theirs.exists() and not ours.exists()
+    assert len(list((ours.parent / "invalid").iterdir())) == 1
+    rows = pq.read_table(tmp_path / "t.parquet").to_pylist()
+    assert sorted((r["system"], r["status"]) for r in rows) == [("local", "failed"),
+                                                                ("other", "failed")]

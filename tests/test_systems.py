@@ -99,6 +99,46 @@ def test_an_environment_that_cannot_see_gpus_is_not_another_machine():
     assert not systems.same_machine(H100, {**H100, "gpu_driver": "590.1"})
 
 
+def test_cells_seeing_one_or_all_of_a_nodes_gpus_are_one_machine(tmp_path):
+    """A 1-GPU cell (Slurm's device cgroup, or CUDA's CUDA_VISIBLE_DEVICES) and an 8-GPU
+    cell of one node: one machine, in the launcher's check and across the table's rows."""
+    one = {**H100, "gpu_models": H100["gpu_models"][:1], "gpu_count": 1}
+    eight = {**H100, "gpu_models": H100["gpu_models"][:1] * 8, "gpu_count": 8}
+    folder = tmp_path / "results" / "box"
+    assert systems.check_machine(folder, one) is None
+    assert systems.check_machine(folder, eight) is None
+    rows = [{"system": "box", "source": f"{n}.json",
+             "fingerprint": {"hardware": hw, "software": {}}} for n, hw in enumerate([one, eight])]
+    assert systems.conflict(rows) is None
+    # other GPU models are another machine still
+    a100 = {**one, "gpu_models": ["NVIDIA A100-SXM4-80GB"]}
+    assert "two machines" in systems.conflict([*rows, {**rows[0], "source": "a.json",
+                                                      "fingerprint": {"hardware": a100,
+                                                                      "software": {}}}])
+
+
+def test_a_cell_launched_beside_the_first_never_reads_a_half_written_machine(tmp_path,
+                                                                             monkeypatch):
+    """The machine file appears whole: while the first cell writes it, no file is there."""
+    folder = tmp_path / "results" / "box"
+    seen = []
+    real_write = Path.write_text
+
+    def write_and_look(self, text, *args, **kwargs):
+        n = real_write(self, text, *args, **kwargs)
+        seen.append((folder / systems.MACHINE_FILE).exists())
+        return n
+
+    monkeypatch.setattr(Path, "write_text", write_and_look)
+    assert systems.check_machine(folder, AMD) is None
+    assert seen == [False]
+    monkeypatch.undo()
+    assert json.loads((folder / systems.MACHINE_FILE).read_text()) == AMD
+    assert [p.name for p in folder.iterdir()] == [systems.MACHINE_FILE]  # no draft left
+    # the loser of the race reads the winner's file
+    assert "Intel Xeon" in systems.check_machine(folder, H100)
+
+
 def test_the_launcher_fails_a_cell_run_on_another_machine_under_the_label(tmp_path):
     folder = tmp_path / "results" / "box"
     folder.mkdir(parents=True)
@@ -219,3 +259,58 @@ def test_a_systems_folder_with_a_cells_folder_inside_is_never_adopted(tmp_path):
     assert systems.systems_folder(results / "walk-z")
     assert systems.adopt("vm", results) == []
     assert (results / "walk-z" / "cells" / "cells" / "c1.json").is_file()
+
+
+def test_gpus_nvml_will_not_open_are_left_out_not_a_crash(monkeypatch):
+    """Inside a Slurm job whose device cgroup holds one GPU of four, NVML counts four and
+    refuses a handle to the other three: the launcher records the one (a stand-in NVML;
+    no real driver here)."""
+    import types
+
+    from dlbench import environment
+
+    class NVMLError(Exception):
+        pass
+
+    def handle(i):
+        if i != 2:
+            raise NVMLError("Insufficient Permissions")
+        return i
+
+    fake = types.SimpleNamespace(
+        NVMLError=NVMLError, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 4, nvmlDeviceGetHandleByIndex=handle,
+        nvmlDeviceGetName=lambda h: b"NVIDIA H100 80GB HBM3",
+        nvmlSystemGetDriverVersion=lambda: "580.65")
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert environment.gpus_from_nvml() == {"gpu_models": ["NVIDIA H100 80GB HBM3"],
+                                            "gpu_driver": "580.65"}
+
+    def no_count():
+        raise NVMLError("Unknown Error")
+
+    monkeypatch.setattr(fake, "nvmlDeviceGetCount", no_count)
+    assert environment.gpus_from_nvml() == {}
+
+
+def test_a_pytorch_gpu_cell_records_the_machines_gpus_not_only_those_it_sees(monkeypatch):
+    """torch counts the cell's CUDA_VISIBLE_DEVICES (one GPU); the result records NVML's
+    list of the machine (four), as CPU cells and the launcher's rows do, and torch's list
+    only where NVML cannot answer (CUDA stood in for: no GPU here)."""
+    import torch
+
+    from dlbench import environment
+    from dlbench.pytorch import torch_environment
+
+    four = {"gpu_models": ["NVIDIA H100 80GB HBM3"] * 4, "gpu_driver": "580.65"}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91002)
+    monkeypatch.setattr(environment, "gpus_from_nvml", lambda: dict(four))
+    env = torch_environment.collect(torch.device("cuda", 0))
+    assert env["gpu_models"] == four["gpu_models"]
+    assert env["device_name"] == "NVIDIA H100 80GB HBM3"
+    monkeypatch.setattr(environment, "gpus_from_nvml", lambda: {})
+    assert torch_environment.collect(torch.device("cuda", 0))["gpu_models"] == \
+        ["NVIDIA H100 80GB HBM3"]

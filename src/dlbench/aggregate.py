@@ -13,7 +13,6 @@ dlbench.aggregate``) nothing is moved: the files are the user's.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 from collections.abc import Iterable
@@ -364,14 +363,17 @@ def move_aside(path: str | Path) -> Path:
 
 
 def invalid_row(path: str | Path, problem: str, move: bool,
-                later: list[str] | None = None) -> dict[str, Any]:
+                later: list[str] | None = None, owner: str | None = None) -> dict[str, Any]:
     """The failed row that stands for an invalid result file, said in the log too; with
     ``move`` the file is moved aside so that the next run measures its cell again; with
     ``later`` (the workflow's: a file moved now would be missing from the run that is
-    going on) its path is added there instead, for the next run to move."""
+    going on) its path is added there instead, for the next run to move; ``owner``: the
+    other system whose file it is, left where it is for that system's runs."""
     message = f"invalid result file {path}: {problem}"
     moved = None
-    if later is not None:
+    if owner is not None:
+        message += f"; left in place: system {owner!r}'s next run measures the cell again"
+    elif later is not None:
         later.append(str(path))
         message += "; the next run moves it aside and measures the cell again"
     elif move:
@@ -384,6 +386,7 @@ def invalid_row(path: str | Path, problem: str, move: bool,
     identity = expected_identity(path) or {}
     return {"system": systems.system_of(Path(path)),
             "study": identity.get("study"), "cell_id": identity.get("cell_id"),
+            "repeat": systems.repeat_of(Path(path)) if identity else None,
             "status": "failed", "error": message, "source": str(path),
             "extra": _json({"invalid_result": problem,
                             "moved_to": None if moved is None else str(moved)})}
@@ -391,16 +394,26 @@ def invalid_row(path: str | Path, problem: str, move: bool,
 
 def build_table(paths: Iterable[str | Path], *, move_invalid: bool = False,
                 check: bool = True, invalid_later: list[str] | None = None,
-                unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV) -> pa.Table:
+                unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV,
+                own_system: str | None = None) -> pa.Table:
     """One table of every result file; an invalid one gives a failed row (``invalid_row``).
     With ``check``, two machines or software stacks under one label raise SystemConflict.
-    Each measurement's statistics across its cell's repeats: dlbench.run_to_run."""
+    Each measurement's statistics across its cell's repeats: dlbench.run_to_run. With
+    ``own_system``, only that system's invalid files are moved aside or listed for later."""
+    def invalid(path: str | Path, problem: str) -> dict[str, Any]:
+        # Another system's cells are measured by its own runs only: moved aside here, its
+        # file would leave the table with nothing to measure it again.
+        owner = systems.system_of(Path(path))
+        if own_system is not None and owner is not None and owner != own_system:
+            return invalid_row(path, problem, False, None, owner=owner)
+        return invalid_row(path, problem, move_invalid, invalid_later)
+
     files: list[tuple[str | Path, list[dict[str, Any]]]] = []
     for path in paths:
         try:
             files.append((path, rows_of_file(path)))
         except InvalidResult as exc:
-            files.append((path, [invalid_row(path, str(exc), move_invalid, invalid_later)]))
+            files.append((path, [invalid(path, str(exc))]))
     if check:
         check_systems(files)
     every_row = [row for _, rows in files for row in rows]
@@ -415,8 +428,7 @@ def build_table(paths: Iterable[str | Path], *, move_invalid: bool = False,
         try:
             tables.append(table_of_rows(rows))
         except InvalidResult as exc:
-            tables.append(table_of_rows([invalid_row(path, str(exc), move_invalid,
-                                                     invalid_later)]))
+            tables.append(table_of_rows([invalid(path, str(exc))]))
     return pa.concat_tables(tables).combine_chunks()
 
 
@@ -441,26 +453,29 @@ def _nullable_integers(dtype: pa.DataType) -> Any:
 
 def write(paths: Iterable[str | Path], parquet: str | Path, csv: str | Path | None = None,
           *, move_invalid: bool = True, invalid_later: list[str] | None = None,
-          unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV) -> pa.Table:
+          unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV,
+          own_system: str | None = None) -> pa.Table:
     """Write the table of ``paths`` to ``parquet`` (and ``csv``), each file whole or not at
-    all; invalid result files are moved aside (``move_invalid``, see the module) or listed
-    in ``invalid_later``. Two machines or software stacks under one system label stop it
-    (SystemConflict)."""
+    all; invalid result files (of ``own_system`` only, where given) are moved aside
+    (``move_invalid``, see the module) or listed in ``invalid_later``. Two machines or
+    software stacks under one system label stop it (SystemConflict)."""
     table = build_table(paths, move_invalid=move_invalid, invalid_later=invalid_later,
-                        unstable_cv=unstable_cv)
+                        unstable_cv=unstable_cv, own_system=own_system)
     kept = "the previous table is left as it was"
     # Both files are written before either replaces its previous version, so that a full
     # disk leaves the pair as it was, not a new Parquet beside an old CSV.
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(writing(parquet, kept))
-        pq.write_table(table, stack.enter_context(atomic.temp_path(parquet)))
+    targets = [parquet] if csv is None else [parquet, csv]
+    with writing(parquet, kept), atomic.temp_paths(*targets, kept=kept) as temps:
+        pq.write_table(table, temps[0])
         if csv is not None:
-            stack.enter_context(writing(csv, kept))
-            # CSV has no list type: per-iteration times stay in the Parquet file. Integer
-            # columns as pandas' nullable integers: a null among them (a cell kind without
-            # the axis) would make a plain column float, and batch_size 8 read "8.0".
-            frame = table.drop_columns(["times_s"]).to_pandas(types_mapper=_nullable_integers)
-            frame.to_csv(stack.enter_context(atomic.temp_path(csv)), index=False)
+            with writing(csv, kept):
+                # CSV has no list type: per-iteration times stay in the Parquet file.
+                # Integer columns as pandas' nullable integers: a null among them (a cell
+                # kind without the axis) would make a plain column float, and batch_size 8
+                # read "8.0".
+                frame = table.drop_columns(["times_s"]).to_pandas(
+                    types_mapper=_nullable_integers)
+                frame.to_csv(temps[1], index=False)
     return table
 
 

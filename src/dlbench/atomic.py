@@ -111,6 +111,32 @@ def temp_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         raise
 
 
+@contextlib.contextmanager
+def temp_paths(*paths: str | os.PathLike[str],
+               kept: str = "the previous version is left as it was") -> Iterator[list[Path]]:
+    """``temp_path`` for files that belong together (a table and its CSV): every one is
+    written and fsynced before any replaces its target, so a failure while writing or
+    syncing any of them leaves every target as it was. A sync or rename that fails is a
+    WriteError naming its target and saying ``kept``."""
+    targets = [Path(path) for path in paths]
+    temps = []
+    try:
+        for target in targets:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            temps.append(_temp_name(target))
+        yield temps
+        for tmp, target in zip(temps, targets, strict=True):
+            with writing(target, kept):
+                _fsync(tmp, file_mode())
+        for tmp, target in zip(temps, targets, strict=True):
+            with writing(target, kept):
+                os.replace(tmp, target)
+    except BaseException:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically (see the module's docstring)."""
     with temp_path(path) as tmp, open(tmp, "xb") as handle:

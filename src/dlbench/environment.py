@@ -67,11 +67,18 @@ def gpus_from_nvml() -> dict[str, Any]:
         count = pynvml.nvmlDeviceGetCount()
         names = []
         for i in range(count):
-            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+            # NVML counts every GPU of the node; inside a Slurm job whose device cgroup
+            # holds only its own, the others refuse a handle (NVMLError_NoPermission).
+            try:
+                name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+            except pynvml.NVMLError:
+                continue
             names.append(name.decode() if isinstance(name, bytes) else name)
         driver = pynvml.nvmlSystemGetDriverVersion()
         return {"gpu_models": names,
                 "gpu_driver": driver.decode() if isinstance(driver, bytes) else driver}
+    except pynvml.NVMLError:  # a driver that answers nothing: no GPU this process can use
+        return {}
     finally:
         pynvml.nvmlShutdown()
 

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from dlbench import aggregate, run_to_run
+from dlbench import aggregate, run_to_run, systems
 
 # Cells named in the report's note; the rest are counted.
 NAMED = 20
@@ -78,7 +78,11 @@ def write(planned: Sequence[str], others: Sequence[str], parquet: str, csv: str,
         f"{len(present)} results there are (Ctrl-C to skip)")
     written: list[str] = []
     try:
-        table = aggregate.write(present, parquet, csv, unstable_cv=unstable_cv)
+        # Only this run's invalid files are moved aside: another system's runs measure
+        # its cells, so its file stays (a failed row) until then.
+        own = {systems.system_of(Path(path)) for path in planned}
+        table = aggregate.write(present, parquet, csv, unstable_cv=unstable_cv,
+                                own_system=own.pop() if len(own) == 1 else None)
         written.append(f"{parquet} ({table.num_rows} rows)")
         from dlbench import report  # altair: only where a report is written
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import socket
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -210,12 +211,18 @@ def describe(hw: Mapping[str, Any]) -> str:
 
 
 def same_machine(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Same CPU model, and the same GPUs and driver when both sides could see GPUs (an
-    environment without NVML's Python bindings sees none; that is no other machine)."""
+    """Same CPU model, and the same GPU models and driver when both sides could see GPUs
+    (an environment without NVML's Python bindings sees none; that is no other machine).
+
+    Models, not the list of devices: how many GPUs a process sees is no property of the
+    machine. Slurm's device cgroup shows a job only the GPUs it was given, and a cell's
+    framework may count only its ``CUDA_VISIBLE_DEVICES``; a 1-GPU and a 2-GPU cell of
+    one node are one machine. So are the identical nodes of a partition under one label."""
     if a.get("cpu_model") != b.get("cpu_model"):
         return False
     if a.get("gpu_models") and b.get("gpu_models"):
-        return (a["gpu_models"], a.get("gpu_driver")) == (b["gpu_models"], b.get("gpu_driver"))
+        return (set(a["gpu_models"]), a.get("gpu_driver")) \
+            == (set(b["gpu_models"]), b.get("gpu_driver"))
     return True
 
 
@@ -233,13 +240,9 @@ def check_machine(system_dir: Path, machine: Mapping[str, Any] | None = None) ->
     try:
         recorded = json.loads(path.read_text())
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:  # the first cell records the machine; a cell launched beside it reads that
-            with open(path, "x") as f:
-                json.dump(machine, f, indent=1, sort_keys=True)
+        if _record_machine(path, machine):
             return None
-        except FileExistsError:
-            recorded = json.loads(path.read_text())
+        return check_machine(system_dir, machine)  # a cell launched beside it recorded it
     except ValueError:
         return f"{path}: not JSON; remove it to record this machine as system " \
                f"{path.parent.name!r}"
@@ -247,6 +250,31 @@ def check_machine(system_dir: Path, machine: Mapping[str, Any] | None = None) ->
         return None
     return (f"system {path.parent.name!r} is {describe(recorded)} ({path}), but this cell "
             f"runs on {describe(machine)}: give this machine its own `system:` label")
+
+
+def _record_machine(path: Path, machine: Mapping[str, Any]) -> bool:
+    """Record ``machine`` at ``path`` unless a file is there already (False then).
+
+    Written whole under a name of this process's own, then linked into place: a cell
+    launched beside the first (a cluster's first run starts many at once) reads either no
+    file or the whole of it, never the empty file an ``open(path, "x")`` shows first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    try:
+        draft.write_text(json.dumps(dict(machine), indent=1, sort_keys=True))
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            return False
+        except OSError:  # a file system without hard links: create it in place
+            try:
+                with open(path, "x") as f:
+                    f.write(draft.read_text())
+            except FileExistsError:
+                return False
+        return True
+    finally:
+        draft.unlink(missing_ok=True)
 
 
 def conflict(rows: Iterable[Mapping[str, Any]]) -> str | None:

@@ -20,5 +20,8 @@ rule aggregate:
     params:
         # Run-to-run CV above which a cell is flagged unstable (dlbench.run_to_run).
         unstable_cv=UNSTABLE_CV,
+        # This run's system: only its own invalid result files are set aside (another
+        # system's cells are measured by that system's runs).
+        system=SYSTEM,
     script:
         "../scripts/aggregate.py"

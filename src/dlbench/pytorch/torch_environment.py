@@ -3,7 +3,7 @@
 fields: ``cuda_version``, ``cudnn_version`` and ``nccl_version`` (what the system
 fingerprint reads), ``library_flags`` (the backend switches that change the numbers),
 ``nccl_env`` (the NCCL_* settings, which change what a collective or data-parallel cell
-measures), the CPU's kernel capability and the GPUs torch sees."""
+measures), the CPU's kernel capability, the machine's GPUs and the one the cell ran on."""
 
 from __future__ import annotations
 
@@ -37,8 +37,12 @@ def _collect(device: torch.device) -> dict[str, Any]:
     if hasattr(torch.backends, "cpu"):
         env["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     if device.type == "cuda" and torch.cuda.is_available():  # else the runner says why
-        env["gpu_models"] = [torch.cuda.get_device_name(i)
-                             for i in range(torch.cuda.device_count())]
+        # The machine's GPUs as NVML lists them (environment.collect), as every other
+        # result of the machine records them; CUDA counts only this cell's
+        # CUDA_VISIBLE_DEVICES, so its list stands in only where NVML cannot answer.
+        if not env.get("gpu_models"):
+            env["gpu_models"] = [torch.cuda.get_device_name(i)
+                                 for i in range(torch.cuda.device_count())]
         env["device_name"] = torch.cuda.get_device_name(device)
     return env
 
