@@ -92,7 +92,7 @@ def test_a_test_only_axis_added_in_one_row_reaches_id_runner_and_parquet(monkeyp
     """One row in the table: the study takes it, the cell id changes with it, the launcher
     passes it to the PyTorch runner, whose parser and parse-back know it, and the
     aggregate has its column. Runs one real deep_mnist cell on the CPU in this process."""
-    row = axes.Axis("test_only_knob", int, 0, minimum=0, since=2,
+    row = axes.Axis("test_only_knob", int, 0, minimum=0, since=3,
                     flags={"pytorch": axes.Flag("--test_only_knob")})
     monkeypatch.setattr(axes, "TABLE", (*axes.TABLE, row))
     monkeypatch.setitem(axes._BY_NAME, row.name, row)
