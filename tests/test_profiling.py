@@ -293,7 +293,8 @@ def test_hpcrun_gvprof_flow_with_hpctoolkit_test_doubles(tmp_path, doubles):
     app = [*runner_tail(out, cell, 1), "--monitor_interval_ms=0"]
     measurements = str(out / "measurements")
     assert first["argv"] == ["-e", "gpu=nvidia", "-o", measurements, *app]
-    assert gpu_struct["argv"] == ["--gpucfg", "yes", "-j", "1", measurements]
+    # GVProf's FAQ: "For GPU binaries, we use hpcstruct --gpucfg no"
+    assert gpu_struct["argv"] == ["--gpucfg", "no", "-j", "1", measurements]
     assert gpu_struct["files"] == []  # the first pass's samples were dropped
     assert measured["argv"] == [
         "-e", "gpu=nvidia,data_flow", "-ck", "HPCRUN_SANITIZER_READ_TRACE_IGNORE=1",
@@ -321,6 +322,18 @@ def test_hpcrun_plain_gpu_tracing_has_no_first_pass():
                                   "python", "app"]
     assert plan.steps[0].env == {}
     assert plan.steps[1].argv == ["hpcstruct", "--gpucfg", "no", "-j", "8", "p/measurements"]
+
+
+def test_hpcrun_gpucfg_is_off_unless_asked_as_gvprof_cfg_asks():
+    """Off by default (GVProf's FAQ); true is gvprof -cfg's hpcstruct --gpucfg yes."""
+    run_args = (["python", "app"], Path("p"))
+    kw = {"library_dir": None, "python_binary": "/usr/bin/python3.11"}
+    events = {"events": ["gpu=nvidia,data_flow"]}
+    plan = hpcrun_tool.hpcrun_plan(*run_args, pconfig.settings("hpcrun", events), **kw)
+    assert plan.steps[1].argv == ["hpcstruct", "--gpucfg", "no", "-j", "1", "p/measurements"]
+    plan = hpcrun_tool.hpcrun_plan(*run_args, pconfig.settings(
+        "hpcrun", {**events, "gpucfg": True}), **kw)
+    assert plan.steps[1].argv == ["hpcstruct", "--gpucfg", "yes", "-j", "1", "p/measurements"]
 
 
 def test_missing_binary_fails_only_that_job_in_one_line(tmp_path, capsys):

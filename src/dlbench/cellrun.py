@@ -54,8 +54,10 @@ def one_line(exc: BaseException) -> str:
 def print_dlbs_summary(res: dict[str, Any], stream: Any = None) -> None:
     """The ``__results.*__=`` lines DLBS's log parser reads (times in ms, as DLBS). Every
     value is JSON: DLBS's parser (``DictUtils.add``) runs ``json.loads`` on each one. The
-    time and throughput are DLBS's: the mean time, and the items per iteration over it, so
-    that the two agree as in DLBS's logs (the result's own throughput is at the median)."""
+    time and throughput are DLBS's: the mean time, and the samples of an iteration over it
+    (``dlbs_samples``), so that the two agree as in DLBS's logs (the result's own
+    throughput is at the median, and in the measurement's unit: tokens/s for a language
+    model)."""
     stream = stream or sys.stdout
 
     def line(key: str, value: Any) -> None:
@@ -79,9 +81,23 @@ def print_dlbs_summary(res: dict[str, Any], stream: Any = None) -> None:
         line("time_std", round(m["time_s"]["std"] * math.sqrt((n - 1) / n) * 1000.0, 6)
              if n else None)
         mean = m["time_s"]["mean"]
-        line("throughput", round(m["items_per_iteration"] / mean, 6) if mean > 0 else None)
+        line("throughput", round(dlbs_samples(res, m) / mean, 6) if mean > 0 else None)
         line("time_data", [round(t * 1000.0, 6) for t in m["times_s"]])
     stream.flush()
+
+
+def dlbs_samples(res: dict[str, Any], m: dict[str, Any]) -> float:
+    """An iteration's samples as DLBS counts them for ``__results.throughput__``: the
+    effective batch, the per-device batch size times the devices of every node. Not the
+    measurement's items: a language model's items are its tokens, and a DLBS log of such
+    a cell would otherwise hold tokens/s under a key that means samples/s. A cell without
+    a batch (an operator, a collective, a calibration) counts its items (iterations)."""
+    cell = res.get("cell") or {}
+    batch = cell.get("batch_size")
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        return m["items_per_iteration"]
+    # A language-model inference cell has neither axis: one device.
+    return batch * (cell.get("num_gpus") or 1) * (cell.get("num_nodes") or 1)
 
 
 @contextlib.contextmanager

@@ -129,9 +129,11 @@ def precision(dtype: str) -> str:
 
 def check_minimums(parser: argparse.ArgumentParser, args: argparse.Namespace,
                    runner: str) -> None:
-    """The table's lower bounds of the runner's integer flags, as argparse errors."""
+    """The table's lower bounds of the runner's integer flags, as argparse errors (after a
+    model runner's DLBS CPU spelling, ``dlbs_cpu_devices``)."""
     from dlbench import axes
 
+    dlbs_cpu_devices(parser, args)
     for axis in axes.TABLE:
         flag = axis.flag_for(runner)
         if flag is None or axis.minimum is None or not hasattr(args, flag.attr):
@@ -139,6 +141,25 @@ def check_minimums(parser: argparse.ArgumentParser, args: argparse.Namespace,
         value = getattr(args, flag.attr)
         if value < axis.minimum:
             parser.error(f"{flag.option} must be >= {axis.minimum}, got {value}")
+
+
+def dlbs_cpu_devices(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A model runner's ``--num_gpus=0 --device=cpu`` as one device.
+
+    DLBS passes ``--num_gpus=${exp.num_local_gpus}``, which is 0 when an experiment lists
+    no GPUs, and its benchmarks then run one CPU device (their effective batch counts one
+    device on a CPU). So that DLBS's command line for a CPU run works as it is, 0 on a CPU
+    is the cell of one device, recorded as ``num_gpus`` 1: the same cell, and cell id, as
+    ``--num_gpus=1 --device=cpu``. On a GPU, 0 devices cannot run. Only runners with
+    ``--model`` (DLBS's); the collectives runner's ``--num_gpus`` counts processes.
+    """
+    if getattr(args, "num_gpus", None) != 0 or not hasattr(args, "model"):
+        return
+    device = getattr(args, "device", "cpu")
+    if device != "cpu":
+        parser.error(f"--num_gpus must be >= 1 with --device {device}, got 0 "
+                     "(0 is DLBS's CPU run: give --device cpu)")
+    args.num_gpus = 1
 
 
 def check_cell(parser: argparse.ArgumentParser, kind: str, runner: str,

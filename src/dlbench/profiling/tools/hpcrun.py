@@ -1,10 +1,16 @@
 """hpcrun: HPCToolkit as GVProf uses it (hpcrun, hpcstruct --gpucfg, hpcprof).
 
 GVProf's flow: (a first pass with plain ``-e gpu=nvidia`` whose samples are dropped, then
-``hpcstruct --gpucfg`` of the GPU binaries it saw) the measured hpcrun, hpcstruct of the
+``hpcstruct --gpucfg no`` of the GPU binaries it saw) the measured hpcrun, hpcstruct of the
 interpreter, and hpcprof into a database. The framework's library folder goes first on
 ``LD_LIBRARY_PATH`` so that hpcrun finds the framework's CUDA libraries. The database has
 no table: the report lists its files only.
+
+``gpucfg`` is off by default, as GVProf's FAQ profiles Python applications ("For GPU
+binaries, we use hpcstruct --gpucfg no"): with ``yes`` hpcstruct analyses the control flow
+of every GPU function and slices backwards, which GVProf's manual calls costly for large
+GPU binaries, and a framework's CUDA libraries are large. ``gpucfg: true`` is what GVProf's
+``gvprof -cfg`` asks for (fine-grained GPU instruction analysis).
 """
 
 from __future__ import annotations
@@ -100,7 +106,8 @@ class Hpcrun(Profiler):
         Bool("prepass", None, "First pass (plain gpu=nvidia, then hpcstruct --gpucfg) "
              "before the measured run (null: when an event is more than gpu=nvidia).",
              nullable=True),
-        Bool("gpucfg", True, "hpcstruct --gpucfg yes|no of the GPU binaries."),
+        # Off by default: see the module's docstring.
+        Bool("gpucfg", False, "hpcstruct --gpucfg yes|no of the GPU binaries."),
         Int("jobs", 1, "hpcstruct -j.", minimum=1),
         Bool("framework_library_path", True,
              "Put the framework's library folder (torch/lib) first on LD_LIBRARY_PATH."),

@@ -1,0 +1,114 @@
+"""The model runners against DLBS's own command line and log lines (seeds 000 and 002):
+what a DLBS CPU experiment passes, and what DLBS's log parser reads back."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+import pytest
+from pytorch_cell import run_runner
+
+from dlbench import cellrun, cli, study
+from dlbench import result as R
+
+# DLBS's log parser (dlbs/logparser.py with DictUtils.add): this pattern on every line, then
+# json.loads of the value.
+DLBS_LINE = re.compile(r"[ \t]*__(.+?(?=__[ \t]*[=]))__[ \t]*=(.+)")
+
+
+def parse_like_dlbs(text: str) -> dict:
+    found = {}
+    for line in text.splitlines():
+        match = DLBS_LINE.match(line)
+        if match:
+            found[match.group(1)] = json.loads(match.group(2))
+    return found
+
+
+# --- --num_gpus=0: DLBS's CPU run ------------------------------------------------------
+
+# What DLBS's pytorch.args / mxnet.args give for an experiment without GPUs
+# (--num_gpus=${exp.num_local_gpus} is 0, --device=${exp.device_type} is cpu).
+DLBS_CPU = ["--model=deep_mnist", "--forward_only=false", "--batch_size=4", "--num_batches=2",
+            "--num_warmup_batches=1", "--num_gpus=0", "--device=cpu", "--dtype=float32"]
+
+
+def test_pytorch_runs_dlbs_cpu_command_line_as_the_one_device_cell(tmp_path):
+    proc, res = run_runner(tmp_path, *DLBS_CPU, "--cudnn_benchmark=true",
+                           "--cudnn_fastest=false", "--data_shuffle=false",
+                           "--num_loader_threads=4")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert res["status"] == "ok" and res["cell"]["num_gpus"] == 1
+    _, one = run_runner(tmp_path, *[a.replace("--num_gpus=0", "--num_gpus=1") for a in DLBS_CPU],
+                        name="one.json")
+    assert res["cell"] == one["cell"]
+    assert study.cell_id("model", res["cell"]) == study.cell_id("model", one["cell"])
+    assert res["measurements"][0]["items_per_iteration"] == 4  # one device's batch
+
+
+def test_mxnet_takes_dlbs_cpu_command_line_as_the_one_device_cell(tmp_path, capsys):
+    """In this process: with MXNet absent the runner still records the cell it was given
+    (a failed result); with MXNet present it runs it. Either way the cell is num_gpus 1."""
+    from dlbench.mxnet import runner
+
+    out = tmp_path / "r.json"
+    runner.main([*DLBS_CPU, f"--output={out}"])
+    cell = R.read(out)["cell"]
+    assert cell["num_gpus"] == 1
+    one = runner.cell_of(runner.build_parser().parse_args(
+        [a.replace("--num_gpus=0", "--num_gpus=1") for a in DLBS_CPU]))
+    assert study.cell_id("model", cell) == study.cell_id("model", one)
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "mxnet"])
+def test_no_gpus_on_a_gpu_device_is_one_line_naming_num_gpus(framework, capsys):
+    if framework == "pytorch":
+        from dlbench.pytorch.runner import main
+    else:
+        from dlbench.mxnet.runner import main
+    with pytest.raises(SystemExit) as info:
+        main(["--model=deep_mnist", "--num_gpus=0", "--device=gpu"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "error: --num_gpus must be >= 1 with --device gpu, got 0 "
+        "(0 is DLBS's CPU run: give --device cpu)")
+
+
+def test_a_runner_without_model_keeps_its_num_gpus_bound():
+    """The collectives runner's --num_gpus counts processes: 0 stays below its bound."""
+    args = argparse.Namespace(num_gpus=0, device="cpu")
+    cli.dlbs_cpu_devices(argparse.ArgumentParser(), args)
+    assert args.num_gpus == 0
+
+
+# --- __results.throughput__: samples per second, as DLBS ------------------------------
+
+
+def test_the_dlbs_throughput_of_a_token_cell_is_its_effective_batch_per_second(capsys):
+    """Two sequences of 64 tokens on each of 2 devices of 2 nodes: DLBS's line counts the
+    8 sequences over the mean time; the result keeps tokens/s over the median."""
+    res = R.new_result(kind="model", cell={"model": "llama_tiny", "batch_size": 2,
+                                           "num_gpus": 2, "num_nodes": 2})
+    res["measurements"] = [R.measurement(name="llama_tiny", pass_="training",
+                                         times_s=[0.1, 0.4, 0.1], items_per_iteration=8 * 64,
+                                         throughput_unit="tokens/s")]
+    cellrun.print_dlbs_summary(R.finish(res, "ok", None))
+    parsed = parse_like_dlbs(capsys.readouterr().out)
+    assert parsed["results.throughput"] == pytest.approx(8 / 0.2)
+    assert res["measurements"][0]["throughput"] == pytest.approx(8 * 64 / 0.1)
+
+
+def test_a_language_model_cell_through_the_runner_prints_samples_per_second(tmp_path):
+    pytest.importorskip("transformers", reason="needs transformers")
+    proc, res = run_runner(tmp_path, "--model=llama_tiny", "--batch_size=2", "--device=cpu",
+                           "--num_batches=2", "--num_warmup_batches=1", "--count_flops=false",
+                           '--model_opts={"sequence_length": 16}')
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (m,) = res["measurements"]
+    assert m["throughput_unit"] == "tokens/s" and m["items_per_iteration"] == 2 * 16
+    assert m["throughput"] == pytest.approx(2 * 16 / m["time_s"]["median"])
+    parsed = parse_like_dlbs(proc.stdout)
+    assert parsed["results.throughput"] == pytest.approx(2 / m["time_s"]["mean"], rel=1e-5)
+    assert parsed["results.time"] == pytest.approx(m["time_s"]["mean"] * 1000, rel=1e-5)
