@@ -4,28 +4,13 @@ what a DLBS CPU experiment passes, and what DLBS's log parser reads back."""
 from __future__ import annotations
 
 import argparse
-import json
-import re
 
 import pytest
 from pytorch_cell import run_runner
+from test_result import parse_like_dlbs  # DLBS's log parser's rule
 
 from dlbench import cellrun, cli, study
 from dlbench import result as R
-
-# DLBS's log parser (dlbs/logparser.py with DictUtils.add): this pattern on every line, then
-# json.loads of the value.
-DLBS_LINE = re.compile(r"[ \t]*__(.+?(?=__[ \t]*[=]))__[ \t]*=(.+)")
-
-
-def parse_like_dlbs(text: str) -> dict:
-    found = {}
-    for line in text.splitlines():
-        match = DLBS_LINE.match(line)
-        if match:
-            found[match.group(1)] = json.loads(match.group(2))
-    return found
-
 
 # --- --num_gpus=0: DLBS's CPU run ------------------------------------------------------
 
