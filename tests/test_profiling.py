@@ -560,7 +560,7 @@ def test_selection_matches_expanded_cells_by_axis_values():
      "profiling.select[0].match: matches no cell of any study: no cell has study 'b' (the "
      "cells have: a, m)"),
     ({"select": [{"match": {"model": "resnet18"}, "tools": ["perf"]}]},
-     "profiling.select[0].tools: unknown tool 'perf' (valid: torch, ncu, nsys, hpcrun)"),
+     "profiling.select[0].tools: unknown tool 'perf' (valid: torch, ncu, nsys, hpcrun"),
     ({"select": [{"match": {"model": "resnet18", "batch_size": 64}, "tools": ["torch"]}]},
      "profiling.select[0]: tool torch profiles PyTorch model cells; cell mxnet_resnet18"),
     ({"tools": {"ncu": {"clock_control": "fast"}}},
