@@ -101,7 +101,8 @@ def mxnet_decoders(rec: str, folder: str, size: int, seconds: float) -> dict[str
 
     import mxnet as mx
 
-    from dlbench.mxnet.record_loader import RecordImages, crop_box, decode_crop_flip
+    from dlbench.datasets.imageops import random_resized_crop
+    from dlbench.mxnet.record_loader import RecordImages, decode_crop_flip
 
     images = RecordImages(Path(rec), Path(rec).with_suffix(".idx"), (size, size))
     payloads = [images.record(i)[1] for i in range(min(len(images), 64))]
@@ -113,7 +114,7 @@ def mxnet_decoders(rec: str, folder: str, size: int, seconds: float) -> dict[str
 
     def with_mx_image(data: bytes) -> Any:  # OpenCV, as ImageRecordIter decodes
         img = mx.image.imdecode(data)
-        left, top, w, h = crop_box(img.shape[1], img.shape[0], rng)
+        left, top, w, h = random_resized_crop(img.shape[1], img.shape[0], rng)
         out = mx.image.fixed_crop(img, left, top, w, h, (size, size), interp=1)
         if rng.random() < 0.5:
             out = mx.nd.flip(out, axis=1)

@@ -76,12 +76,17 @@ def test_a_profile_of_a_multi_node_cell_is_refused_in_one_line():
     assert [job.cell for job in profiling_config.select_jobs(select, scale, system="box")] == [scale[0]]
 
 
-def test_a_local_workflow_run_refuses_a_multi_node_study_before_any_job(tmp_path):
+@pytest.mark.parametrize("jobs", [
+    ["--cores", "1"],
+    # A local run may give a job count as well: still no scheduler.
+    ["--cores", "2", "--jobs", "2"],
+])
+def test_a_local_workflow_run_refuses_a_multi_node_study_before_any_job(tmp_path, jobs):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(
         {"studies": {"scale": {"grid": {"model": "deep_mnist", "device": "cpu",
                                         "num_nodes": [1, 2]}}}}))
     done = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--snakefile",
+        [sys.executable, "-m", "snakemake", "-n", *jobs, "--snakefile",
          str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile",
          str(tmp_path / "config.yaml")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
@@ -155,11 +160,23 @@ def test_an_allocation_that_cannot_hold_the_cell_says_why(environ, nodes, words)
 
 
 def test_a_job_without_slurms_commands_here_says_which_are_missing():
-    """A cell in a container image without srun: one line, before anything starts."""
+    """A job on a node without srun: one line, before anything starts."""
     with pytest.raises(multinode.MultiNodeError) as err:
         multinode.slurm_allocation(2, {"SLURM_JOB_ID": "42"}, fake_scontrol,
                                    lambda tool: None if tool == "srun" else on_path(tool))
     assert str(err.value).startswith("num_nodes 2: srun not found on PATH (Slurm job 42)")
+
+
+@pytest.mark.parametrize("variable", ["APPTAINER_CONTAINER", "SINGULARITY_CONTAINER"])
+def test_a_runner_in_a_container_image_starts_no_node_outside_it(variable):
+    """srun would start the nodes' tasks on the hosts, outside the image, even where
+    Slurm's commands are bound into it: refused in one line, before anything starts."""
+    with pytest.raises(multinode.MultiNodeError) as err:
+        multinode.slurm_allocation(2, {"SLURM_JOB_ID": "42", variable: "/img/pytorch.sif"},
+                                   fake_scontrol, on_path)
+    assert str(err.value) == ("num_nodes 2: this runner is in container image "
+                              "/img/pytorch.sif, and srun would start the nodes' tasks "
+                              "outside it; run the study without --use-apptainer")
 
 
 def test_srun_reports_name_the_node_and_task_that_ended_first():

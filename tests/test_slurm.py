@@ -11,6 +11,7 @@ without root or the Debian packages slurmctld, slurmd, slurm-client and munge.
 import dataclasses
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -92,31 +93,46 @@ def test_slurm_profile_polls_squeue_without_account_and_keeps_gpus_on_one_node()
         assert config["set-resources"][rule]["cpus_per_gpu"] >= 1
 
 
-def fake_slurm_commands(tmp_path, scontrol_state, sacct_state=None):
-    """Test doubles `scontrol` and `sacct` printing the given job state (or nothing)."""
+FORGOTTEN = "slurm_load_jobs error: Invalid job id specified"
+TIMED_OUT = "slurm_load_jobs error: Socket timed out on send/recv operation"
+
+
+def fake_slurm_commands(tmp_path, scontrol_says, sacct_says=""):
+    """Test doubles on a PATH of their own: `scontrol` printing a job in state
+    ``scontrol_says``, or, for a line starting "slurm_load_jobs error:", failing with it;
+    `sacct` printing ``sacct_says`` (None: no sacct at all)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    line = f"JobId=7 JobName=x UserId=a(1) JobState={scontrol_state} Reason=None" \
-        if scontrol_state else ""
-    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho '{line}'\n")
-    (bin_dir / "sacct").write_text(f"#!/bin/sh\necho '{sacct_state or ''}'\n")
-    for name in ("scontrol", "sacct"):
-        (bin_dir / name).chmod(0o755)
-    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"}
+    if scontrol_says.startswith("slurm_load_jobs error:"):
+        scontrol = f"echo '{scontrol_says}' >&2\nexit 1"
+    else:
+        scontrol = f"echo 'JobId=7 JobName=x UserId=a(1) JobState={scontrol_says} Reason=None'"
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\n{scontrol}\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    if sacct_says is not None:
+        (bin_dir / "sacct").write_text(f"#!/bin/sh\necho '{sacct_says}'\n")
+        (bin_dir / "sacct").chmod(0o755)
+    for tool in ("grep", "head", "cut"):  # what the script runs besides them
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    return {**os.environ, "PATH": str(bin_dir)}
 
 
-@pytest.mark.parametrize("scontrol_state, sacct_state, expected", [
-    ("PENDING", None, "running"), ("RUNNING", None, "running"),
-    ("COMPLETING", None, "running"), ("COMPLETED", None, "success"),
-    ("FAILED", None, "failed"), ("CANCELLED", None, "failed"),
-    ("OUT_OF_MEMORY", None, "failed"), ("TIMEOUT", None, "failed"),
-    (None, "COMPLETED", "success"),  # forgotten by the controller: accounting knows
-    (None, "CANCELLED by 0", "failed"),
-    (None, None, "failed"),  # nobody knows the job any more
+@pytest.mark.parametrize("scontrol_says, sacct_says, expected", [
+    ("PENDING", "", "running"), ("RUNNING", "", "running"),
+    ("COMPLETING", "", "running"), ("COMPLETED", "", "success"),
+    ("FAILED", "", "failed"), ("CANCELLED", "", "failed"),
+    ("OUT_OF_MEMORY", "", "failed"), ("TIMEOUT", "", "failed"),
+    (FORGOTTEN, "COMPLETED", "success"),  # forgotten by the controller: accounting knows
+    (FORGOTTEN, "CANCELLED by 0", "failed"),
+    (FORGOTTEN, "", "failed"),  # nobody knows the job any more
+    (FORGOTTEN, None, "failed"),  # no accounting either
+    # The controller did not answer: that says nothing of the job, which may still run.
+    (TIMED_OUT, None, "running"), (TIMED_OUT, "", "running"),
+    (TIMED_OUT, "COMPLETED", "success"),
 ])
-def test_cluster_generic_status_script_maps_slurm_states(tmp_path, scontrol_state,
-                                                         sacct_state, expected):
-    env = fake_slurm_commands(tmp_path, scontrol_state, sacct_state)
+def test_cluster_generic_status_script_maps_slurm_states(tmp_path, scontrol_says,
+                                                         sacct_says, expected):
+    env = fake_slurm_commands(tmp_path, scontrol_says, sacct_says)
     out = subprocess.run([str(STATUS_SCRIPT), "7;cluster1"], env=env, capture_output=True,
                          text=True, timeout=30)
     assert out.returncode == 0 and out.stdout == f"{expected}\n"

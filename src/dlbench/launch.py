@@ -30,7 +30,7 @@ import signal
 import socket
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +166,36 @@ def runner_failure(ran: subproc.Ran, oom_before: int | None, timeout_s: float | 
     return "failed", f"{module}: {line or subproc.exit_words(ran.rc)}"
 
 
+# The thread counts Snakemake sets to a job's threads (snakemake.shell), which the
+# runners' libraries (OpenMP, BLAS) read.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                    "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity: a Slurm job's cpuset, taskset)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity on this platform
+        return os.cpu_count() or 1
+
+
+def thread_caps(environ: Mapping[str, str] | None = None,
+                cpus: int | None = None) -> dict[str, str]:
+    """The thread counts of ``environ`` capped at the CPUs this job may use. A cluster job
+    of a GPU cell is given cpus_per_gpu x its GPUs (Slurm's --cpus-per-gpu) while
+    Snakemake sets these to the rule's threads: 16 threads on 8 CPUs would time a CPU
+    side twice oversubscribed. A count within the CPUs, or not a count, is left alone."""
+    environ = os.environ if environ is None else environ
+    cpus = usable_cpus() if cpus is None else cpus
+    caps = {}
+    for name in THREAD_VARIABLES:
+        value = environ.get(name, "")
+        if value.isdigit() and int(value) > cpus:
+            caps[name] = str(cpus)
+    return caps
+
+
 # The environment variable inductor reads for its cache folder (dlbench.pytorch.execution).
 INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
@@ -218,7 +248,8 @@ def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None
     try:
         with assigned_gpus(cell, gpu_lock_dir) as gpu_env:
             oom_before = oom_kills.count()
-            ran = subproc.supervised(cmd, env={**os.environ, **compile_cache_env(cell, output),
+            ran = subproc.supervised(cmd, env={**os.environ, **thread_caps(),
+                                               **compile_cache_env(cell, output),
                                                **(env or {}), **gpu_env},
                                      timeout_s=timeout_s, on_exit=take)
     except gpus.GpuAllocationError as exc:

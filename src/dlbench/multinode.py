@@ -34,6 +34,8 @@ IS_HOST = "{is_host}"  # "1" on the node that hosts the rendezvous, else "0"
 # How long the nodes wait for each other to join (a node that never comes ends the cell
 # after this, recorded, instead of holding the allocation until the job's time limit).
 RENDEZVOUS_TIMEOUT_S = 300
+# What Apptainer (formerly Singularity) sets inside a container: the image it runs.
+CONTAINER_ENV = ("APPTAINER_CONTAINER", "SINGULARITY_CONTAINER")
 # A line a node's task printed, as srun --label gives it: "<task>: <line>".
 _LABEL = re.compile(r"^\s*\d+: ")
 # How a worker process or node agent reports why it failed, for its parent to record:
@@ -107,11 +109,17 @@ def slurm_allocation(nodes: int, environ: Mapping[str, str] | None = None,
     if not job:
         raise MultiNodeError(f"num_nodes {nodes} needs a Slurm job of {nodes} nodes, and "
                              f"this is not one (SLURM_JOB_ID is unset); {CLUSTER_HINT}")
+    image = next((environ[k] for k in CONTAINER_ENV if environ.get(k)), "")
+    if image:
+        # Slurm starts each node's task on the host, outside this image, with this
+        # process's interpreter path: it would fail there or run other software.
+        raise MultiNodeError(f"num_nodes {nodes}: this runner is in container image {image}, "
+                             "and srun would start the nodes' tasks outside it; run the "
+                             "study without --use-apptainer")
     missing = [tool for tool in ("srun", "scontrol") if which(tool) is None]
     if missing:
         raise MultiNodeError(f"num_nodes {nodes}: {' and '.join(missing)} not found on PATH "
-                             f"(Slurm job {job}); a cell in a container image needs Slurm's "
-                             "commands, its configuration and munge's socket inside it")
+                             f"(Slurm job {job})")
     info = fields(scontrol(["show", "job", "-o", job]))
     hosts = tuple(scontrol(["show", "hostnames", info.get("NodeList", "")]).split())
     if len(hosts) < nodes:

@@ -428,6 +428,109 @@ def cluster_resources(cell: study.Cell) -> dict[str, Any]:
     return out
 
 
+def cluster_resource(cell: study.Cell, name: str) -> Any:
+    """One of MULTI_NODE_RESOURCES for a cell's job, None where the job has none. ``nodes``
+    is the cell's num_nodes, 1 included: the rule's function replaces the profile's
+    default-resources ``nodes: 1``, and Snakemake drops a resource whose function gives
+    None, so a one-node cell's job would have no nodes at all (cluster-generic's
+    ``--nodes={resources.nodes}`` could not be formatted)."""
+    if name == "nodes":
+        return num_nodes(cell)
+    return cluster_resources(cell).get(name)
+
+
+def executor_is_local(args: Any) -> bool | None:
+    """Whether the executor of Snakemake's parsed command line (``args``, profiles
+    included) runs the jobs on this machine: its plugin's ``local_exec``, as Snakemake
+    decides (no ``--executor``: local, or dryrun/touch). None where unknown (no command
+    line, an executor plugin that cannot be loaded)."""
+    if args is None:
+        return None
+    name = getattr(args, "executor", None)
+    if name in (None, "local", "dryrun", "touch"):
+        return True
+    try:
+        from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
+
+        return bool(ExecutorPluginRegistry().get_plugin(name).common_settings.local_exec)
+    except Exception:  # noqa: BLE001 (Snakemake says what is wrong with its plugin)
+        return None
+
+
+def check_multi_node_outside_containers(cells: Iterable[study.Cell],
+                                        in_container: Callable[[str], bool]) -> None:
+    """Refuse, in one line naming the study, a multi-node cell whose framework runs in a
+    container image (``in_container``: --use-apptainer and an image set). Its runner
+    starts each node's task with srun, and Slurm starts those tasks on the hosts, outside
+    the image, with the image's interpreter path: they would fail or run other software."""
+    for cell in cells:
+        nodes, framework = num_nodes(cell), cell.params.get("framework", "")
+        if nodes > 1 and in_container(framework):
+            raise WorkflowConfigError(
+                f"study '{cell.study}': num_nodes: {nodes} nodes cannot run in a container "
+                f"image (--use-apptainer with frameworks.{framework}.container): srun starts "
+                "each node's task on the host, outside the image; run the study without "
+                "--use-apptainer")
+
+
+def _apptainer_words(args: str) -> list[str]:
+    import shlex
+
+    try:
+        return shlex.split(args or "")
+    except ValueError as exc:
+        raise WorkflowConfigError(f"apptainer-args: {exc}: {args!r}") from None
+
+
+def apptainer_binds(args: str) -> list[tuple[str, str]]:
+    """The (source, destination) pairs Apptainer arguments bind: --bind or -B followed by
+    its value or joined to it (--bind=V, -B=V, -BV), each value a comma list of
+    src[:dst[:options]] (dst: src where not given)."""
+    words, values = _apptainer_words(args), []
+    for i, word in enumerate(words):
+        if word in ("--bind", "-B"):
+            values += words[i + 1:i + 2]
+        elif word.startswith("--bind="):
+            values.append(word[len("--bind="):])
+        elif word.startswith("-B"):
+            values.append(word[2:].removeprefix("="))
+    pairs = []
+    for spec in (s for value in values for s in value.split(",") if s):
+        src, _, rest = spec.partition(":")
+        pairs.append((src, rest.partition(":")[0] or src))
+    return pairs
+
+
+def bound_in_container(args: str, path: Path) -> bool:
+    """Whether Apptainer ``args`` already show ``path`` inside the container where it is on
+    the host: it, or a folder above it, bound to the same path."""
+    for src, dst in apptainer_binds(args):
+        if Path(src) == Path(dst) and (Path(src) == path or Path(src) in path.parents):
+            return True
+    return False
+
+
+# Apptainer options that start a container without the host's environment (--containall
+# implies --cleanenv).
+CLEAN_ENVIRONMENT = ("--cleanenv", "-e", "--containall", "-C")
+# What a cell reads from its environment: the GPUs its job was given (or the scheduler's
+# word that they were), the GPU lock folder, and its Slurm job (multi-node cells).
+CELL_ENVIRONMENT = ("CUDA_VISIBLE_DEVICES", "DLBENCH_GPU_ALLOCATION", "DLBENCH_GPU_LOCK_DIR",
+                    "SLURM_JOB_ID")
+
+
+def clean_environment_warning(args: str) -> str | None:
+    """A line saying what a cell loses where Apptainer ``args`` clear the environment
+    (--cleanenv, -e, --containall, -C); None where they do not."""
+    options = [w for w in _apptainer_words(args) if w.partition("=")[0] in CLEAN_ENVIRONMENT
+               and w.partition("=")[2].lower() not in ("false", "0")]
+    if not options:
+        return None
+    return (f"apptainer-args: {options[0]} starts each cell's container without "
+            f"{', '.join(CELL_ENVIRONMENT)}: a GPU cell may then use GPUs its job was not "
+            f"given; leave {options[0]} out")
+
+
 def datasets(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return config.get("datasets") or {}
 
@@ -455,7 +558,10 @@ def conversion_args(config: Mapping[str, Any], name: str, fmt: str) -> list[str]
     for key in ("resize", "quality", "seed", "workers", "subset"):
         if opts.get(key) is not None:
             args += [f"--{key}", str(opts[key])]
-    for key in ("center_crop", "shuffle", "encoded"):
+    # encoded is the LMDB writer's alone: ``convert:`` (both formats) may set it, and the
+    # recordio command would refuse it before --record-failure could record anything.
+    flags = ("center_crop", "shuffle", "encoded") if fmt == "lmdb" else ("center_crop", "shuffle")
+    for key in flags:
         if opts.get(key):
             args.append(f"--{key.replace('_', '-')}")
     return args

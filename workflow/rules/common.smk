@@ -148,16 +148,31 @@ def _adopt_pre_system_results():
 _adopt_pre_system_results()
 
 
-def _dry_run():
-    """Whether this run is a dry run. Snakemake tells the workflow only after it has been
-    parsed, so read Snakemake's own command line with its own parser."""
-    from snakemake.cli import get_argument_parser
+@functools.cache
+def _command_line():
+    """Snakemake's command line as its own parser reads it, its profiles' settings
+    included; None where Snakemake runs through its Python API (or the line does not
+    parse). Snakemake tells the workflow whether it is a dry run, and which executor runs
+    its jobs, only after the workflow has been parsed. The parser's own lines (the
+    profiles it uses) were printed once already: not again."""
+    import contextlib
+    import io
+
+    from snakemake.cli import parse_args
 
     try:
-        args, _ = get_argument_parser().parse_known_args(sys.argv[1:])
-    except SystemExit:
-        return False
-    return bool(getattr(args, "dryrun", False))
+        with (
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
+            return parse_args(sys.argv[1:])[1]
+    except (SystemExit, Exception):
+        return None
+
+
+def _dry_run():
+    """Whether this run is a dry run (Snakemake's command line)."""
+    return bool(getattr(_command_line(), "dryrun", False))
 
 
 def _run_again(paths, which, why=""):
@@ -312,7 +327,8 @@ def cell_job_threads(framework):
     gives the first run's rule (benchmark_<fw>), else CELL_THREADS. Snakemake applies
     set-threads by rule name, and a study's repeat rounds (benchmark_<fw>_r<k>) and the
     profiled runs (profile_<fw>) are rules of their own: they take the same, so that every
-    run of a cell asks for the same cores."""
+    run of a cell asks for the same cores. Where a cluster job is given fewer CPUs than
+    these (Slurm's --cpus-per-gpu), the launcher caps the threads at them."""
     return profile_settings(first_round_rule(framework)).threads or CELL_THREADS
 
 
@@ -371,11 +387,18 @@ def per_node_gpu_resource():
     return {"gpus_per_node": gpus_per_node_of} if cluster_run() else {}
 
 
+@functools.cache
 def cluster_run():
-    """Whether jobs go to a cluster scheduler. Snakemake has no documented way to ask; an
-    executor profile gives a job count (--jobs), which becomes workflow.nodes (a local
-    run uses --cores)."""
-    return workflow.nodes is not None
+    """Whether this run's jobs go to a cluster scheduler: the main process of a run whose
+    executor is not local (a local run may give --jobs too). A cluster job's own Snakemake
+    process, which parses this file again, is none. Through Snakemake's Python API, a run
+    with a job count and no cores (workflow.nodes) counts as one."""
+    if not workflow.is_main_process:
+        return False
+    local = support.executor_is_local(_command_line())
+    if local is None:
+        return workflow.nodes is not None
+    return not local
 
 
 def _refuse_multi_node_locally():
@@ -415,7 +438,7 @@ def _refuse_what_slurm_would():
 def _cluster_resource(name):
     @job_function
     def resource(wildcards):
-        return support.cluster_resources(cell_of(wildcards)).get(name)
+        return support.cluster_resource(cell_of(wildcards), name)
 
     return resource
 
@@ -556,12 +579,33 @@ def container_binds():
 
 def _bind_into_containers():
     """Append --bind for container_binds() to the Apptainer arguments, once (a cluster job
-    re-reads this file with the arguments its submitter already extended)."""
+    re-reads this file with the arguments its submitter already extended), and none for
+    a folder the arguments already bind where it is (support.bound_in_container)."""
     settings = workflow.deployment_settings
-    for path in container_binds():
-        option = f"--bind {shlex.quote(str(path))}"
-        if option not in settings.apptainer_args:
-            settings.apptainer_args = f"{settings.apptainer_args} {option}".strip()
+    try:
+        for path in container_binds():
+            args = settings.apptainer_args or ""
+            if not support.bound_in_container(args, path):
+                option = f"--bind {shlex.quote(str(path))}"
+                settings.apptainer_args = f"{args} {option}".strip()
+    except support.WorkflowConfigError as exc:
+        _config_error(exc)
+
+
+def _check_apptainer_args():
+    """In the main process: a multi-node cell in an image is refused, and arguments that
+    start containers without the host's environment are named (one line each)."""
+    if not workflow.is_main_process:
+        return
+    try:
+        warning = support.clean_environment_warning(
+            workflow.deployment_settings.apptainer_args or ""
+        )
+        if warning:
+            print(f"dlbench config warning: {warning}", file=sys.stderr)
+        support.check_multi_node_outside_containers(CELLS, in_container)
+    except support.WorkflowConfigError as exc:
+        _config_error(exc)
 
 
 def _declare_gpus():
@@ -596,6 +640,7 @@ def _declare_gpus():
 
 _declare_gpus()
 if uses_deployment(DeploymentMethod.APPTAINER):
+    _check_apptainer_args()
     _bind_into_containers()
 
 

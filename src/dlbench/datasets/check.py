@@ -80,6 +80,8 @@ def check_caffe_lmdb(path: Path, sample: int) -> dict[str, Any]:
                 labels.add(d.label)
                 if d.encoded and i in decode:
                     _decode(d.data, where)
+    except lmdb.Error as exc:  # a damaged page or an I/O error: no OSError
+        raise DatasetError(f"{path / 'data.mdb'}: {exc}") from None
     finally:
         env.close()
     _against_manifest(path, count)

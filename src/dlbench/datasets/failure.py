@@ -14,13 +14,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from dlbench import atomic
-from dlbench.datasets.errors import DatasetError
+from dlbench.datasets.errors import DatasetError, printable
 
 FILENAME = "preparation-error.txt"
 
 
 def record(out: str | Path, message: str) -> Path:
-    return atomic.write_text(Path(out) / FILENAME, message.strip() + "\n")
+    # printable: an OSError's file name may hold bytes that are not UTF-8.
+    return atomic.write_text(Path(out) / FILENAME, printable(message.strip()) + "\n")
 
 
 def raise_if_failed(path: str | Path) -> None:

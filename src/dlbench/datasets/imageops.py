@@ -1,4 +1,5 @@
-"""Image operations shared by the writers (Pillow only: the MXNet environment runs them too).
+"""Image operations shared by the writers (Pillow and numpy only: the MXNet environment runs
+them too).
 
 Resizing follows im2rec: an optional square center crop of the shorter side first, then
 the shorter side scaled to ``resize`` (the longer side by integer floor, as im2rec).
@@ -7,9 +8,12 @@ the shorter side scaled to ``resize`` (the longer side by integer floor, as im2r
 from __future__ import annotations
 
 import io
+import math
 import os
+import random
 from dataclasses import dataclass
 
+import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from dlbench.datasets.errors import DatasetError
@@ -31,18 +35,34 @@ class Transform:
         return bool(self.resize or self.center_crop)
 
 
+# What Pillow raises for a file that is not a (complete) image, or one whose declared size
+# is beyond Image.MAX_IMAGE_PIXELS twice over (DecompressionBombError is no OSError).
+DECODE_ERRORS = (OSError, UnidentifiedImageError, ValueError, SyntaxError,
+                 Image.DecompressionBombError)
+
+# Pillow's modes for 16-bit greyscale ("I": what older Pillow makes of a 16-bit PNG).
+_WIDE_GREY = ("I", "I;16", "I;16L", "I;16B", "I;16N")
+
+
 def load_rgb(path: str | os.PathLike) -> Image.Image:
     """Decode an image file to RGB; an unreadable file is a one-line error naming it."""
     try:
         with Image.open(path) as img:
             img.load()
-            return img.convert("RGB") if img.mode != "RGB" else img.copy()
+            return to_rgb(img) if img.mode != "RGB" else img.copy()
     except DECODE_ERRORS as exc:
         raise unreadable(path, exc) from None
 
 
-# What Pillow raises for a file that is not a (complete) image.
-DECODE_ERRORS = (OSError, UnidentifiedImageError, ValueError, SyntaxError)
+def to_rgb(img: Image.Image) -> Image.Image:
+    """``img`` as 8-bit RGB. 16-bit greyscale is scaled (value / 256), as OpenCV's imread
+    (im2rec, Caffe's convert_imageset) and torchvision's to_dtype do: Pillow's own convert
+    clips it at 255, which turns most such images white. 16-bit RGB opens as 8-bit RGB
+    already (Pillow keeps the high byte, the same scaling)."""
+    if img.mode in _WIDE_GREY:
+        wide = np.asarray(img).astype(np.int64)  # "I" is signed 32-bit
+        return Image.fromarray((np.clip(wide, 0, 65535) >> 8).astype(np.uint8)).convert("RGB")
+    return img.convert("RGB")
 
 
 def unreadable(where: str | os.PathLike, exc: BaseException) -> DatasetError:
@@ -88,3 +108,33 @@ def encode_jpeg(img: Image.Image, quality: int) -> bytes:
 def is_jpeg_file(path: str | os.PathLike) -> bool:
     with open(path, "rb") as fh:
         return fh.read(3) == JPEG_MAGIC
+
+
+# RandomResizedCrop's defaults (the ImageNet training recipe), as every reader crops.
+CROP_SCALE = (0.08, 1.0)
+CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)
+
+
+def random_resized_crop(width: int, height: int, rng: random.Random
+                        ) -> tuple[int, int, int, int]:
+    """torchvision's ``RandomResizedCrop.get_params`` as (left, top, width, height),
+    drawing from ``rng`` (one per sample: a reader's crops do not depend on which thread
+    or process decodes which sample). The PyTorch and MXNet readers both crop with it."""
+    area = width * height
+    log_ratio = (math.log(CROP_RATIO[0]), math.log(CROP_RATIO[1]))
+    for _ in range(10):
+        target = area * rng.uniform(*CROP_SCALE)
+        aspect = math.exp(rng.uniform(*log_ratio))
+        w = int(round(math.sqrt(target * aspect)))
+        h = int(round(math.sqrt(target / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            return rng.randint(0, width - w), rng.randint(0, height - h), w, h
+    # Fallback: the central crop with the aspect ratio clamped into CROP_RATIO.
+    ratio = width / height
+    if ratio < CROP_RATIO[0]:
+        w, h = width, int(round(width / CROP_RATIO[0]))
+    elif ratio > CROP_RATIO[1]:
+        w, h = int(round(height * CROP_RATIO[1])), height
+    else:
+        w, h = width, height
+    return (width - w) // 2, (height - h) // 2, w, h

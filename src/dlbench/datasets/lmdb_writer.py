@@ -26,6 +26,7 @@ from dlbench.datasets.encode_jobs import (
     options_dict,
     ordered_map,
 )
+from dlbench.datasets.errors import DatasetError
 from dlbench.datasets.imagefolder import Item, scan, write_lst
 
 MAP_SIZE = 1 << 40  # an upper bound only: the file grows with what is written
@@ -33,7 +34,9 @@ TXN_RECORDS = 1000
 
 
 def key_of(item: Item) -> bytes:
-    return f"{item.index:08d}_{item.relpath}".encode()
+    # fsencode: the name's bytes on disk, also where they are not UTF-8 (convert_imageset's
+    # keys hold the names as its list file gives them).
+    return f"{item.index:08d}_".encode() + os.fsencode(item.relpath)
 
 
 def _record(job: tuple[str, Item, bool, imageops.Transform]) -> tuple[bytes, bytes, tuple]:
@@ -68,7 +71,7 @@ def write(source: str | os.PathLike, out: str | os.PathLike, *, encoded: bool = 
             # The pool is made (forked) by the first record, before the environment is
             # opened: an open LMDB environment must not cross a fork.
             first = next(records)
-            _store(tmp, itertools.chain([first], records), shapes)
+            _store(tmp, itertools.chain([first], records), shapes, Path(out) / "data.mdb")
         sha = write_lst(listing, tmp / manifest.LIST_FILENAME)
         doc = manifest.build(
             fmt="caffe_lmdb", count=len(listing), classes=listing.classes, shapes=shapes,
@@ -81,8 +84,14 @@ def write(source: str | os.PathLike, out: str | os.PathLike, *, encoded: bool = 
 
 
 def _store(folder: Path, records: Iterator[tuple[bytes, bytes, tuple]],
-           shapes: manifest.ShapeRange) -> None:
-    env = lmdb.open(str(folder), map_size=MAP_SIZE, subdir=True, meminit=False)
+           shapes: manifest.ShapeRange, target: Path) -> None:
+    """Write the records into a new environment in ``folder``; ``target`` is the data.mdb
+    that errors name (``folder`` is a temporary name, gone when they are read)."""
+    try:
+        env = lmdb.open(str(folder), map_size=MAP_SIZE, subdir=True, meminit=False)
+    except lmdb.Error as exc:
+        raise DatasetError(f"{target}: {exc}") from None
+    txn = None
     try:
         txn = env.begin(write=True)
         for n, (key, value, shape) in enumerate(records, 1):
@@ -92,6 +101,12 @@ def _store(folder: Path, records: Iterator[tuple[bytes, bytes, tuple]],
                 txn.commit()
                 txn = env.begin(write=True)
         txn.commit()
+        txn = None
         env.sync(True)
+    except lmdb.Error as exc:
+        # A full disk or an I/O error (lmdb.Error, no OSError): one line naming the file.
+        if txn is not None:
+            txn.abort()
+        raise DatasetError(f"{target}: {exc}") from None
     finally:
         env.close()

@@ -74,6 +74,9 @@ def unpack_image_record(payload: bytes, where: str) -> ImageRecord:
         raise DatasetError(f"{where}: record shorter than an IRHeader")
     flag, label, rid, id2 = _IR_HEADER.unpack_from(payload)
     start = _IR_HEADER.size + 4 * flag
+    if len(payload) < start:  # a damaged header: its flag counts labels not there
+        raise DatasetError(f"{where}: IRHeader declares {flag} labels (flag {flag}), more "
+                           f"than its {len(payload)}-byte record holds")
     if flag:
         labels = struct.unpack_from(f"<{flag}f", payload, _IR_HEADER.size)
         label = labels[0]

@@ -17,7 +17,6 @@ Needs the ``fork`` start method (Linux's default): the ring is inherited, not pi
 from __future__ import annotations
 
 import io
-import math
 import mmap
 import multiprocessing.pool
 import os
@@ -34,7 +33,7 @@ from PIL import Image
 
 from dlbench.cellrun import CellError
 from dlbench.datasets.errors import DatasetError
-from dlbench.datasets.imageops import DECODE_ERRORS, unreadable
+from dlbench.datasets.imageops import DECODE_ERRORS, random_resized_crop, unreadable
 from dlbench.datasets.recordio_format import read_index, read_payload, unpack_image_record
 from dlbench.mxnet.data import MEAN_RGB, STD_RGB
 
@@ -47,33 +46,9 @@ except ImportError:  # Pillow decodes instead, about 1.7x slower per core
 
 NAME = "gluon"
 DECODER = "opencv" if cv2 is not None else "pillow"
-SCALE = (0.08, 1.0)  # RandomResizedCrop's defaults, as the PyTorch readers use them
-RATIO = (3.0 / 4.0, 4.0 / 3.0)
 # How long close() waits for the prefetched batches still being decoded, in all (Gluon's
 # own timeout for one batch).
 PENDING_BATCH_WAIT_S = 120.0
-
-
-def crop_box(width: int, height: int, rng: random.Random) -> tuple[int, int, int, int]:
-    """torchvision's ``RandomResizedCrop.get_params``: (left, top, width, height)."""
-    area = width * height
-    log_ratio = (math.log(RATIO[0]), math.log(RATIO[1]))
-    for _ in range(10):
-        target = area * rng.uniform(*SCALE)
-        aspect = math.exp(rng.uniform(*log_ratio))
-        w = int(round(math.sqrt(target * aspect)))
-        h = int(round(math.sqrt(target / aspect)))
-        if 0 < w <= width and 0 < h <= height:
-            return rng.randint(0, width - w), rng.randint(0, height - h), w, h
-    # Fallback: the central crop with the aspect ratio clamped into RATIO.
-    ratio = width / height
-    if ratio < RATIO[0]:
-        w, h = width, int(round(width / RATIO[0]))
-    elif ratio > RATIO[1]:
-        w, h = int(round(height * RATIO[1])), height
-    else:
-        w, h = width, height
-    return (width - w) // 2, (height - h) // 2, w, h
 
 
 def draft_factor(crop_w: int, crop_h: int, out_w: int, out_h: int) -> int:
@@ -99,7 +74,7 @@ def _decode_crop_flip_opencv(data: bytes, out_w: int, out_h: int, rng: random.Ra
     if bgr is None:
         raise unreadable(where, ValueError("OpenCV cannot decode it"))
     height, width = bgr.shape[:2]
-    left, top, w, h = crop_box(width, height, rng)
+    left, top, w, h = random_resized_crop(width, height, rng)
     # Area averaging where the crop shrinks a lot (no aliasing), bilinear otherwise.
     shrink = w >= 2 * out_w or h >= 2 * out_h
     out = cv2.resize(bgr[top:top + h, left:left + w], (out_w, out_h),
@@ -115,7 +90,7 @@ def _decode_crop_flip_pillow(data: bytes, out_w: int, out_h: int, rng: random.Ra
     try:
         with Image.open(io.BytesIO(data)) as img:
             width, height = img.size
-            left, top, w, h = crop_box(width, height, rng)
+            left, top, w, h = random_resized_crop(width, height, rng)
             scale = 1.0
             factor = draft_factor(w, h, out_w, out_h)
             if factor > 1:

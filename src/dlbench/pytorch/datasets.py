@@ -7,12 +7,18 @@ the device (``dlbench.pytorch.data.RealImages``), where they are cheapest.
 Images are decoded by ``torchvision.io.decode_image`` (libjpeg-turbo straight into a
 tensor; ``benchmarks/data_loaders.py`` measures it against Pillow's decode + crop on the
 same files). Formats it cannot decode (BMP, TIFF, PPM), and torchvision builds without
-its image extension, go through Pillow.
+its image extension, go through Pillow; so do PNGs: torchvision 0.29's PNG decoder kills the
+process with SIGSEGV on a damaged data stream (one flipped byte in an IDAT chunk) where
+Pillow raises an error (Pillow took 1.2x torchvision's time on a 500x375 PNG; JPEGs are
+unaffected).
+Decodes wider than 8 bits (16-bit PNG, 10/12-bit AVIF) are scaled to uint8, as
+``dlbench.datasets.imageops.to_rgb`` does for the writers.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import re
 import warnings
 from collections.abc import Iterator
@@ -33,14 +39,14 @@ from torchvision.transforms import RandomResizedCrop
 from torchvision.transforms.v2 import functional as F
 
 from dlbench.cellrun import CellError
-from dlbench.datasets import failure
+from dlbench.datasets import failure, imageops
 from dlbench.datasets import manifest as manifest_mod
 from dlbench.datasets.errors import DatasetError
 from dlbench.pytorch.threaded_loader import ThreadedLoader
 
 BACKENDS = ("image_folder", "caffe_lmdb")
-SCALE = [0.08, 1.0]  # RandomResizedCrop's defaults (the ImageNet training recipe)
-RATIO = [3.0 / 4.0, 4.0 / 3.0]
+SCALE = list(imageops.CROP_SCALE)  # RandomResizedCrop's defaults, as every reader crops
+RATIO = list(imageops.CROP_RATIO)
 PREFETCH_BATCHES = 4  # per worker: evens out slow images without much memory
 
 # torchvision 0.29 deprecates its image codecs in favour of TorchCodec and warns on every
@@ -63,28 +69,44 @@ DECODER = "torchvision" if _torchvision_decodes() else "pillow"
 class CropFlip:
     """RandomResizedCrop(size) + horizontal flip with probability 1/2 on a uint8 CHW tensor.
 
-    Random numbers come from torch's generator, which the DataLoader seeds per worker."""
+    Random numbers come from ``rng`` where given (the threaded loader gives each sample
+    its own, ``threaded_loader.sample_rng``), else from torch's generator, which the
+    DataLoader seeds per worker process."""
 
     def __init__(self, size: int):
         self.size = [size, size]
 
-    def __call__(self, chw: torch.Tensor) -> torch.Tensor:
-        top, left, h, w = RandomResizedCrop.get_params(chw, SCALE, RATIO)
+    def __call__(self, chw: torch.Tensor, rng: random.Random | None = None) -> torch.Tensor:
+        if rng is None:
+            top, left, h, w = RandomResizedCrop.get_params(chw, SCALE, RATIO)
+            flip = torch.rand(1).item() < 0.5
+        else:
+            left, top, w, h = imageops.random_resized_crop(chw.shape[-1], chw.shape[-2], rng)
+            flip = rng.random() < 0.5
         out = F.resized_crop(chw, top, left, h, w, self.size, antialias=True)
-        if torch.rand(1).item() < 0.5:
+        if flip:
             out = out.flip(-1)
         return out
 
 
+PNG_MAGIC = b"\x89PNG"
+
+
 def decode(data: bytes | bytearray, where: str) -> torch.Tensor:
     """Encoded image bytes to a uint8 RGB CHW tensor."""
-    if DECODER == "torchvision":
+    if DECODER == "torchvision" and not data.startswith(PNG_MAGIC):  # PNG: module docstring
         try:
             # bytearray: torch.frombuffer wants a writable buffer (it is only read).
             buf = data if isinstance(data, bytearray) else bytearray(data)
-            return decode_image(torch.frombuffer(buf, dtype=torch.uint8), mode=ImageReadMode.RGB)
+            image = decode_image(torch.frombuffer(buf, dtype=torch.uint8),
+                                 mode=ImageReadMode.RGB)
         except (RuntimeError, ValueError):
             pass  # a format it does not know, or a broken or empty file: Pillow decides
+        else:
+            # A wider decode (uint16) copied into the uint8 batch would keep its low byte.
+            if image.dtype != torch.uint8:
+                image = F.to_dtype(image, torch.uint8, scale=True)
+            return image
     return decode_with_pillow(data, where)
 
 
@@ -93,11 +115,11 @@ def decode_with_pillow(data: bytes | bytearray, where: str) -> torch.Tensor:
 
     from PIL import Image
 
-    from dlbench.datasets.imageops import DECODE_ERRORS, unreadable
+    from dlbench.datasets.imageops import DECODE_ERRORS, to_rgb, unreadable
 
     try:
         with Image.open(io.BytesIO(data)) as img:
-            rgb = np.array(img.convert("RGB"))
+            rgb = np.array(to_rgb(img))
     except DECODE_ERRORS as exc:
         raise unreadable(where, exc) from None
     return torch.from_numpy(rgb).permute(2, 0, 1)
@@ -107,14 +129,15 @@ class ImageFolderSamples(Dataset):
     """``<root>/<class>/<image>``; labels by sorted class name, as torchvision's ImageFolder.
 
     Paths and labels are numpy arrays, not lists of Python objects, so that forked workers
-    share them instead of copying pages as reference counts change."""
+    share them instead of copying pages as reference counts change. Paths are the names'
+    bytes on disk (``os.fsencode``): a name need not be UTF-8."""
 
     def __init__(self, root: str | Path, image_size: int):
         from dlbench.datasets.imagefolder import scan
 
         listing = scan(root)
         self.classes = listing.classes
-        self.paths = np.array([str(listing.path(it)).encode() for it in listing.items])
+        self.paths = np.array([os.fsencode(listing.path(it)) for it in listing.items])
         self.labels = np.array([it.label for it in listing.items], dtype=np.int64)
         self.transform = CropFlip(image_size)
 
@@ -122,14 +145,18 @@ class ImageFolderSamples(Dataset):
         return len(self.labels)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        path = self.paths[i].decode()
+        return self.load(i, None)
+
+    def load(self, i: int, rng: random.Random | None) -> tuple[torch.Tensor, int]:
+        """Sample ``i``, its crop and flip drawn from ``rng`` (None: torch's generator)."""
+        path = self.paths[i]
         try:
             with open(path, "rb") as fh:
                 data = bytearray(os.fstat(fh.fileno()).st_size)
                 fh.readinto(data)
         except OSError as exc:
-            raise DatasetError(f"{path}: cannot read ({exc.strerror})") from None
-        return self.transform(decode(data, path)), int(self.labels[i])
+            raise DatasetError(f"{os.fsdecode(path)}: cannot read ({exc.strerror})") from None
+        return self.transform(decode(data, os.fsdecode(path)), rng), int(self.labels[i])
 
 
 class CaffeLmdbSamples(Dataset):
@@ -140,17 +167,25 @@ class CaffeLmdbSamples(Dataset):
 
     def __init__(self, path: str | Path, image_size: int):
         self.path = str(Path(path).absolute())
-        self.keys, first = _lmdb_keys(self.path)
+        self.key_bytes, self.key_ends, first = _lmdb_keys(self.path)
         self.encoded = bool(first.encoded)
         self.transform = CropFlip(image_size)
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.key_ends)
+
+    def key(self, i: int) -> bytes:
+        start = int(self.key_ends[i - 1]) if i else 0
+        return self.key_bytes[start:int(self.key_ends[i])].tobytes()
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return self.load(i, None)
+
+    def load(self, i: int, rng: random.Random | None) -> tuple[torch.Tensor, int]:
+        """Sample ``i``, its crop and flip drawn from ``rng`` (None: torch's generator)."""
         from dlbench.datasets import datum
 
-        key = bytes(self.keys[i])
+        key = self.key(i)
         with lmdb_env(self.path).begin() as txn:
             value = txn.get(key)
         where = f"{self.path} key {key.decode(errors='replace')}"
@@ -159,10 +194,10 @@ class CaffeLmdbSamples(Dataset):
         d = datum.parse(value, where)
         if d.encoded:
             image = decode(d.data, where)
-            return self.transform(image), int(d.label)
+            return self.transform(image, rng), int(d.label)
         chw = torch.frombuffer(bytearray(d.data), dtype=torch.uint8)
         chw = chw.view(d.channels, d.height, d.width)
-        out = self.transform(chw)
+        out = self.transform(chw, rng)
         # Caffe stores BGR; crop and resize act per channel, so reorder the small result.
         out = out.expand(3, -1, -1) if d.channels == 1 else out.flip(0)
         return out.contiguous(), int(d.label)
@@ -197,8 +232,11 @@ def release_lmdb_envs() -> None:
         del _ENVS[path]
 
 
-def _lmdb_keys(path: str) -> tuple[np.ndarray, Any]:
-    """All keys (a numpy bytes array) and the first record, checked to be an image Datum."""
+def _lmdb_keys(path: str) -> tuple[np.ndarray, np.ndarray, Any]:
+    """All keys, concatenated (uint8) with each one's end offset (int64), and the first
+    record, checked to be an image Datum. Two flat arrays: forked workers share them as
+    they would a numpy bytes array, which would drop keys' trailing NUL bytes (its
+    fixed-width items are NUL-padded), and keys of other writers may end in NUL."""
     from dlbench.datasets import datum
 
     if not (Path(path) / "data.mdb").is_file():
@@ -208,7 +246,8 @@ def _lmdb_keys(path: str) -> tuple[np.ndarray, Any]:
         if not keys:
             raise DatasetError(f"{path}: empty LMDB")
         first = datum.parse(txn.get(keys[0]), f"{path} key {keys[0].decode(errors='replace')}")
-    return np.array(keys), first
+    ends = np.cumsum([len(k) for k in keys], dtype=np.int64)
+    return np.frombuffer(b"".join(keys), dtype=np.uint8), ends, first
 
 
 class _Loader(DataLoader):
@@ -323,7 +362,8 @@ def make_loader(data_dir: str | Path, backend: str, *, batch_size: int, image_si
                 else SequentialSampler(dataset)
         loader = ThreadedLoader(dataset, sampler=sampler, batch_size=batch_size,
                                 threads=num_workers, drop_last=drop_last,
-                                sample_shape=(3, image_size, image_size), pin_memory=pin_memory)
+                                sample_shape=(3, image_size, image_size), pin_memory=pin_memory,
+                                seed=seed)
         return loader, manifest
     options = {"persistent_workers": True, "prefetch_factor": PREFETCH_BATCHES} \
         if num_workers > 0 else {}
