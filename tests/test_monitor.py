@@ -66,7 +66,7 @@ def test_samples_rss_and_cpu_of_the_process_and_its_children():
 
 def test_energy_on_this_host_is_measured_or_marked_not_available():
     """Never a zero: positive joules where RAPL is readable, else null with the reason."""
-    mon = monitor.ResourceMonitor(20, gpus=[0])
+    mon = monitor.ResourceMonitor(20)
     with mon:
         busy(0.3)
     s = mon.summary(items=64)
@@ -75,11 +75,28 @@ def test_energy_on_this_host_is_measured_or_marked_not_available():
         assert "host:rapl" in s["energy_sources"]
     else:
         assert s["energy_j"] is None and s["samples_per_joule"] is None
-        assert s["energy_note"] == ("not available on this host: no NVML GPU and "
-                                    "no readable RAPL counters")
+        assert s["energy_note"] == ("not available on this host: no GPU sampled (CPU cell) "
+                                    "and no readable RAPL counters")
         assert s["power_mean_w"] is None and s["power_max_w"] is None
-    if not s["gpus"]:
-        assert any(n.startswith("GPUs: NVML unavailable") for n in s["notes"])
+
+
+GPU_ENERGY_MISSING = ("not available on this host: no NVML GPU (the host's RAPL energy "
+                      "alone would leave the GPUs out)")
+
+
+def test_a_gpu_cell_without_its_gpus_energy_has_none_even_with_rapl(tmp_path):
+    """The host's RAPL joules alone are no GPU cell's energy: its samples per joule would
+    be several times too high (a powercap tree in sysfs's layout; no NVML here)."""
+    powercap_tree(tmp_path, {"intel-rapl:0": ("package-0", 1_000_000, 2**32)})
+    mon = monitor.ResourceMonitor(20, gpus=[0], powercap_root=tmp_path)
+    assert mon.rapl
+    with mon:
+        busy(0.1)
+        set_energy(tmp_path, "intel-rapl:0", 31_000_000)  # 30 J of the host's
+    s = mon.summary(items=64)
+    assert (s["energy_j"], s["samples_per_joule"], s["power_mean_w"]) == (None, None, None)
+    assert s["energy_note"] == GPU_ENERGY_MISSING
+    assert any(n.startswith("GPUs: NVML unavailable") for n in s["notes"])
 
 
 def test_cpu_cell_without_counters_says_why():
@@ -369,9 +386,7 @@ def test_unknown_gpu_id_is_noted_and_nvml_released_with_an_nvml_test_double():
     assert mon.notes == ["GPUs: NVML unavailable (Not Found)"]
     with mon:
         pass
-    if not monitor.Rapl():
-        assert mon.summary(items=1)["energy_note"] == (
-            "not available on this host: no NVML GPU and no readable RAPL counters")
+    assert mon.summary(items=1)["energy_note"] == GPU_ENERGY_MISSING
 
 
 def test_disabled_monitor_records_that_it_was_off(tmp_path):
@@ -466,3 +481,15 @@ def test_a_tree_never_reads_more_cpu_than_the_machine_has():
     tree._refreshed_at = float("inf")  # no refresh of the children in this sample
     assert tree.sample(0.0) == (2, tree.capacity, 2)
     assert tree.capacity == 100.0 * psutil.cpu_count()
+
+
+def test_the_hosts_peak_power_is_over_a_tenth_of_a_second_at_least():
+    """RAPL's counter moves in steps: a stop() reading 2 ms after the last sample made a
+    step a spike (450 W of a steady 300 W host); its power is over intervals of 0.1 s at
+    least, as a GPU's counter's, each sample taking its interval's."""
+    mon = monitor.ResourceMonitor(0)
+    mon._columns = {"t_s": [0.0, 0.5, 1.0, 1.002],
+                    "host_energy_j": [0.0, 150.0, 299.7, 300.6]}
+    assert mon._peak_power(False) == pytest.approx((300.6 - 150.0) / 0.502)  # 300 W
+    mon._columns = {"t_s": [0.0, 0.5, 1.0, 1.5], "host_energy_j": [0.0, 100.0, None, 400.0]}
+    assert mon._peak_power(False) == pytest.approx(300.0)  # a gap bridged

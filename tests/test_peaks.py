@@ -30,7 +30,9 @@ DEVICE_NAMES = {
 UNKNOWN_NAMES = ["NVIDIA GeForce RTX 4090", "Tesla V100-SXM2-16GB", "", None, "cpu",
                  "NVIDIA GH200 480GB", "NVIDIA GB200", "NVIDIA L40", "NVIDIA A100X",
                  "NVIDIA A800 80GB PCIe", "NVIDIA A100", "AMD Instinct MI300A",
-                 "AMD Instinct MI308X", "AMD Instinct MI250"]
+                 "AMD Instinct MI308X", "AMD Instinct MI250",
+                 # a MIG instance has a share of its GPU: the GPU's peaks are not its own
+                 "NVIDIA A100-SXM4-80GB MIG 1g.10gb", "NVIDIA H100 80GB HBM3 MIG 3g.40gb"]
 
 
 def gpu_model(names):
@@ -87,7 +89,7 @@ def test_gpu_model_column_of_mixed_models_is_none(names):
     ("NVIDIA H200", "float8", 1978.9),
     ("NVIDIA L40S", "float16", 362.05),
     ("AMD Instinct MI300X", "float8", 2614.9),
-    ("AMD Instinct MI250X", "float64", 95.7),
+    ("AMD Instinct MI250X", "float64", 47.85),  # one GCD, a device of ROCm's
     ("AMD Instinct MI250X", "tf32", None),
     ("NVIDIA L40S", "float64", None),
     ("NVIDIA A100-SXM4-80GB", "float8", None),
@@ -101,7 +103,7 @@ def test_peak_tflops(name, precision, expected):
 @pytest.mark.parametrize(("name", "expected"), [
     ("NVIDIA A100-PCIE-40GB", 1555), ("NVIDIA A100 80GB PCIe", 1935),
     ("NVIDIA A100-SXM4-80GB", 2039), ("NVIDIA H100 80GB HBM3", 3350),
-    ("NVIDIA H100 PCIe", 2000), ("NVIDIA H200", 4800), ("AMD Instinct MI250X", 3276.8),
+    ("NVIDIA H100 PCIe", 2000), ("NVIDIA H200", 4800), ("AMD Instinct MI250X", 1638.4),
     ("AMD Instinct MI300X", 5300), ("NVIDIA L40S", 864),
 ])
 def test_peak_bandwidth(name, expected):
@@ -210,3 +212,21 @@ def test_an_unreadable_table_names_the_file(tmp_path):
     assert "\n" not in str(caught.value)
     with pytest.raises(peaks.PeakTableError, match="missing.yaml"):
         peaks.table(tmp_path / "missing.yaml")
+
+
+def test_a_cells_gpu_is_the_one_it_ran_on_not_the_machines_list():
+    """On a node of two GPU models the table's gpu_model is the cell's own device (its
+    runner's device_name), whose peaks its efficiency is judged by; a cell whose runner
+    names none has the machine's models, which name no one device."""
+    from dlbench import aggregate
+
+    env = {"gpu_models": ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"],
+           "device_name": "NVIDIA H100 80GB HBM3"}
+    assert aggregate.gpu_model(env, {"device": "gpu"}) == "NVIDIA H100 80GB HBM3"
+    assert peaks.lookup(aggregate.gpu_model(env, {"device": "gpu"})).model == \
+        "NVIDIA H100 SXM5 80GB"
+    machine = aggregate.gpu_model({**env, "device_name": None}, {"device": "gpu"})
+    assert machine == "NVIDIA A100-SXM4-80GB, NVIDIA H100 80GB HBM3"
+    assert peaks.lookup(machine) is None
+    mig = {**env, "device_name": "NVIDIA H100 80GB HBM3 MIG 1g.10gb"}
+    assert peaks.lookup(aggregate.gpu_model(mig, {"device": "gpu"})) is None

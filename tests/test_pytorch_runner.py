@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import os
 
 import pytest
 import torch
@@ -66,6 +67,19 @@ def test_data_parallel_cell_on_two_cpu_processes(tmp_path):
     assert res["cell"]["num_gpus"] == 2
     one = paradnn.fc_bytes(*shape.values(), batch=4, element_size=4, training=True)
     assert m["bytes_per_iteration"] == 2 * one  # was the weights once and the batch of 8
+    # The host's memory and CPU of both processes, torchrun's agent with them (rank 0's
+    # alone was half the cell's), wherever the window saw the tree.
+    host = res["extra"]["monitor"]["host"]
+    if host:
+        assert host["processes_max"] >= 3
+
+
+def test_a_data_parallel_ranks_monitor_sums_every_rank_on_its_node(monkeypatch):
+    from dlbench.pytorch import runner
+
+    assert runner.monitored_process({"LOCAL_WORLD_SIZE": "4"}) == os.getppid()
+    assert runner.monitored_process({"LOCAL_WORLD_SIZE": "1"}) is None
+    assert runner.monitored_process({}) is None
 
 
 def test_gpu_cell_without_cuda_fails_in_one_line(tmp_path):

@@ -205,13 +205,22 @@ def monitor_values(extra: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def gpu_model(env: dict[str, Any], cell: dict[str, Any]) -> str | None:
+    """The GPU a cell ran on, as its runner's framework named it (``device_name``: a MIG
+    instance says so), else the machine's GPU models joined with ", " (NVML's list, of a
+    node whose GPUs may differ). Efficiency columns take their peaks from it."""
+    name = env.get("device_name")
+    if cell.get("device") == "gpu" and isinstance(name, str) and name:
+        return name
+    return ", ".join(sorted(set(env.get("gpu_models") or []))) or None
+
+
 def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
     cell = res.get("cell", {})
     kind = kinds.of_result(res["kind"])
     if kind is not None:  # a result older than some axes: those at their defaults
         cell = axes.with_later_axes(kind.name, cell)
     env = res.get("environment", {})
-    gpus = env.get("gpu_models") or []
     base: dict[str, Any] = {
         # The folder names the system (a tree copied in from elsewhere may be relabelled).
         "system": systems.system_of(Path(source)) or res.get("system"),
@@ -225,7 +234,7 @@ def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
         "started_at": res.get("started_at"),
         "finished_at": res.get("finished_at"),
         **{name: env.get(name) for name, _ in ENV_COLUMNS},
-        "gpu_model": ", ".join(sorted(set(gpus))) or None,
+        "gpu_model": gpu_model(env, cell),
         # The ISA features as one comma-separated string: easy to filter on in a table.
         "cpu_features": ",".join(env.get("cpu_features") or []) or None,
         "precision_native": (res.get("extra") or {}).get("precision_native"),

@@ -528,10 +528,16 @@ class ResourceMonitor:
         if gpus_counted:
             parts.append(sum(gpu_energies))
             sources += sorted({f"gpu:{g['energy_method']}" for g in out["gpus"]})
-        elif gpu_energies:
-            missing.append("a sampled GPU reports neither energy nor power")
-        elif self.requested_gpus:
-            missing.append("no NVML GPU")
+        elif gpu_energies or self.requested_gpus:
+            # A GPU cell's energy without its GPUs' is no energy of the cell: the host's
+            # RAPL alone would make its samples per joule several times too high.
+            why = ("a sampled GPU reports neither energy nor power" if gpu_energies
+                   else "no NVML GPU")
+            return {"energy_j": None, "energy_sources": [],
+                    "energy_note": f"not available on this host: {why} (the host's RAPL "
+                                   "energy alone would leave the GPUs out)",
+                    "power_mean_w": None, "power_max_w": None,
+                    "items": items, "samples_per_joule": None}
         if self._rapl_j is not None:
             parts.append(self._rapl_j)
             sources.append("host:rapl")
@@ -569,14 +575,15 @@ class ResourceMonitor:
                     totals[k] += v or 0.0
         host = cols.get("host_energy_j")
         if host:
-            last = (t[0], host[0]) if host[0] is not None else None
-            for k in range(1, len(t)):
-                if host[k] is None:
-                    continue
-                # power over the interval since the last good reading: a gap is bridged
-                if last is not None and t[k] > last[0]:
-                    totals[k] += (host[k] - last[1]) / (t[k] - last[0])
-                last = (t[k], host[k])
+            # The host's power over intervals of SHORTEST_POWER_INTERVAL_S at least, as a
+            # GPU's (RAPL moves in steps too: a stop() reading 2 ms after the last sample
+            # made one step a spike); each sample takes the power of the interval it is
+            # in, a gap between good readings bridged.
+            power = _interval_power(t, [None if h is None else h * 1000.0 for h in host])
+            following = None
+            for k in range(len(t) - 1, 0, -1):
+                following = power[k] if power[k] is not None else following
+                totals[k] += following or 0.0
             totals = totals[1:]  # the first sample has no interval behind it
         return max(totals) if totals and any(totals) else None
 

@@ -86,8 +86,13 @@ def peak_bandwidth_gbps(device_name: str | None) -> float | None:
     return None if peaks is None else peaks.memory_bandwidth_gbps
 
 
+# A MIG instance ("NVIDIA A100-SXM4-80GB MIG 1g.10gb", as CUDA names it) has a share of
+# its GPU's SMs and memory bandwidth: the whole GPU's peaks would be several times its own.
+_MIG = re.compile(r"\bMIG\b")
+
+
 def _match(name: str) -> DevicePeaks | None:
-    if not name:
+    if not name or _MIG.search(name):
         return None
     # First match wins: the file puts the more specific entries first.
     for peaks, patterns in _entries(TABLE_PATH):

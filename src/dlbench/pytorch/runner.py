@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,12 +70,26 @@ def phase_hooks(args: argparse.Namespace, device: Any,
     if rank != 0:
         return None, []
     mon = monitor.ResourceMonitor(args.monitor_interval_ms,
-                                  gpus=monitored_gpus(device, args.num_gpus))
+                                  gpus=monitored_gpus(device, args.num_gpus),
+                                  pid=monitored_process())
     hooks: list[Any] = [mon]
     if args.torch_profile_dir:
         hooks.append(torch_profiler.TorchProfilerHook(
             args.torch_profile_dir, *args.torch_profile_schedule, device_type=device.type))
     return mon, hooks
+
+
+def monitored_process(environ: Mapping[str, str] | None = None) -> int | None:
+    """The root of the processes whose memory and CPU the monitor sums: this process (its
+    loader workers with it), or, in a data-parallel cell of several processes on this
+    node, torchrun's agent, whose children are every rank's process: rank 0's siblings
+    are no descendants of its own, and would be left out."""
+    environ = os.environ if environ is None else environ
+    try:
+        local_ranks = int(environ.get("LOCAL_WORLD_SIZE", "1"))
+    except ValueError:
+        local_ranks = 1
+    return os.getppid() if local_ranks > 1 else None
 
 
 def monitored_gpus(device: Any, count: int) -> list[int | str]:
