@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from dlbench import launch
+from dlbench import cpu, launch
 from dlbench import workflow_support as support
 
 REPO = Path(__file__).resolve().parents[1]
@@ -142,7 +142,7 @@ def test_a_jobs_thread_counts_are_capped_at_the_cpus_it_may_use():
     environ = {"OMP_NUM_THREADS": "16", "MKL_NUM_THREADS": "4", "OPENBLAS_NUM_THREADS": "x"}
     assert launch.thread_caps(environ, cpus=8) == {"OMP_NUM_THREADS": "8"}
     assert launch.thread_caps(environ, cpus=16) == {}
-    assert launch.usable_cpus() == len(os.sched_getaffinity(0))
+    assert cpu.usable_cpus() == len(os.sched_getaffinity(0))
 
 
 def test_a_multi_node_cell_in_a_container_image_is_refused_and_cleanenv_named(tmp_path):

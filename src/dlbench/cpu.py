@@ -220,3 +220,12 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def usable_cpus() -> int:
+    """Processors this process may run on: its affinity mask (a Slurm job's cpuset,
+    taskset), what ``omp_get_num_procs`` counts; ``os.cpu_count()`` where there is none."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity call on this platform
+        return os.cpu_count() or 1

@@ -34,7 +34,18 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from dlbench import atomic, axes, environment, gpus, kinds, oom_kills, staging, subproc, systems
+from dlbench import (
+    atomic,
+    axes,
+    cpu,
+    environment,
+    gpus,
+    kinds,
+    oom_kills,
+    staging,
+    subproc,
+    systems,
+)
 from dlbench import result as R
 
 
@@ -172,14 +183,6 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS
                     "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity: a Slurm job's cpuset, taskset)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):  # no affinity on this platform
-        return os.cpu_count() or 1
-
-
 def thread_caps(environ: Mapping[str, str] | None = None,
                 cpus: int | None = None) -> dict[str, str]:
     """The thread counts of ``environ`` capped at the CPUs this job may use. A cluster job
@@ -187,7 +190,7 @@ def thread_caps(environ: Mapping[str, str] | None = None,
     Snakemake sets these to the rule's threads: 16 threads on 8 CPUs would time a CPU
     side twice oversubscribed. A count within the CPUs, or not a count, is left alone."""
     environ = os.environ if environ is None else environ
-    cpus = usable_cpus() if cpus is None else cpus
+    cpus = cpu.usable_cpus() if cpus is None else cpus
     caps = {}
     for name in THREAD_VARIABLES:
         value = environ.get(name, "")

@@ -20,8 +20,9 @@ import numpy as np
 from mxnet import gluon
 
 from dlbench.cellrun import CellError
+from dlbench.cpu import usable_cpus
 from dlbench.datasets import failure
-from dlbench.mxnet.reader_choice import READERS, native_thread_cap, usable_cpus
+from dlbench.mxnet.reader_choice import READERS, native_thread_cap
 
 # ImageNet channel statistics on the 0..255 scale (the usual ImageRecordIter settings).
 MEAN_RGB = (123.68, 116.779, 103.939)

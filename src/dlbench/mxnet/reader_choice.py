@@ -9,9 +9,8 @@ gluon reader, whose worker processes are not capped.
 
 from __future__ import annotations
 
-import os
-
 from dlbench.cellrun import CellError
+from dlbench.cpu import usable_cpus
 
 READERS = ("native", "gluon")
 CHOICES = ("auto", *READERS)
@@ -20,15 +19,6 @@ CHOICES = ("auto", *READERS)
 def native_thread_cap(cpus: int) -> int:
     """The decoding threads ImageRecordIter really starts on ``cpus`` processors at most."""
     return max(cpus // 2 - 1, 1)
-
-
-def usable_cpus() -> int:
-    """Processors this process may run on: what ``omp_get_num_procs`` counts (the affinity
-    mask, which equals ``os.cpu_count()`` unless the process is pinned)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity call on this platform
-        return os.cpu_count() or 1
 
 
 def choose_reader(requested: str, threads: int, cpus: int | None = None) -> str:
