@@ -1,5 +1,6 @@
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -150,3 +151,32 @@ def test_integer_columns_stay_integers_in_the_csv_when_cell_kinds_mix(tmp_path):
     rows = pd.read_csv(csv, dtype=str, keep_default_na=False).set_index("cell_id")
     assert rows.loc["m", "batch_size"] == "8" and rows.loc["o", "batch_size"] == ""
     assert rows.loc["m", "iterations"] == "2" and rows.loc["m", "repeat"] == "0"
+
+
+def test_energy_sources_are_a_column_sorted_and_joined_null_where_nothing_was_counted(
+        tmp_path):
+    """What a cell's energy counts is in the table: the monitor's list sorted and joined
+    by "+", null where nothing was counted or where the result predates the key; a value
+    of another shape is a failed row naming the field."""
+    def with_monitor(name, **monitor):
+        path = write_cell(tmp_path / f"{name}.json")
+        res = R.read(path)
+        res["extra"]["monitor"] = {"energy_j": 10.0 if monitor.get("energy_sources") else None,
+                                   **monitor}
+        R.write(res, path)
+        return path
+
+    files = [with_monitor("both", energy_sources=["host:rapl", "gpu:nvml_total_energy"]),
+             with_monitor("gpus", energy_sources=["gpu:nvml_total_energy"]),
+             with_monitor("none", energy_sources=[]),
+             with_monitor("older"),  # a result from before energy_sources
+             with_monitor("bad", energy_sources="host:rapl")]
+    aggregate.write(files, tmp_path / "t.parquet", move_invalid=False)
+    table = pq.read_table(tmp_path / "t.parquet")
+    assert table.schema.field("energy_sources").type == "string"
+    rows = {Path(r["source"]).stem: r for r in table.to_pylist()}
+    assert rows["both"]["energy_sources"] == "gpu:nvml_total_energy+host:rapl"
+    assert rows["gpus"]["energy_sources"] == "gpu:nvml_total_energy"
+    assert rows["none"]["energy_sources"] is None and rows["older"]["energy_sources"] is None
+    assert rows["bad"]["status"] == "failed"
+    assert "field extra.monitor.energy_sources: expected a list" in rows["bad"]["error"]

@@ -621,3 +621,85 @@ def test_sides_with_no_cell_in_common_name_the_setting_that_differs(tmp_path):
     with pytest.raises(InputError) as info:
         compare_sides(Side("BASE", "a", base), Side("NEW", "b", new))
     assert str(info.value).endswith(": the sides differ in num_warmup_batches (1 vs 2)")
+
+
+def _with_energy(path, sources, samples_per_joule):
+    """The result at ``path`` with a monitor summary whose energy counts ``sources``."""
+    res = R.read(path)
+    res["extra"]["monitor"] = {"energy_j": 100.0, "energy_sources": sources,
+                               "samples_per_joule": samples_per_joule}
+    R.write(res, path)
+    return path
+
+
+GPU_AND_RAPL = ["gpu:nvml_total_energy", "host:rapl"]
+GPU_ONLY = ["gpu:nvml_total_energy"]
+
+
+def test_energy_of_sides_that_counted_different_sources_has_no_ratio_and_says_why(tmp_path):
+    """BASE counted its GPUs and the host's RAPL, NEW (RAPL unreadable without root) its
+    GPUs only: NEW read 1.5x the samples per joule, an energy ratio of 0.67 that was the
+    missing host energy, not efficiency. No ratio, and the note names both sides' sources;
+    a cell whose sides counted the same keeps its ratio and has no note."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    _with_energy(write_result(a, "sysA", model_cell(), noisy(0.1, seed=1)), GPU_AND_RAPL, 2.0)
+    _with_energy(write_result(b, "sysB", model_cell(), noisy(0.1, seed=2)), GPU_ONLY, 3.0)
+    _with_energy(write_result(a, "sysA", model_cell("alexnet"), noisy(0.1, seed=3)),
+                 GPU_AND_RAPL, 2.0)
+    _with_energy(write_result(b, "sysB", model_cell("alexnet"), noisy(0.1, seed=4)),
+                 list(reversed(GPU_AND_RAPL)), 4.0)
+    out = tmp_path / "out"
+    main([str(a), str(b), "--out", str(out), "--fail-on", "none"])
+    comparison = compare(str(a), str(b))
+    row = verdict_of(comparison)
+    assert np.isnan(row.energy_per_sample_ratio)
+    assert np.isnan(row.energy_ci_low) and np.isnan(row.energy_ci_high)
+    assert row.note == ("energy not compared: BASE counted gpu:nvml_total_energy+host:rapl, "
+                        "NEW counted gpu:nvml_total_energy")
+    assert row.verdict == "same"  # the throughput verdict stands
+    same = verdict_of(comparison, "alexnet")
+    assert same.energy_per_sample_ratio == pytest.approx(0.5) and not isinstance(same.note, str)
+    written = pq.read_table(out / "compare.parquet").to_pandas().set_index("model")
+    assert pd.isna(written.loc["resnet18", "energy_per_sample_ratio"])
+    assert "energy not compared" in written.loc["resnet18", "note"]
+
+
+def test_an_older_table_without_energy_sources_compares_energy_as_before(tmp_path):
+    """A BASE table written before the energy_sources column: what its energy counted is
+    unknown, so its energy is compared as it was (the ratio and no note), against a NEW
+    that records its sources."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    _with_energy(write_result(a, "sysA", model_cell(), noisy(0.1, seed=1)), GPU_AND_RAPL, 2.0)
+    _with_energy(write_result(b, "sysB", model_cell(), noisy(0.1, seed=2)), GPU_ONLY, 4.0)
+    table = aggregate.build_table(sorted(a.glob("*/*/cells/*.json")))
+    old = tmp_path / "old.parquet"
+    pq.write_table(table.drop_columns(["energy_sources"]), old)
+    row = verdict_of(compare(str(old), str(b)))
+    assert row.energy_per_sample_ratio == pytest.approx(0.5)
+    assert not isinstance(row.note, str)
+
+
+def test_energy_of_a_side_with_unrecorded_or_mixed_sources_has_no_ratio():
+    """A side whose rows have energy but no sources (its table has the column), and a side
+    whose repeats counted differently (RAPL readable in one run only), have no one energy
+    figure to set against the other side's."""
+    from dlbench.compare import Side, compare_sides
+
+    def side(system, sources):
+        frame = _side_of([0.1] * len(sources), system, spread=0.0)
+        return frame.assign(samples_per_joule=2.0, energy_sources=sources)
+
+    unrecorded = verdict_of(compare_sides(Side("BASE", "a", side("a", [None])),
+                                          Side("NEW", "b", side("b", ["gpu:nvml_total_energy"]))))
+    assert np.isnan(unrecorded.energy_per_sample_ratio)
+    assert unrecorded.note == ("energy not compared: BASE's sources not recorded, "
+                               "NEW counted gpu:nvml_total_energy")
+    mixed = ["gpu:nvml_total_energy+host:rapl", "gpu:nvml_total_energy"]
+    runs = verdict_of(compare_sides(Side("BASE", "a", side("a", mixed)),
+                                    Side("NEW", "b", side("b", mixed))))
+    assert np.isnan(runs.energy_per_sample_ratio)
+    assert runs.note.startswith("energy not compared: BASE's runs counted gpu:nvml_total_energy "
+                                "or gpu:nvml_total_energy+host:rapl, NEW's runs counted")
+    alike = verdict_of(compare_sides(Side("BASE", "a", side("a", mixed[:1] * 2)),
+                                     Side("NEW", "b", side("b", mixed[:1] * 3))))
+    assert alike.energy_per_sample_ratio == pytest.approx(1.0)

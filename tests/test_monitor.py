@@ -188,8 +188,20 @@ def test_a_failed_reading_leaves_a_gap_and_sampling_goes_on(tmp_path):
     assert s["power_max_w"] > 0
 
 
+# NVML's return codes (nvml.h's nvmlReturn_t), as pynvml names them
+NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, TIMEOUT, GPU_IS_LOST, UNKNOWN = 3, 4, 6, 10, 15, 999
+
+
 class FakeNvmlError(Exception):
-    pass
+    """pynvml's NVMLError: ``value`` is NVML's return code, the text its description."""
+
+    TEXT = {NOT_SUPPORTED: "Not Supported", NO_PERMISSION: "Insufficient Permissions",
+            NOT_FOUND: "Not Found", TIMEOUT: "Timeout", GPU_IS_LOST: "GPU is lost",
+            UNKNOWN: "Unknown Error"}
+
+    def __init__(self, value):
+        super().__init__(self.TEXT[value])
+        self.value = value
 
 
 class FakeNvml:
@@ -199,6 +211,9 @@ class FakeNvml:
     NVMLError = FakeNvmlError
     NVML_CLOCK_SM = 1
     NVML_TEMPERATURE_GPU = 0
+    NVML_ERROR_NOT_SUPPORTED = NOT_SUPPORTED
+    NVML_ERROR_NO_PERMISSION = NO_PERMISSION
+    NVML_ERROR_FUNCTION_NOT_FOUND = 13
 
     WATTS = 600.0  # what GPU 0's energy counter draws; its power reading lags at 200 W
 
@@ -220,7 +235,7 @@ class FakeNvml:
 
     def nvmlDeviceGetHandleByUUID(self, uuid):
         if uuid != "GPU-1111":
-            raise FakeNvmlError("Not Found")
+            raise FakeNvmlError(NOT_FOUND)
         return 1
 
     def nvmlDeviceGetName(self, h):
@@ -235,7 +250,7 @@ class FakeNvml:
     def nvmlDeviceGetUtilizationRates(self, h):
         self._count(f"util{h}")
         if h == 1:
-            raise FakeNvmlError("Not Supported")
+            raise FakeNvmlError(NOT_SUPPORTED)
         return type("Utilization", (), {"gpu": 87, "memory": 40})()
 
     def nvmlDeviceGetMemoryInfo(self, h):
@@ -250,7 +265,7 @@ class FakeNvml:
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h):
         if h == 1:
-            raise FakeNvmlError("Not Supported")
+            raise FakeNvmlError(NOT_SUPPORTED)
         return int(1_000_000 + self.WATTS * (time.perf_counter() - self.born) * 1000)  # mJ
 
 
@@ -305,7 +320,7 @@ class ThrottledNvml(FakeNvml):
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h):
         if h == 1:
-            raise FakeNvmlError("Not Supported")
+            raise FakeNvmlError(NOT_SUPPORTED)
         self.reads += 1
         if self.reads == 3:
             return 0x4 | 0x40  # power cap and hardware thermal slowdown at once
@@ -313,7 +328,7 @@ class ThrottledNvml(FakeNvml):
 
     def nvmlDeviceGetEnforcedPowerLimit(self, h):
         if h == 1:
-            raise FakeNvmlError("Not Supported")
+            raise FakeNvmlError(NOT_SUPPORTED)
         return 500_000  # mW: a 700 W board capped at 500 W
 
     def nvmlDeviceGetPowerManagementDefaultLimit(self, h):
@@ -351,6 +366,204 @@ def test_clocks_held_back_and_the_settings_a_gpu_ran_under_with_an_nvml_test_dou
     assert s["gpu_power_limit_w"] == 500.0
     assert s["gpu_clocks_held_back"] == pytest.approx(capped)
     assert s["gpu_clock_reasons"] == gpu0["clocks"]["text"]
+    mon.close()
+
+
+class FailingNvml(FakeNvml):
+    """FakeNvml whose readings fail as ``failing`` says: {(reading, GPU): a function of the
+    call's number (1 = the first) giving the exception to raise, or None}. ``calls_of``
+    counts each reading's calls per GPU."""
+
+    def __init__(self, failing):
+        super().__init__()
+        self.failing = failing
+        self.calls_of = {}
+
+    def _reading(self, name, h, read):
+        n = self.calls_of[(name, h)] = self.calls_of.get((name, h), 0) + 1
+        error = self.failing.get((name, h), lambda n: None)(n)
+        if error is not None:
+            raise error
+        return read()
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return self._reading("power", h, lambda: super(FailingNvml, self).nvmlDeviceGetPowerUsage(h))
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        return self._reading("energy", h, lambda: super(
+            FailingNvml, self).nvmlDeviceGetTotalEnergyConsumption(h))
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return self._reading("utilization", h, lambda: super(
+            FailingNvml, self).nvmlDeviceGetUtilizationRates(h))
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return self._reading("memory", h, lambda: super(FailingNvml, self).nvmlDeviceGetMemoryInfo(h))
+
+    def nvmlDeviceGetClockInfo(self, h, clock):
+        return self._reading("clock", h, lambda: super(
+            FailingNvml, self).nvmlDeviceGetClockInfo(h, clock))
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        return self._reading("temperature", h, lambda: super(
+            FailingNvml, self).nvmlDeviceGetTemperature(h, sensor))
+
+
+def once(call, code=UNKNOWN):
+    """Fail the ``call``-th call only, with ``code``."""
+    return lambda n: FakeNvmlError(code) if n == call else None
+
+
+def sampled_until(nvml, gpus, reading, calls):
+    """A monitor of ``gpus`` every 10 ms until the test double had ``calls`` calls of
+    ``reading`` on GPU 0 (a count of samples, not a time), and its summary."""
+    mon = monitor.ResourceMonitor(10, gpus=gpus, nvml=nvml, powercap_root=Path("/nonexistent"))
+    with mon:
+        deadline = time.monotonic() + 30
+        while nvml.calls_of.get((reading, 0), 0) < calls and time.monotonic() < deadline:
+            time.sleep(0.005)
+    return mon, mon.summary(items=100)
+
+
+def test_one_failed_nvml_reading_is_missing_from_that_sample_only_with_an_nvml_test_double():
+    """NVML answered Unknown once (as it can under heavy load): GPU 0's energy counter and
+    GPU 1's power reading lack that sample and no other, and neither GPU loses its energy.
+    Before, each was not asked again, so the GPU without a counter had no energy and the
+    cell none. NVML is a test double: its errors carry pynvml's codes, not a driver's."""
+    nvml = FailingNvml({("energy", 0): once(3), ("power", 1): once(3)})
+    mon, s = sampled_until(nvml, [0, "GPU-1111"], "power", 8)
+    series, t = mon.series(), mon.series()["t_s"]
+    count = len(t)
+    assert count >= 8
+    assert [k for k, v in enumerate(series["gpu0_energy_mj"]) if v is None] == [2]
+    assert [k for k, v in enumerate(series["gpu1_power_w"]) if v is None] == [2]
+    gpu0, gpu1 = s["gpus"]
+    counter = series["gpu0_energy_mj"]
+    assert gpu0["energy_method"] == "nvml_total_energy"
+    assert gpu0["energy_j"] == pytest.approx((counter[-1] - counter[0]) / 1000)
+    assert gpu1["energy_method"] == "integrated_power"
+    assert gpu1["energy_j"] == pytest.approx(300 * (t[-1] - t[0]))
+    assert s["energy_j"] == pytest.approx(gpu0["energy_j"] + gpu1["energy_j"])
+    assert s["energy_note"] == "partial: no readable RAPL counters"
+    assert s["notes"] == [  # not GPU 1's counter and utilisation: never supported there
+        f"GPU 0 energy_mj: 1 of {count} samples missing (FakeNvmlError: Unknown Error)",
+        f"GPU GPU-1111 power_w: 1 of {count} samples missing (FakeNvmlError: Unknown Error)"]
+    mon.close()
+
+
+def test_a_failed_first_counter_reading_neither_loses_nor_invents_energy():
+    """The counter unread at the phase's start: the energy is the counter's difference
+    between its first and last good readings, and the note says what it leaves out. Before,
+    the GPU's lagging 200 W power reading was integrated instead (a third of the 600 W it
+    drew). NVML is a test double: what it draws is a formula of time."""
+    nvml = FailingNvml({("energy", 0): once(1, TIMEOUT)})
+    mon, s = sampled_until(nvml, [0], "energy", 6)
+    (gpu0,) = s["gpus"]
+    assert gpu0["energy_method"] == "nvml_total_energy"
+    series = mon.series()
+    t, counter = series["t_s"], series["gpu0_energy_mj"]
+    assert counter[0] is None and None not in counter[1:]
+    assert gpu0["energy_j"] == pytest.approx((counter[-1] - counter[1]) / 1000)
+    assert gpu0["power_mean_w"] == pytest.approx(gpu0["energy_j"] / (t[-1] - t[1]))
+    phase, short = t[-1] - t[0], t[1] - t[0]
+    assert s["energy_note"] == (f"partial: {short:.2f} s of GPU 0's {phase:.2f} s (its energy "
+                                "counter unread at the phase's start) and no readable RAPL "
+                                "counters")
+    mon.close()
+
+
+def test_a_reading_is_given_up_after_three_failures_in_a_row_or_a_permanent_error():
+    """Failures in a row (a GPU lost for good) stop the asking after FAILURES_IN_A_ROW;
+    failures with good readings between never do; an error NVML gives for good (no
+    permission) stops it at once, and the note counts the samples it took. NVML is a test
+    double raising pynvml's codes."""
+    nvml = FailingNvml({
+        ("temperature", 0): lambda n: FakeNvmlError(GPU_IS_LOST),
+        ("clock", 0): lambda n: FakeNvmlError(TIMEOUT) if n % 2 else None,
+        ("memory", 0): lambda n: FakeNvmlError(NO_PERMISSION) if n >= 3 else None,
+    })
+    mon, s = sampled_until(nvml, [0], "power", 8)
+    count = len(mon.series()["t_s"])
+    assert nvml.calls_of[("temperature", 0)] == 3
+    assert nvml.calls_of[("clock", 0)] == count
+    assert nvml.calls_of[("memory", 0)] == 3
+    assert mon.series()["gpu0_memory_used_bytes"][:2] == [2**30, 2**30]
+    assert s["notes"] == [
+        f"GPU 0 memory_used_bytes: {count - 2} of {count} samples missing (FakeNvmlError: "
+        "Insufficient Permissions; not asked again)",
+        f"GPU 0 sm_clock_mhz: {(count + 1) // 2} of {count} samples missing (FakeNvmlError: "
+        "Timeout)",
+        f"GPU 0 temperature_c: {count} of {count} samples missing (FakeNvmlError: GPU is "
+        "lost, 3 samples in a row; not asked again)"]
+    assert s["gpus"][0]["sm_clock_mean_mhz"] == 1980  # of the samples that have it
+    assert monitor.FAILURES_IN_A_ROW == 3
+    mon.close()
+
+
+def test_pynvmls_own_errors_are_told_apart_by_their_codes():
+    """The errors of the installed pynvml (they need no driver): NotSupported, NoPermission
+    and FunctionNotFound are not asked again, Unknown, Timeout and GpuIsLost only after
+    three in a row. No NVML call reaches a driver: the readings are a test double's."""
+    pynvml = pytest.importorskip("pynvml")
+
+    class Binding(FailingNvml):
+        NVMLError = pynvml.NVMLError
+
+    for name in dir(pynvml):
+        if name.startswith("NVML_ERROR_"):
+            setattr(Binding, name, getattr(pynvml, name))
+    raising = {"power": pynvml.NVMLError_Unknown, "clock": pynvml.NVMLError_Timeout,
+               "temperature": pynvml.NVMLError_GpuIsLost,
+               "utilization": pynvml.NVMLError_NotSupported,
+               "memory": pynvml.NVMLError_NoPermission,
+               "energy": pynvml.NVMLError_FunctionNotFound}
+    nvml = Binding({(reading, 0): lambda n, error=error: error()
+                    for reading, error in raising.items()})
+    gpus = monitor.NvmlGpus([0], nvml)
+    for _ in range(5):
+        assert set(gpus.sample()[0].values()) == {None}
+    assert {reading: nvml.calls_of[(reading, 0)] for reading in raising} == {
+        "power": 3, "clock": 3, "temperature": 3, "utilization": 1, "memory": 1, "energy": 1}
+    assert sorted(field for _, field in gpus.failures) == [
+        "power_w", "sm_clock_mhz", "temperature_c"]
+
+
+def test_a_gpus_energy_between_its_first_and_last_good_readings():
+    """A counter's missing reading in between changes nothing; one at the start or end
+    shortens the time covered and says which; a counter that went back (a driver reload)
+    or fewer than two readings give the power readings' integral, over their good ones."""
+    t = [0.0, 0.5, 1.0, 1.5, 2.0]
+    counter = [1_000.0, 1_300.0, 1_600.0, 1_900.0, 2_200.0]  # mJ: 600 mW
+    power = [0.6, 0.6, None, 0.6, 0.6]
+
+    def energy(mj, watts=power):
+        e = monitor.gpu_energy(t, mj, watts)
+        return (round(e.joules, 9) if e.joules is not None else None, e.method, e.seconds,
+                e.unread)
+
+    assert energy(counter) == (1.2, "nvml_total_energy", 2.0, None)
+    assert energy([1_000.0, 1_300.0, None, 1_900.0, 2_200.0]) == (
+        1.2, "nvml_total_energy", 2.0, None)
+    assert energy([None, 1_300.0, 1_600.0, 1_900.0, 2_200.0]) == (
+        0.9, "nvml_total_energy", 1.5, "start")
+    assert energy([None, 1_300.0, 1_600.0, 1_900.0, None]) == (
+        0.6, "nvml_total_energy", 1.0, "start and end")
+    assert energy([5_000.0, 1_300.0, 1_600.0, 1_900.0, 2_200.0]) == (
+        1.2, "integrated_power", 2.0, None)
+    assert energy([None, None, None, None, 2_200.0]) == (1.2, "integrated_power", 2.0, None)
+    assert energy([], [0.6, None, None, None, None]) == (None, None, 0.0, None)
+
+
+def test_the_cells_peak_power_keeps_a_gpu_whose_counter_missed_a_sample():
+    """GPU 1's counter unread at the sample where GPU 0 drew most: the interval that spans
+    the gap gives GPU 1's power there (300 W), not nothing (the peak read 1000 W instead
+    of 1300 W). NVML is a test double; the samples are set by hand."""
+    mon = monitor.ResourceMonitor(10, gpus=[0, 1], nvml=FakeNvml(),
+                                  powercap_root=Path("/nonexistent"))
+    mon._columns = {"t_s": [0.0, 0.5, 1.0, 1.5, 2.0],
+                    "gpu0_energy_mj": [0, 150_000, 650_000, 800_000, 950_000],
+                    "gpu1_energy_mj": [0, 150_000, None, 450_000, 600_000]}
+    assert mon._peak_power(True) == pytest.approx(1300.0)
     mon.close()
 
 

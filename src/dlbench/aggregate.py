@@ -50,6 +50,10 @@ MONITOR_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("power_mean_w", pa.float64()), ("power_max_w", pa.float64()),
     ("energy_j", pa.float64()), ("samples_per_joule", pa.float64()),
     ("energy_note", pa.string()),
+    # What energy_j counts: the summary's sources sorted and joined by "+"
+    # ("gpu:nvml_total_energy+host:rapl"), null where nothing was counted. Energy of two
+    # hosts compares only where they count the same (dlbench.compare).
+    ("energy_sources", pa.string()),
     # The cell's GPUs' operating conditions (dlbench.gpu_clocks): the lowest power limit,
     # and the share of samples the most held-back GPU ran below its clock, and why.
     ("gpu_power_limit_w", pa.float64()), ("gpu_clocks_held_back", pa.float64()),
@@ -198,10 +202,22 @@ def _json(value: Any) -> str | None:
     return json.dumps(value, sort_keys=True) if value not in (None, {}, []) else None
 
 
+def energy_sources_text(sources: Any) -> str | None:
+    """The monitor's ``energy_sources`` (a list) as one column value: sorted, joined by
+    "+"; None where nothing was counted or the result predates the key."""
+    if sources is None:
+        return None
+    if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+        raise ValueError("field extra.monitor.energy_sources: expected a list of source "
+                         f"names, got {sources!r}")
+    return "+".join(sorted(set(sources))) or None
+
+
 def monitor_values(extra: dict[str, Any]) -> dict[str, Any]:
     summary = extra.get("monitor") or {}
     values = {name: summary.get(name) for name, _ in MONITOR_COLUMNS}
     values["max_memory_allocated_bytes"] = extra.get("max_memory_allocated_bytes")
+    values["energy_sources"] = energy_sources_text(summary.get("energy_sources"))
     return values
 
 

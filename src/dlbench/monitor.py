@@ -5,14 +5,19 @@ iterations: per GPU (NVML) power draw, energy counter, utilisation, memory used,
 temperature and the reasons its clock was held back (``dlbench.gpu_clocks``: power cap,
 thermal, hardware slowdown; with the power limit and clocks it ran under); the RSS and
 CPU use of the runner's process and all its descendants (psutil); the host's RAPL energy
-counters where the machine exposes readable ones. Energy of the phase comes from counters
-read at its start and end (NVML's total-energy counter, RAPL), or from the power samples
-integrated over time where a GPU has no energy counter.
+counters where the machine exposes readable ones. Energy of the phase comes from counters:
+a GPU's NVML total-energy counter, sampled with the rest (the difference between its first
+and last good readings), and RAPL's, or from the power samples integrated over time where a
+GPU has no energy counter.
 A GPU's power between two samples comes from its energy counter where it has one: NVML's
 power reading is an average over about a second on recent boards (H100), so in a phase of
 a second or less it still shows the idle GPU before it, and its peak came out below the
 phase's mean. Nothing is parsed from a tool's text output. When no source of energy
 exists, the summary says so in ``energy_note`` and leaves ``energy_j`` null: never a zero.
+An NVML reading that fails is missing from that sample only (NVML can answer Unknown,
+Timeout or GpuIsLost for a moment under heavy load); it is asked for no more once NVML says
+it never will be (not supported, no permission) or after FAILURES_IN_A_ROW failures in a
+row, and the summary's ``notes`` say how many samples lack it.
 
 The monitor knows no framework. A runner adopts it in two lines::
 
@@ -37,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from dlbench import atomic, gpu_clocks, staging
 
@@ -53,6 +58,19 @@ SHORTEST_POWER_INTERVAL_S = 0.1
 CHILDREN_REFRESH_S = 1.0
 GPU_FIELDS = ("power_w", "energy_mj", "utilization_percent", "memory_used_bytes",
               "sm_clock_mhz", "temperature_c", "clock_reasons")
+# NVML's answers (nvml.h's nvmlReturn_t, by the binding's names) that a reading will never
+# succeed on this GPU and driver, so asking again each sample would only fail again. Any
+# other error (Unknown, Timeout, GpuIsLost, InvalidArgument, ...) costs that sample its
+# reading only: taking a brief error for a lasting one lost a cell's energy, while taking
+# a lasting one for brief costs a few failed calls until FAILURES_IN_A_ROW.
+PERMANENT_NVML_ERRORS = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_NO_PERMISSION",
+                         "NVML_ERROR_FUNCTION_NOT_FOUND",
+                         "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", "NVML_ERROR_DEPRECATED")
+# A reading that failed this many samples in a row is not asked for again. Three is past a
+# brief error under load (1.5 s of failures at the default interval), and a reading that
+# is gone for good (a GPU fallen off the bus) then costs three failed driver calls, each
+# of which may wait on the driver, instead of one every sample to the end of the cell.
+FAILURES_IN_A_ROW = 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -209,7 +227,8 @@ class Rapl:
 
 class NvmlGpus:
     """Per-GPU readings through NVML (nvidia-ml-py). ``ids`` are NVML indices, UUIDs
-    (``GPU-...``/``MIG-...``) or PCI bus ids; a reading a GPU does not support is None."""
+    (``GPU-...``/``MIG-...``) or PCI bus ids; a reading a GPU does not support is None,
+    and so is one that failed in that sample (``failures`` says which and why)."""
 
     def __init__(self, ids: Sequence[int | str], nvml: Any = None) -> None:
         if nvml is None:
@@ -225,8 +244,15 @@ class NvmlGpus:
         self.ids = [str(i) for i in ids]
         self.indices = [self._call(nvml.nvmlDeviceGetIndex, h) for h in self.handles]
         self.settings = [gpu_clocks.settings(nvml, h) for h in self.handles]
-        self._unsupported: set[tuple[int, str]] = set()
-        self._energy_start: list[int | None] = []
+        # NVMLError.value of the errors in PERMANENT_NVML_ERRORS that this binding names
+        self._permanent = {getattr(nvml, name) for name in PERMANENT_NVML_ERRORS
+                           if hasattr(nvml, name)}
+        self._not_asked: set[tuple[int, str]] = set()
+        self._answered: set[tuple[int, str]] = set()
+        self._in_a_row: dict[tuple[int, str], int] = {}
+        # (gpu, field) -> why samples lack it: readings that failed after all, not those
+        # a GPU never supported (MIG, older boards), which are simply None
+        self.failures: dict[tuple[int, str], str] = {}
 
     def _handle(self, ident: int | str) -> Any:
         if isinstance(ident, int):
@@ -247,35 +273,55 @@ class NvmlGpus:
             return None
 
     def _read(self, gpu: int, field: str) -> float | None:
-        if (gpu, field) in self._unsupported:
+        """One reading, or None: not supported, or failed in this sample."""
+        key = (gpu, field)
+        if key in self._not_asked:
             return None
-        nvml, h = self.nvml, self.handles[gpu]
         try:
-            if field == "power_w":
-                return nvml.nvmlDeviceGetPowerUsage(h) / 1000.0
-            if field == "energy_mj":
-                return float(nvml.nvmlDeviceGetTotalEnergyConsumption(h))
-            if field == "utilization_percent":
-                return float(nvml.nvmlDeviceGetUtilizationRates(h).gpu)
-            if field == "memory_used_bytes":
-                return float(nvml.nvmlDeviceGetMemoryInfo(h).used)
-            if field == "sm_clock_mhz":
-                return float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
-            if field == "clock_reasons":  # a bit mask (exact as a float)
-                mask = gpu_clocks.reasons(nvml, h)
-                return float(mask) if mask is not None else None
-            return float(nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU))
-        except self.nvml.NVMLError:  # not supported here (MIG, older boards): stop asking
-            self._unsupported.add((gpu, field))
+            value = self._reading(gpu, field)
+        except self.nvml.NVMLError as exc:
+            self._failed(key, exc)
             return None
+        self._answered.add(key)
+        self._in_a_row.pop(key, None)
+        return value
+
+    def _failed(self, key: tuple[int, str], exc: Exception) -> None:
+        """Count a failed reading; stop asking once NVML says it never will succeed or it
+        failed FAILURES_IN_A_ROW samples in a row."""
+        in_a_row = self._in_a_row[key] = self._in_a_row.get(key, 0) + 1
+        error = f"{type(exc).__name__}: {exc}"
+        if getattr(exc, "value", None) in self._permanent:
+            self._not_asked.add(key)
+            # not supported from the first: simply None, as on a MIG instance; after good
+            # readings or other errors: samples lack it, said in the notes
+            if key in self._answered or key in self.failures:
+                self.failures[key] = f"{error}; not asked again"
+        elif in_a_row >= FAILURES_IN_A_ROW:
+            self._not_asked.add(key)
+            self.failures[key] = f"{error}, {in_a_row} samples in a row; not asked again"
+        else:
+            self.failures[key] = error
+
+    def _reading(self, gpu: int, field: str) -> float | None:
+        nvml, h = self.nvml, self.handles[gpu]
+        if field == "power_w":
+            return nvml.nvmlDeviceGetPowerUsage(h) / 1000.0
+        if field == "energy_mj":
+            return float(nvml.nvmlDeviceGetTotalEnergyConsumption(h))
+        if field == "utilization_percent":
+            return float(nvml.nvmlDeviceGetUtilizationRates(h).gpu)
+        if field == "memory_used_bytes":
+            return float(nvml.nvmlDeviceGetMemoryInfo(h).used)
+        if field == "sm_clock_mhz":
+            return float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
+        if field == "clock_reasons":  # a bit mask (exact as a float)
+            mask = gpu_clocks.reasons(nvml, h)
+            return float(mask) if mask is not None else None
+        return float(nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU))
 
     def sample(self) -> list[dict[str, float | None]]:
         return [{f: self._read(g, f) for f in GPU_FIELDS} for g in range(len(self.handles))]
-
-    def energy_mj(self) -> list[int | None]:
-        """NVML's energy counter (mJ since the driver loaded; Volta and later)."""
-        return [self._call(self.nvml.nvmlDeviceGetTotalEnergyConsumption, h)
-                for h in self.handles]
 
     def close(self) -> None:
         with contextlib.suppress(self.nvml.NVMLError):
@@ -319,7 +365,6 @@ class ResourceMonitor:
         self._columns: dict[str, list[Any]] = {}
         self._sample_cost_s = 0.0
         self._t0 = self._t1 = 0.0
-        self._gpu_energy: list[tuple[int | None, int | None]] = []
         self._rapl_j: float | None = None
         if not self.enabled:
             return
@@ -362,8 +407,6 @@ class ResourceMonitor:
             self.processes.prime()
         if self.rapl:
             self.rapl.reset()
-        start_energy = self.gpus.energy_mj() if self.gpus else []
-        self._gpu_energy = [(e, None) for e in start_energy]
         self._stop.clear()
         self._t0 = time.perf_counter()
         self._sample()
@@ -376,11 +419,8 @@ class ResourceMonitor:
         self._stop.set()
         self._thread.join()
         self._thread = None
-        self._sample()  # the phase's end, so integrals and peaks cover all of it
+        self._sample()  # the phase's end, so counters, integrals and peaks cover all of it
         self._t1 = time.perf_counter()
-        if self.gpus:
-            end = self.gpus.energy_mj()
-            self._gpu_energy = [(s, e) for (s, _), e in zip(self._gpu_energy, end, strict=True)]
         self._rapl_j = self._read_source("host energy", self.rapl.update) if self.rapl else None
 
     def close(self) -> None:
@@ -453,19 +493,51 @@ class ResourceMonitor:
             "sampler_cpu_fraction": self._sample_cost_s / duration if duration > 0 else None,
         }
         out["host"] = self._host_summary(cols)
-        out["gpus"] = [self._gpu_summary(cols, i) for i in range(len(self.gpus.handles))] \
-            if self.gpus else []
+        energies = [gpu_energy(cols.get("t_s", []), cols.get(f"gpu{i}_energy_mj", []),
+                               cols.get(f"gpu{i}_power_w", []))
+                    for i in range(len(self.gpus.handles))] if self.gpus else []
+        out["gpus"] = [self._gpu_summary(cols, i, e) for i, e in enumerate(energies)]
         out["peak_host_rss_bytes"] = out["host"].get("rss_peak_bytes")
         device_peaks = [g["memory_used_peak_bytes"] for g in out["gpus"]
                         if g["memory_used_peak_bytes"] is not None]
         out["peak_device_memory_bytes"] = max(device_peaks) if device_peaks else None
         out.update(_clocks_summary(out["gpus"]))
-        out.update(self._energy_summary(out, duration, items))
+        out.update(self._energy_summary(out, duration, items, self._uncounted(energies)))
         out["window"] = self.window
         if self.window != MEASURED_WINDOW:  # said with every figure, in the table too
             out["energy_note"] = "; ".join(filter(None, [f"over {self.window}",
                                                          out["energy_note"]]))
-        out["notes"] = list(self.notes)
+        out["notes"] = [*self.notes, *self._missing_readings()]
+        return out
+
+    def _missing_readings(self) -> list[str]:
+        """One line per GPU reading that failed in some samples: how many lack it, why."""
+        if not self.gpus:
+            return []
+        failures = self.gpus.failures
+        count = len(self._columns.get("t_s", []))
+        lines = []
+        for i, field in sorted(failures, key=lambda key: (key[0], GPU_FIELDS.index(key[1]))):
+            missing = sum(v is None for v in self._columns.get(f"gpu{i}_{field}", []))
+            lines.append(f"GPU {self.gpus.ids[i]} {field}: {missing} of {count} samples "
+                         f"missing ({failures[(i, field)]})")
+        return lines
+
+    def _uncounted(self, energies: Sequence[GpuEnergy]) -> list[str]:
+        """What the GPUs' energy leaves out of the sampled phase: its start or end, where
+        the readings there failed (their energy is not guessed)."""
+        t = self._columns.get("t_s", [])
+        if not t or not self.gpus:
+            return []
+        phase = t[-1] - t[0]
+        out = []
+        for i, energy in enumerate(energies):
+            if energy.joules is not None and energy.unread:
+                short = phase - energy.seconds
+                source = ("energy counter" if energy.method == "nvml_total_energy"
+                          else "power reading")
+                out.append(f"{short:.2f} s of GPU {self.gpus.ids[i]}'s {phase:.2f} s (its "
+                           f"{source} unread at the phase's {energy.unread})")
         return out
 
     def _host_summary(self, cols: Mapping[str, list[Any]]) -> dict[str, Any]:
@@ -484,24 +556,18 @@ class ResourceMonitor:
             host["energy_j"] = self._rapl_j
         return host
 
-    def _gpu_summary(self, cols: Mapping[str, list[Any]], i: int) -> dict[str, Any]:
+    def _gpu_summary(self, cols: Mapping[str, list[Any]], i: int,
+                     gpu: GpuEnergy) -> dict[str, Any]:
         assert self.gpus is not None
         def values(field: str) -> list[float]:
             return _present(cols.get(f"gpu{i}_{field}", []))
 
         power = values("power_w")
-        start, end = self._gpu_energy[i] if i < len(self._gpu_energy) else (None, None)
-        if start is not None and end is not None and end >= start:
-            energy, method = (end - start) / 1000.0, "nvml_total_energy"
-        elif len(power) >= 2 and len(power) == len(cols["t_s"]):
-            energy, method = _trapezoid(cols["t_s"], power), "integrated_power"
-        else:
-            energy, method = None, None
-        duration = self._t1 - self._t0
-        if method == "nvml_total_energy" and duration > 0:
+        energy, method = gpu.joules, gpu.method
+        if method == "nvml_total_energy" and gpu.seconds > 0:
             # The counter's mean and its intervals' peak: NVML's lagging power reading is
             # kept in the series only.
-            mean = energy / duration
+            mean = energy / gpu.seconds
             counted = _interval_power(cols.get("t_s", []), cols.get(f"gpu{i}_energy_mj", []))
             # no interval figure (its readings failed): the highest draw is the mean at least
             peak = max(_present(counted), default=None) or max([*power, mean])
@@ -521,8 +587,8 @@ class ResourceMonitor:
         }
 
     def _energy_summary(self, out: Mapping[str, Any], duration: float,
-                        items: float | None) -> dict[str, Any]:
-        parts, sources, missing = [], [], []
+                        items: float | None, uncounted: Sequence[str]) -> dict[str, Any]:
+        parts, sources, missing = [], [], list(uncounted)
         gpu_energies = [g["energy_j"] for g in out["gpus"]]
         gpus_counted = bool(gpu_energies) and all(e is not None for e in gpu_energies)
         if gpus_counted:
@@ -563,29 +629,74 @@ class ResourceMonitor:
         over the interval that ends there."""
         cols = self._columns
         t = cols.get("t_s", [])
-        totals = [0.0] * len(t)
+        sources: list[Sequence[float | None]] = []
         if with_gpus and self.gpus:
             for i in range(len(self.gpus.handles)):
                 counted = _interval_power(t, cols.get(f"gpu{i}_energy_mj", []))
-                sampled = cols.get(f"gpu{i}_power_w", [])
-                # A GPU's power over the interval ending at each sample: from its energy
-                # counter where it has one (NVML's reading lags by about a second).
-                series = counted if any(v is not None for v in counted) else sampled
-                for k, v in enumerate(series):
-                    totals[k] += v or 0.0
+                # A GPU's power at each sample: from its energy counter where it has one
+                # (NVML's reading lags by about a second), over the interval the sample is
+                # in, as the host's below.
+                sources.append(_over_its_interval(counted)
+                               if any(v is not None for v in counted)
+                               else cols.get(f"gpu{i}_power_w", [None] * len(t)))
         host = cols.get("host_energy_j")
         if host:
             # The host's power over intervals of SHORTEST_POWER_INTERVAL_S at least, as a
             # GPU's (RAPL moves in steps too: a stop() reading 2 ms after the last sample
-            # made one step a spike); each sample takes the power of the interval it is
-            # in, a gap between good readings bridged.
-            power = _interval_power(t, [None if h is None else h * 1000.0 for h in host])
-            following = None
-            for k in range(len(t) - 1, 0, -1):
-                following = power[k] if power[k] is not None else following
-                totals[k] += following or 0.0
-            totals = totals[1:]  # the first sample has no interval behind it
+            # made one step a spike).
+            sources.append(_over_its_interval(
+                _interval_power(t, [None if h is None else h * 1000.0 for h in host])))
+        # Only samples where every source has a figure: a missing reading counted as 0 W
+        # would understate that sample's total (the first sample has no interval behind
+        # it, so a counter gives it none).
+        totals = [sum(source[k] for source in sources) for k in range(len(t))
+                  if sources and all(source[k] is not None for source in sources)]
         return max(totals) if totals and any(totals) else None
+
+
+class GpuEnergy(NamedTuple):
+    """A GPU's energy over the phase, how it was had, and the time it covers."""
+
+    joules: float | None
+    method: str | None  # "nvml_total_energy", "integrated_power", or None
+    seconds: float  # from its first to its last good reading
+    unread: str | None  # "start", "end" or "start and end" where readings there failed
+
+
+def gpu_energy(t: Sequence[float], energy_mj: Sequence[Any],
+               power_w: Sequence[Any]) -> GpuEnergy:
+    """The difference between the energy counter's first and last good readings; without
+    two of them (or with a counter that went back: a driver reload), the power readings
+    integrated between the first and last good ones. A failed reading in between neither
+    loses energy (the counter's next reading has it) nor adds any; one at the start or
+    end shortens the time covered, said in ``unread``."""
+    for method, readings in (("nvml_total_energy", energy_mj), ("integrated_power", power_w)):
+        good = [k for k in range(min(len(t), len(readings))) if readings[k] is not None]
+        if len(good) < 2:
+            continue
+        first, last = good[0], good[-1]
+        if method == "nvml_total_energy":
+            if readings[last] < readings[first]:
+                continue
+            joules = (readings[last] - readings[first]) / 1000.0
+        else:
+            joules = _trapezoid([t[k] for k in good], [readings[k] for k in good])
+        ends = [name for name, unread in (("start", first > 0), ("end", last < len(t) - 1))
+                if unread]
+        return GpuEnergy(joules, method, t[last] - t[first], " and ".join(ends) or None)
+    return GpuEnergy(None, None, 0.0, None)
+
+
+def _over_its_interval(power: Sequence[float | None]) -> list[float | None]:
+    """Each sample's power: that of the interval it is in (``_interval_power`` gives it at
+    the sample ending each interval), a gap between good readings bridged; None before
+    the first interval and after the last."""
+    out: list[float | None] = [None] * len(power)
+    following = None
+    for k in range(len(power) - 1, 0, -1):
+        following = power[k] if power[k] is not None else following
+        out[k] = following
+    return out
 
 
 def _interval_power(t: Sequence[float], energy_mj: Sequence[Any],

@@ -32,7 +32,15 @@ from dlbench.compare.match import (
     match,
     result_table,
 )
-from dlbench.compare.ratios import FASTER, SAME, SLOWER, Settings, compare_cells, summaries
+from dlbench.compare.ratios import (
+    FASTER,
+    SAME,
+    SLOWER,
+    Settings,
+    compare_cells,
+    summaries,
+    without_unknown_sources,
+)
 
 __all__ = ["COUNTED", "Comparison", "InputError", "Settings", "Side", "compare", "compare_sides"]
 
@@ -67,7 +75,7 @@ class Comparison:
 def compare_sides(base: Side, new: Side, settings: Settings | None = None) -> Comparison:
     """Compare two loaded sides; InputError when they have no cell in common."""
     settings = settings or Settings()
-    matching = match(base.frame, new.frame)
+    matching = match(without_unknown_sources(base.frame), without_unknown_sources(new.frame))
     if not matching.keys:
         differ = disjoint_columns(matching.base_only, matching.new_only)
         raise InputError(

@@ -64,6 +64,13 @@ def _times(value: object) -> np.ndarray:
     return array[np.isfinite(array)]
 
 
+# What a row's energy counts (dlbench.aggregate's column): energy per sample has a ratio
+# only where both sides counted the same sources. A side's rows with energy but no sources
+# read as this; a side whose table has no such column (an older table) is unknown, and
+# its energy is compared as before the column existed.
+ENERGY_SOURCES = "energy_sources"
+UNRECORDED = "not recorded"
+
 # Per-repeat values with a ratio (and, given repeats on both sides, an interval).
 OTHER_VALUES = (("energy", "energy_per_sample_j"), ("device_memory", "peak_device_memory_bytes"),
                 ("allocated_memory", "max_memory_allocated_bytes"),
@@ -119,7 +126,12 @@ def side_values(rows: pd.DataFrame) -> pd.DataFrame:
     columns = {name: _numbers(rows, column) for name, column in OTHER_VALUES}
     samples, methods = [], []
     others: dict[str, list[np.ndarray]] = {name: [] for name, _ in OTHER_VALUES}
+    sources = rows[ENERGY_SOURCES].tolist() if ENERGY_SOURCES in rows else None
+    counted: list[tuple[str, ...] | None] = []
     for where in positions:
+        counted.append(None if sources is None else
+                       _sources_of([sources[i] for i in where
+                                    if np.isfinite(columns["energy"][i])]))
         if len(where) >= 2:
             # sorted: the bootstrap's plan is by position, and the rows' order is no fact
             sample = np.sort(medians[where])
@@ -136,7 +148,14 @@ def side_values(rows: pd.DataFrame) -> pd.DataFrame:
     out["method"] = pd.Series(methods, index=index, dtype=object)
     for name, values in others.items():
         out[f"{name}_values"] = pd.Series(values, index=index, dtype=object)
+    out[ENERGY_SOURCES] = pd.Series(counted, index=index, dtype=object)
     return out
+
+
+def _sources_of(values: list[object]) -> tuple[str, ...]:
+    """The distinct sources of one side's runs with energy (UNRECORDED for a run with
+    energy but no sources); more than one where its runs counted differently."""
+    return tuple(sorted({v if isinstance(v, str) and v else UNRECORDED for v in values}))
 
 
 # -- ratios per cell -----------------------------------------------------------------------
@@ -225,6 +244,43 @@ def _memory_metric(base: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.Series, pd
             pd.Series(n_values, index=base.index, dtype=object))
 
 
+def _side_sources_text(label: str, sources: tuple[str, ...]) -> str:
+    if sources == (UNRECORDED,):
+        return f"{label}'s sources not recorded"
+    if len(sources) > 1:
+        return f"{label}'s runs counted {' or '.join(sources)}"
+    return f"{label} counted {sources[0]}"
+
+
+def energy_sources_note(base: tuple[str, ...] | None, new: tuple[str, ...] | None) -> str | None:
+    """Why a cell's energy per sample has no ratio: its sides counted different sources
+    (a host without readable RAPL counts its GPUs only, and would look the more efficient),
+    a side did not record them, or a side's runs counted differently. None where the
+    energy compares: both sides counted one and the same, or a side has no energy, or a
+    side's table has no sources column (unknown: compared as before)."""
+    if base is None or new is None or not base or not new:
+        return None
+    if base == new and len(base) == 1 and base != (UNRECORDED,):
+        return None
+    return (f"energy not compared: {_side_sources_text('BASE', base)}, "
+            f"{_side_sources_text('NEW', new)}")
+
+
+def _energy_notes(base: pd.DataFrame, new: pd.DataFrame) -> np.ndarray:
+    """Per cell, why its energy is not compared (energy_sources_note), else None."""
+    pairs = zip(base[ENERGY_SOURCES].tolist(), new[ENERGY_SOURCES].tolist(), strict=True)
+    return np.array([energy_sources_note(b, n) for b, n in pairs], dtype=object)
+
+
+def without_unknown_sources(frame: pd.DataFrame) -> pd.DataFrame:
+    """A side read from a table older than the energy_sources column (``inputs`` lists
+    the columns its file lacked in ``attrs["missing_columns"]``) without the empty column
+    that stands in for it: its sources are unknown, not unrecorded."""
+    if ENERGY_SOURCES in frame.attrs.get("missing_columns", ()):
+        return frame.drop(columns=ENERGY_SOURCES)
+    return frame
+
+
 def compare_cells(base_rows: pd.DataFrame, new_rows: pd.DataFrame, keys: list[str],
                   settings: Settings | None = None) -> pd.DataFrame:
     """One row per matched key (index ``_key``): both sides' figures, the ratios NEW/BASE
@@ -262,6 +318,10 @@ def compare_cells(base_rows: pd.DataFrame, new_rows: pd.DataFrame, keys: list[st
     (out["energy_per_sample_ratio"], out["energy_ci_low"],
      out["energy_ci_high"]) = _ratio_with_interval(base["energy_values"], new["energy_values"],
                                                    boot, settings.confidence)
+    energy_notes = _energy_notes(base, new)
+    apart = np.array([n is not None for n in energy_notes], dtype=bool)
+    for column in ("energy_per_sample_ratio", "energy_ci_low", "energy_ci_high"):
+        out.loc[apart, column] = np.nan
     metric, b_memory, n_memory = _memory_metric(base, new)
     out["memory_metric"] = metric
     out["memory_ratio"], out["memory_ci_low"], out["memory_ci_high"] = _ratio_with_interval(
@@ -279,20 +339,22 @@ def compare_cells(base_rows: pd.DataFrame, new_rows: pd.DataFrame, keys: list[st
     # The notes stay an object array until complete: a column of strings and None would
     # be read back with NaN for None (pandas 3's string dtype), and NaN is truthy.
     out["verdict"], notes = verdicts(out, settings.threshold, settings.single_run_threshold)
-    out["note"] = _with_side_notes(notes, base, new)
+    out["note"] = _with_side_notes(notes, energy_notes, base, new)
     return out
 
 
-def _with_side_notes(notes: np.ndarray, base: pd.DataFrame, new: pd.DataFrame) -> np.ndarray:
-    """Each cell's note, plus a line for each side whose GPU clocks were held back (a
-    power cap or heat on one side alone can make the difference) and for each side whose
-    iteration times drifted (its median is that of a moving target)."""
+def _with_side_notes(notes: np.ndarray, energy_notes: np.ndarray, base: pd.DataFrame,
+                     new: pd.DataFrame) -> np.ndarray:
+    """Each cell's note, then why its energy is not compared, plus a line for each side
+    whose GPU clocks were held back (a power cap or heat on one side alone can make the
+    difference) and for each side whose iteration times drifted (its median is that of a
+    moving target)."""
     out = notes.copy()
     sides = [(label, side["gpu_clocks_held_back"].to_numpy(float),
               side["gpu_clock_reasons"].to_numpy(), side["time_drift"].to_numpy(float))
              for label, side in (("BASE", base), ("NEW", new))]
     for i in range(len(out)):
-        parts = [out[i]]
+        parts = [out[i], energy_notes[i]]
         for label, held, reasons, drifted in sides:
             parts.append(gpu_clocks.note(label, held[i], reasons[i]))
             parts.append(drift.note(label, drifted[i], bool(np.isfinite(drifted[i])),
