@@ -14,7 +14,15 @@ from dlbench import axes
 from dlbench.comms.overlap import NO_KERNEL
 from dlbench.comms.sizes import measured_label, message_bytes
 from dlbench.report import encodings
-from dlbench.report.data import at_cell_time, cell_time, measured, numeric, time_title
+from dlbench.report.data import (
+    at_cell_time,
+    cell_time,
+    measured,
+    numeric,
+    runs_title,
+    several_runs,
+    time_title,
+)
 from dlbench.report.model_charts import line_panels, with_panel
 from dlbench.report.style import Column, Figure, NumbersTable, styled
 
@@ -58,10 +66,10 @@ def _sizes_frame(rows: pd.DataFrame) -> pd.DataFrame:
         "size_bytes": pd.to_numeric(size, errors="coerce").fillna(
             rows["bytes_per_iteration"]).astype(float),
         # The cell's time (the mean of its runs' medians) and the bandwidths at it; the
-        # p95 is the last run's.
+        # p95 the mean of the runs' p95s (data.measured).
         "time_us": 1e6 * cell_time(rows),
         "repeats": numeric(rows, "repeats").fillna(1).astype(int),
-        "time_p95_us": 1e6 * rows["time_p95_s"].astype(float),
+        "time_p95_us": 1e6 * numeric(rows, "time_p95_s"),
         "algbw_gbps": at_cell_time(rows, "gbps"),
         # One process moves nothing over a link: its bus bandwidth is 0 by definition, a
         # figure that says nothing of the hardware, so it is left out (null), not drawn.
@@ -136,7 +144,7 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
         "point-to-point cells have three: latency (half a ping-pong), unidirectional and "
         "bidirectional bandwidth (two messages per time, one each way)."
         + (" With repeats, a time is the mean of the runs' medians (its bandwidths at it), "
-           "the p95 the last run's." if data["repeats"].max() > 1 else "")
+           "the p95 the mean of the runs' p95s." if several_runs(data["repeats"]) else "")
         + encoding.note(), styled(chart), shows=encoding.defaults,
         table=NumbersTable([
             Column("collective", "collective"), Column("ranks", "processes", "d"),
@@ -147,6 +155,16 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
             *([Column("pct_of_link", "% of link", ".1f"), Column("link", "link")]
               if linked else [])],
             required="time_us"))
+
+
+# The figures of the computation beside a size's collectives (``_overlap_values``).
+OVERLAP_FIGURES = ("compute_us", "compute_p95_us", "compute_alone_us", "slowdown")
+
+
+def _overlap_figures(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each run's OVERLAP_FIGURES, for data.measured to take their mean over the runs."""
+    return pd.DataFrame([_overlap_values(t) for t in rows["extra"]], index=rows.index,
+                        columns=list(OVERLAP_FIGURES))
 
 
 def _overlap_values(text: object) -> dict[str, float | None]:
@@ -167,15 +185,15 @@ def _us(seconds: float | None) -> float | None:
 def overlap_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per size of a collective cell overlapped with a compute kernel: the
     collectives chart's columns and the computation's times beside them and alone."""
-    rows = measured(frame, KIND)
-    if rows.empty or "compute_kernel" not in rows:
+    if "compute_kernel" not in frame:
         return pd.DataFrame()
-    rows = rows[rows["compute_kernel"].notna() & (rows["compute_kernel"] != NO_KERNEL)]
+    kernel = frame["compute_kernel"]
+    # Each figure the mean over the cell's runs of each run's (data.measured).
+    rows = measured(frame[kernel.notna() & (kernel != NO_KERNEL)], KIND, _overlap_figures)
     if rows.empty:
         return pd.DataFrame()
     data = _sizes_frame(rows)
-    values = pd.DataFrame([_overlap_values(t) for t in rows["extra"]], index=data.index)
-    return pd.concat([data, values], axis=1).dropna(subset=["slowdown"])
+    return pd.concat([data, rows[list(OVERLAP_FIGURES)]], axis=1).dropna(subset=["slowdown"])
 
 
 def overlap_figure(frame: pd.DataFrame) -> Figure | None:
@@ -185,12 +203,16 @@ def overlap_figure(frame: pd.DataFrame) -> Figure | None:
     if data.empty:
         return None
     data, panels, encoding, x, colour, tips = _by_size(data)
+    titles = {field: runs_title(data["repeats"], title) for field, title in (
+        ("compute_us", "computation beside (µs)"), ("compute_alone_us", "computation alone (µs)"),
+        ("compute_p95_us", "p95 (µs)"), ("slowdown", "slowdown"))}
     tips = [*tips,
-            alt.Tooltip("compute_us:Q", title="computation beside (µs)", format=",.1f"),
-            alt.Tooltip("compute_alone_us:Q", title="computation alone (µs)", format=",.1f"),
-            alt.Tooltip("slowdown:Q", title="slowdown", format=".2f")]
+            alt.Tooltip("compute_us:Q", title=titles["compute_us"], format=",.1f"),
+            alt.Tooltip("compute_alone_us:Q", title=titles["compute_alone_us"], format=",.1f"),
+            alt.Tooltip("slowdown:Q", title=titles["slowdown"], format=".2f")]
     chart = line_panels(data, panels, encoding, x=x, colour=colour, tooltip=tips,
-                        y=alt.Y("slowdown:Q", title="computation's time / alone"),
+                        y=alt.Y("slowdown:Q", title=runs_title(data["repeats"],
+                                                               "computation's time / alone")),
                         field="slowdown")
     placed = encoding.placed(("collective",))
     return Figure(
@@ -200,13 +222,15 @@ def overlap_figure(frame: pd.DataFrame) -> Figure | None:
         "beside the collectives of each message size over their median time alone, the "
         "slowest process's (1: the communication costs the computation nothing). The "
         "collectives' own time beside the kernels is in the bandwidth chart, a line style "
-        "apart from the same collectives alone." + encoding.note(), styled(chart),
+        "apart from the same collectives alone."
+        + (" With repeats, each figure is the mean over the runs of each run's."
+           if several_runs(data["repeats"]) else "") + encoding.note(), styled(chart),
         shows=encoding.defaults,
         table=NumbersTable([
             Column("collective", "collective"), Column("ranks", "processes", "d"),
             *[Column(a, encodings.title(a)) for a in placed],
             Column("size_bytes", "bytes", ",d"),
-            Column("compute_us", "computation beside (µs)", ",.1f"),
-            Column("compute_p95_us", "p95 (µs)", ",.1f"),
-            Column("compute_alone_us", "alone (µs)", ",.1f"),
-            Column("slowdown", "slowdown", ".2f")], required="slowdown"))
+            Column("compute_us", titles["compute_us"], ",.1f"),
+            Column("compute_p95_us", titles["compute_p95_us"], ",.1f"),
+            Column("compute_alone_us", runs_title(data["repeats"], "alone (µs)"), ",.1f"),
+            Column("slowdown", titles["slowdown"], ".2f")], required="slowdown"))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dlbench.aggregate import TableError, read_table, with_every_column
+from dlbench.stats import SUMMARY_KEYS
 
 # The columns every section relies on; the others are used where present.
 REQUIRED_COLUMNS = ("study", "cell_id", "kind", "status", "error", "source")
@@ -26,7 +27,8 @@ class ReportError(ValueError):
 
 
 def load(path: str | Path) -> pd.DataFrame:
-    """Read the aggregate Parquet, one row per measurement (per-iteration times left out)."""
+    """Read the aggregate Parquet, one row per measurement of each run (per-iteration times
+    left out)."""
     path = Path(path)
     if not path.is_file():
         raise ReportError(f"{path}: no such aggregate Parquet file")
@@ -63,7 +65,9 @@ def _drifting_times(table: pa.Table) -> pd.Series | None:
 
 
 def prepare(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add the identity of each cell and drop repeated measurements of the same cell."""
+    """Add the identity of each cell (``cell``) and order the rows by when they finished,
+    so that a cell's last run comes last. Every run's rows stay: ``measured`` makes one
+    row of them per measurement."""
     frame = frame.copy()
     frame["cell"] = frame["cell_id"].fillna(frame["source"]).fillna("")
     if "system" in frame:
@@ -85,13 +89,58 @@ def cells(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[ok | ~has_ok].drop_duplicates(subset=["study", "cell"], keep="last")
 
 
-def measured(frame: pd.DataFrame, kind: str) -> pd.DataFrame:
-    """The ok measurements of one kind of cell; a cell run by several studies counts once."""
+# The figures each run has of its own (its spread of iteration times, what the resource
+# monitor recorded, its compile time, ...): a measurement's is the mean over its cell's
+# runs (``measured``), as its time is (``cell_time``: the mean of the runs' medians). The
+# run's median and the rates of work over it (throughput, tflops, gbps, ...) are not among
+# them: those are taken at the cell's time instead (``cell_time``, ``at_cell_time``).
+PER_RUN = (
+    *(f"time_{k}_s" for k in SUMMARY_KEYS if k != "median"),
+    "peak_host_rss_bytes", "peak_device_memory_bytes", "max_memory_allocated_bytes",
+    "power_mean_w", "power_max_w", "energy_j", "samples_per_joule", "gpu_clocks_held_back",
+    "compile_time_s", "phi_tflops", "data_wait_s", "compute_s", "warmup_seconds",
+)
+# Which rows are runs of one measurement: run_to_run's (``cell`` holds system and cell id,
+# or the result file where there is no cell id).
+RUNS_KEY = ("study", "cell", "name", "pass", "op_name")
+
+
+def measured(frame: pd.DataFrame, kind: str,
+             figures_of: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+             ) -> pd.DataFrame:
+    """The ok measurements of one kind of cell, one row each (a cell run by several
+    studies counts once), its PER_RUN figures the mean over its cell's runs
+    (``over_runs``); ``figures_of``: more such figures, read from the rows (a chart's
+    numbers in ``extra``), as columns of numbers indexed like them, averaged alike."""
     rows = frame[(frame["kind"] == kind) & (frame["status"] == "ok")]
     if "throughput" in rows:
         rows = rows[rows["throughput"].notna()]
+    figures = pd.DataFrame({c: numeric(rows, c) for c in PER_RUN if c in rows}, index=rows.index)
+    if figures_of is not None and not rows.empty:
+        figures = figures.join(figures_of(rows))
+    averaged = over_runs(rows, figures)
+    rows = pd.concat([rows.drop(columns=averaged.columns, errors="ignore"), averaged], axis=1)
     keys = [k for k in ("cell", "name", "pass", "op_name") if k in rows]
-    return rows.drop_duplicates(subset=keys, keep="last").reset_index(drop=True)
+    # A copy in few blocks: the columns replaced leave the table's split in many pieces,
+    # which makes every column a chart adds to these rows slow (pandas' fragmentation).
+    return rows.drop_duplicates(subset=keys, keep="last").reset_index(drop=True).copy()
+
+
+def over_runs(rows: pd.DataFrame, figures: pd.DataFrame) -> pd.DataFrame:
+    """``figures`` (columns of numbers, each run's own on its rows of ``rows``) as the mean
+    over the runs of each row's measurement (RUNS_KEY), on every run's row. A run without
+    a figure (no energy counter that time) is left out of its mean, not counted as zero;
+    a table of single runs (an older release's) keeps its figures as they are."""
+    if figures.columns.empty:
+        return figures
+    figures = figures.apply(pd.to_numeric, errors="coerce")
+    keys = [rows[k] for k in RUNS_KEY if k in rows]
+    if figures.empty or not keys:
+        return figures
+    run_of = rows.groupby(keys, dropna=False, sort=False).ngroup()
+    if not run_of.duplicated().any():
+        return figures
+    return figures.groupby(run_of.to_numpy()).transform("mean").set_axis(figures.index)
 
 
 def numeric(rows: pd.DataFrame, name: str) -> pd.Series:
@@ -114,12 +163,30 @@ def at_cell_time(rows: pd.DataFrame, column: str) -> pd.Series:
     return numeric(rows, column) * numeric(rows, "time_median_s") / cell_time(rows)
 
 
+def several_runs(repeats: pd.Series) -> bool:
+    """Whether some cell ran more than once (``repeats``, run_to_run's count of its runs)."""
+    return bool(pd.to_numeric(pd.Series(repeats), errors="coerce").max() > 1)
+
+
+def names_runs(rows: pd.DataFrame) -> bool:
+    """Whether a table or chart of single runs' figures (``rows``, each one run's) must say
+    which run each is: some cell ran more than once (``repeats``), or a row is a later run
+    of its cell (``repeat`` above 0: its other runs were not ok)."""
+    return several_runs(numeric(rows, "repeats")) or bool(numeric(rows, "repeat").gt(0).any())
+
+
 def time_title(repeats: pd.Series, unit: str, what: str = "time") -> str:
     """The title of ``cell_time`` in ``unit``: one run's median, or where some cell ran
     more than once (``repeats``) the mean of the runs' medians (one run's too: its own)."""
-    if pd.to_numeric(repeats, errors="coerce").max() > 1:
+    if several_runs(repeats):
         return f"{what} ({unit}): mean of the runs' medians"
     return f"median {what} ({unit})"
+
+
+def runs_title(repeats: pd.Series, title: str) -> str:
+    """The title of a PER_RUN figure (or one ``over_runs`` made): ``title``, and where some
+    cell ran more than once (``repeats``) that it is the mean over the runs."""
+    return f"{title}: mean over the runs" if several_runs(repeats) else title
 
 
 def ordered(values: pd.Series | list, preferred: tuple[str, ...] = ()) -> list:

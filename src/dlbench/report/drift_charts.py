@@ -9,7 +9,7 @@ import altair as alt
 import pandas as pd
 
 from dlbench import drift
-from dlbench.report.data import DRIFT_TIMES, joined
+from dlbench.report.data import DRIFT_TIMES, joined, names_runs
 from dlbench.report.style import Figure, styled
 from dlbench.report.tables import table
 
@@ -33,14 +33,15 @@ def drifting_rows(frame: pd.DataFrame) -> pd.DataFrame:
 def _label(rows: pd.DataFrame) -> pd.Series:
     """system/cell · [operator] measurement · pass [· run k]: an operator cell's inputs are
     named by position, and each has a forward and a backward measurement; one cell id on
-    two systems is two cells (data.prepare's ``cell``)."""
+    two systems is two cells (data.prepare's ``cell``); a line is one run's iterations, so
+    where its cell ran more than once it says which run."""
     parts = rows.get("cell", rows["cell_id"]).fillna("").to_frame("cell")
     name = rows["name"].fillna("").astype(str)
     if "op_name" in rows:
         op = rows["op_name"].fillna("").astype(str)
         name = name.where((op == "") | (op == name), op + " " + name)
     parts = parts.assign(name=name, phase=rows["pass"].fillna("") if "pass" in rows else "")
-    if "repeat" in rows and pd.to_numeric(rows["repeat"], errors="coerce").fillna(0).gt(0).any():
+    if "repeat" in rows and names_runs(rows):
         parts = parts.assign(run="run " + rows["repeat"].fillna(0).astype(int).astype(str))
     return joined(parts, skip_empty=True)
 

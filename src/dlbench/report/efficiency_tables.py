@@ -8,7 +8,14 @@ import pandas as pd
 
 from dlbench.efficiency import CALIBRATION_KIND, devices
 from dlbench.report import encodings
-from dlbench.report.data import at_cell_time, measured, varying
+from dlbench.report.data import (
+    at_cell_time,
+    measured,
+    numeric,
+    runs_title,
+    several_runs,
+    varying,
+)
 from dlbench.report.model_charts import execution_mode, model_label
 from dlbench.report.style import Column, NumbersTable
 from dlbench.report.tables import table
@@ -28,7 +35,9 @@ def _device(row: pd.Series) -> str:
 
 
 def calibration_table(frame: pd.DataFrame) -> str | None:
-    """Each calibration kernel's best figure per device, beside the vendor's peak."""
+    """Each calibration kernel's best figure per device, beside the vendor's peak: the best
+    of its sizes and, where it ran more than once, of its runs, as the measured ceilings of
+    the cells' shares are (dlbench.efficiency)."""
     rows = frame[(frame["kind"] == CALIBRATION_KIND) & (frame["status"] == "ok")]
     if rows.empty:
         return None
@@ -43,7 +52,9 @@ def calibration_table(frame: pd.DataFrame) -> str | None:
                     f"{_num(r.tflops)} TFLOP/s" if gemm else f"{_num(r.gbps)} GB/s",
                     _num(r.peak_tflops if gemm else r.peak_gbps),
                     _pct(r.pct_of_peak if gemm else r.pct_of_peak_gbps)])
-    return table(["system · device", "kernel", "precision", "best size", "measured",
+    several = several_runs(numeric(rows, "repeats"))
+    return table(["system · device", "kernel", "precision", "best size",
+                  "measured: best run" if several else "measured",
                   "vendor peak", "% of peak"], out)
 
 
@@ -75,7 +86,8 @@ def model_efficiency_table(frame: pd.DataFrame) -> NumbersTable | None:
                Column("peak_tflops", "vendor peak", ",.4g"),
                Column("mfu", "MFU", ".1%"), Column("measured_tflops", "measured ceiling", ",.4g"),
                Column("pct_of_measured", "% of measured", ",.1f"),
-               Column("phi_tflops", "ParaDnn Φ TFLOP/s", ",.4g")]
+               Column("phi_tflops", runs_title(numeric(rows, "repeats"), "ParaDnn Φ TFLOP/s"),
+                      ",.4g")]
     keep = list(dict.fromkeys(c.field for c in columns))
     return NumbersTable(columns, required="tflops", frame=rows[keep].reset_index(drop=True),
                         name="model-efficiency", title="Model cells against the hardware")

@@ -11,7 +11,15 @@ import pandas as pd
 
 from dlbench import axes
 from dlbench.report import encodings
-from dlbench.report.data import at_cell_time, cell_time, measured, numeric, time_title
+from dlbench.report.data import (
+    at_cell_time,
+    cell_time,
+    measured,
+    numeric,
+    runs_title,
+    several_runs,
+    time_title,
+)
 from dlbench.report.model_charts import (
     faceted,
     filtered,
@@ -51,13 +59,35 @@ def _number(row: pd.Series | None, column: str) -> float | None:
     return None if value is None or pd.isna(value) else float(value)
 
 
+def _of_cell(prefill: pd.Series, decode: pd.Series | None, column: str) -> float | None:
+    """A figure of the cell: its decode row's where that has it (the TPOT percentiles),
+    else its prefill row's (both carry the cell's own, such as its peak memory)."""
+    value = _number(decode, column)
+    return value if value is not None else _number(prefill, column)
+
+
 def _extra(text: object) -> dict:
     return json.loads(text) if isinstance(text, str) and text else {}
 
 
+# What a run records of its own in its rows' extra (the cell's and the measurement's
+# merged): the decode's TPOT percentiles over its generations, its KV cache and peak memory,
+# and (a cell without decode steps) its output tokens/s.
+EXTRA_FIGURES = ("tpot_p90_s", "tpot_p99_s", "kv_cache_bytes", "peak_memory_bytes",
+                 "output_tokens_per_s")
+
+
+def _extra_figures(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each run's EXTRA_FIGURES, for data.measured to take their mean over the runs."""
+    extras = [_extra(text) for text in rows["extra"]] if "extra" in rows else [{}] * len(rows)
+    return pd.DataFrame([{k: e.get(k) for k in EXTRA_FIGURES} for e in extras],
+                        index=rows.index, columns=list(EXTRA_FIGURES))
+
+
 def llm_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per ok inference cell: TTFT, TPOT (p50, p90, p99), output tokens/s, memory."""
-    rows = measured(frame, KIND)
+    """One row per ok inference cell: TTFT, TPOT (p50, p90, p99), output tokens/s, memory;
+    each the cell's across its runs (the mean over them of each run's figure)."""
+    rows = measured(frame, KIND, _extra_figures)
     if rows.empty:
         return rows
     # Times and rates at the cell's time (the mean of its runs' medians), not its last run's.
@@ -71,8 +101,7 @@ def llm_frame(frame: pd.DataFrame) -> pd.DataFrame:
         prefill, decode = by_pass.get("prefill"), by_pass.get("decode")
         if prefill is None:
             continue
-        extra = {**_extra(prefill.get("extra")), **(_extra(decode.get("extra"))
-                                                     if decode is not None else {})}
+        figure = {column: _of_cell(prefill, decode, column) for column in EXTRA_FIGURES}
         batch, output = int(prefill["batch_size"]), int(prefill["output_length"])
         ttft = float(prefill["cell_time_s"])
         tpot = float(decode["cell_time_s"]) if decode is not None else None
@@ -85,20 +114,24 @@ def llm_frame(frame: pd.DataFrame) -> pd.DataFrame:
             "repeats": int(numeric(group, "repeats").fillna(1).max()),
             "ttft_ms": 1e3 * ttft,
             "tpot_ms": 1e3 * tpot if tpot is not None else None,
-            "tpot_p90_ms": 1e3 * extra["tpot_p90_s"] if "tpot_p90_s" in extra else None,
-            "tpot_p99_ms": 1e3 * extra["tpot_p99_s"] if "tpot_p99_s" in extra else None,
+            "tpot_p90_ms": _ms(figure["tpot_p90_s"]),
+            "tpot_p99_ms": _ms(figure["tpot_p99_s"]),
             # A whole generation at those times, as the runner figures it at its medians
             # (dlbench.llm.runner): the batch's output tokens over its time.
             "output_tokens_per_s": batch * output / (ttft + (output - 1) * tpot)
-            if tpot is not None else extra.get("output_tokens_per_s"),
+            if tpot is not None else figure["output_tokens_per_s"],
             "prefill_tokens_per_s": float(prefill["throughput"]),
             # Decode's memory traffic (a floor: weights and KV cache, dlbench.models.llm)
             # over its step time, against the memory's peak and the measured copy.
             **{key: _number(decode, column) for key, column in DECODE_BANDWIDTH.items()},
-            "kv_cache_mib": extra.get("kv_cache_bytes", 0) / 2**20 or None,
-            "peak_memory_mib": extra.get("peak_memory_bytes", 0) / 2**20 or None,
+            "kv_cache_mib": (figure["kv_cache_bytes"] or 0) / 2**20 or None,
+            "peak_memory_mib": (figure["peak_memory_bytes"] or 0) / 2**20 or None,
         })
     return pd.DataFrame(out)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else 1e3 * seconds
 
 
 def _prepared(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], encodings.Encoding] | None:
@@ -126,7 +159,8 @@ def _tooltip(data: pd.DataFrame, encoding: encodings.Encoding) -> list[alt.Toolt
             alt.Tooltip("ttft_ms:Q", title="TTFT (ms)", format=",.3f"),
             alt.Tooltip("tpot_ms:Q", title=time_title(data["repeats"], "ms", "TPOT"),
                         format=",.3f"),
-            alt.Tooltip("tpot_p99_ms:Q", title="TPOT p99 (ms)", format=",.3f"),
+            alt.Tooltip("tpot_p99_ms:Q", title=runs_title(data["repeats"], "TPOT p99 (ms)"),
+                        format=",.3f"),
             alt.Tooltip("output_tokens_per_s:Q", title="output tokens/s", format=",.1f"),
             alt.Tooltip("decode_gbps:Q", title="decode GB/s (floor)", format=",.0f")]
 
@@ -139,14 +173,15 @@ def _numbers(data: pd.DataFrame, encoding: encodings.Encoding) -> NumbersTable:
         Column("batch_size", "batch", "d"), Column("prompt_length", "prompt", "d"),
         Column("output_length", "output", "d"), Column("ttft_ms", "TTFT (ms)", ",.3f"),
         Column("tpot_ms", time_title(data["repeats"], "ms", "TPOT"), ",.3f"),
-        Column("tpot_p90_ms", "p90", ",.3f"),
-        Column("tpot_p99_ms", "p99", ",.3f"),
+        Column("tpot_p90_ms", runs_title(data["repeats"], "p90 (ms)"), ",.3f"),
+        Column("tpot_p99_ms", runs_title(data["repeats"], "p99 (ms)"), ",.3f"),
         Column("output_tokens_per_s", "output tokens/s", ",.1f"),
         Column("decode_gbps", "decode GB/s", ",.0f"),
         Column("decode_pct_of_peak_gbps", "% of memory peak", ",.1f"),
         Column("decode_pct_of_measured_gbps", "% of measured copy", ",.1f"),
         Column("kv_cache_mib", "KV cache (MiB)", ",.1f"),
-        Column("peak_memory_mib", "peak memory (MiB)", ",.1f")], required="ttft_ms")
+        Column("peak_memory_mib", runs_title(data["repeats"], "peak memory (MiB)"), ",.1f")],
+        required="ttft_ms")
 
 
 def latency_figure(frame: pd.DataFrame) -> Figure | None:
@@ -171,7 +206,8 @@ def latency_figure(frame: pd.DataFrame) -> Figure | None:
                   "(TPOT, median, whisker to p99), from a static KV cache, every timed step "
                   "synchronised."
                   + (" With repeats, TTFT and TPOT are the means of the runs' medians, the "
-                     "percentiles the last run's." if data["repeats"].max() > 1 else "")
+                     "percentiles and peak memory the means of the runs' own."
+                     if several_runs(data["repeats"]) else "")
                   + " One panel per model and precision, one line per prompt "
                   "length. The table's decode GB/s is the weights and KV cache a step reads "
                   "at least over its time: decode is bound by them, so its share of "

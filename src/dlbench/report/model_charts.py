@@ -15,6 +15,8 @@ from dlbench.report.data import (
     model_opts_label,
     numeric,
     ordered,
+    runs_title,
+    several_runs,
     time_title,
     varying,
 )
@@ -86,6 +88,8 @@ def model_frame(frame: pd.DataFrame, *, paradnn: bool = False) -> pd.DataFrame:
         "system": rows["system"].fillna("") if "system" in rows else "",
         "framework": rows["framework"].fillna("?"),
         "mode": execution_mode(rows),
+        # Each run compiles anew: the mean over the runs (data.measured), as every figure
+        # a run has of its own (the resource monitor's below too).
         "compile_time_s": rows.get("compile_time_s", pd.Series(index=rows.index, dtype=float)),
         "device": rows["device"].fillna("?"),
         "num_gpus": rows["num_gpus"].fillna(0).astype(int),
@@ -542,7 +546,9 @@ def compile_speedup_figure(models: pd.DataFrame) -> Figure | None:
                                  alt.Tooltip("eager_throughput:Q", format=",.1f",
                                              title="eager throughput"),
                                  alt.Tooltip("compile_time_s:Q", format=",.1f",
-                                             title="compile time (s)")], encoding)
+                                             title=runs_title(frame["repeats"],
+                                                              "compile time (s)"))],
+                 encoding)
     chart = speedup_bars(frame, panels, "mode", EAGER, colour, tips, encoding)
     return Figure("compile-speedup", "Speed-up over eager",
                   "Throughput of each execution mode (torch.compile mode, CUDA graphs, "
@@ -581,10 +587,13 @@ def loader_figure(frame: pd.DataFrame) -> Figure | None:
     threads = rows["num_loader_threads"]
     data = pd.DataFrame({
         "framework": rows["framework"].fillna("?"), "data": rows["data"].fillna("?"),
-        "batch_size": rows["batch_size"].astype(int), "throughput": rows["throughput"],
+        "batch_size": rows["batch_size"].astype(int),
+        # At the cell's time across its runs, as a model's throughput is (not its last run's).
+        "throughput": numeric(rows, "cell_throughput").fillna(numeric(rows, "throughput")),
         "unit": rows["throughput_unit"].fillna(""),
         "threads": threads.map(lambda n: f"{int(n)} threads" if pd.notna(n) else "default"),
     })
+    several = several_runs(numeric(rows, "repeats"))
     data, panels = with_panel(data, ["framework", "data"])
     colour = alt.Color("threads:N", title="loader threads", scale=alt.Scale(scheme="tableau10"))
     chart = lines_by_batch(
@@ -594,4 +603,6 @@ def loader_figure(frame: pd.DataFrame) -> Figure | None:
                  alt.Tooltip("throughput:Q", format=",.1f")],
         panels=panels, series="threads")
     return Figure("loader-throughput", "Input pipeline throughput",
-                  "The data loader alone, without a model.", styled(chart))
+                  "The data loader alone, without a model"
+                  + (" (at the mean of each cell's runs' medians)" if several else "") + ".",
+                  styled(chart))

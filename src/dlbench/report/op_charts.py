@@ -15,6 +15,7 @@ from dlbench.report.data import (
     measured,
     numeric,
     ordered,
+    runs_title,
     time_title,
     varying,
 )
@@ -77,7 +78,7 @@ def op_frame(frame: pd.DataFrame) -> pd.DataFrame:
         "input": [_input_label(o, n) for o, n in zip(rows["op_name"], rows["name"], strict=True)],
         "pass": rows["pass"].fillna("?"),
         # The cell's time (the mean of its runs' medians) and its rates at it; the spread
-        # is the last run's.
+        # the mean of the runs' p5s and p95s (data.measured).
         "median_s": cell_time(rows),
         "repeats": numeric(rows, "repeats").fillna(1).astype(int),
         "p5_s": rows["time_p5_s"].astype(float),
@@ -136,15 +137,17 @@ def time_figure(ops: pd.DataFrame) -> Figure | None:
     median = time_title(frame["repeats"], unit)
     points = base.mark_point(filled=True, size=60, opacity=1).encode(
         x=alt.X("median:Q", title=f"time per call ({unit}): "
-                + ("mean of the runs' medians, bar from the last run's p5 to p95" if several
-                   else "median, bar from p5 to p95"),
+                + ("mean of the runs' medians, bar from the mean of their p5s to that of "
+                   "their p95s" if several else "median, bar from p5 to p95"),
                 scale=alt.Scale(type="log", nice=False, padding=14)),
         tooltip=[alt.Tooltip("op:N", title="operator"), alt.Tooltip("input:N"),
                  alt.Tooltip("pass:N"), alt.Tooltip("config:N", title="op config"),
                  alt.Tooltip("variant:N", title="cell"),
                  alt.Tooltip("median:Q", title=median, format=",.3f"),
-                 alt.Tooltip("p5:Q", title=f"p5 ({unit})", format=",.3f"),
-                 alt.Tooltip("p95:Q", title=f"p95 ({unit})", format=",.3f")],
+                 alt.Tooltip("p5:Q", title=runs_title(frame["repeats"], f"p5 ({unit})"),
+                             format=",.3f"),
+                 alt.Tooltip("p95:Q", title=runs_title(frame["repeats"], f"p95 ({unit})"),
+                             format=",.3f")],
     )
     step = 10 * len(passes) + 6
     chart = alt.layer(spread, points, data=frame).properties(width=520, height=alt.Step(step))
@@ -154,8 +157,9 @@ def time_figure(ops: pd.DataFrame) -> Figure | None:
         ).resolve_scale(y="independent")
     return Figure("op-time", "Time per operator input",
                   "Median time of one call of each operator input, per pass"
-                  + (" (with repeats, the mean of the runs' medians; the bar the last run's)"
-                     if several else "") + ".", styled(chart))
+                  + (" (with repeats, the mean of the runs' medians; the bar from the mean "
+                     "of the runs' p5s to that of their p95s)" if several else "") + ".",
+                  styled(chart))
 
 
 def _rate_figure(ops: pd.DataFrame, *, rate: str, work: str, name: str, title: str,

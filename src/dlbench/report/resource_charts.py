@@ -3,6 +3,8 @@ peak memory against batch size.
 
 Energy is charted only where a cell has it: a host without energy counters records null
 and says why (``energy_note``), and the report quotes that note instead of drawing zeros.
+A cell of several runs shows the mean over its runs of each run's figure (data.measured),
+and the titles say so (data.runs_title).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from html import escape
 import altair as alt
 import pandas as pd
 
+from dlbench.report.data import runs_title, several_runs
 from dlbench.report.encodings import Encoding
 from dlbench.report.model_charts import (
     axis_columns,
@@ -91,12 +94,16 @@ def energy_figure(models: pd.DataFrame) -> Figure | None:
     # What the throughput counts (samples, a language model's tokens, deepwave's shots):
     # the monitor's items are the measured iterations' (dlbench.monitor).
     items = throughput_unit(cells).removesuffix("/s")
-    tips = model_tooltip(frame, [alt.Tooltip("samples_per_joule:Q", title=f"{items}/J",
+    repeats = frame["repeats"]
+    per_joule, energy, power = (runs_title(repeats, t) for t in (
+        f"{items}/J", "energy (J)", "mean power (W)"))
+    tips = model_tooltip(frame, [alt.Tooltip("samples_per_joule:Q", title=per_joule,
                                              format=",.2f"),
-                            alt.Tooltip("energy_j:Q", title="energy (J)", format=",.1f"),
-                            alt.Tooltip("power_mean_w:Q", title="mean power (W)", format=",.1f"),
+                            alt.Tooltip("energy_j:Q", title=energy, format=",.1f"),
+                            alt.Tooltip("power_mean_w:Q", title=power, format=",.1f"),
                             alt.Tooltip("energy_note:N", title="note")], encoding)
-    chart = lines_by_batch(frame, y="samples_per_joule", y_title=f"{items} per joule",
+    chart = lines_by_batch(frame, y="samples_per_joule",
+                           y_title=runs_title(repeats, f"{items} per joule"),
                            colour=_precision_colour(frame), tooltip=tips, panels=panels,
                            encoding=encoding, where=WITH_ENERGY)
     partial = _partial_notes(cells)
@@ -105,10 +112,17 @@ def energy_figure(models: pd.DataFrame) -> Figure | None:
     if partial:
         caption += f" Sources not counted: {partial}."
     return Figure("energy-efficiency", "Energy efficiency against batch size",
-                  caption + encoding.note(), styled(chart), shows=encoding.defaults, table=_numbers(encoding, [
-                      Column("samples_per_joule", f"{items}/J", ",.2f"),
-                      Column("energy_j", "energy (J)", ",.1f"),
-                      Column("power_mean_w", "mean power (W)", ",.1f")], "samples_per_joule"))
+                  caption + _runs_note(repeats) + encoding.note(), styled(chart),
+                  shows=encoding.defaults, table=_numbers(encoding, [
+                      Column("samples_per_joule", per_joule, ",.2f"),
+                      Column("energy_j", energy, ",.1f"),
+                      Column("power_mean_w", power, ",.1f")], "samples_per_joule"))
+
+
+def _runs_note(repeats: pd.Series) -> str:
+    """The captions' word on cells of several runs (none where every cell ran once)."""
+    return (" A cell run more than once shows the mean over its runs of each run's figure."
+            if several_runs(repeats) else "")
 
 
 def power_figure(models: pd.DataFrame) -> Figure | None:
@@ -117,8 +131,10 @@ def power_figure(models: pd.DataFrame) -> Figure | None:
     if selected is None:
         return None
     cells, frame, panels, encoding = selected
-    tips = model_tooltip(frame, [alt.Tooltip("power_mean_w:Q", title="mean power (W)", format=",.1f"),
-                            alt.Tooltip("power_max_w:Q", title="max power (W)", format=",.1f")],
+    repeats = frame["repeats"]
+    mean_w, max_w = runs_title(repeats, "mean power (W)"), runs_title(repeats, "max power (W)")
+    tips = model_tooltip(frame, [alt.Tooltip("power_mean_w:Q", title=mean_w, format=",.1f"),
+                            alt.Tooltip("power_max_w:Q", title=max_w, format=",.1f")],
                          encoding)
     x = alt.X("batch_size:Q", title="batch size", axis=batch_axis(frame["batch_size"].unique()),
               scale=alt.Scale(type="log", base=2, nice=False, padding=12))
@@ -127,7 +143,8 @@ def power_figure(models: pd.DataFrame) -> Figure | None:
     # The mean's line and points take the line styles of the other axes (the max's rule
     # and tick keep their own dash): two systems' lines are told apart as elsewhere.
     mean = series_styles(base, frame, colour, encoding).encode(
-        y=alt.Y("power_mean_w:Q", title="power (W): mean, tick at max",
+        y=alt.Y("power_mean_w:Q", title="power (W): mean, tick at max"
+                + (" (each the mean over the runs)" if several_runs(repeats) else ""),
                 scale=alt.Scale(zero=True)))
     layers = [mean.mark_line(), mean.mark_point()]
     if cells["power_max_w"].notna().any():
@@ -141,9 +158,10 @@ def power_figure(models: pd.DataFrame) -> Figure | None:
     return Figure("power", "Power against batch size",
                   "Mean power over the measured iterations (energy over time) and the highest "
                   "draw over one sampling interval (a GPU's from its energy counter)."
-                  + encoding.note(), styled(chart), shows=encoding.defaults, table=_numbers(encoding, [
-                      Column("power_mean_w", "mean power (W)", ",.1f"),
-                      Column("power_max_w", "max power (W)", ",.1f")], "power_mean_w"))
+                  + _runs_note(repeats) + encoding.note(), styled(chart),
+                  shows=encoding.defaults, table=_numbers(encoding, [
+                      Column("power_mean_w", mean_w, ",.1f"),
+                      Column("power_max_w", max_w, ",.1f")], "power_mean_w"))
 
 
 def _memory_figure(models: pd.DataFrame, column: str, *, name: str, title: str,
@@ -154,27 +172,30 @@ def _memory_figure(models: pd.DataFrame, column: str, *, name: str, title: str,
         return None
     unit, size = ("GiB", GIB) if cells[column].max() >= GIB else ("MiB", MIB)
     frame, panels, encoding = by_batch(models)
+    repeats = frame["repeats"]
     # In the chart's spec, so that every chart against batch size shares the page's rows.
     memory, allocated = f"{column}_{unit}", f"max_memory_allocated_{unit}"
-    extra = [alt.Tooltip(f"{memory}:Q", title=f"{what} ({unit})", format=",.2f")]
+    extra = [alt.Tooltip(f"{memory}:Q", title=runs_title(repeats, f"{what} ({unit})"),
+                         format=",.2f")]
     with_allocated = (column == "peak_device_memory_bytes"
                       and cells["max_memory_allocated_bytes"].notna().any())
     if with_allocated:
-        extra.append(alt.Tooltip(f"{allocated}:Q", title=f"PyTorch max allocated ({unit})",
+        extra.append(alt.Tooltip(f"{allocated}:Q",
+                                 title=runs_title(repeats, f"PyTorch max allocated ({unit})"),
                                  format=",.2f"))
-    chart = lines_by_batch(frame, y=memory, y_title=f"{what} ({unit})",
+    chart = lines_by_batch(frame, y=memory, y_title=runs_title(repeats, f"{what} ({unit})"),
                            colour=_precision_colour(frame),
                            tooltip=model_tooltip(frame, extra, encoding), panels=panels,
                            encoding=encoding,
                            where=f"isValid(datum.{column}) && datum.{column} > 0",
                            calculate={memory: f"datum.{column} / {size}",
                                       allocated: f"datum.max_memory_allocated_bytes / {size}"})
-    columns = [Column(column, f"{what} (bytes)", ",d")]
+    columns = [Column(column, runs_title(repeats, f"{what} (bytes)"), ",d")]
     if with_allocated:
-        columns.append(Column("max_memory_allocated_bytes", "PyTorch max allocated (bytes)",
-                              ",d"))
-    return Figure(name, title, caption + encoding.note(), styled(chart), shows=encoding.defaults,
-                  table=_numbers(encoding, columns, column))
+        columns.append(Column("max_memory_allocated_bytes",
+                              runs_title(repeats, "PyTorch max allocated (bytes)"), ",d"))
+    return Figure(name, title, caption + _runs_note(repeats) + encoding.note(), styled(chart),
+                  shows=encoding.defaults, table=_numbers(encoding, columns, column))
 
 
 def host_memory_figure(models: pd.DataFrame) -> Figure | None:

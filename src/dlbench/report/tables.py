@@ -15,7 +15,7 @@ import pandas as pd
 
 from dlbench import gpu_clocks
 from dlbench.profiling.summary import of_row
-from dlbench.report.data import STATUS_ORDER, cells, ordered, time_title
+from dlbench.report.data import STATUS_ORDER, cells, names_runs, ordered, time_title
 
 
 def _text(value: Any) -> str:
@@ -183,8 +183,10 @@ def environment_table(frame: pd.DataFrame) -> str | None:
 
 
 def held_back_table(frame: pd.DataFrame) -> str | None:
-    """Cells whose GPU clocks were held back (power cap, thermal, hardware slowdown) for
-    part of their measurement, most first; None when there are none."""
+    """Runs of cells whose GPU clocks were held back (power cap, thermal, hardware
+    slowdown) for part of their measurement, most first, each run's own figures (a run
+    held back is a fact of that run: which one is said where a cell ran more than once);
+    None when there are none."""
     if "gpu_clocks_held_back" not in frame:
         return None
     with_held = frame.assign(held=pd.to_numeric(frame["gpu_clocks_held_back"], errors="coerce"))
@@ -192,11 +194,19 @@ def held_back_table(frame: pd.DataFrame) -> str | None:
     if rows.empty:
         return None
     rows = rows.drop_duplicates(subset=["source"]).sort_values("held", ascending=False)
-    body = [[r.study, r.system, r.get("cell") or r.cell_id, f"{r.held:.0%}", r.gpu_clock_reasons or "",
+    runs = names_runs(rows)
+    body = [[r.study, r.system, r.get("cell") or r.cell_id,
+             *([_run(r.get("repeat"))] if runs else []),
+             f"{r.held:.0%}", r.gpu_clock_reasons or "",
              f"{r.gpu_power_limit_w:,.0f}" if pd.notna(r.gpu_power_limit_w) else ""]
             for _, r in rows.iterrows()]
-    return table(["study", "system", "cell", "samples held back", "why", "power limit (W)"],
-                 body, css="numeric-tail")
+    return table(["study", "system", "cell", *(["run"] if runs else []), "samples held back",
+                  "why", "power limit (W)"], body, css="numeric-tail")
+
+
+def _run(repeat: Any) -> str:
+    """A run's number as the result's ``repeat`` gives it (0: the first); empty if unknown."""
+    return str(int(repeat)) if repeat is not None and pd.notna(repeat) else ""
 
 
 def unstable_table(frame: pd.DataFrame) -> str | None:
