@@ -299,3 +299,206 @@ def test_side_files_are_named_after_the_cell_not_its_staging_name(tmp_path):
     assert staged.name == ".cell.json.42.running"
     assert staging.final_path(staged) == tmp_path / "cell.json"
     assert monitor.series_path(staged).name.startswith("cell.monitor.")
+
+
+# The OOM killer ending another process of the cell than the runner: a DataLoader worker, a
+# torchrun rank. Real torch produces the failure and its messages; the memory cgroup's
+# OOM-kill count is a stand-in (a file the stand-in runner raises where the kernel would),
+# so the kernel's own OOM kill is not exercised here (test_a_runner_killed_by_the_oom_killer
+# does, where a memory cgroup can be made).
+
+def oom_count_file(tmp_path: Path, monkeypatch, start: int | None = 5) -> Path:
+    """A stand-in for the memory cgroup's oom_kill count: the number in a file (None while
+    the file is missing), raised by ``BUMP_OOM_COUNT`` in a stand-in runner."""
+    counter = tmp_path / "oom_kill"
+    if start is not None:
+        counter.write_text(str(start))
+
+    def count(*_args, **_kwargs) -> int | None:
+        return int(counter.read_text()) if counter.exists() else None
+
+    monkeypatch.setattr(oom_kills, "count", count)
+    monkeypatch.setenv("OOM_COUNT", str(counter))
+    return counter
+
+
+BUMP_OOM_COUNT = """
+def bump_oom_count():
+    path = os.environ['OOM_COUNT']
+    if os.path.exists(path):
+        count = int(open(path).read())
+        open(path, 'w').write(str(count + 1))
+"""
+
+FAILED_RESULT = """
+import json
+from dlbench import cellrun
+from dlbench import result as R
+CELL = json.loads(os.environ['CELL'])
+res = R.new_result(kind='model', cell=CELL['params'], study=CELL['study'],
+                   cell_id=CELL['cell_id'])
+"""
+
+DATALOADER_WORKER_KILLED = BUMP_OOM_COUNT + FAILED_RESULT + """
+import logging
+from torch.utils.data import DataLoader, Dataset
+logging.basicConfig()
+
+class Data(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        # The OOM killer picks the worker before its first batch: the runner is then
+        # waiting for it, as a training loop mostly is (a worker killed while a batch's
+        # tensors are being handed over fails the runner in ways that vary from run to run).
+        bump_oom_count()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+def load():
+    for _ in DataLoader(Data(), batch_size=1, num_workers=1):
+        pass
+    res['status'] = 'ok'
+
+if os.environ['WRITES_RESULT'] == '1':
+    with cellrun.recorded(res, OUT):
+        load()
+    sys.exit(cellrun.exit_code(res))
+load()
+"""
+
+
+@pytest.mark.parametrize("writes_result", [True, False], ids=["failed_result", "no_result"])
+def test_a_dataloader_worker_killed_by_the_oom_killer_makes_an_oom_row(
+        tmp_path, monkeypatch, writes_result):
+    """The runner sees its DataLoader worker die: through dlbench.cellrun it writes a
+    `failed` row "DataLoader worker (pid(s) N) exited unexpectedly", the worker's SIGKILL
+    only in the traceback's cause on stderr; without cellrun it leaves no result. Either
+    way, the count having risen, the row is `oom` and keeps the runner's own line."""
+    oom_count_file(tmp_path, monkeypatch)
+    cell = one_cell()
+    monkeypatch.setenv("CELL", json.dumps(cell))
+    monkeypatch.setenv("WRITES_RESULT", "1" if writes_result else "0")
+    out = tmp_path / "c.json"
+    launch.launch(cell, out, fake_python(tmp_path, DATALOADER_WORKER_KILLED))
+    res = R.read(out)
+    assert res["status"] == "oom", res["error"]
+    expected_start = "RuntimeError" if writes_result else "python -m dlbench.pytorch: RuntimeError"
+    assert res["error"].startswith(expected_start)
+    assert "exited unexpectedly" in res["error"]
+    assert "is killed by signal: Killed." in res["error"]
+    assert "oom_kill count rose" in res["error"]
+
+
+RANK_KILLED = "import os, signal, time\n" + BUMP_OOM_COUNT + """
+if os.environ['RANK'] == '1':  # the OOM killer picks rank 1
+    bump_oom_count()
+    os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(60)
+"""
+
+TORCHRUN_RANK_KILLED = FAILED_RESULT + """
+from dlbench.pytorch import distributed
+rc, lines = distributed.run_workers([sys.executable, '-m', 'torch.distributed.run',
+                                     '--nproc_per_node=2', os.environ['RANK_SCRIPT']], 2, None)
+R.write(R.finish(res, *distributed.workers_outcome(rc, lines)), OUT)
+sys.exit(rc or 1)
+"""
+
+
+def test_a_torchrun_rank_killed_by_the_oom_killer_makes_an_oom_row(tmp_path, monkeypatch):
+    """A data-parallel cell's runner runs torchrun (two CPU ranks); rank 1 dies by
+    SIGKILL and the runner writes a `failed` row from torchrun's report (as
+    dlbench.pytorch does). The count having risen, the row is `oom`, the SIGKILL found in
+    torchrun's "Root Cause" (not the SIGTERM torchrun itself sent rank 0)."""
+    oom_count_file(tmp_path, monkeypatch)
+    cell = one_cell()
+    rank_script = tmp_path / "rank.py"
+    rank_script.write_text(RANK_KILLED)
+    monkeypatch.setenv("CELL", json.dumps(cell))
+    monkeypatch.setenv("RANK_SCRIPT", str(rank_script))
+    out = tmp_path / "c.json"
+    launch.launch(cell, out, fake_python(tmp_path, TORCHRUN_RANK_KILLED))
+    res = R.read(out)
+    assert res["status"] == "oom", res["error"]
+    assert res["error"].startswith("rank ")  # the runner's own line first
+    assert "Signal 9 (SIGKILL) received by PID" in res["error"]
+    assert "oom_kill count rose" in res["error"]
+
+
+# What the runner's stderr shows in these cheaper stand-ins: DataLoader's own lines, as
+# torch prints them (test_a_dataloader_worker_killed_... above makes them for real).
+WORKER_KILLED_LINES = """
+print('RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed. ', file=sys.stderr)
+print('The above exception was the direct cause of the following exception:', file=sys.stderr)
+print('RuntimeError: DataLoader worker (pid(s) 4242) exited unexpectedly', file=sys.stderr)
+"""
+
+
+def run_failing(tmp_path, monkeypatch, body: str, start: int | None = 5, **launch_kwargs):
+    oom_count_file(tmp_path, monkeypatch, start)
+    cell = one_cell()
+    monkeypatch.setenv("CELL", json.dumps(cell))
+    out = tmp_path / "c.json"
+    launch.launch(cell, out, fake_python(tmp_path, BUMP_OOM_COUNT + FAILED_RESULT + body),
+                  **launch_kwargs)
+    return R.read(out)
+
+
+def write_failed(error: str) -> str:
+    return f"R.write(R.finish(res, 'failed', {error!r}), OUT)\nsys.exit(1)\n"
+
+
+def test_a_killed_worker_without_a_rise_of_the_count_stays_failed(tmp_path, monkeypatch):
+    """A worker killed by someone else than the OOM killer (a user's kill -9)."""
+    res = run_failing(tmp_path, monkeypatch, WORKER_KILLED_LINES + write_failed(
+        "RuntimeError: DataLoader worker (pid(s) 4242) exited unexpectedly"))
+    assert res["status"] == "failed"
+    assert res["error"] == "RuntimeError: DataLoader worker (pid(s) 4242) exited unexpectedly"
+
+
+def test_a_rise_of_the_count_does_not_relabel_an_unrelated_failure(tmp_path, monkeypatch):
+    """Another job's OOM kill in a shared cgroup raises the count while this cell fails for
+    its own reason, its processes not killed: it stays `failed`."""
+    res = run_failing(tmp_path, monkeypatch, "bump_oom_count()\n" + write_failed(
+        "ValueError: --batch_size must be positive"))
+    assert res["status"] == "failed"
+    assert res["error"] == "ValueError: --batch_size must be positive"
+
+
+def test_a_killed_worker_where_no_count_can_be_read_stays_failed(tmp_path, monkeypatch):
+    res = run_failing(tmp_path, monkeypatch, WORKER_KILLED_LINES + write_failed(
+        "RuntimeError: DataLoader worker (pid(s) 4242) exited unexpectedly"), start=None)
+    assert res["status"] == "failed"
+
+
+def test_a_worker_killed_by_another_signal_stays_failed(tmp_path, monkeypatch):
+    """SIGBUS (a DataLoader worker out of shared memory) is not the OOM killer's signal."""
+    res = run_failing(tmp_path, monkeypatch, """
+bump_oom_count()
+print('RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error. ',
+      file=sys.stderr)
+""" + write_failed("RuntimeError: DataLoader worker (pid(s) 4242) exited unexpectedly"))
+    assert res["status"] == "failed"
+
+
+def test_a_runner_killed_by_sigkill_as_the_count_rose_is_oom_with_its_last_error_line(
+        tmp_path, monkeypatch):
+    """The runner itself the OOM killer's choice: no result, its last line kept."""
+    res = run_failing(tmp_path, monkeypatch, """
+print('allocating the activations', file=sys.stderr, flush=True)
+bump_oom_count()
+os.kill(os.getpid(), signal.SIGKILL)
+""")
+    assert res["status"] == "oom"
+    assert res["error"].startswith("python -m dlbench.pytorch: killed by SIGKILL")
+    assert "last error line: allocating the activations" in res["error"]
+    assert "out-of-memory killer" in res["error"]
+
+
+def test_a_timed_out_runner_stays_failed_though_the_count_rose(tmp_path, monkeypatch):
+    """The launcher's own SIGKILL of a hung runner is no OOM kill."""
+    res = run_failing(tmp_path, monkeypatch, "bump_oom_count()\ntime.sleep(60)\n",
+                      timeout_s=1.0)
+    assert res["status"] == "failed"
+    assert res["error"].startswith("timed out after 1 s")

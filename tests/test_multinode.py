@@ -201,6 +201,20 @@ def test_torchrun_failure_report_names_the_rank_its_host_and_signal():
     assert distributed.torchrun_failure(["host : a", "unrelated", "rank : 1"]) is None
 
 
+def test_torchrun_failure_names_the_root_cause_not_a_rank_torchrun_stopped():
+    """torchrun lists the ranks it stopped itself (SIGTERM) under "Failures:", above the
+    rank that failed first: the row names the root cause."""
+    lines = ["Failures:", "[1]:", "  time      : 2026-11-25_15:28:58", "  host      : node1",
+             "  rank      : 0 (local_rank: 0)", "  exitcode  : -15 (pid: 2869)",
+             "  error_file: <N/A>", "  traceback : Signal 15 (SIGTERM) received by PID 2869",
+             "------------------------------------------------------------",
+             "Root Cause (first observed failure):", "[0]:",
+             "  time      : 2026-11-25_15:28:57", "  host      : node1",
+             "  rank      : 1 (local_rank: 1)", "  exitcode  : -9 (pid: 2870)",
+             "  error_file: <N/A>", "  traceback : Signal 9 (SIGKILL) received by PID 2870"]
+    assert distributed.torchrun_failure(lines) == "rank 1 on node1: exit code -9 (pid: 2870)"
+
+
 def test_a_rendezvous_a_node_never_joins_times_out_and_says_so(tmp_path):
     """torchrun expecting two nodes where one comes: its rendezvous gives up after the join
     timeout (3 s here, 300 s in a cell) and the report says a node did not join."""
@@ -291,3 +305,20 @@ def test_the_workers_argv_writes_to_their_own_file():
     assert dist.with_output(["--model=x", "--output", "r.json", "--dtype=float32"], "p") == \
         ["--model=x", "--dtype=float32", "--output=p"]
     assert dist.with_output(["--output=r.json"], "p") == ["--output=p"]
+
+
+@pytest.mark.parametrize(("given", "usable", "nproc", "each"), [
+    ("16", 16, 8, "2"),   # Snakemake's job threads, shared by 8 ranks
+    ("16", 8, 2, "4"),    # capped at the job's cpuset first
+    (None, 12, 4, "3"),   # nothing set: the CPUs this process may run on
+    ("3", 16, 8, "1"),    # never zero
+    ("x", 6, 2, "3"),     # not a count: the usable CPUs
+])
+def test_each_rank_on_a_node_gets_its_share_of_the_jobs_threads(monkeypatch, given, usable,
+                                                                nproc, each):
+    """torchrun's ranks each given the job's OMP_NUM_THREADS (Snakemake sets it to the
+    rule's threads) or the host's CPU count would oversubscribe the job's CPUs nproc times
+    over; each gets its share of what the job may use."""
+    monkeypatch.setattr("dlbench.cpu.usable_cpus", lambda: usable)
+    environ = {} if given is None else {"OMP_NUM_THREADS": given}
+    assert distributed.rank_threads(environ, nproc) == each

@@ -10,8 +10,10 @@ in the table. It imports no framework.
 The runner writes its result under a name of this launcher's own (dlbench.staging); the
 launcher checks it (schema, the cell's identity) and moves it into place once the runner
 has exited. The runner runs in a process group of its own that dies with the launcher,
-and is stopped after ``--timeout_s``. A runner killed by the kernel's OOM killer is
-recorded as ``oom``; one killed by a signal names the signal.
+and is stopped after ``--timeout_s``. A failed cell, whether its runner wrote the result or
+left none, is recorded as ``oom`` when the kernel's OOM killer ended one of its processes
+(``classified``: the runner, a DataLoader worker, a torchrun rank); a runner killed by
+another signal names the signal.
 
 A GPU cell gets its own GPUs: the launcher holds ``num_gpus`` free GPU ids (``dlbench.gpus``)
 while the runner runs and gives it ``CUDA_VISIBLE_DEVICES``. A cell run in a container
@@ -161,20 +163,32 @@ def accepted_result(data: bytes | None, cell: dict[str, Any],
     return res, ""
 
 
-def runner_failure(ran: subproc.Ran, oom_before: int | None, timeout_s: float | None,
-                   module: str) -> tuple[str, str]:
-    """The status and one-line message of a runner that left no result."""
+def runner_failure(ran: subproc.Ran, timeout_s: float | None, module: str) -> str:
+    """The one-line message of a runner that left no result."""
     if ran.timed_out:
-        return "failed", (f"timed out after {timeout_s:g} s (timeout_s); the runner's process "
-                          "group was killed")
+        return (f"timed out after {timeout_s:g} s (timeout_s); the runner's process group "
+                "was killed")
     line = subproc.last_error_line(ran.tail)
-    if ran.rc == -signal.SIGKILL and oom_kills.rose(oom_before, oom_kills.count()):
-        return "oom", ("killed by the kernel's out-of-memory killer (SIGKILL; the memory "
-                       "cgroup's oom_kill count rose)")
     if ran.rc < 0:
         words = subproc.exit_words(ran.rc)
-        return "failed", f"{module}: {words}" + (f"; last error line: {line}" if line else "")
-    return "failed", f"{module}: {line or subproc.exit_words(ran.rc)}"
+        return f"{module}: {words}" + (f"; last error line: {line}" if line else "")
+    return f"{module}: {line or subproc.exit_words(ran.rc)}"
+
+
+def classified(status: str, message: str, ran: subproc.Ran,
+               oom_before: int | None) -> tuple[str, str]:
+    """A cell's status and message, ``failed`` turned ``oom`` where the kernel's OOM killer
+    ended a process of the cell: the memory cgroup's OOM-kill count rose while the runner
+    ran, and the failure shows a process of the cell ended by SIGKILL (the runner itself,
+    or in its error line or its last stderr lines a DataLoader worker or a torchrun rank:
+    ``oom_kills.sigkill_shown``). A timed-out runner was killed by us."""
+    if status != "failed" or ran.timed_out:
+        return status, message
+    shown = (subproc.exit_words(ran.rc) if ran.rc == -signal.SIGKILL
+             else oom_kills.sigkill_shown([message, *ran.tail]))
+    if shown is None or not oom_kills.rose(oom_before, oom_kills.count()):
+        return status, message
+    return "oom", oom_kills.oom_message(message, shown)
 
 
 # The thread counts Snakemake sets to a job's threads (snakemake.shell), which the
@@ -220,6 +234,12 @@ def compile_cache_env(cell: dict[str, Any], output: Path) -> dict[str, str]:
     return {INDUCTOR_CACHE_ENV: str(folder.resolve())}
 
 
+# The runner's last stderr lines kept: enough for the traceback of a DataLoader worker's
+# death, whose cause ("is killed by signal") comes before the runner's own frames, and for
+# torchrun's failure report.
+STDERR_LINES = 400
+
+
 def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None = None,
            env: dict[str, str] | None = None, gpu_lock_dir: Path | None = None,
            runner_options: list[str] | None = None, timeout_s: float | None = None) -> int:
@@ -254,17 +274,22 @@ def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None
             ran = subproc.supervised(cmd, env={**os.environ, **thread_caps(),
                                                **compile_cache_env(cell, output),
                                                **(env or {}), **gpu_env},
-                                     timeout_s=timeout_s, on_exit=take)
+                                     timeout_s=timeout_s, keep=STDERR_LINES, on_exit=take)
     except gpus.GpuAllocationError as exc:
         record_launch_failure(cell, output, f"dlbench.launch: {exc}")
         print(f"dlbench.launch: {exc}", file=sys.stderr)
         return 1
     res, invalid = (None, "") if ran.timed_out else accepted_result(taken[0], cell, staged.name)
     if res is not None:
+        status, message = classified(res["status"], res["error"] or "", ran, oom_before)
+        if status != res["status"]:
+            res["status"], res["error"] = status, message
         R.write(stamped(res, output), output)
         return ran.rc
-    status, why = runner_failure(ran, oom_before, timeout_s, f"{Path(python).name} -m {cmd[2]}")
-    record_launch_failure(cell, output, invalid or why, status=status)
+    status, why = classified(
+        "failed", invalid or runner_failure(ran, timeout_s, f"{Path(python).name} -m {cmd[2]}"),
+        ran, oom_before)
+    record_launch_failure(cell, output, why, status=status)
     return ran.rc
 
 

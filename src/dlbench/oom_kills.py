@@ -1,14 +1,20 @@
-"""How many processes the kernel's out-of-memory killer has killed in our memory cgroup.
+"""How many processes the kernel's out-of-memory killer has killed in our memory cgroup,
+and whether it ended a process of a cell.
 
-A runner killed by the OOM killer just exits by SIGKILL: nothing in its output says why.
+A process killed by the OOM killer just exits by SIGKILL: nothing in its output says why.
 The launcher reads this count before and after the runner (they share a cgroup: a job's
-cgroup under Slurm, a container's, a systemd scope) and records such a cell as ``oom``.
-cgroup v2 keeps the count in ``memory.events`` (``oom_kill N``), v1 in
+cgroup under Slurm, a container's, a systemd scope) and records the cell as ``oom`` when
+the count rose *and* the failure shows a process of the cell ended by SIGKILL: the runner
+itself, a DataLoader worker or a torchrun rank (``sigkill_shown``). Both are needed: in a
+shared cgroup another job's OOM kill raises the count too, and must not relabel an
+unrelated failure. cgroup v2 keeps the count in ``memory.events`` (``oom_kill N``), v1 in
 ``memory.oom_control``. Where neither can be read the count is None and nothing is claimed.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -66,3 +72,58 @@ def count(pid: int | str = "self", root: Path = CGROUP_ROOT) -> int | None:
 
 def rose(before: int | None, after: int | None) -> bool:
     return before is not None and after is not None and after > before
+
+
+# How torch reports a process of the cell that SIGKILL ended (torch 2.x, the messages
+# themselves; strsignal(SIGKILL) is "Killed"):
+# - a DataLoader worker, raised in the runner by DataLoader's SIGCHLD handler
+#   (torch/csrc/DataLoader.cpp). When the runner was waiting for a batch, DataLoader raises
+#   "DataLoader worker (pid(s) 1234) exited unexpectedly" *from* it: the runner's one-line
+#   error is then that, and this line is in the traceback on its stderr.
+_DATALOADER_WORKER = re.compile(r"DataLoader worker \(pid \d+\) is killed by signal: Killed\.")
+# - a rank of torchrun (torch.distributed.elastic): the agent's log line for the first
+#   failure, and in its report the "Root Cause (first observed failure)" block's
+#   "traceback : Signal 9 (SIGKILL) received by PID 2870". Only the first failure counts:
+#   torchrun itself stops the other ranks (SIGTERM, then SIGKILL after a grace period) and
+#   lists them under "Failures:".
+_ELASTIC_FIRST_FAILURE = re.compile(r"failed \(exitcode: -9\) local_rank: \d+ \(pid: \d+\)")
+TORCHRUN_ROOT_CAUSE = "Root Cause (first observed failure):"
+_ELASTIC_SIGNAL = re.compile(r"Signal 9 \(SIGKILL\) received by PID \d+")
+_ELASTIC_BLOCK_END = re.compile(r"={5,}\s*$")
+
+
+def _root_cause_lines(lines: Sequence[str]) -> list[str]:
+    """The lines of torchrun's "Root Cause" blocks (one per node's torchrun)."""
+    inside, found = False, []
+    for line in lines:
+        if TORCHRUN_ROOT_CAUSE in line:
+            inside = True
+        elif inside and _ELASTIC_BLOCK_END.search(line):
+            inside = False
+        elif inside:
+            found.append(line)
+    return found
+
+
+def sigkill_shown(lines: Sequence[str]) -> str | None:
+    """The words in ``lines`` (a cell's error line and its runner's last stderr lines)
+    showing that SIGKILL ended a DataLoader worker or the first failed torchrun rank of the
+    cell; None when they show none."""
+    for line in lines:
+        if m := _DATALOADER_WORKER.search(line):
+            return m[0]
+    for line in _root_cause_lines(lines):
+        if m := _ELASTIC_SIGNAL.search(line):
+            return f"torchrun's first failure: {m[0]}"
+    for line in lines:
+        if m := _ELASTIC_FIRST_FAILURE.search(line):
+            return f"torchrun: {m[0]}"
+    return None
+
+
+def oom_message(message: str, shown: str) -> str:
+    """A failure's own line, what showed the SIGKILL (unless the line says it already), and
+    why the cell counts as out of memory."""
+    seen = "" if shown in message else f" ({shown})"
+    return (f"{message}{seen}; SIGKILL from the kernel's out-of-memory killer: the memory "
+            "cgroup's oom_kill count rose during the cell")

@@ -10,6 +10,7 @@ import datetime
 import os
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -180,18 +181,30 @@ def multi_node_command(nodes: int, nproc: int, device: str, argv: list[str],
     return alloc.srun(nodes, multinode.agent(alloc.here, gpus, torchrun))
 
 
+def rank_threads(environ: Mapping[str, str], nproc: int) -> str:
+    """OMP_NUM_THREADS of each of ``nproc`` processes on a node: the job's threads (the
+    variable as Snakemake sets it to the rule's threads, else the CPUs this process may
+    run on: a Slurm job's cpuset, not the whole host's) shared among them. Each rank
+    given the job's count would oversubscribe the CPUs ``nproc`` times over."""
+    from dlbench import cpu
+
+    usable = cpu.usable_cpus()
+    given = environ.get("OMP_NUM_THREADS", "")
+    job = min(int(given), usable) if given.isdigit() and int(given) > 0 else usable
+    return str(max(1, job // nproc))
+
+
 def run_workers(cmd: list[str], nproc: int, output: Path | None) -> tuple[int, list[str]]:
     """Run a torchrun ``cmd`` (or srun starting one on each node) of ``nproc`` processes
     per node whose rank 0 writes ``output`` (removed first: a file there afterwards is this
-    run's). The cores are shared among the processes unless OMP_NUM_THREADS says otherwise.
+    run's). The job's threads are shared among the processes (``rank_threads``).
     Returns the exit code and enough of stderr for torchrun's failure report and srun's
     lines after it, srun's task labels taken off."""
     from dlbench import multinode, subproc
 
     if output:
         output.unlink(missing_ok=True)
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    env = {**os.environ, "OMP_NUM_THREADS": rank_threads(os.environ, nproc)}
     rc, lines = subproc.run_tee(cmd, env, keep=400)
     return rc, [multinode.unlabelled(line) for line in lines]
 
@@ -232,6 +245,15 @@ def torchrun_failure(lines: list[str], join_timeout_s: float | None = None) -> s
     if any("RendezvousTimeoutError" in line for line in lines):
         after = f" after {join_timeout_s:g} s" if join_timeout_s else ""
         return f"the nodes' rendezvous timed out{after}: a node did not join"
+    # The root cause first: the ranks torchrun stopped itself (SIGTERM) are listed above
+    # it, under "Failures:", and would name the wrong rank and signal.
+    from dlbench.oom_kills import TORCHRUN_ROOT_CAUSE
+
+    root = next((i for i, line in enumerate(lines) if TORCHRUN_ROOT_CAUSE in line), None)
+    return _first_failure_block(lines[root:] if root is not None else lines)
+
+
+def _first_failure_block(lines: list[str]) -> str | None:
     found: dict[str, str] = {}
     for line in lines:
         m = _FIELD.match(line)
