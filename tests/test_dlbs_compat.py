@@ -97,3 +97,102 @@ def test_a_language_model_cell_through_the_runner_prints_samples_per_second(tmp_
     parsed = parse_like_dlbs(proc.stdout)
     assert parsed["results.throughput"] == pytest.approx(2 / m["time_s"]["mean"], rel=1e-5)
     assert parsed["results.time"] == pytest.approx(m["time_s"]["mean"] * 1000, rel=1e-5)
+
+
+# --- a failed cell: nothing DLBS's tools take for success ---------------------------------
+
+
+def dlbs_takes_for_success(parsed: dict) -> bool:
+    """DLBS's own rules for a run that succeeded, either of which counts it: BenchData.status
+    (its reports, its launcher's rerun-on-failure) wants ``results.time`` > 0, and
+    logparser.parse_log_files wants a numeric ``results.throughput`` > 0."""
+    def positive(key: str) -> bool:
+        value = parsed.get(key)
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+    return positive("results.time") or positive("results.throughput")
+
+
+def one_measurement(res: dict) -> None:
+    res["measurements"] = [R.measurement(name="deep_mnist", pass_="training",
+                                         times_s=[0.1, 0.2], items_per_iteration=4,
+                                         throughput_unit="samples/s")]
+
+
+@pytest.mark.parametrize(("raised", "status"), [
+    (RuntimeError("the monitor's series could not be attached"), "failed"),
+    (MemoryError("cannot allocate memory"), "oom"),
+])
+def test_a_cell_failing_after_its_measurement_prints_no_figure_dlbs_counts(
+        tmp_path, capsys, raised, status):
+    """The measurement finished, then the cell failed: its status and message lines only,
+    the figures kept in its result file."""
+    out = tmp_path / "r.json"
+    res = R.new_result(kind="model", cell={"model": "deep_mnist", "batch_size": 4})
+    with cellrun.recorded(res, str(out)):
+        one_measurement(res)
+        raise raised
+    parsed = parse_like_dlbs(capsys.readouterr().out)
+    assert parsed == {"results.status": status, "results.status_msg": cellrun.one_line(raised)}
+    assert not dlbs_takes_for_success(parsed)
+    written = R.read(out)
+    assert written["status"] == status and written["measurements"][0]["times_s"] == [0.1, 0.2]
+
+
+def test_the_same_cell_succeeding_is_one_dlbs_counts(capsys):
+    """The rule above can tell: the cell that ends well prints the figures DLBS counts."""
+    res = R.new_result(kind="model", cell={"model": "deep_mnist", "batch_size": 4})
+    with cellrun.recorded(res, None):
+        one_measurement(res)
+        res["status"] = "ok"
+    parsed = parse_like_dlbs(capsys.readouterr().out)
+    assert dlbs_takes_for_success(parsed) and parsed["results.time"] == pytest.approx(150.0)
+    assert parsed["exp.model_title"] == "DeepMNIST"
+
+
+@pytest.mark.parametrize(("kind", "model", "title"), [
+    ("model", "resnet50", "ResNet50"), ("model", "alexnet_owt", "AlexNetOWT"),
+    ("model", "inception3", "InceptionV3"), ("model", "bert_large", "BERT-Large"),
+    ("model", "paradnn_fc", "paradnn_fc"),  # no title of its own: its name
+    ("op", "gemm", None), ("comms", None, None),
+])
+def test_a_model_cell_prints_dlbs_model_title_from_the_registry(kind, model, title):
+    """DLBS's backends print ``__exp.model_title__`` after a run that succeeded, and its
+    reports group and label by it: its spelling for its own models, the registry's title or
+    name for others, nothing for a cell of no catalogued model."""
+    res = {"kind": kind, "cell": {"model": model} if model else {}}
+    assert cellrun.model_title(res) == title
+
+
+def test_a_result_that_cannot_be_written_prints_failed_and_no_figures(tmp_path, capsys):
+    """The write comes after the measurement and fails the cell: the summary lines, printed
+    after it, say failed and hold no time or throughput."""
+    (tmp_path / "file").write_text("")
+    res = R.new_result(kind="model", cell={"model": "deep_mnist", "batch_size": 4})
+    with cellrun.recorded(res, str(tmp_path / "file" / "r.json")):
+        one_measurement(res)
+        res["status"] = "ok"
+    parsed = parse_like_dlbs(capsys.readouterr().out)
+    assert parsed["results.status"] == "failed"
+    assert parsed["results.status_msg"].startswith("the result could not be written to ")
+    assert not dlbs_takes_for_success(parsed)
+
+
+def test_the_pytorch_runner_failing_after_its_measurement_prints_no_figures(
+        tmp_path, capsys, monkeypatch):
+    """In this process, on the CPU: the process group's shutdown, after the measurement,
+    raises. A data-parallel cell's other ranks (torchrun) are not exercised."""
+    from dlbench.pytorch import distributed
+    from dlbench.pytorch.runner import main
+
+    def fails() -> None:
+        raise RuntimeError("process group shutdown failed")
+
+    monkeypatch.setattr(distributed, "shutdown", fails)
+    out = tmp_path / "r.json"
+    assert main([*DLBS_CPU, "--count_flops=false", f"--output={out}"]) == 1
+    parsed = parse_like_dlbs(capsys.readouterr().out)
+    assert parsed["results.status"] == "failed"
+    assert parsed["results.status_msg"] == "RuntimeError: process group shutdown failed"
+    assert not dlbs_takes_for_success(parsed)
+    assert R.read(out)["measurements"][0]["time_s"]["mean"] > 0  # it had measured

@@ -57,7 +57,7 @@ def print_dlbs_summary(res: dict[str, Any], stream: Any = None) -> None:
     time and throughput are DLBS's: the mean time, and the samples of an iteration over it
     (``dlbs_samples``), so that the two agree as in DLBS's logs (the result's own
     throughput is at the median, and in the measurement's unit: tokens/s for a language
-    model)."""
+    model). Only an ``ok`` cell prints its figures (``success_lines``)."""
     stream = stream or sys.stdout
 
     def line(key: str, value: Any) -> None:
@@ -66,24 +66,54 @@ def print_dlbs_summary(res: dict[str, Any], stream: Any = None) -> None:
     line("status", res["status"])
     if res.get("error"):
         line("status_msg", res["error"])
+    if res["status"] == "ok":
+        for key, value in success_lines(res):
+            line(key, value)
+        if title := model_title(res):
+            print(f"__exp.model_title__={json.dumps(title)}", file=stream)
+    stream.flush()
+
+
+def success_lines(res: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The figures of a cell's (first) measurement, as DLBS's backends print them after a
+    run that succeeded. DLBS's tools take their presence as success: ``BenchData.status``
+    and its reports count a cell with ``results.time`` > 0 as ok, its log parser one with
+    ``results.throughput`` > 0; its backends print none of them after a failure. So a
+    cell that failed after its measurement had finished (a monitor series, a result that
+    could not be written) keeps them out of the log, its result file still holding them."""
+    if not res["measurements"]:
+        return []
+    first = res["measurements"][0]
+    lines: list[tuple[str, Any]] = []
     if len(res["measurements"]) > 1:
         # DLBS has one time per run; an operator config or a message-size sweep has many:
         # the lines below are the first measurement's, and say which it is.
-        line("measurements", len(res["measurements"]))
-        first = res["measurements"][0]
-        line("measurement", " ".join(str(v) for v in (first["name"], first.get("op_name"),
-                                                       first["pass"]) if v))
-    for m in res["measurements"][:1]:
-        line("time", round(m["time_s"]["mean"] * 1000.0, 6))
-        # DLBS's np.std: over the iterations themselves (ddof 0); the result's is the
-        # sample's (ddof 1)
-        n = len(m["times_s"])
-        line("time_std", round(m["time_s"]["std"] * math.sqrt((n - 1) / n) * 1000.0, 6)
-             if n else None)
-        mean = m["time_s"]["mean"]
-        line("throughput", round(dlbs_samples(res, m) / mean, 6) if mean > 0 else None)
-        line("time_data", [round(t * 1000.0, 6) for t in m["times_s"]])
-    stream.flush()
+        lines.append(("measurements", len(res["measurements"])))
+        lines.append(("measurement", " ".join(
+            str(v) for v in (first["name"], first.get("op_name"), first["pass"]) if v)))
+    mean = first["time_s"]["mean"]
+    # DLBS's np.std: over the iterations themselves (ddof 0); the result's is the sample's
+    # (ddof 1)
+    n = len(first["times_s"])
+    lines += [
+        ("time", round(mean * 1000.0, 6)),
+        ("time_std", round(first["time_s"]["std"] * math.sqrt((n - 1) / n) * 1000.0, 6)
+         if n else None),
+        ("throughput", round(dlbs_samples(res, first) / mean, 6) if mean > 0 else None),
+        ("time_data", [round(t * 1000.0, 6) for t in first["times_s"]]),
+    ]
+    return lines
+
+
+def model_title(res: dict[str, Any]) -> str | None:
+    """What DLBS's reports call a model cell's network (``ModelSpec.model_title``); None for
+    a cell of no catalogued model (an operator, a collective)."""
+    from dlbench import models
+
+    name = (res.get("cell") or {}).get("model")
+    if res.get("kind") not in ("model", "llm_inference") or name not in models.names():
+        return None
+    return models.get(name).model_title
 
 
 def dlbs_samples(res: dict[str, Any], m: dict[str, Any]) -> float:
@@ -130,9 +160,11 @@ def recorded(res: dict[str, Any], output: str | None, *, write: bool = True) -> 
         res["wall_time_s"] = time.perf_counter() - start
         res["stages_s"] = stages.breakdown(res["wall_time_s"], startup)
         if write:
-            print_dlbs_summary(res)
+            # Written first: a result that cannot be written fails the cell, and the
+            # summary lines must say so.
             if output:
                 _write(res, output)
+            print_dlbs_summary(res)
 
 
 def _write(res: dict[str, Any], output: str) -> None:

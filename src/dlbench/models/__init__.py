@@ -46,6 +46,13 @@ class ModelSpec:
     check_opts: str | None = None
     # The precisions it runs in; None: every precision its framework has.
     precisions: tuple[str, ...] | None = None
+    # What reports call it (DLBS's ``exp.model_title``: "ResNet50", "AlexNetOWT"); the
+    # name where none is given.
+    title: str = ""
+
+    @property
+    def model_title(self) -> str:
+        return self.title or self.name
 
     @property
     def frameworks(self) -> tuple[str, ...]:
@@ -70,7 +77,19 @@ class ModelSpec:
 
 
 def _image(name: str, size: int, *, builders: dict[str, str], desc: str = "") -> ModelSpec:
-    return ModelSpec(name, (3, size, size), 1000, "image", builders, {}, desc)
+    return ModelSpec(name, (3, size, size), 1000, "image", builders, {}, desc,
+                     title=DLBS_TITLES.get(name, ""))
+
+
+# DLBS's titles of its models (its backends print them as ``__exp.model_title__``, and its
+# reports group and label by them), spelled as DLBS does.
+DLBS_TITLES = {
+    "alexnet": "AlexNet", "alexnet_owt": "AlexNetOWT", "googlenet": "GoogleNet",
+    "inception3": "InceptionV3", "inception4": "InceptionV4", "overfeat": "Overfeat",
+    **{f"vgg{d}": f"VGG{d}" for d in (11, 13, 16, 19)},
+    **{f"resnet{d}": f"ResNet{d}" for d in (18, 34, 50, 101, 152, 200, 269)},
+    "deep_mnist": "DeepMNIST", "sensor_net": "SensorNet", "acoustic_model": "AcousticModel",
+}
 
 
 # MXNet builders (dlbench.mxnet.zoo) make the same networks as the PyTorch ones: parameter
@@ -94,18 +113,20 @@ CATALOG: tuple[ModelSpec, ...] = (
     *(_image(f"resnet{d}", 224, builders=_TV_MX, desc=f"ResNet-{d}") for d in (18, 34, 50, 101, 152)),
     *(_image(f"resnet{d}", 224, builders={"pytorch": _DLBS}, desc=f"ResNet-{d}") for d in (200, 269)),
     ModelSpec("deep_mnist", (784,), 10, "features", {"pytorch": _DLBS, "mxnet": _MX}, {},
-              "DLBS's DeepMNIST: five FC layers (2500, 2000, 1500, 1000, 500)"),
+              "DLBS's DeepMNIST: five FC layers (2500, 2000, 1500, 1000, 500)",
+              title=DLBS_TITLES["deep_mnist"]),
     ModelSpec("sensor_net", (784,), 16, "features", {"pytorch": _DLBS}, {},
-              "DLBS's SensorNet: three FC layers of 1024"),
+              "DLBS's SensorNet: three FC layers of 1024", title=DLBS_TITLES["sensor_net"]),
     ModelSpec("acoustic_model", (540,), 8192, "features", {"pytorch": _DLBS}, {},
-              "DLBS's acoustic model: five FC layers of 2048"),
+              "DLBS's acoustic model: five FC layers of 2048",
+              title=DLBS_TITLES["acoustic_model"]),
     # Transformer encoders with a masked-LM head over synthetic tokens.
     ModelSpec("bert_base", (128,), 30522, "tokens", {"pytorch": _BERT},
               {"sequence_length": 128, "vocab_size": 30522}, "BERT-Base, masked-LM head",
-              check_opts="dlbench.models:check_bert_opts"),
+              check_opts="dlbench.models:check_bert_opts", title="BERT-Base"),
     ModelSpec("bert_large", (128,), 30522, "tokens", {"pytorch": _BERT},
               {"sequence_length": 128, "vocab_size": 30522}, "BERT-Large, masked-LM head",
-              check_opts="dlbench.models:check_bert_opts"),
+              check_opts="dlbench.models:check_bert_opts", title="BERT-Large"),
     # ParaDnn's parameterized families (seed 004), shaped by model_opts.
     ModelSpec("paradnn_fc", (2000,), 1000, "features", {"pytorch": _PARADNN},
               {"layers": 4, "nodes": 512, "input_size": 2000, "output_size": 1000,
