@@ -13,9 +13,11 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
+import signal
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import lmdb
@@ -317,3 +319,29 @@ def test_recordio_converts_in_the_mxnet_interpreter_given(source, tmp_path):
     assert run.returncode == 0, run.stderr
     assert not (out / failure.FILENAME).exists()
     assert check.check("recordio", out, sample=0)["count"] == 12
+
+
+# --- a conversion stopped by SIGTERM ------------------------------------------------------------
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_conversion_ended_by_sigterm_leaves_no_temporary_folder(tmp_path, workers):
+    """Slurm ends a job at its time limit (and Snakemake a stopped one) by SIGTERM: the
+    half-written temporary folder beside the output is removed, the output never appears,
+    and the exit code says the signal (128 + 15)."""
+    out = tmp_path / "images"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dlbench.datasets", "synthetic", "--out", str(out),
+         "--classes", "40", "--images-per-class", "200", "--image-size", "128",
+         "--workers", workers], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(p.is_dir() and any(p.iterdir()) for p in tmp_path.glob(".images.*.tmp")):
+            assert proc.poll() is None, "the conversion ended before it could be stopped"
+            assert time.monotonic() < deadline, "no temporary folder appeared"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

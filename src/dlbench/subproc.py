@@ -19,6 +19,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 
@@ -101,7 +102,20 @@ def _forwarding_signals(proc: subprocess.Popen) -> Iterator[None]:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    with stop_signals_handled(handler):
+        yield
+
+
+# How a job is stopped: Snakemake and a cluster's time limit send SIGTERM, a closed
+# terminal SIGHUP.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def stop_signals_handled(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """``handler`` for STOP_SIGNALS inside the block, the previous handlers after it
+    (main thread only, as Python's signal handlers)."""
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield
     finally:

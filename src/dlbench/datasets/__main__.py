@@ -11,10 +11,12 @@ exits 127 and holds back the aggregate).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from dlbench.datasets.errors import DatasetError
 
@@ -170,13 +172,30 @@ def _in_interpreter(args: argparse.Namespace, argv: Sequence[str]) -> int:
     raise DatasetError(f"{args.python} -m dlbench.datasets recordio: {line}")
 
 
+@contextlib.contextmanager
+def _exit_on_termination() -> Iterator[None]:
+    """SIGTERM and SIGHUP (Snakemake stopping a job, a cluster ending it at its time
+    limit) end the conversion by an exception: by their default action the process would
+    vanish without unwinding, leaving its half-written temporary folder beside the output
+    for good (``atomic.prepared_dir`` removes it on an exception)."""
+    from dlbench import subproc
+
+    def handler(signum, frame):  # noqa: ARG001 (signal handler signature)
+        signal.signal(signum, signal.SIG_DFL)  # a second signal ends it at once
+        raise SystemExit(128 + signum)
+
+    with subproc.stop_signals_handled(handler):
+        yield
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser().parse_args(argv)
     try:
-        if getattr(args, "python", None):
-            return _in_interpreter(args, argv)
-        summary = run(args)
+        with _exit_on_termination():
+            if getattr(args, "python", None):
+                return _in_interpreter(args, argv)
+            summary = run(args)
     except (DatasetError, OSError) as exc:
         if isinstance(exc, DatasetError):
             message = str(exc)
