@@ -93,6 +93,39 @@ def test_recorded_turns_exceptions_into_results(tmp_path, capsys):
     assert cellrun.exit_code(R.read(out)) == 1
 
 
+def test_a_worker_exit_signalled_while_the_failure_is_logged_does_not_lose_it(
+        tmp_path, monkeypatch):
+    """PyTorch's DataLoader raises from its SIGCHLD handler whenever a worker has died: a
+    second worker exiting while the first death's traceback is logged raised again there,
+    and the cell's row lost its error (or the runner its result). Here a real child exits
+    during the logging, under a handler that raises as DataLoader's does."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    def dataloader_like(signum, frame):
+        raise RuntimeError("DataLoader worker (pid 7) is killed by signal: Killed.")
+
+    def slow_log(*args, **kwargs):
+        time.sleep(1.0)  # the child exits meanwhile
+
+    previous = signal.signal(signal.SIGCHLD, dataloader_like)
+    monkeypatch.setattr(cellrun.log, "error", slow_log)
+    out = tmp_path / "r.json"
+    res = R.new_result(kind="model", cell={"model": "m"})
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    try:
+        with cellrun.recorded(res, str(out)):
+            raise RuntimeError("DataLoader worker (pid(s) 6) exited unexpectedly")
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+        child.wait()
+    written = R.read(out)
+    assert written["status"] == "failed"
+    assert written["error"] == "RuntimeError: DataLoader worker (pid(s) 6) exited unexpectedly"
+
+
 def test_a_result_that_cannot_be_written_goes_to_stderr_and_fails_the_cell(tmp_path, capsys):
     """A measurement is not lost to an output that fails at the end: one line, the whole
     result on standard error, exit 1."""

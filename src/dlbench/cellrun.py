@@ -12,7 +12,9 @@ import contextlib
 import json
 import logging
 import math
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -149,11 +151,15 @@ def recorded(res: dict[str, Any], output: str | None, *, write: bool = True) -> 
         R.finish(res, "failed", "interrupted")
         raise
     except BaseException as exc:  # every failure must become a recorded result
-        if isinstance(exc, CellError):  # bad input: its one line says it all
-            log.error("cell failed: %s", exc)
-        else:
-            log.error("cell failed:\n%s", traceback.format_exc())
+        _quiet_worker_exits()
         R.finish(res, "oom" if is_oom(exc) else "failed", one_line(exc))
+        # The failure is recorded: an exception raised while its traceback is logged (a
+        # signal handler's) must not replace it.
+        with contextlib.suppress(Exception):
+            if isinstance(exc, CellError):  # bad input: its one line says it all
+                log.error("cell failed: %s", exc)
+            else:
+                log.error("cell failed:\n%s", traceback.format_exc())
     finally:
         if res["finished_at"] is None:
             R.finish(res, res["status"], res["error"])
@@ -165,6 +171,16 @@ def recorded(res: dict[str, Any], output: str | None, *, write: bool = True) -> 
             if output:
                 _write(res, output)
             print_dlbs_summary(res)
+
+
+def _quiet_worker_exits() -> None:
+    """SIGCHLD back to its default once a cell has failed. PyTorch's DataLoader handles it
+    by raising in the main thread whenever a worker has died: after a worker's death has
+    failed the cell, the other workers' exits would raise again wherever the failure is
+    being recorded, and lose it."""
+    if threading.current_thread() is threading.main_thread():
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
 
 def _write(res: dict[str, Any], output: str) -> None:
