@@ -188,6 +188,32 @@ def test_a_failed_reading_leaves_a_gap_and_sampling_goes_on(tmp_path):
     assert s["power_max_w"] > 0
 
 
+def test_a_failed_last_rapl_reading_keeps_the_host_energy_up_to_the_last_good_one(tmp_path):
+    """The phase's last readings of the host's counters fail (the stop()'s too): the energy up to
+    the last good reading stands, said partial with the time it leaves out, instead of no
+    host energy at all."""
+    root = powercap_tree(tmp_path, {"intel-rapl:0": ("package-0", 10_000_000, 2**40)})
+    mon = monitor.ResourceMonitor(10, powercap_root=root)
+    mon.start()
+    set_energy(root, "intel-rapl:0", 40_000_000)  # +30 J
+
+    def wait_for(last: object) -> None:
+        deadline = time.monotonic() + 10
+        while (mon.series().get("host_energy_j") or [0])[-1] != last:
+            assert time.monotonic() < deadline, f"no sample read {last}"
+            time.sleep(0.01)
+
+    wait_for(pytest.approx(30.0))
+    set_energy(root, "intel-rapl:0", "")  # unreadable from here to the phase's end
+    wait_for(None)
+    mon.stop()
+    s = mon.summary(items=300)
+    assert mon.series()["host_energy_j"][-1] is None
+    assert s["energy_j"] == pytest.approx(30.0) and s["energy_sources"] == ["host:rapl"]
+    assert s["energy_note"].startswith("partial: ") and "RAPL counters unread at the " \
+        "phase's end" in s["energy_note"]
+
+
 # NVML's return codes (nvml.h's nvmlReturn_t), as pynvml names them
 NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, TIMEOUT, GPU_IS_LOST, UNKNOWN = 3, 4, 6, 10, 15, 999
 

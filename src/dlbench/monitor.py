@@ -421,7 +421,7 @@ class ResourceMonitor:
         self._thread = None
         self._sample()  # the phase's end, so counters, integrals and peaks cover all of it
         self._t1 = time.perf_counter()
-        self._rapl_j = self._read_source("host energy", self.rapl.update) if self.rapl else None
+        self._rapl_j = self._host_energy_j() if self.rapl else None
 
     def close(self) -> None:
         self.stop()
@@ -523,14 +523,28 @@ class ResourceMonitor:
                          f"missing ({failures[(i, field)]})")
         return lines
 
+    def _host_energy_j(self) -> float | None:
+        """The host's RAPL energy over the phase: the running total (from the counters read
+        at its start) at its last sample, taken at its end; where that reading failed, at
+        the last good one (``_uncounted`` says what it leaves out), not none at all."""
+        readings = self._columns.get("host_energy_j", [])
+        return next((v for v in reversed(readings) if v is not None), None)
+
     def _uncounted(self, energies: Sequence[GpuEnergy]) -> list[str]:
-        """What the GPUs' energy leaves out of the sampled phase: its start or end, where
-        the readings there failed (their energy is not guessed)."""
+        """What the energy leaves out of the sampled phase: a GPU's start or end, the
+        host's end, where the readings there failed (their energy is not guessed)."""
         t = self._columns.get("t_s", [])
-        if not t or not self.gpus:
+        if not t:
             return []
         phase = t[-1] - t[0]
         out = []
+        host = self._columns.get("host_energy_j", [])
+        if self._rapl_j is not None and host and host[-1] is None:
+            last = max(k for k, v in enumerate(host) if v is not None)
+            out.append(f"{phase - t[last]:.2f} s of the host's {phase:.2f} s (its RAPL "
+                       "counters unread at the phase's end)")
+        if not self.gpus:
+            return out
         for i, energy in enumerate(energies):
             if energy.joules is not None and energy.unread:
                 short = phase - energy.seconds
