@@ -214,6 +214,20 @@ def test_a_failed_last_rapl_reading_keeps_the_host_energy_up_to_the_last_good_on
         "phase's end" in s["energy_note"]
 
 
+def test_rapl_unreadable_at_the_start_is_a_note_not_a_failed_cell(tmp_path):
+    """Counters readable when the monitor was made but not when the phase starts: the host's
+    energy is not counted and a note says why; the measurement goes on."""
+    root = powercap_tree(tmp_path, {"intel-rapl:0": ("package-0", 10_000_000, 2**40)})
+    mon = monitor.ResourceMonitor(10, powercap_root=root)
+    set_energy(root, "intel-rapl:0", "")
+    mon.start()
+    mon.stop()
+    s = mon.summary(items=300)
+    assert s["energy_j"] is None and "no readable RAPL counters" in s["energy_note"]
+    assert any(n.startswith("host energy: its counters could not be read at the start")
+               for n in s["notes"])
+
+
 # NVML's return codes (nvml.h's nvmlReturn_t), as pynvml names them
 NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, TIMEOUT, GPU_IS_LOST, UNKNOWN = 3, 4, 6, 10, 15, 999
 
