@@ -703,3 +703,9 @@ def test_energy_of_a_side_with_unrecorded_or_mixed_sources_has_no_ratio():
     alike = verdict_of(compare_sides(Side("BASE", "a", side("a", mixed[:1] * 2)),
                                      Side("NEW", "b", side("b", mixed[:1] * 3))))
     assert alike.energy_per_sample_ratio == pytest.approx(1.0)
+    # against a side of unknown sources (an older table): its own mixed runs still count
+    unknown = side("a", [None]).drop(columns="energy_sources")
+    against_unknown = verdict_of(compare_sides(Side("BASE", "a", unknown),
+                                               Side("NEW", "b", side("b", mixed))))
+    assert np.isnan(against_unknown.energy_per_sample_ratio)
+    assert against_unknown.note.startswith("energy not compared: NEW's runs counted ")

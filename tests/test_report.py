@@ -934,6 +934,69 @@ def test_an_op_cell_with_failed_inputs_is_ok_and_each_failed_input_is_listed():
     assert "unknown op torch.nope" in html and "broke" in html
 
 
+def failures_rows(html: str) -> list[list[str]]:
+    """The failures table's rows, each cell's text as written (tags left in)."""
+    return [re.findall(r"<td>(.*?)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", html)[1:]]
+
+
+def test_a_failed_run_of_a_cell_with_ok_runs_is_listed_as_that_run_and_the_cell_counts_ok(
+        tmp_path):
+    """Cell A (batch 64) ran three times, its second run failed; cell B's (batch 32)
+    second and third runs failed; cell C failed outright. The header counts cells (A and B ok, C failed); the
+    list named A's failed run like C, as a failed cell, and kept only one of B's: now it
+    says which run of how many failed in a cell that is ok, each of them, after the cells
+    that did not finish, under a line that says how the two agree."""
+    def runs(batch: int, failed: tuple[int, ...]) -> list[dict]:
+        cell = model_cell("resnet50", "training", "float32", batch)
+        out = runs_of(model_result("s", cell))
+        for repeat in failed:
+            out[repeat] = model_result("s", cell, status="failed",
+                                       error=f"batch {batch} run {repeat + 1} broke")
+            out[repeat]["repeat"] = repeat
+        return out
+
+    outright = model_result("s", model_cell("alexnet", "training", "float32", 8),
+                            status="failed", error="alexnet broke")
+    frame = load(write_parquet(tmp_path, [*runs(64, (1,)), *runs(32, (1, 2)), outright]))
+    assert tables.status_counts(frame) == {"ok": 2, "failed": 1}
+    html = tables.failures_table(frame)
+    assert "<th>run</th>" in html
+    listed = [(r[2], r[3], r[4]) for r in failures_rows(html)]
+    cell = "<code>pytorch_{}_training_float32_{}</code>".format
+    error = '<span class="error">{}</span>'.format
+    assert listed == [
+        (cell("alexnet", 8), "", error("alexnet broke")),
+        (cell("resnet50", 32), "run 2 of 3; the cell is ok", error("batch 32 run 2 broke")),
+        (cell("resnet50", 32), "run 3 of 3; the cell is ok", error("batch 32 run 3 broke")),
+        (cell("resnet50", 64), "run 2 of 3; the cell is ok", error("batch 64 run 2 broke"))]
+    assert html.startswith('<p class="note">1 cell did not finish (counted at the top); 3 runs '
+                           "failed in 2 cells whose other runs finished: such a cell counts as "
+                           "ok, with the figures of its ok runs.</p>")
+
+
+def test_the_failures_table_names_a_cell_that_failed_every_run_once_and_an_ok_runs_inputs_plain():
+    """A cell none of whose runs is ok is listed once with how many runs it had; an op
+    cell's failed input in each of its ok runs is an input, not a failed run."""
+    from dlbench.report import data
+
+    def row(cell, status, repeat, op=None, name=None, error=None):
+        return {"study": "s", "system": "box", "cell_id": cell, "repeat": repeat,
+                "source": f"{cell}_r{repeat}.json", "status": status, "op_name": op,
+                "name": name, "error": error}
+
+    frame = data.prepare(pd.DataFrame([
+        *[r for k in (0, 1) for r in (
+            row("ops", "ok", k, "torch.add", "torch.add|0|0"),
+            row("ops", "failed", k, "torch.mm", "torch.mm|1|0", "shapes differ"))],
+        *[row("m", "failed", k, error=f"broke {k}") for k in (0, 1, 2)]]))
+    assert tables.status_counts(frame) == {"ok": 1, "failed": 1}
+    html = tables.failures_table(frame)
+    assert not html.startswith("<p")  # no failed run of an ok cell to explain
+    assert [(r[2], r[3], r[4]) for r in failures_rows(html)] == [
+        ("<code>box/m</code>", "all 3 runs", ""),
+        ("<code>box/ops</code>", "", "torch.mm torch.mm|1|0")]
+
+
 # -- a cell of several runs, and the axes every chart tells apart -------------------------
 
 

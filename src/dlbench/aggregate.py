@@ -202,6 +202,12 @@ def _json(value: Any) -> str | None:
     return json.dumps(value, sort_keys=True) if value not in (None, {}, []) else None
 
 
+# The energy_sources column, and what a run with energy but no sources (a result older
+# than the column) reads as where runs' sources are compared (dlbench.compare, the report).
+ENERGY_SOURCES = "energy_sources"
+SOURCES_UNRECORDED = "not recorded"
+
+
 def energy_sources_text(sources: Any) -> str | None:
     """The monitor's ``energy_sources`` (a list) as one column value: sorted, joined by
     "+"; None where nothing was counted or the result predates the key."""

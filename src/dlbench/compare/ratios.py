@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dlbench import bootstrap, drift, gpu_clocks
+from dlbench import aggregate, bootstrap, drift, gpu_clocks
 from dlbench.comms.sizes import measured_label
 
 __all__ = ["Settings", "compare_cells", "side_values", "summaries", "verdicts"]
@@ -68,8 +68,8 @@ def _times(value: object) -> np.ndarray:
 # only where both sides counted the same sources. A side's rows with energy but no sources
 # read as this; a side whose table has no such column (an older table) is unknown, and
 # its energy is compared as before the column existed.
-ENERGY_SOURCES = "energy_sources"
-UNRECORDED = "not recorded"
+ENERGY_SOURCES = aggregate.ENERGY_SOURCES
+UNRECORDED = aggregate.SOURCES_UNRECORDED
 
 # Per-repeat values with a ratio (and, given repeats on both sides, an interval).
 OTHER_VALUES = (("energy", "energy_per_sample_j"), ("device_memory", "peak_device_memory_bytes"),
@@ -258,7 +258,12 @@ def energy_sources_note(base: tuple[str, ...] | None, new: tuple[str, ...] | Non
     a side did not record them, or a side's runs counted differently. None where the
     energy compares: both sides counted one and the same, or a side has no energy, or a
     side's table has no sources column (unknown: compared as before)."""
-    if base is None or new is None or not base or not new:
+    if base is None or new is None:  # one side unknown: the other's runs must agree
+        mixed = [(label, side) for label, side in (("BASE", base), ("NEW", new))
+                 if side is not None and len(side) > 1]
+        return ("energy not compared: " + ", ".join(_side_sources_text(label, side)
+                                                    for label, side in mixed)) if mixed else None
+    if not base or not new:
         return None
     if base == new and len(base) == 1 and base != (UNRECORDED,):
         return None

@@ -146,8 +146,9 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
         Section("loader", "Input pipeline", "",
                 _present(model_charts.loader_figure(frame))),
         Section("failures", "Cells that did not finish",
-                "Failed, out-of-memory and skipped cells with the one-line reason each recorded; "
-                "the cell's log holds the traceback.",
+                "Failed, out-of-memory and skipped cells with the one-line reason each recorded, "
+                "then the failed runs of cells whose other runs finished; the cell's log holds "
+                "the traceback.",
                 _present(tables.failures_table(frame, profiles.links_by_cell(cell_profiles)))),
         profiles.section(frame, cell_profiles, report_dir or Path(".")),
         Section("environment", "Environment", "Where the cells ran.",

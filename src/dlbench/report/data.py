@@ -11,6 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dlbench import aggregate
 from dlbench.aggregate import TableError, read_table, with_every_column
 from dlbench.stats import SUMMARY_KEYS
 
@@ -85,8 +86,14 @@ def cells(frame: pd.DataFrame) -> pd.DataFrame:
     for an operator cell's failed inputs, rows of their own beside its ok measurements:
     such a cell is ok)."""
     ok = frame["status"].eq("ok")
-    has_ok = ok.groupby([frame["study"], frame["cell"]]).transform("any")
-    return frame[ok | ~has_ok].drop_duplicates(subset=["study", "cell"], keep="last")
+    return frame[ok | ~has_ok_run(frame)].drop_duplicates(subset=["study", "cell"], keep="last")
+
+
+def has_ok_run(frame: pd.DataFrame) -> pd.Series:
+    """Whether each row's cell (of its study) has an ok row: such a cell counts as ok,
+    whatever its other runs or inputs did (``cells``)."""
+    ok = frame["status"].eq("ok")
+    return ok.groupby([frame["study"], frame["cell"]]).transform("any")
 
 
 # The figures each run has of its own (its spread of iteration times, what the resource
@@ -110,8 +117,9 @@ def measured(frame: pd.DataFrame, kind: str,
              ) -> pd.DataFrame:
     """The ok measurements of one kind of cell, one row each (a cell run by several
     studies counts once), its PER_RUN figures the mean over its cell's runs
-    (``over_runs``); ``figures_of``: more such figures, read from the rows (a chart's
-    numbers in ``extra``), as columns of numbers indexed like them, averaged alike."""
+    (``over_runs``) and its ``energy_sources`` those of the runs (``sources_over_runs``);
+    ``figures_of``: more such figures, read from the rows (a chart's numbers in
+    ``extra``), as columns of numbers indexed like them, averaged alike."""
     rows = frame[(frame["kind"] == kind) & (frame["status"] == "ok")]
     if "throughput" in rows:
         rows = rows[rows["throughput"].notna()]
@@ -119,6 +127,14 @@ def measured(frame: pd.DataFrame, kind: str,
     if figures_of is not None and not rows.empty:
         figures = figures.join(figures_of(rows))
     averaged = over_runs(rows, figures)
+    if ENERGY_SOURCES in rows:
+        averaged[ENERGY_SOURCES] = sources_over_runs(rows)
+        # A mean of runs that counted different sources (one with the host's RAPL, one
+        # without) is a figure of neither: none, as dlbench.compare gives no ratio for it.
+        mixed = averaged[ENERGY_SOURCES].map(
+            lambda v: isinstance(v, str) and RUNS_DIFFER in v).astype(bool)
+        if mixed.any():
+            averaged.loc[mixed, [c for c in ENERGY_FIGURES if c in averaged]] = np.nan
     rows = pd.concat([rows.drop(columns=averaged.columns, errors="ignore"), averaged], axis=1)
     keys = [k for k in ("cell", "name", "pass", "op_name") if k in rows]
     # A copy in few blocks: the columns replaced leave the table's split in many pieces,
@@ -141,6 +157,37 @@ def over_runs(rows: pd.DataFrame, figures: pd.DataFrame) -> pd.DataFrame:
     if not run_of.duplicated().any():
         return figures
     return figures.groupby(run_of.to_numpy()).transform("mean").set_axis(figures.index)
+
+
+# What a run's energy counts (the aggregate's column). A measurement's, across its cell's
+# runs with energy (those its mean is of), is their distinct values joined by RUNS_DIFFER:
+# one value where they agree, so that a mean of runs that counted differently says so. A
+# run with energy and no sources (a result older than the column) counts as UNRECORDED.
+ENERGY_SOURCES = aggregate.ENERGY_SOURCES
+RUNS_DIFFER = " or "
+UNRECORDED = aggregate.SOURCES_UNRECORDED
+# The figures that count what energy_sources says: none for a mean of runs that differ.
+ENERGY_FIGURES = ("energy_j", "samples_per_joule", "power_mean_w", "power_max_w")
+
+
+def sources_over_runs(rows: pd.DataFrame) -> pd.Series:
+    """``energy_sources`` of each row's measurement across its cell's runs with energy
+    (RUNS_KEY, as ``over_runs``); null where no run has energy."""
+    text = rows[ENERGY_SOURCES]
+    sources = text.where(text.notna() & text.ne(""), UNRECORDED).where(
+        numeric(rows, "energy_j").notna()).astype(object)
+    keys = [rows[k] for k in RUNS_KEY if k in rows]
+    if sources.empty or not keys:
+        return sources
+    run_of = rows.groupby(keys, dropna=False, sort=False).ngroup()
+    by_run = sources.groupby(run_of.to_numpy())
+    # The runs agree nearly always: their one value, without a join per measurement.
+    out = by_run.transform("first").set_axis(sources.index).astype(object)
+    differ = by_run.transform("nunique").set_axis(sources.index) > 1
+    if differ.any():
+        out[differ] = sources[differ].groupby(run_of[differ].to_numpy()).transform(
+            lambda values: RUNS_DIFFER.join(sorted(set(values.dropna())))).to_numpy()
+    return out.where(out.notna(), None)
 
 
 def numeric(rows: pd.DataFrame, name: str) -> pd.Series:

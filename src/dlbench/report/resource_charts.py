@@ -4,7 +4,9 @@ peak memory against batch size.
 Energy is charted only where a cell has it: a host without energy counters records null
 and says why (``energy_note``), and the report quotes that note instead of drawing zeros.
 A cell of several runs shows the mean over its runs of each run's figure (data.measured),
-and the titles say so (data.runs_title).
+and the titles say so (data.runs_title). What each cell's energy counts (``energy_sources``:
+its GPUs, and the host's RAPL where readable) is in its tooltip and numbers, and the
+captions say where the cells drawn together counted differently (``sources_note``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from html import escape
 import altair as alt
 import pandas as pd
 
-from dlbench.report.data import runs_title, several_runs
+from dlbench.report.data import ENERGY_SOURCES, RUNS_DIFFER, runs_title, several_runs
 from dlbench.report.encodings import Encoding
 from dlbench.report.model_charts import (
     axis_columns,
@@ -86,6 +88,59 @@ def _numbers(encoding: Encoding, columns: list[Column], required: str) -> Number
     return NumbersTable([*axis_columns(encoding), *columns], required=required)
 
 
+SOURCES_TITLE = "energy counts"
+
+
+def _sources_tooltip(frame: pd.DataFrame) -> list[alt.Tooltip]:
+    """The tooltip line of what a point's energy counts (none for a frame without it)."""
+    return [alt.Tooltip(f"{ENERGY_SOURCES}:N", title=SOURCES_TITLE)] \
+        if ENERGY_SOURCES in frame else []
+
+
+def _sources_column(frame: pd.DataFrame) -> list[Column]:
+    return [Column(ENERGY_SOURCES, SOURCES_TITLE)] if ENERGY_SOURCES in frame else []
+
+
+def _count(cells: int) -> str:
+    return f"{cells} cell" + ("s" if cells != 1 else "")
+
+
+def _who_counted(sources: pd.Series, systems: pd.Series) -> str:
+    """Each system's sources, e.g. "a: gpu:nvml_total_energy+host:rapl; b:
+    gpu:nvml_total_energy"; a system whose cells differ gives each value's cells."""
+    parts = []
+    for system in sorted(systems.unique()):
+        counts = sources[systems == system].value_counts()
+        what = (str(counts.index[0]) if len(counts) == 1 else
+                ", ".join(f"{value} ({_count(n)})" for value, n in sorted(counts.items())))
+        parts.append(f"{system}: {what}" if system else what)
+    return "; ".join(parts)
+
+
+def sources_note(cells: pd.DataFrame, models: pd.DataFrame) -> str:
+    """The captions' word on the cells drawn together (``cells``, one row each) whose
+    energy counts different sources: which systems (or how many cells of one) counted
+    what; and the cells of ``models`` left out because their runs counted differently
+    (data.measured gives them no energy figure). Empty where all counted the same or
+    nothing says what (a table older than the column)."""
+    notes = []
+    if ENERGY_SOURCES in models:
+        mixed = models[ENERGY_SOURCES].map(
+            lambda v: isinstance(v, str) and RUNS_DIFFER in v).astype(bool)
+        if mixed.any():
+            notes.append(f"{_count(int(mixed.sum()))} without a figure: their runs counted "
+                         "different energy sources (a mean of them would be of neither).")
+    sources = cells[ENERGY_SOURCES].dropna().astype(str) if ENERGY_SOURCES in cells \
+        else pd.Series(dtype=str)
+    if sources.nunique() > 1:
+        systems = (cells.loc[sources.index, "system"].fillna("").astype(str)
+                   if "system" in cells else pd.Series("", index=sources.index))
+        notes.append("Cells counted different energy sources (a host without readable "
+                     "RAPL counts only its GPUs and looks more efficient): "
+                     f"{_who_counted(sources, systems)}.")
+    return "".join(f" {n}" for n in notes)
+
+
 def energy_figure(models: pd.DataFrame) -> Figure | None:
     selected = _cells_with(models, "samples_per_joule")
     if selected is None:
@@ -101,6 +156,7 @@ def energy_figure(models: pd.DataFrame) -> Figure | None:
                                              format=",.2f"),
                             alt.Tooltip("energy_j:Q", title=energy, format=",.1f"),
                             alt.Tooltip("power_mean_w:Q", title=power, format=",.1f"),
+                            *_sources_tooltip(frame),
                             alt.Tooltip("energy_note:N", title="note")], encoding)
     chart = lines_by_batch(frame, y="samples_per_joule",
                            y_title=runs_title(repeats, f"{items} per joule"),
@@ -112,11 +168,12 @@ def energy_figure(models: pd.DataFrame) -> Figure | None:
     if partial:
         caption += f" Sources not counted: {partial}."
     return Figure("energy-efficiency", "Energy efficiency against batch size",
-                  caption + _runs_note(repeats) + encoding.note(), styled(chart),
-                  shows=encoding.defaults, table=_numbers(encoding, [
+                  caption + sources_note(cells, models) + _runs_note(repeats) + encoding.note(),
+                  styled(chart), shows=encoding.defaults, table=_numbers(encoding, [
                       Column("samples_per_joule", per_joule, ",.2f"),
                       Column("energy_j", energy, ",.1f"),
-                      Column("power_mean_w", power, ",.1f")], "samples_per_joule"))
+                      Column("power_mean_w", power, ",.1f"), *_sources_column(frame)],
+                      "samples_per_joule"))
 
 
 def _runs_note(repeats: pd.Series) -> str:
@@ -134,8 +191,8 @@ def power_figure(models: pd.DataFrame) -> Figure | None:
     repeats = frame["repeats"]
     mean_w, max_w = runs_title(repeats, "mean power (W)"), runs_title(repeats, "max power (W)")
     tips = model_tooltip(frame, [alt.Tooltip("power_mean_w:Q", title=mean_w, format=",.1f"),
-                            alt.Tooltip("power_max_w:Q", title=max_w, format=",.1f")],
-                         encoding)
+                            alt.Tooltip("power_max_w:Q", title=max_w, format=",.1f"),
+                            *_sources_tooltip(frame)], encoding)
     x = alt.X("batch_size:Q", title="batch size", axis=batch_axis(frame["batch_size"].unique()),
               scale=alt.Scale(type="log", base=2, nice=False, padding=12))
     colour = _precision_colour(frame)
@@ -158,10 +215,11 @@ def power_figure(models: pd.DataFrame) -> Figure | None:
     return Figure("power", "Power against batch size",
                   "Mean power over the measured iterations (energy over time) and the highest "
                   "draw over one sampling interval (a GPU's from its energy counter)."
-                  + _runs_note(repeats) + encoding.note(), styled(chart),
-                  shows=encoding.defaults, table=_numbers(encoding, [
+                  + sources_note(cells, models) + _runs_note(repeats) + encoding.note(),
+                  styled(chart), shows=encoding.defaults, table=_numbers(encoding, [
                       Column("power_mean_w", mean_w, ",.1f"),
-                      Column("power_max_w", max_w, ",.1f")], "power_mean_w"))
+                      Column("power_max_w", max_w, ",.1f"), *_sources_column(frame)],
+                      "power_mean_w"))
 
 
 def _memory_figure(models: pd.DataFrame, column: str, *, name: str, title: str,

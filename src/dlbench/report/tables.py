@@ -15,7 +15,15 @@ import pandas as pd
 
 from dlbench import gpu_clocks
 from dlbench.profiling.summary import of_row
-from dlbench.report.data import STATUS_ORDER, cells, names_runs, ordered, time_title
+from dlbench.report.data import (
+    STATUS_ORDER,
+    cells,
+    has_ok_run,
+    names_runs,
+    numeric,
+    ordered,
+    time_title,
+)
 
 
 def _text(value: Any) -> str:
@@ -79,32 +87,91 @@ def _failed_input(row: Any) -> str:
     return " ".join(dict.fromkeys(parts))
 
 
+def failed_runs_of_ok_cells(frame: pd.DataFrame) -> pd.Series:
+    """Whether each row is of a run that failed whole (no row of its result file is ok) in
+    a cell whose other runs are ok: the cell counts as ok (data.cells), the run did not
+    finish. An operator cell's failed inputs beside its ok ones are rows of an ok run."""
+    run_ok = frame["status"].eq("ok").groupby(frame["source"], dropna=False).transform("any")
+    return has_ok_run(frame) & ~run_ok
+
+
+def _run_labels(frame: pd.DataFrame, failed_run: pd.Series) -> pd.Series:
+    """Which run each row is, for the failures table: "run 2 of 3; the cell is ok" for a
+    failed run of an ok cell, "all 3 runs" for a cell none of whose runs is ok, else empty.
+    A cell's runs: its result files in the table, or its highest repeat's count if more
+    (a run left without a result)."""
+    cell = [frame["study"], frame["cell"]]
+    repeat = numeric(frame, "repeat")
+    runs = pd.concat([frame["source"].groupby(cell).transform("nunique"),
+                      repeat.groupby(cell).transform("max") + 1], axis=1).max(axis=1)
+    total = runs.astype(int).astype(str)
+    number = (repeat + 1).astype("Int64").astype(str)
+    which = ("run " + number + " of " + total).where(repeat.notna(),
+                                                      "one of " + total + " runs")
+    every = ("all " + total + " runs").where((runs > 1) & ~has_ok_run(frame), "")
+    return (which + "; the cell is ok").where(failed_run, every)
+
+
+def _counted(n: int, word: str) -> str:
+    return f"{n} {word}" + ("s" if n != 1 else "")
+
+
+def _cell_count(rows: pd.DataFrame) -> int:
+    return len(rows[["study", "cell"]].drop_duplicates())
+
+
+def _failed_runs_note(bad: pd.DataFrame) -> str:
+    """The list's word on how it agrees with the header's counts of cells by status,
+    where it names failed runs of ok cells; empty otherwise."""
+    of_ok = bad["_of_ok"].astype(bool)
+    if not of_ok.any():
+        return ""
+    not_ok = _cell_count(bad[~of_ok])
+    lead = (f"{_counted(not_ok, 'cell')} did not finish (counted at the top)" if not_ok
+            else "Every cell has a run that finished")
+    text = (f"{lead}; {_counted(int(of_ok.sum()), 'run')} failed in "
+            f"{_counted(_cell_count(bad[of_ok]), 'cell')} whose other runs finished: such a "
+            "cell counts as ok, with the figures of its ok runs.")
+    return f'<p class="note">{escape(text)}</p>'
+
+
 def failures_table(frame: pd.DataFrame,
                    profile_links: dict[tuple[str, str, str], Markup] | None = None
                    ) -> str | None:
-    """Cells that are not ok, and the operator inputs that failed in cells that measured
-    others (rows of their own, dlbench.aggregate.failed_input_rows), with their one-line
-    error; None when there are none. ``profile_links``: (system, study, cell) -> links to
-    the cell's profiles, a column of its own when a listed cell has one."""
+    """Cells that are not ok, the runs that failed in cells with ok runs (each, named as
+    such: the header counts their cells as ok), and the operator inputs that failed in
+    cells that measured others (rows of their own, dlbench.aggregate.failed_input_rows),
+    with their one-line error; None when there are none. ``profile_links``: (system,
+    study, cell) -> links to the cell's profiles, a column of its own when a listed cell
+    has one."""
+    failed_run = failed_runs_of_ok_cells(frame)
     keys = [k for k in ("study", "cell", "op_name", "name") if k in frame]
-    bad = frame[frame["status"] != "ok"].drop_duplicates(subset=keys, keep="last")
+    # A failed run of an ok cell is a row of its own; a cell without an ok run one row.
+    bad = frame.assign(_of_ok=failed_run, _run=frame["source"].where(failed_run, ""),
+                       _label=_run_labels(frame, failed_run))
+    bad = bad[bad["status"] != "ok"].drop_duplicates(subset=[*keys, "_run"], keep="last")
     if bad.empty:
         return None
     rank = {s: i for i, s in enumerate(STATUS_ORDER)}
-    bad = bad.assign(_r=bad["status"].map(rank).fillna(9)).sort_values(["_r", "study", "cell"])
+    # The cells counted at the top first, then the failed runs of ok cells.
+    bad = bad.assign(_r=bad["status"].map(rank).fillna(9)).sort_values(
+        ["_of_ok", "_r", "study", "cell"], kind="stable")
     links = profile_links or {}
     found = [of_row(links, r.system, r.study, r.cell_id) for r in bad.itertuples()]
     with_links = any(found)
     inputs = [_failed_input(r) for r in bad.itertuples()]
     with_inputs = any(inputs)
+    with_runs = bool(bad["_label"].ne("").any())
     rows = [[status_badge(r.status), r.study, Markup(f"<code>{_text(r.cell)}</code>"),
-             *([input_] if with_inputs else []),
+             *([run] if with_runs else []), *([input_] if with_inputs else []),
              Markup(f'<span class="error">{_text(r.error) or "(no error recorded)"}</span>'),
              *([link or ""] if with_links else [])]
-            for r, input_, link in zip(bad.itertuples(), inputs, found, strict=True)]
-    headers = ["status", "study", "cell", *(["input"] if with_inputs else []), "error",
+            for r, run, input_, link in zip(bad.itertuples(), bad["_label"], inputs, found,
+                                            strict=True)]
+    headers = ["status", "study", "cell", *(["run"] if with_runs else []),
+               *(["input"] if with_inputs else []), "error",
                *(["profiles"] if with_links else [])]
-    return table(headers, rows, css="failures")
+    return _failed_runs_note(bad) + table(headers, rows, css="failures")
 
 
 # Columns of the table that repeat a field of a cell's environment: a row whose
