@@ -508,7 +508,25 @@ def test_a_failed_first_counter_reading_neither_loses_nor_invents_energy():
     phase, short = t[-1] - t[0], t[1] - t[0]
     assert s["energy_note"] == (f"partial: {short:.2f} s of GPU 0's {phase:.2f} s (its energy "
                                 "counter unread at the phase's start) and no readable RAPL "
-                                "counters")
+                                "counters and no samples per joule (the energy covers part of "
+                                "the phase)")
+    # the items over energy of part of the phase would overstate it; the power drawn is the
+    # GPU's mean over the time its energy covers, not that energy over the whole phase
+    assert s["samples_per_joule"] is None
+    assert s["power_mean_w"] == pytest.approx(gpu0["power_mean_w"])
+    mon.close()
+
+
+def test_a_counter_given_up_mid_phase_is_asked_again_at_its_end():
+    """Three failures in a row give the energy counter up; the phase's last sample asks it
+    once more, so the energy covers the whole phase again. NVML is a test double."""
+    nvml = FailingNvml({("energy", 0): lambda n: FakeNvmlError(UNKNOWN) if 2 <= n < 5 else None})
+    mon, s = sampled_until(nvml, [0], "power", 10)
+    counter = mon.series()["gpu0_energy_mj"]
+    assert counter[-1] is not None and None in counter
+    (gpu0,) = s["gpus"]
+    assert gpu0["energy_j"] == pytest.approx((counter[-1] - counter[0]) / 1000)
+    assert s["samples_per_joule"] is not None
     mon.close()
 
 

@@ -58,6 +58,7 @@ SHORTEST_POWER_INTERVAL_S = 0.1
 CHILDREN_REFRESH_S = 1.0
 GPU_FIELDS = ("power_w", "energy_mj", "utilization_percent", "memory_used_bytes",
               "sm_clock_mhz", "temperature_c", "clock_reasons")
+ENERGY_FIELDS = ("energy_mj", "power_w")  # a GPU's energy comes from these (gpu_energy)
 # NVML's answers (nvml.h's nvmlReturn_t, by the binding's names) that a reading will never
 # succeed on this GPU and driver, so asking again each sample would only fail again. Any
 # other error (Unknown, Timeout, GpuIsLost, InvalidArgument, ...) costs that sample its
@@ -250,6 +251,7 @@ class NvmlGpus:
         self._not_asked: set[tuple[int, str]] = set()
         self._answered: set[tuple[int, str]] = set()
         self._in_a_row: dict[tuple[int, str], int] = {}
+        self._given_up: set[tuple[int, str]] = set()  # after failures in a row, not NVML's word
         # (gpu, field) -> why samples lack it: readings that failed after all, not those
         # a GPU never supported (MIG, older boards), which are simply None
         self.failures: dict[tuple[int, str], str] = {}
@@ -299,9 +301,19 @@ class NvmlGpus:
                 self.failures[key] = f"{error}; not asked again"
         elif in_a_row >= FAILURES_IN_A_ROW:
             self._not_asked.add(key)
+            self._given_up.add(key)
             self.failures[key] = f"{error}, {in_a_row} samples in a row; not asked again"
         else:
             self.failures[key] = error
+
+    def ask_again(self) -> None:
+        """The energy readings given up after failures in a row are asked for once more: at
+        a phase's start and end, their readings bound the time its energy covers."""
+        again = {key for key in self._given_up if key[1] in ENERGY_FIELDS}
+        self._not_asked -= again
+        self._given_up -= again
+        for key in again:
+            self._in_a_row.pop(key, None)
 
     def _reading(self, gpu: int, field: str) -> float | None:
         nvml, h = self.nvml, self.handles[gpu]
@@ -366,6 +378,7 @@ class ResourceMonitor:
         self._sample_cost_s = 0.0
         self._t0 = self._t1 = 0.0
         self._rapl_j: float | None = None
+        self._rapl_s = 0.0  # the time _rapl_j covers, from the phase's start
         if not self.enabled:
             return
         try:
@@ -412,6 +425,8 @@ class ResourceMonitor:
                 self.notes.append(f"host energy: its counters could not be read at the "
                                   f"start ({type(exc).__name__}: {exc}); not counted")
                 self.rapl = None
+        if self.gpus:
+            self.gpus.ask_again()
         self._stop.clear()
         self._t0 = time.perf_counter()
         self._sample()
@@ -424,6 +439,8 @@ class ResourceMonitor:
         self._stop.set()
         self._thread.join()
         self._thread = None
+        if self.gpus:
+            self.gpus.ask_again()
         self._sample()  # the phase's end, so counters, integrals and peaks cover all of it
         self._t1 = time.perf_counter()
         self._rapl_j = self._host_energy_j() if self.rapl else None
@@ -533,7 +550,11 @@ class ResourceMonitor:
         at its start) at its last sample, taken at its end; where that reading failed, at
         the last good one (``_uncounted`` says what it leaves out), not none at all."""
         readings = self._columns.get("host_energy_j", [])
-        return next((v for v in reversed(readings) if v is not None), None)
+        t = self._columns.get("t_s", [])
+        last = next((k for k in range(len(readings) - 1, -1, -1) if readings[k] is not None),
+                    None)
+        self._rapl_s = t[last] if last is not None and last < len(t) else 0.0
+        return readings[last] if last is not None else None
 
     def _uncounted(self, energies: Sequence[GpuEnergy]) -> list[str]:
         """What the energy leaves out of the sampled phase: a GPU's start or end, the
@@ -636,6 +657,18 @@ class ResourceMonitor:
                     "power_mean_w": None, "power_max_w": None,
                     "items": items, "samples_per_joule": None}
         energy = float(sum(parts))
+        if uncounted:
+            # Energy over part of the phase: its items over it would overstate the samples
+            # per joule, its mean over the whole phase understate the power. Each source's
+            # mean over the time it covers is still the power drawn.
+            missing.append("no samples per joule (the energy covers part of the phase)")
+            mean = sum(g["power_mean_w"] or 0.0 for g in out["gpus"]) + (
+                self._rapl_j / self._rapl_s if self._rapl_j is not None and self._rapl_s > 0
+                else 0.0)
+            return {"energy_j": energy, "energy_sources": sources,
+                    "energy_note": f"partial: {' and '.join(missing)}",
+                    "power_mean_w": mean or None, "power_max_w": self._peak_power(gpus_counted),
+                    "items": items, "samples_per_joule": None}
         return {"energy_j": energy, "energy_sources": sources,
                 "energy_note": f"partial: {' and '.join(missing)}" if missing else None,
                 "power_mean_w": energy / duration if duration > 0 else None,
