@@ -178,6 +178,25 @@ def test_a_result_that_cannot_be_written_prints_failed_and_no_figures(tmp_path, 
     assert not dlbs_takes_for_success(parsed)
 
 
+def test_a_result_refused_by_its_schema_still_prints_failed_and_no_figures(
+        tmp_path, capsys, monkeypatch):
+    """A write that fails otherwise than by the disk (the schema refuses the document: a
+    defect, raised on) still leaves the log's status line saying failed, no figures."""
+    def refuses(res, path):
+        raise ValueError("result schema: 'x' is not valid")
+
+    monkeypatch.setattr(R, "write", refuses)
+    res = R.new_result(kind="model", cell={"model": "deep_mnist", "batch_size": 4})
+    with pytest.raises(ValueError), cellrun.recorded(res, str(tmp_path / "r.json")):
+        one_measurement(res)
+        res["status"] = "ok"
+    parsed = parse_like_dlbs(capsys.readouterr().out)
+    assert parsed["results.status"] == "failed"
+    assert parsed["results.status_msg"] == ("the result could not be written: ValueError: "
+                                            "result schema: 'x' is not valid")
+    assert not dlbs_takes_for_success(parsed)
+
+
 def test_the_pytorch_runner_failing_after_its_measurement_prints_no_figures(
         tmp_path, capsys, monkeypatch):
     """In this process, on the CPU: the process group's shutdown, after the measurement,

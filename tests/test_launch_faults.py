@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_result import parse_like_dlbs
 
 from dlbench import launch, oom_kills, study, subproc
 from dlbench import result as R
@@ -370,7 +371,7 @@ load()
 
 @pytest.mark.parametrize("writes_result", [True, False], ids=["failed_result", "no_result"])
 def test_a_dataloader_worker_killed_by_the_oom_killer_makes_an_oom_row(
-        tmp_path, monkeypatch, writes_result):
+        tmp_path, monkeypatch, capsys, writes_result):
     """The runner sees its DataLoader worker die: through dlbench.cellrun it writes a
     `failed` row "DataLoader worker (pid(s) N) exited unexpectedly", the worker's SIGKILL
     only in the traceback's cause on stderr; without cellrun it leaves no result. Either
@@ -388,6 +389,9 @@ def test_a_dataloader_worker_killed_by_the_oom_killer_makes_an_oom_row(
     assert "exited unexpectedly" in res["error"]
     assert "is killed by signal: Killed." in res["error"]
     assert "oom_kill count rose" in res["error"]
+    # the job log's last DLBS status line is the row's, whatever the runner printed
+    logged = parse_like_dlbs(capsys.readouterr().out)
+    assert (logged["results.status"], logged["results.status_msg"]) == ("oom", res["error"])
 
 
 RANK_KILLED = "import os, signal, time\n" + BUMP_OOM_COUNT + """

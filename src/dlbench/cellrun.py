@@ -167,10 +167,15 @@ def recorded(res: dict[str, Any], output: str | None, *, write: bool = True) -> 
         res["stages_s"] = stages.breakdown(res["wall_time_s"], startup)
         if write:
             # Written first: a result that cannot be written fails the cell, and the
-            # summary lines must say so.
-            if output:
-                _write(res, output)
-            print_dlbs_summary(res)
+            # summary lines must say so, whatever stopped the write.
+            try:
+                if output:
+                    _write(res, output)
+            except BaseException as exc:
+                R.finish(res, "failed", f"the result could not be written: {one_line(exc)}")
+                raise
+            finally:
+                print_dlbs_summary(res)
 
 
 def _quiet_worker_exits() -> None:

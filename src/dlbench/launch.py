@@ -39,6 +39,7 @@ from typing import Any
 from dlbench import (
     atomic,
     axes,
+    cellrun,
     cpu,
     environment,
     gpus,
@@ -79,6 +80,7 @@ def record_launch_failure(cell: dict[str, Any], output: Path, message: str,
                        cell_id=cell["cell_id"])
     res["environment"] = environment.collect()
     R.write(stamped(R.finish(res, status, message), output), output)
+    cellrun.print_dlbs_summary(res)  # the job log's last status line: what the row says
 
 
 # Left in a framework environment's folder by its set-up when the environment cannot be
@@ -282,9 +284,12 @@ def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None
     res, invalid = (None, "") if ran.timed_out else accepted_result(taken[0], cell, staged.name)
     if res is not None:
         status, message = classified(res["status"], res["error"] or "", ran, oom_before)
-        if status != res["status"]:
+        relabelled = status != res["status"]
+        if relabelled:
             res["status"], res["error"] = status, message
         R.write(stamped(res, output), output)
+        if relabelled:  # the runner's log said failed: its last status line is the row's
+            cellrun.print_dlbs_summary(res)
         return ran.rc
     status, why = classified(
         "failed", invalid or runner_failure(ran, timeout_s, f"{Path(python).name} -m {cmd[2]}"),
