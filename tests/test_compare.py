@@ -662,6 +662,12 @@ def test_energy_of_sides_that_counted_different_sources_has_no_ratio_and_says_wh
     written = pq.read_table(out / "compare.parquet").to_pandas().set_index("model")
     assert pd.isna(written.loc["resnet18", "energy_per_sample_ratio"])
     assert "energy not compared" in written.loc["resnet18", "note"]
+    # the Markdown summary lists notes of changed cells only: an unchanged cell's energy
+    # word has a section of its own
+    md = (out / "compare.md").read_text()
+    assert "#### Energy not compared (1)" in md
+    assert ("| resnet18 training float32 bs8 | energy not compared: BASE counted "
+            "gpu:nvml_total_energy+host:rapl, NEW counted gpu:nvml_total_energy |") in md
 
 
 def test_an_older_table_without_energy_sources_compares_energy_as_before(tmp_path):

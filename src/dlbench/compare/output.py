@@ -121,6 +121,14 @@ def _md_table(headers: list[str], rows: list[list[Any]], right: int = 0) -> list
             + [f"| {' | '.join(_md(v) for v in row)} |" for row in rows])
 
 
+def _energy_part(note: Any) -> str | None:
+    """The part of a cell's note saying why its energy is not compared (compare.ratios)."""
+    if not isinstance(note, str):
+        return None
+    return next((part for part in note.split("; ")
+                 if part.startswith("energy not compared: ")), None)
+
+
 def _folded(title: str, lines: list[str], open_below: int = 20) -> list[str]:
     """A long list folded away (GitHub renders <details>), a short one shown."""
     if len(lines) <= open_below + 2:
@@ -182,6 +190,12 @@ def markdown(comparison: Comparison) -> str:
         noted = moved[moved["note"].notna()]
         lines += [f"- {_md(r.label)}: {_md(r.note)}" for r in noted.itertuples()]
         lines += [""] if len(noted) else []
+    unlisted = cells.drop(index=moved.index)
+    energy = [(r.label, _energy_part(r.note)) for r in unlisted.itertuples()
+              if _energy_part(r.note)]
+    if energy:  # the cells above give their notes; the others' energy word is here
+        lines += _folded(f"Energy not compared ({len(energy)})",
+                         _md_table(["cell", "why"], [list(pair) for pair in energy]))
     for verdict, title in (("base only", "Only in BASE"), ("new only", "Only in NEW")):
         rows = _of(cells, verdict)
         if len(rows):
