@@ -367,3 +367,22 @@ def test_results_and_parquet_carry_the_cpu_capabilities_and_the_report_says_emul
     assert ("On AMD EPYC (AVX2), bfloat16 is emulated on this CPU (it lacks AVX-512 BF16 or "
             "AMX-BF16 (x86), BF16 (arm64)): its bfloat16 steps took 50× as long as float32 "
             "(one cell pair).") in note
+
+
+@pytest.mark.parametrize(("environ", "usable", "processes", "each"), [
+    ({"OMP_NUM_THREADS": "16"}, 16, 8, {"OMP_NUM_THREADS": "2"}),  # the job's, shared
+    ({"OMP_NUM_THREADS": "16"}, 8, 2, {"OMP_NUM_THREADS": "4"}),   # capped at the cpuset
+    ({}, 12, 4, {"OMP_NUM_THREADS": "3"}),  # nothing set: the CPUs it may run on
+    ({"OMP_NUM_THREADS": "3"}, 16, 8, {"OMP_NUM_THREADS": "1"}),   # never zero
+    ({"OMP_NUM_THREADS": "x"}, 6, 2, {"OMP_NUM_THREADS": "3"}),    # not a count
+    # Every count Snakemake sets gets its share (MKL's wins in PyTorch built with MKL);
+    # one that is not a count is not given.
+    ({"OMP_NUM_THREADS": "16", "MKL_NUM_THREADS": "16", "OPENBLAS_NUM_THREADS": "4",
+      "GOTO_NUM_THREADS": "0", "NUMEXPR_NUM_THREADS": "auto"}, 8, 2,
+     {"OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4", "OPENBLAS_NUM_THREADS": "2"}),
+])
+def test_processes_sharing_a_job_get_a_share_of_each_of_its_thread_counts(
+        monkeypatch, environ, usable, processes, each):
+    monkeypatch.setattr(cpu, "usable_cpus", lambda: usable)
+    assert cpu.shared_threads(environ, processes) == each
+

@@ -345,3 +345,92 @@ def test_a_conversion_ended_by_sigterm_leaves_no_temporary_folder(tmp_path, work
         proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# A stand-in for MXNet's interpreter: it says it has started, then converts "forever"
+# (until a signal, or until its parent is gone: a failed test leaves no orphan behind),
+# and writes down the signal that stopped it.
+STOPPABLE_INTERPRETER = """\
+import os, signal, sys, time
+marker = os.environ["STAND_IN_MARKER"]
+parent = os.getppid()
+
+def stopped(signum, frame):
+    with open(marker, "w") as fh:
+        fh.write(signal.Signals(signum).name)
+    sys.exit(128 + signum)
+
+signal.signal(signal.SIGTERM, stopped)
+signal.signal(signal.SIGHUP, stopped)
+with open(marker, "w") as fh:
+    fh.write("started")
+while os.getppid() == parent:
+    time.sleep(0.2)
+"""
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
+def test_a_conversion_in_the_mxnet_interpreter_stops_with_its_parent(source, tmp_path, stop):
+    """Snakemake stops a local job by SIGTERM to the process it started: the parent
+    ``recordio --python PY``. The conversion runs in PY, which must get SIGTERM too (to
+    remove its own temporary folder); the parent waits for it, then ends by the signal
+    (128 + SIGTERM, as a conversion run here does) and records no failure: the stop is no
+    bad input. MXNet itself is not run: the stand-in only waits for its signal."""
+    stand_in = tmp_path / "python"
+    stand_in.write_text(f"#!{sys.executable}\n{STOPPABLE_INTERPRETER}")
+    stand_in.chmod(0o755)
+    marker = tmp_path / "stand-in-signal"
+    out = tmp_path / "recordio"
+    parent = subprocess.Popen([sys.executable, "-m", "dlbench.datasets",
+                               *_recordio_argv(source, out, stand_in)],
+                              env={**os.environ, "STAND_IN_MARKER": str(marker)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert parent.poll() is None, parent.stderr.read()
+            assert time.monotonic() < deadline, "the stand-in interpreter never started"
+            time.sleep(0.05)
+        parent.send_signal(stop)
+        _, err = parent.communicate(timeout=60)  # the stand-in alone would never end
+    finally:
+        parent.kill()
+    assert marker.read_text() == "SIGTERM"
+    assert parent.returncode == 128 + stop, err
+    assert not out.exists()  # no preparation-error.txt: nothing was recorded
+
+
+STOPPED_WHILE_FORKING = """
+import os, signal, sys, time
+from dlbench.datasets.encode_jobs import process_pool
+
+def stop(signum, frame):
+    raise SystemExit(128 + signum)
+
+signal.signal(signal.SIGTERM, stop)
+sent = []
+
+def after_fork():  # SIGTERM arriving while the pool forks its workers
+    if not sent:
+        sent.append(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+os.register_at_fork(after_in_parent=after_fork)
+with process_pool(2) as pool:
+    pool.map(abs, range(4))
+    time.sleep(20)  # never reached: the stop is delivered once the pool exists
+"""
+
+
+def test_a_stop_signal_while_the_pool_forks_its_workers_is_not_lost(tmp_path):
+    """SIGTERM handled while the conversion forks its pool's workers: an exception raised
+    inside fork's hooks is dropped ("Exception ignored"), and the conversion went on. The
+    pool's start holds the signal until the workers exist; it then ends the conversion."""
+    script = tmp_path / "stopped.py"
+    script.write_text(STOPPED_WHILE_FORKING)
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert time.monotonic() - began < 15
+    assert "Exception ignored" not in done.stderr

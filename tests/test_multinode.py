@@ -5,6 +5,8 @@ Against a real two-node Slurm: tests/test_slurm_two_nodes.py."""
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +15,7 @@ import pytest
 import yaml
 from pytorch_cell import run_runner
 
-from dlbench import multinode, study, systems, workflow_support
+from dlbench import multinode, study, systems, torchrun_report, workflow_support
 from dlbench import result as R
 from dlbench.mxnet import dist
 from dlbench.pytorch import distributed
@@ -196,9 +198,9 @@ def test_torchrun_failure_report_names_the_rank_its_host_and_signal():
              "[0]:", "  time      : 2026-11-25_15:28:58", "  host      : node2",
              "  rank      : 1 (local_rank: 0)", "  exitcode  : -9 (pid: 2870)  (SIGKILL)",
              "  error_file: <N/A>"]
-    assert distributed.torchrun_failure(lines) == \
+    assert torchrun_report.first_failure(lines) == \
         "rank 1 on node2: exit code -9 (pid: 2870) (SIGKILL)"
-    assert distributed.torchrun_failure(["host : a", "unrelated", "rank : 1"]) is None
+    assert torchrun_report.first_failure(["host : a", "unrelated", "rank : 1"]) is None
 
 
 def test_torchrun_failure_names_the_root_cause_not_a_rank_torchrun_stopped():
@@ -212,7 +214,7 @@ def test_torchrun_failure_names_the_root_cause_not_a_rank_torchrun_stopped():
              "  time      : 2026-11-25_15:28:57", "  host      : node1",
              "  rank      : 1 (local_rank: 1)", "  exitcode  : -9 (pid: 2870)",
              "  error_file: <N/A>", "  traceback : Signal 9 (SIGKILL) received by PID 2870"]
-    assert distributed.torchrun_failure(lines) == "rank 1 on node1: exit code -9 (pid: 2870)"
+    assert torchrun_report.first_failure(lines) == "rank 1 on node1: exit code -9 (pid: 2870)"
 
 
 def test_a_rendezvous_a_node_never_joins_times_out_and_says_so(tmp_path):
@@ -223,7 +225,7 @@ def test_a_rendezvous_a_node_never_joins_times_out_and_says_so(tmp_path):
                                      nnodes=2, rdzv_conf="is_host=1,join_timeout=3"),
         capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode != 0
-    assert distributed.torchrun_failure(done.stderr.splitlines(), 3) == \
+    assert torchrun_report.first_failure(done.stderr.splitlines(), 3) == \
         "the nodes' rendezvous timed out after 3 s: a node did not join"
 
 
@@ -307,18 +309,79 @@ def test_the_workers_argv_writes_to_their_own_file():
     assert dist.with_output(["--output=r.json"], "p") == ["--output=p"]
 
 
-@pytest.mark.parametrize(("given", "usable", "nproc", "each"), [
-    ("16", 16, 8, "2"),   # Snakemake's job threads, shared by 8 ranks
-    ("16", 8, 2, "4"),    # capped at the job's cpuset first
-    (None, 12, 4, "3"),   # nothing set: the CPUs this process may run on
-    ("3", 16, 8, "1"),    # never zero
-    ("x", 6, 2, "3"),     # not a count: the usable CPUs
-])
-def test_each_rank_on_a_node_gets_its_share_of_the_jobs_threads(monkeypatch, given, usable,
-                                                                nproc, each):
-    """torchrun's ranks each given the job's OMP_NUM_THREADS (Snakemake sets it to the
-    rule's threads) or the host's CPU count would oversubscribe the job's CPUs nproc times
-    over; each gets its share of what the job may use."""
-    monkeypatch.setattr("dlbench.cpu.usable_cpus", lambda: usable)
-    environ = {} if given is None else {"OMP_NUM_THREADS": given}
-    assert distributed.rank_threads(environ, nproc) == each
+RANK_THREADS = """\
+import json, os, sys
+import torch
+names = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+seen = {"torch": torch.get_num_threads(), **{n: os.environ.get(n) for n in names}}
+print("threads " + json.dumps(seen), file=sys.stderr)
+"""
+
+
+def test_each_torchrun_rank_gets_its_share_of_every_thread_count_of_the_job(
+        tmp_path, monkeypatch, capfd):
+    """Snakemake sets OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS, ... to the
+    job's threads; each of torchrun's ranks given them whole would oversubscribe the
+    job's CPUs nproc times over, and PyTorch built with MKL takes MKL_NUM_THREADS over
+    OMP_NUM_THREADS. run_workers for 2 ranks, on a job of 8 usable CPUs: a rank sees 4
+    threads in torch and in every count. The command is the rank itself, not torchrun,
+    which passes its environment on to its ranks (adding their ranks; OMP_NUM_THREADS
+    only where unset): one torch start instead of three. MKL_DYNAMIC=FALSE lets torch report
+    the count given, not one capped at this machine's cores; NUMEXPR_NUM_THREADS, not a
+    count, is passed as it is."""
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_THREADS)
+    monkeypatch.setattr("dlbench.cpu.usable_cpus", lambda: 8)
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        monkeypatch.setenv(name, "16")  # above the usable CPUs: capped first
+    monkeypatch.setenv("NUMEXPR_NUM_THREADS", "auto")
+    monkeypatch.setenv("MKL_DYNAMIC", "FALSE")
+    rc, lines = distributed.run_workers([sys.executable, str(script)], 2, None)
+    capfd.readouterr()  # the rank's output, passed through
+    assert rc == 0, lines
+    seen = [json.loads(line.split("threads ", 1)[1]) for line in lines if "threads {" in line]
+    assert seen == [{"torch": 4, "OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4",
+                     "OPENBLAS_NUM_THREADS": "4", "NUMEXPR_NUM_THREADS": "auto"}]
+
+
+STOPPED_CHILD = """\
+import os, signal, sys, time
+parent = os.getppid()
+
+def stopped(signum, frame):
+    print(f"child stopped by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
+    sys.exit(0)
+
+signal.signal(signal.SIGTERM, stopped)
+print("child started", file=sys.stderr, flush=True)
+while os.getppid() == parent:  # until stopped (or orphaned: a failed test leaves none)
+    time.sleep(0.2)
+"""
+
+RUN_TEE_PARENT = """\
+import sys
+from dlbench import subproc
+print("parent started", flush=True)
+subproc.run_tee([sys.executable, sys.argv[1]])
+print("parent went on after its stop", flush=True)
+"""
+
+
+def test_a_stop_signal_reaches_what_run_workers_started_and_then_ends_the_runner(tmp_path):
+    """run_workers runs torchrun through subproc.run_tee, in the runner's own process
+    group: Snakemake's SIGTERM (or a cluster's) reaches the runner only. torchrun must get
+    it too (it stops its ranks), the runner waiting for it, then ending by the signal. A
+    stand-in child takes torchrun's place: torchrun's own handling is not exercised."""
+    child = tmp_path / "child.py"
+    child.write_text(STOPPED_CHILD)
+    parent = subprocess.Popen([sys.executable, "-c", RUN_TEE_PARENT, str(child)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert parent.stderr.readline() == "child started\n"
+        parent.send_signal(signal.SIGTERM)
+        out, err = parent.communicate(timeout=60)  # the child alone would never end
+    finally:
+        parent.kill()
+    assert err == "child stopped by SIGTERM\n"
+    assert parent.returncode == -signal.SIGTERM
+    assert out == "parent started\n"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -218,10 +219,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 def usable_cpus() -> int:
     """Processors this process may run on: its affinity mask (a Slurm job's cpuset,
     taskset), what ``omp_get_num_procs`` counts; ``os.cpu_count()`` where there is none."""
@@ -229,3 +226,31 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):  # no affinity call on this platform
         return os.cpu_count() or 1
+
+
+# The thread counts Snakemake sets to a job's threads (snakemake.shell), which the
+# runners' libraries read: OpenMP, and BLAS libraries with pools of their own (MKL,
+# OpenBLAS, ...). PyTorch built with MKL takes MKL_NUM_THREADS over OMP_NUM_THREADS.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                    "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def shared_threads(environ: Mapping[str, str], processes: int) -> dict[str, str]:
+    """The thread counts of each of ``processes`` processes sharing this job's CPUs: each
+    count of THREAD_VARIABLES set in ``environ`` (capped at the usable CPUs) divided among
+    them, at least 1. Each process given the job's counts would oversubscribe its CPUs
+    ``processes`` times over. OMP_NUM_THREADS is always given (the usable CPUs' share
+    where it is not a count); another that is not a count is not given (left as it is)."""
+    usable = usable_cpus()
+    shares = {}
+    for name in THREAD_VARIABLES:
+        given = environ.get(name, "")
+        if given.isdigit() and int(given) > 0:
+            shares[name] = str(max(1, min(int(given), usable) // processes))
+        elif name == "OMP_NUM_THREADS":
+            shares[name] = str(max(1, usable // processes))
+    return shares
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -193,12 +193,6 @@ def classified(status: str, message: str, ran: subproc.Ran,
     return "oom", oom_kills.oom_message(message, shown)
 
 
-# The thread counts Snakemake sets to a job's threads (snakemake.shell), which the
-# runners' libraries (OpenMP, BLAS) read.
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                    "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
-
-
 def thread_caps(environ: Mapping[str, str] | None = None,
                 cpus: int | None = None) -> dict[str, str]:
     """The thread counts of ``environ`` capped at the CPUs this job may use. A cluster job
@@ -208,7 +202,7 @@ def thread_caps(environ: Mapping[str, str] | None = None,
     environ = os.environ if environ is None else environ
     cpus = cpu.usable_cpus() if cpus is None else cpus
     caps = {}
-    for name in THREAD_VARIABLES:
+    for name in cpu.THREAD_VARIABLES:
         value = environ.get(name, "")
         if value.isdigit() and int(value) > cpus:
             caps[name] = str(cpus)

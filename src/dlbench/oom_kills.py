@@ -17,6 +17,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from dlbench import torchrun_report
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -81,28 +83,8 @@ def rose(before: int | None, after: int | None) -> bool:
 #   "DataLoader worker (pid(s) 1234) exited unexpectedly" *from* it: the runner's one-line
 #   error is then that, and this line is in the traceback on its stderr.
 _DATALOADER_WORKER = re.compile(r"DataLoader worker \(pid \d+\) is killed by signal: Killed\.")
-# - a rank of torchrun (torch.distributed.elastic): the agent's log line for the first
-#   failure, and in its report the "Root Cause (first observed failure)" block's
-#   "traceback : Signal 9 (SIGKILL) received by PID 2870". Only the first failure counts:
-#   torchrun itself stops the other ranks (SIGTERM, then SIGKILL after a grace period) and
-#   lists them under "Failures:".
-_ELASTIC_FIRST_FAILURE = re.compile(r"failed \(exitcode: -9\) local_rank: \d+ \(pid: \d+\)")
-TORCHRUN_ROOT_CAUSE = "Root Cause (first observed failure):"
-_ELASTIC_SIGNAL = re.compile(r"Signal 9 \(SIGKILL\) received by PID \d+")
-_ELASTIC_BLOCK_END = re.compile(r"={5,}\s*$")
-
-
-def _root_cause_lines(lines: Sequence[str]) -> list[str]:
-    """The lines of torchrun's "Root Cause" blocks (one per node's torchrun)."""
-    inside, found = False, []
-    for line in lines:
-        if TORCHRUN_ROOT_CAUSE in line:
-            inside = True
-        elif inside and _ELASTIC_BLOCK_END.search(line):
-            inside = False
-        elif inside:
-            found.append(line)
-    return found
+# - a rank of torchrun (torch.distributed.elastic): the first to fail, as its failure
+#   report says (dlbench.torchrun_report).
 
 
 def sigkill_shown(lines: Sequence[str]) -> str | None:
@@ -112,13 +94,7 @@ def sigkill_shown(lines: Sequence[str]) -> str | None:
     for line in lines:
         if m := _DATALOADER_WORKER.search(line):
             return m[0]
-    for line in _root_cause_lines(lines):
-        if m := _ELASTIC_SIGNAL.search(line):
-            return f"torchrun's first failure: {m[0]}"
-    for line in lines:
-        if m := _ELASTIC_FIRST_FAILURE.search(line):
-            return f"torchrun: {m[0]}"
-    return None
+    return torchrun_report.first_failure_sigkill(lines)
 
 
 def oom_message(message: str, shown: str) -> str:

@@ -3,7 +3,10 @@
 ``supervised`` is how a cell's runner runs: in a process group of its own (so that a
 timeout or an interrupt ends the runner's whole tree: DataLoader workers, torchrun's ranks),
 killed by the kernel if this process dies (``PR_SET_PDEATHSIG``: no orphan keeps measuring
-beside the next cell), and stopped after a time limit.
+beside the next cell), and stopped after a time limit. ``run_tee`` runs a child that is
+part of this process's own work (torchrun under a runner, a conversion in MXNet's
+interpreter): SIGTERM or SIGHUP to us is passed on to it as SIGTERM, so that it stops in its
+own way, and once it has ended we take the signal ourselves.
 """
 
 from __future__ import annotations
@@ -93,14 +96,24 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
 def _forwarding_signals(proc: subprocess.Popen) -> Iterator[None]:
     """While the child runs, SIGTERM/SIGHUP to us end its whole group first (Snakemake
     stops a job that way), then end us with the default action."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
     def handler(signum, frame):  # noqa: ARG001 (signal handler signature)
         kill_group(proc.pid)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
+
+    with stop_signals_handled(handler):
+        yield
+
+
+@contextlib.contextmanager
+def _passing_on_signals(proc: subprocess.Popen, received: list[int]) -> Iterator[None]:
+    """While the child runs, SIGTERM/SIGHUP to us reach it as SIGTERM, and are noted in
+    ``received`` for us to take once it has ended. Killing it instead would stop it
+    where it stands (a conversion's temporary folder left behind, torchrun's ranks not
+    stopped); not passing it on would have us wait for the child's whole work."""
+    def handler(signum, frame):  # noqa: ARG001 (signal handler signature)
+        received.append(signum)
+        proc.send_signal(signal.SIGTERM)  # each time: a second one may end it at once
 
     with stop_signals_handled(handler):
         yield
@@ -113,8 +126,12 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 @contextlib.contextmanager
 def stop_signals_handled(handler: Callable[[int, Any], None]) -> Iterator[None]:
-    """``handler`` for STOP_SIGNALS inside the block, the previous handlers after it
-    (main thread only, as Python's signal handlers)."""
+    """``handler`` for STOP_SIGNALS inside the block, the previous handlers after it.
+    Outside the main thread, which alone may set handlers (Python's rule), the block runs
+    with the handlers as they are."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield
@@ -133,10 +150,13 @@ def supervised(cmd: Sequence[str], env: Mapping[str, str] | None = None, keep: i
                tie_to_parent: bool = True,
                on_exit: Callable[[], None] | None = None) -> Ran:
     """Run ``cmd`` as ``run_tee`` does; with ``own_group`` in a new session whose whole
-    group is killed on a timeout or an interrupt, with ``tie_to_parent`` killed by the
-    kernel when this process dies. ``on_exit`` runs the moment the child has exited, before
-    anything else (the launcher takes the child's result then: nothing written later by a
-    process that escaped the group counts)."""
+    group is killed on a timeout, an interrupt or a stop signal (SIGTERM, SIGHUP), with
+    ``tie_to_parent`` killed by the kernel when this process dies. Without ``own_group``
+    a stop signal is passed on to the child as SIGTERM; once the child has ended, this
+    process takes the signal itself (its handler, else the signal's default action ends
+    it). ``on_exit`` runs the moment the child has exited, before anything else (the
+    launcher takes the child's result then: nothing written later by a process that
+    escaped the group counts)."""
     try:
         proc = subprocess.Popen(
             list(cmd), env=dict(env) if env is not None else None,
@@ -160,8 +180,10 @@ def supervised(cmd: Sequence[str], env: Mapping[str, str] | None = None, keep: i
         else:
             proc.kill()
 
-    try:
-        with _forwarding_signals(proc) if own_group else contextlib.nullcontext():
+    received: list[int] = []
+    # Through the output's end too: a signal while the last lines drain is passed on.
+    with _forwarding_signals(proc) if own_group else _passing_on_signals(proc, received):
+        try:
             try:
                 rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -170,15 +192,17 @@ def supervised(cmd: Sequence[str], env: Mapping[str, str] | None = None, keep: i
                 rc = proc.wait()
             if on_exit is not None:
                 on_exit()
-    except KeyboardInterrupt:
-        stop()
-        proc.wait()
-        raise
-    finally:
-        if own_group:
-            kill_group(proc.pid)  # what the runner left behind must not measure on
-        for t in threads:
-            t.join(DRAIN_S if own_group else None)
+        except KeyboardInterrupt:
+            stop()
+            proc.wait()
+            raise
+        finally:
+            if own_group:
+                kill_group(proc.pid)  # what the runner left behind must not measure on
+            for t in threads:
+                t.join(DRAIN_S if own_group else None)
+    if received:  # the child has ended as asked: now we end as the signal would have had us
+        signal.raise_signal(received[0])
     return Ran(rc, list(tail), timed_out)
 
 

@@ -157,7 +157,10 @@ def _missing_interpreter(python: str) -> str:
 def _in_interpreter(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Convert in ``args.python`` (a subprocess, its output passed through). A child that
     fails without recording why (it crashed, or bad input without --record-failure)
-    fails here the same way."""
+    fails here the same way. A stop (SIGTERM, SIGHUP) reaches the child as SIGTERM
+    (``subproc.run_tee``), which removes its temporary folder; once it has ended, this
+    process ends by the same signal (``_exit_on_termination``), recording nothing: a
+    stopped conversion is no bad input."""
     from dlbench import subproc
 
     if shutil.which(args.python) is None:

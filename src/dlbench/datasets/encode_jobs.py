@@ -7,14 +7,18 @@ pool does not make results pile up in memory.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing
+import multiprocessing.pool
 import os
+import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dlbench import subproc
 from dlbench.datasets import manifest
 from dlbench.datasets.errors import DatasetError
 
@@ -24,6 +28,30 @@ R = TypeVar("R")
 
 def _run_chunk(func: Callable[[T], R], chunk: list[T]) -> list[R]:
     return [func(job) for job in chunk]
+
+
+def _stop_signals_by_default() -> None:
+    """A worker's start: a stop signal ends it by the signal's default action (the pool's
+    terminate() sends SIGTERM), not by the conversion's handler, which it inherited."""
+    for sig in subproc.STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, subproc.STOP_SIGNALS)
+
+
+@contextlib.contextmanager
+def process_pool(workers: int) -> Iterator[multiprocessing.pool.Pool]:
+    """A pool of ``workers`` processes that a stop signal (SIGTERM, SIGHUP) ends cleanly.
+    The signals wait while the workers are forked: the conversion's handler raising inside
+    fork's hooks would be lost ("Exception ignored"), and the conversion go on. Delivered
+    once the pool exists, the exception leaves the block and terminate() ends the workers,
+    who take the signal by its default action."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, subproc.STOP_SIGNALS)
+    try:
+        pool = multiprocessing.Pool(workers, initializer=_stop_signals_by_default)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    with pool:
+        yield pool
 
 
 def ordered_map(func: Callable[[T], R], jobs: Iterable[T], workers: int,
@@ -37,7 +65,7 @@ def ordered_map(func: Callable[[T], R], jobs: Iterable[T], workers: int,
         return
     source = iter(jobs)
     chunks = iter(lambda: list(itertools.islice(source, chunksize)), [])
-    with multiprocessing.Pool(workers) as pool:
+    with process_pool(workers) as pool:
         pending: deque = deque()
         for chunk in chunks:
             pending.append(pool.apply_async(_run_chunk, (func, chunk)))

@@ -8,7 +8,6 @@ unlike flat colour or pure noise.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from PIL import Image, ImageDraw
 
 from dlbench.atomic import prepared_dir
 from dlbench.datasets import manifest
+from dlbench.datasets.encode_jobs import process_pool
 from dlbench.datasets.errors import DatasetError
 from dlbench.datasets.imagefolder import scan, write_lst
 
@@ -100,7 +100,7 @@ def generate(out: str | os.PathLike, spec: Spec, *, workers: int = 1) -> dict:
                 for i in range(spec.images_per_class)]
         shapes = manifest.ShapeRange()
         if workers > 1:
-            with multiprocessing.Pool(workers) as pool:
+            with process_pool(workers) as pool:
                 sizes = list(pool.imap_unordered(_write_one, jobs, chunksize=16))
         else:
             sizes = [_write_one(job) for job in jobs]

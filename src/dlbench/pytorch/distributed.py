@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import datetime
 import os
-import re
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,30 +179,20 @@ def multi_node_command(nodes: int, nproc: int, device: str, argv: list[str],
     return alloc.srun(nodes, multinode.agent(alloc.here, gpus, torchrun))
 
 
-def rank_threads(environ: Mapping[str, str], nproc: int) -> str:
-    """OMP_NUM_THREADS of each of ``nproc`` processes on a node: the job's threads (the
-    variable as Snakemake sets it to the rule's threads, else the CPUs this process may
-    run on: a Slurm job's cpuset, not the whole host's) shared among them. Each rank
-    given the job's count would oversubscribe the CPUs ``nproc`` times over."""
-    from dlbench import cpu
-
-    usable = cpu.usable_cpus()
-    given = environ.get("OMP_NUM_THREADS", "")
-    job = min(int(given), usable) if given.isdigit() and int(given) > 0 else usable
-    return str(max(1, job // nproc))
-
-
 def run_workers(cmd: list[str], nproc: int, output: Path | None) -> tuple[int, list[str]]:
     """Run a torchrun ``cmd`` (or srun starting one on each node) of ``nproc`` processes
     per node whose rank 0 writes ``output`` (removed first: a file there afterwards is this
-    run's). The job's threads are shared among the processes (``rank_threads``).
+    run's). The job's threads are shared among the processes: each gets its share of
+    every thread count Snakemake set (``cpu.shared_threads``: OMP_NUM_THREADS alone would
+    leave MKL_NUM_THREADS, which PyTorch built with MKL obeys, at the job's whole count).
+    A stop signal reaches torchrun, which stops its workers (``subproc.run_tee``).
     Returns the exit code and enough of stderr for torchrun's failure report and srun's
     lines after it, srun's task labels taken off."""
-    from dlbench import multinode, subproc
+    from dlbench import cpu, multinode, subproc
 
     if output:
         output.unlink(missing_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": rank_threads(os.environ, nproc)}
+    env = {**os.environ, **cpu.shared_threads(os.environ, nproc)}
     rc, lines = subproc.run_tee(cmd, env, keep=400)
     return rc, [multinode.unlabelled(line) for line in lines]
 
@@ -215,12 +203,12 @@ def workers_outcome(rc: int, lines: list[str], nodes: int = 1) -> tuple[str, str
     (killed, or a node that never joined the rendezvous), else its exit code. A cell on
     several ``nodes`` names first the node srun reported (an out-of-memory worker stays
     ``oom``)."""
-    from dlbench import multinode
+    from dlbench import multinode, torchrun_report
 
     timeout = multinode.RENDEZVOUS_TIMEOUT_S
     errors = multinode.reported_errors(lines)
     status, _, message = (errors[0] if errors else "").partition(" ")
-    reported = torchrun_failure(lines, timeout)
+    reported = torchrun_report.first_failure(lines, timeout)
     if status not in ("oom", "failed"):
         status, message = "failed", reported or f"torchrun exited with code {rc}"
     if nodes > 1 and status != "oom":
@@ -233,36 +221,3 @@ def workers_outcome(rc: int, lines: list[str], nodes: int = 1) -> tuple[str, str
 def shutdown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
-
-
-_FIELD = re.compile(r"^\s*(host|rank|exitcode)\s*:\s*(.+?)\s*$")
-
-
-def torchrun_failure(lines: list[str], join_timeout_s: float | None = None) -> str | None:
-    """The first failure torchrun reported (its "host / rank / exitcode" block) in words:
-    "rank 1 on node2: exit code -9 (pid: 2870) (SIGKILL)", or a rendezvous that timed out
-    (a node that never joined); None when it reported neither."""
-    if any("RendezvousTimeoutError" in line for line in lines):
-        after = f" after {join_timeout_s:g} s" if join_timeout_s else ""
-        return f"the nodes' rendezvous timed out{after}: a node did not join"
-    # The root cause first: the ranks torchrun stopped itself (SIGTERM) are listed above
-    # it, under "Failures:", and would name the wrong rank and signal.
-    from dlbench.oom_kills import TORCHRUN_ROOT_CAUSE
-
-    root = next((i for i, line in enumerate(lines) if TORCHRUN_ROOT_CAUSE in line), None)
-    return _first_failure_block(lines[root:] if root is not None else lines)
-
-
-def _first_failure_block(lines: list[str]) -> str | None:
-    found: dict[str, str] = {}
-    for line in lines:
-        m = _FIELD.match(line)
-        if m:
-            found[m[1]] = m[2]
-            if {"host", "rank", "exitcode"} <= found.keys():
-                rank = found["rank"].split(" (")[0]
-                code = " ".join(found["exitcode"].split())
-                return f"rank {rank} on {found['host']}: exit code {code}"
-        elif found and not line.strip().startswith(("time", "error_file", "traceback", "[")):
-            found = {}
-    return None
