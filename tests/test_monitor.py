@@ -189,9 +189,10 @@ def test_a_failed_reading_leaves_a_gap_and_sampling_goes_on(tmp_path):
 
 
 def test_a_failed_last_rapl_reading_keeps_the_host_energy_up_to_the_last_good_one(tmp_path):
-    """The phase's last readings of the host's counters fail (the stop()'s too): the energy up to
-    the last good reading stands, said partial with the time it leaves out, instead of no
-    host energy at all."""
+    """The phase's last readings of the host's counters fail (the stop()'s too): the host's
+    energy up to the last good reading stands, and its power over that time; the cell has
+    no energy figure (it would be part of the phase's) and the note says what is left
+    out. Before, the host's energy was lost altogether."""
     root = powercap_tree(tmp_path, {"intel-rapl:0": ("package-0", 10_000_000, 2**40)})
     mon = monitor.ResourceMonitor(10, powercap_root=root)
     mon.start()
@@ -208,10 +209,34 @@ def test_a_failed_last_rapl_reading_keeps_the_host_energy_up_to_the_last_good_on
     wait_for(None)
     mon.stop()
     s = mon.summary(items=300)
-    assert mon.series()["host_energy_j"][-1] is None
-    assert s["energy_j"] == pytest.approx(30.0) and s["energy_sources"] == ["host:rapl"]
+    series = mon.series()
+    assert series["host_energy_j"][-1] is None
+    last = max(k for k, v in enumerate(series["host_energy_j"]) if v is not None)
+    assert s["host"]["energy_j"] == pytest.approx(30.0)
+    assert s["power_mean_w"] == pytest.approx(30.0 / series["t_s"][last])
+    assert s["energy_j"] is None and s["samples_per_joule"] is None
+    assert s["energy_sources"] == ["host:rapl"]
     assert s["energy_note"].startswith("partial: ") and "RAPL counters unread at the " \
         "phase's end" in s["energy_note"]
+
+
+def test_rapl_read_at_the_phases_start_alone_counts_nothing(tmp_path):
+    """The counters fail from the first sample after the start to the end: the one good
+    reading covers no time, so the host is no source and there is no energy (never a
+    zero)."""
+    root = powercap_tree(tmp_path, {"intel-rapl:0": ("package-0", 10_000_000, 2**40)})
+    mon = monitor.ResourceMonitor(10, powercap_root=root)
+    mon.start()
+    set_energy(root, "intel-rapl:0", "")
+    deadline = time.monotonic() + 10
+    while len(mon.series().get("t_s", [])) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    mon.stop()
+    s = mon.summary(items=300)
+    assert mon.series()["host_energy_j"][0] is not None
+    assert s["energy_j"] is None and s["energy_sources"] == []
+    assert s["power_mean_w"] is None
 
 
 def test_rapl_unreadable_at_the_start_is_a_note_not_a_failed_cell(tmp_path):
@@ -508,11 +533,11 @@ def test_a_failed_first_counter_reading_neither_loses_nor_invents_energy():
     phase, short = t[-1] - t[0], t[1] - t[0]
     assert s["energy_note"] == (f"partial: {short:.2f} s of GPU 0's {phase:.2f} s (its energy "
                                 "counter unread at the phase's start) and no readable RAPL "
-                                "counters and no samples per joule (the energy covers part of "
-                                "the phase)")
-    # the items over energy of part of the phase would overstate it; the power drawn is the
-    # GPU's mean over the time its energy covers, not that energy over the whole phase
-    assert s["samples_per_joule"] is None
+                                "counters and no energy figure (the counters cover part of the "
+                                "phase)")
+    # energy of part of the phase is not the cell's (its items over it would overstate the
+    # samples per joule); the power drawn is the GPU's energy over the time it covers
+    assert s["energy_j"] is None and s["samples_per_joule"] is None
     assert s["power_mean_w"] == pytest.approx(gpu0["power_mean_w"])
     mon.close()
 

@@ -312,8 +312,8 @@ class NvmlGpus:
         again = {key for key in self._given_up if key[1] in ENERGY_FIELDS}
         self._not_asked -= again
         self._given_up -= again
-        for key in again:
-            self._in_a_row.pop(key, None)
+        for key in again:  # one more failure gives it up again, its note kept
+            self._in_a_row[key] = FAILURES_IN_A_ROW - 1
 
     def _reading(self, gpu: int, field: str) -> float | None:
         nvml, h = self.nvml, self.handles[gpu]
@@ -524,7 +524,7 @@ class ResourceMonitor:
                         if g["memory_used_peak_bytes"] is not None]
         out["peak_device_memory_bytes"] = max(device_peaks) if device_peaks else None
         out.update(_clocks_summary(out["gpus"]))
-        out.update(self._energy_summary(out, duration, items, self._uncounted(energies)))
+        out.update(self._energy_summary(out, duration, items, energies))
         out["window"] = self.window
         if self.window != MEASURED_WINDOW:  # said with every figure, in the table too
             out["energy_note"] = "; ".join(filter(None, [f"over {self.window}",
@@ -553,8 +553,11 @@ class ResourceMonitor:
         t = self._columns.get("t_s", [])
         last = next((k for k in range(len(readings) - 1, -1, -1) if readings[k] is not None),
                     None)
-        self._rapl_s = t[last] if last is not None and last < len(t) else 0.0
-        return readings[last] if last is not None else None
+        if not last or last >= len(t):  # none, or the start's alone: no time covered
+            self._rapl_s = 0.0
+            return None
+        self._rapl_s = t[last]
+        return readings[last]
 
     def _uncounted(self, energies: Sequence[GpuEnergy]) -> list[str]:
         """What the energy leaves out of the sampled phase: a GPU's start or end, the
@@ -626,8 +629,9 @@ class ResourceMonitor:
             "settings": self.gpus.settings[i],
         }
 
-    def _energy_summary(self, out: Mapping[str, Any], duration: float,
-                        items: float | None, uncounted: Sequence[str]) -> dict[str, Any]:
+    def _energy_summary(self, out: Mapping[str, Any], duration: float, items: float | None,
+                        energies: Sequence[GpuEnergy]) -> dict[str, Any]:
+        uncounted = self._uncounted(energies)
         parts, sources, missing = [], [], list(uncounted)
         gpu_energies = [g["energy_j"] for g in out["gpus"]]
         gpus_counted = bool(gpu_energies) and all(e is not None for e in gpu_energies)
@@ -658,14 +662,16 @@ class ResourceMonitor:
                     "items": items, "samples_per_joule": None}
         energy = float(sum(parts))
         if uncounted:
-            # Energy over part of the phase: its items over it would overstate the samples
-            # per joule, its mean over the whole phase understate the power. Each source's
-            # mean over the time it covers is still the power drawn.
-            missing.append("no samples per joule (the energy covers part of the phase)")
-            mean = sum(g["power_mean_w"] or 0.0 for g in out["gpus"]) + (
+            # Energy over part of the phase is not the phase's: no energy figure (its items
+            # over it would overstate the samples per joule; every reader of the table
+            # takes a run with energy_j for a whole one). The power drawn is still each
+            # source's energy over the time it covers.
+            missing.append("no energy figure (the counters cover part of the phase)")
+            mean = sum(e.joules / e.seconds for e in energies
+                       if e.joules is not None and e.seconds > 0) + (
                 self._rapl_j / self._rapl_s if self._rapl_j is not None and self._rapl_s > 0
                 else 0.0)
-            return {"energy_j": energy, "energy_sources": sources,
+            return {"energy_j": None, "energy_sources": sources,
                     "energy_note": f"partial: {' and '.join(missing)}",
                     "power_mean_w": mean or None, "power_max_w": self._peak_power(gpus_counted),
                     "items": items, "samples_per_joule": None}
