@@ -416,16 +416,22 @@ def after_fork():  # SIGTERM arriving while the pool forks its workers
         os.kill(os.getpid(), signal.SIGTERM)
 
 os.register_at_fork(after_in_parent=after_fork)
-with process_pool(2) as pool:
-    pool.map(abs, range(4))
-    time.sleep(20)  # never reached: the stop is delivered once the pool exists
+try:
+    with process_pool(2) as pool:
+        pool.map(abs, range(4))
+        time.sleep(20)  # never reached: the stop is delivered once the pool exists
+except SystemExit:
+    import multiprocessing
+    print("workers left:", len(multiprocessing.active_children()), flush=True)
+    raise
 """
 
 
 def test_a_stop_signal_while_the_pool_forks_its_workers_is_not_lost(tmp_path):
     """SIGTERM handled while the conversion forks its pool's workers: an exception raised
     inside fork's hooks is dropped ("Exception ignored"), and the conversion went on. The
-    pool's start holds the signal until the workers exist; it then ends the conversion."""
+    pool's start holds the signal until the workers exist; it then ends the conversion
+    inside the pool's block, whose exit ends the workers."""
     script = tmp_path / "stopped.py"
     script.write_text(STOPPED_WHILE_FORKING)
     began = time.monotonic()
@@ -434,3 +440,4 @@ def test_a_stop_signal_while_the_pool_forks_its_workers_is_not_lost(tmp_path):
     assert done.returncode == 128 + signal.SIGTERM, done.stderr
     assert time.monotonic() - began < 15
     assert "Exception ignored" not in done.stderr
+    assert done.stdout.strip() == "workers left: 0"  # the pool's exit ended them

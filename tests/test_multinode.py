@@ -369,9 +369,11 @@ print("parent went on after its stop", flush=True)
 
 def test_a_stop_signal_reaches_what_run_workers_started_and_then_ends_the_runner(tmp_path):
     """run_workers runs torchrun through subproc.run_tee, in the runner's own process
-    group: Snakemake's SIGTERM (or a cluster's) reaches the runner only. torchrun must get
-    it too (it stops its ranks), the runner waiting for it, then ending by the signal. A
-    stand-in child takes torchrun's place: torchrun's own handling is not exercised."""
+    group: a stop sent to the runner alone (run outside the launcher, by hand or by a
+    tool) must reach torchrun too (it stops its ranks), the runner waiting for it, then
+    ending by the signal. Under the launcher, Snakemake's stop kills the runner's whole
+    group instead. A stand-in child takes torchrun's place: torchrun's own handling is
+    not exercised."""
     child = tmp_path / "child.py"
     child.write_text(STOPPED_CHILD)
     parent = subprocess.Popen([sys.executable, "-c", RUN_TEE_PARENT, str(child)],

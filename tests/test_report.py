@@ -997,6 +997,26 @@ def test_the_failures_table_names_a_cell_that_failed_every_run_once_and_an_ok_ru
         ("<code>box/ops</code>", "", "torch.mm torch.mm|1|0")]
 
 
+def test_the_failures_note_counts_no_ok_cell_among_those_that_did_not_finish():
+    """An operator cell whose runs are ok but for one input, and a model cell whose second
+    run failed: both are ok at the top, so the note must not say a cell did not finish."""
+    from dlbench.report import data
+
+    def row(cell, status, repeat, op=None, name=None, error=None):
+        return {"study": "s", "system": "box", "cell_id": cell, "repeat": repeat,
+                "source": f"{cell}_r{repeat}.json", "status": status, "op_name": op,
+                "name": name, "error": error}
+
+    frame = data.prepare(pd.DataFrame([
+        row("ops", "ok", 0, "torch.add", "torch.add|0|0"),
+        row("ops", "failed", 0, "torch.mm", "torch.mm|1|0", "shapes differ"),
+        row("m", "ok", 0), row("m", "failed", 1, error="broke"), row("m", "ok", 2)]))
+    assert tables.status_counts(frame) == {"ok": 2}
+    assert tables.failures_table(frame).startswith(
+        '<p class="note">Every cell has a run that finished; 1 run failed in 1 cell whose '
+        "other runs finished")
+
+
 # -- a cell of several runs, and the axes every chart tells apart -------------------------
 
 

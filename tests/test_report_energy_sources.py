@@ -148,7 +148,7 @@ def test_a_run_without_energy_does_not_count_among_its_cells_sources(tmp_path):
 
 def test_a_table_older_than_the_sources_column_still_renders(tmp_path):
     """An older release's table (no energy_sources): the charts draw and say nothing of
-    sources, the tooltip's line stays empty."""
+    sources; each tooltip reads "not recorded" (the column is restored empty on load)."""
     parquet = write_parquet(tmp_path, [monitored(system, 16, GPU_AND_RAPL) for system in "ab"])
     table = pq.read_table(parquet)
     pq.write_table(table.drop_columns(["energy_sources"]), parquet)

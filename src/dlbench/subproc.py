@@ -110,12 +110,26 @@ def _passing_on_signals(proc: subprocess.Popen, received: list[int]) -> Iterator
     """While the child runs, SIGTERM/SIGHUP to us reach it as SIGTERM, and are noted in
     ``received`` for us to take once it has ended. Killing it instead would stop it
     where it stands (a conversion's temporary folder left behind, torchrun's ranks not
-    stopped); not passing it on would have us wait for the child's whole work."""
-    def handler(signum, frame):  # noqa: ARG001 (signal handler signature)
-        received.append(signum)
-        proc.send_signal(signal.SIGTERM)  # each time: a second one may end it at once
+    stopped); not passing it on would have us wait for the child's whole work. A second
+    stop, or one after the child has ended, ends us at once (the child killed if need be),
+    by the handler we replaced: a child that does not stop, or a process it left holding
+    its output, cannot keep us."""
+    previous: dict[int, Any] = {}
 
-    with stop_signals_handled(handler):
+    def handler(signum, frame):  # noqa: ARG001 (signal handler signature)
+        if not received and proc.poll() is None:
+            received.append(signum)
+            proc.send_signal(signal.SIGTERM)
+            return
+        # A second stop, or one once the child has ended (its output still draining, maybe
+        # held open by a process it left): we end now, as the signal would have had us.
+        if proc.poll() is None:
+            proc.kill()
+        signal.signal(signum, previous.get(signum, signal.SIG_DFL))
+        signal.raise_signal(signum)
+
+    with stop_signals_handled(handler) as replaced:
+        previous.update(replaced)
         yield
 
 
@@ -125,16 +139,21 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 @contextlib.contextmanager
-def stop_signals_handled(handler: Callable[[int, Any], None]) -> Iterator[None]:
-    """``handler`` for STOP_SIGNALS inside the block, the previous handlers after it.
-    Outside the main thread, which alone may set handlers (Python's rule), the block runs
-    with the handlers as they are."""
+def stop_signals_handled(handler: Callable[[int, Any], None]
+                         ) -> Iterator[dict[int, Any]]:
+    """``handler`` for STOP_SIGNALS inside the block, the previous handlers after it (the
+    block is given them). A signal ignored (``nohup``) stays ignored. Outside the main
+    thread, which alone may set handlers (Python's rule), the block runs with the handlers
+    as they are."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield {}
         return
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    previous = {sig: old for sig, old in previous.items() if old is not signal.SIG_IGN}
+    for sig in previous:
+        signal.signal(sig, handler)
     try:
-        yield
+        yield dict(previous)
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
@@ -199,8 +218,8 @@ def supervised(cmd: Sequence[str], env: Mapping[str, str] | None = None, keep: i
         finally:
             if own_group:
                 kill_group(proc.pid)  # what the runner left behind must not measure on
-            for t in threads:
-                t.join(DRAIN_S if own_group else None)
+            for t in threads:  # bounded where a process left behind may hold the pipes
+                t.join(DRAIN_S if own_group or received else None)
     if received:  # the child has ended as asked: now we end as the signal would have had us
         signal.raise_signal(received[0])
     return Ran(rc, list(tail), timed_out)

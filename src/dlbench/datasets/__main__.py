@@ -184,7 +184,11 @@ def _exit_on_termination() -> Iterator[None]:
     from dlbench import subproc
 
     def handler(signum, frame):  # noqa: ARG001 (signal handler signature)
-        signal.signal(signum, signal.SIG_DFL)  # a second signal ends it at once
+        # Stops that follow are ignored while the temporary folder is removed: a cluster's
+        # stop reaches every process of the job, and the parent of a conversion in MXNet's
+        # interpreter passes its own on (subproc.run_tee). SIGKILL still ends it.
+        for sig in subproc.STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
         raise SystemExit(128 + signum)
 
     with subproc.stop_signals_handled(handler):

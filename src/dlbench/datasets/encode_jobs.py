@@ -48,9 +48,11 @@ def process_pool(workers: int) -> Iterator[multiprocessing.pool.Pool]:
     held = signal.pthread_sigmask(signal.SIG_BLOCK, subproc.STOP_SIGNALS)
     try:
         pool = multiprocessing.Pool(workers, initializer=_stop_signals_by_default)
-    finally:
+    except BaseException:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
-    with pool:
+        raise
+    with pool:  # a signal held is delivered in here: the pool's exit ends the workers
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         yield pool
 
 

@@ -126,7 +126,8 @@ def _failed_runs_note(bad: pd.DataFrame) -> str:
     of_ok = bad["_of_ok"].astype(bool)
     if not of_ok.any():
         return ""
-    not_ok = _cell_count(bad[~of_ok])
+    # an ok cell's failed operator inputs are listed too, but the cell counts as ok
+    not_ok = _cell_count(bad[~of_ok & ~bad["_cell_ok"].astype(bool)])
     lead = (f"{_counted(not_ok, 'cell')} did not finish (counted at the top)" if not_ok
             else "Every cell has a run that finished")
     text = (f"{lead}; {_counted(int(of_ok.sum()), 'run')} failed in "
@@ -148,7 +149,7 @@ def failures_table(frame: pd.DataFrame,
     keys = [k for k in ("study", "cell", "op_name", "name") if k in frame]
     # A failed run of an ok cell is a row of its own; a cell without an ok run one row.
     bad = frame.assign(_of_ok=failed_run, _run=frame["source"].where(failed_run, ""),
-                       _label=_run_labels(frame, failed_run))
+                       _label=_run_labels(frame, failed_run), _cell_ok=has_ok_run(frame))
     bad = bad[bad["status"] != "ok"].drop_duplicates(subset=[*keys, "_run"], keep="last")
     if bad.empty:
         return None

@@ -1,0 +1,99 @@
+"""Stop signals around ``subproc.run_tee``: a child that is part of this process's own work
+(torchrun under a runner, a conversion in MXNet's interpreter) gets SIGTERM passed on and
+stops its own way; nothing it leaves behind can keep this process from stopping."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+LEAVES_A_PROCESS_HOLDING_ITS_OUTPUT = """
+from dlbench import subproc
+subproc.run_tee(["bash", "-c", "setsid sleep 60 & echo $!; exit 0"])
+print("run_tee returned", flush=True)
+"""
+
+
+def _python(script: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": SRC},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def test_a_stop_after_the_child_ended_is_not_kept_waiting_by_what_it_left():
+    """The child has exited but a process it started (setsid) holds its output open: the
+    stop ends this process at once, by the signal, instead of waiting for that process."""
+    proc = _python(LEAVES_A_PROCESS_HOLDING_ITS_OUTPUT)
+    left = int(proc.stdout.readline())
+    try:
+        time.sleep(0.5)  # the child (bash) has exited; its output is still open
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=15)
+        assert proc.returncode == -signal.SIGTERM
+        assert "run_tee returned" not in out
+    finally:
+        proc.kill()
+        os.kill(left, signal.SIGKILL)
+
+
+CLEANS_UP_SLOWLY = """
+import sys, time
+from dlbench.datasets.__main__ import _exit_on_termination
+with _exit_on_termination():  # as the conversion's main: its writers' cleanup inside
+    try:
+        print("ready", flush=True)
+        time.sleep(60)
+    finally:
+        time.sleep(0.5)  # removing a temporary folder takes time
+        open(sys.argv[1], "w").write("cleaned")
+"""
+
+PASSES_STOPS_ON = """
+import sys
+from dlbench import subproc
+rc, _ = subproc.run_tee([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+"""
+
+
+def test_a_stop_sent_to_the_whole_group_lets_the_child_finish_its_cleanup(tmp_path):
+    """A cluster's stop (scancel, a time limit) reaches every process of the job: the child
+    gets it directly and again from its parent. The second must not end the child while it
+    removes its temporary folder (its handler ignores stops that follow; SIGKILL still
+    ends it)."""
+    marker = tmp_path / "cleaned"
+    proc = subprocess.Popen([sys.executable, "-c", PASSES_STOPS_ON, CLEANS_UP_SLOWLY,
+                             str(marker)], env={**os.environ, "PYTHONPATH": SRC},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert marker.read_text() == "cleaned", err
+
+
+def test_a_second_stop_ends_a_child_that_does_not_stop():
+    """A child that ignores SIGTERM keeps this process no longer than the next stop."""
+    script = ('import subprocess, sys\nfrom dlbench import subproc\n'
+              'subproc.run_tee([sys.executable, "-c", "import signal, time; '
+              'signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); '
+              'time.sleep(60)"])\n')
+    proc = _python(script)
+    try:
+        assert proc.stdout.readline().strip() == "1"
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert proc.poll() is None  # the first is passed on: it waits for the child
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=15)
+        assert proc.returncode == -signal.SIGTERM
+    finally:
+        proc.kill()
