@@ -97,3 +97,51 @@ def test_a_second_stop_ends_a_child_that_does_not_stop():
         assert proc.returncode == -signal.SIGTERM
     finally:
         proc.kill()
+
+
+STOPPED_WHILE_STARTING = """
+import os, signal, subprocess, sys, time
+from dlbench import subproc
+
+real_popen = subprocess.Popen
+
+def popen(*args, **kwargs):  # the stop arrives once the child runs, before run_tee has it
+    child = real_popen(*args, **kwargs)
+    while not os.path.exists(sys.argv[2] + ".started"):
+        time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return child
+
+subprocess.Popen = popen
+subproc.run_tee([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+print("run_tee returned", flush=True)
+"""
+
+RECORDS_ITS_STOP = """
+import signal, sys, time
+
+def stopped(signum, frame):
+    open(sys.argv[1], "w").write(signal.Signals(signum).name)
+    sys.exit(128 + signum)
+
+signal.signal(signal.SIGTERM, stopped)
+open(sys.argv[1] + ".started", "w").close()
+time.sleep(30)
+"""
+
+
+def test_a_stop_while_the_child_starts_is_passed_on_once_it_has(tmp_path):
+    """A stop that comes as the child starts, before run_tee holds it (the case of a stop
+    sent as soon as the child shows it runs), is passed on once it does; before, it ended
+    this process by the signal and left the child running."""
+    marker = tmp_path / "stopped-by"
+    proc = subprocess.Popen([sys.executable, "-c", STOPPED_WHILE_STARTING, RECORDS_ITS_STOP,
+                             str(marker)], env={**os.environ, "PYTHONPATH": SRC},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGTERM, err
+    assert "run_tee returned" not in out
+    assert marker.read_text() == "SIGTERM"

@@ -106,24 +106,28 @@ def _forwarding_signals(proc: subprocess.Popen) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _passing_on_signals(proc: subprocess.Popen, received: list[int]) -> Iterator[None]:
+def _passing_on_signals(started: list[subprocess.Popen], received: list[int]
+                        ) -> Iterator[None]:
     """While the child runs, SIGTERM/SIGHUP to us reach it as SIGTERM, and are noted in
     ``received`` for us to take once it has ended. Killing it instead would stop it
     where it stands (a conversion's temporary folder left behind, torchrun's ranks not
-    stopped); not passing it on would have us wait for the child's whole work. A second
-    stop, or one after the child has ended, ends us at once (the child killed if need be),
-    by the handler we replaced: a child that does not stop, or a process it left holding
-    its output, cannot keep us."""
+    stopped); not passing it on would have us wait for the child's whole work. Entered
+    before the child starts (``started`` holds it once it has): a stop while it starts is
+    noted, and passed on by the caller. A second stop, or one after the child has ended,
+    ends us at once (the child killed if need be), by the handler we replaced: a child
+    that does not stop, or a process it left holding its output, cannot keep us."""
     previous: dict[int, Any] = {}
 
     def handler(signum, frame):  # noqa: ARG001 (signal handler signature)
-        if not received and proc.poll() is None:
+        proc = started[0] if started else None
+        if not received and (proc is None or proc.poll() is None):
             received.append(signum)
-            proc.send_signal(signal.SIGTERM)
+            if proc is not None:
+                proc.send_signal(signal.SIGTERM)
             return
         # A second stop, or one once the child has ended (its output still draining, maybe
         # held open by a process it left): we end now, as the signal would have had us.
-        if proc.poll() is None:
+        if proc is not None and proc.poll() is None:
             proc.kill()
         signal.signal(signum, previous.get(signum, signal.SIG_DFL))
         signal.raise_signal(signum)
@@ -176,6 +180,23 @@ def supervised(cmd: Sequence[str], env: Mapping[str, str] | None = None, keep: i
     it). ``on_exit`` runs the moment the child has exited, before anything else (the
     launcher takes the child's result then: nothing written later by a process that
     escaped the group counts)."""
+    received: list[int] = []
+    started: list[subprocess.Popen] = []
+    with contextlib.ExitStack() as signals:
+        if not own_group:  # before the child starts: a stop meanwhile is passed on too
+            signals.enter_context(_passing_on_signals(started, received))
+        ran = _supervise(cmd, env, keep, timeout_s, own_group, tie_to_parent, on_exit,
+                         started, received, signals)
+    if received:  # the child has ended as asked: now we end as the signal would have had us
+        signal.raise_signal(received[0])
+    return ran
+
+
+def _supervise(cmd: Sequence[str], env: Mapping[str, str] | None, keep: int,
+               timeout_s: float | None, own_group: bool, tie_to_parent: bool,
+               on_exit: Callable[[], None] | None, started: list[subprocess.Popen],
+               received: list[int], signals: contextlib.ExitStack) -> Ran:
+    """``supervised``'s work, inside its stop-signal handling (``signals``)."""
     try:
         proc = subprocess.Popen(
             list(cmd), env=dict(env) if env is not None else None,
@@ -184,6 +205,11 @@ def supervised(cmd: Sequence[str], env: Mapping[str, str] | None = None, keep: i
             preexec_fn=child_setup() if tie_to_parent else None)
     except OSError as exc:
         return Ran(127, [f"cannot start {cmd[0]}: {exc.strerror}"])
+    started.append(proc)
+    if received:  # stopped while it started
+        proc.send_signal(signal.SIGTERM)
+    if own_group:
+        signals.enter_context(_forwarding_signals(proc))
     tail: collections.deque[str] = collections.deque(maxlen=keep)
     threads = [threading.Thread(target=_pump, args=(proc.stdout, sys.stdout, None),
                                 daemon=True),
@@ -199,29 +225,25 @@ def supervised(cmd: Sequence[str], env: Mapping[str, str] | None = None, keep: i
         else:
             proc.kill()
 
-    received: list[int] = []
     # Through the output's end too: a signal while the last lines drain is passed on.
-    with _forwarding_signals(proc) if own_group else _passing_on_signals(proc, received):
+    try:
         try:
-            try:
-                rc = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                stop()
-                rc = proc.wait()
-            if on_exit is not None:
-                on_exit()
-        except KeyboardInterrupt:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
             stop()
-            proc.wait()
-            raise
-        finally:
-            if own_group:
-                kill_group(proc.pid)  # what the runner left behind must not measure on
-            for t in threads:  # bounded where a process left behind may hold the pipes
-                t.join(DRAIN_S if own_group or received else None)
-    if received:  # the child has ended as asked: now we end as the signal would have had us
-        signal.raise_signal(received[0])
+            rc = proc.wait()
+        if on_exit is not None:
+            on_exit()
+    except KeyboardInterrupt:
+        stop()
+        proc.wait()
+        raise
+    finally:
+        if own_group:
+            kill_group(proc.pid)  # what the runner left behind must not measure on
+        for t in threads:  # bounded where a process left behind may hold the pipes
+            t.join(DRAIN_S if own_group or received else None)
     return Ran(rc, list(tail), timed_out)
 
 
