@@ -381,10 +381,13 @@ def test_a_conversion_in_the_mxnet_interpreter_stops_with_its_parent(source, tmp
     stand_in.chmod(0o755)
     marker = tmp_path / "stand-in-signal"
     out = tmp_path / "recordio"
+    # SIGHUP at its default, as in a job started from a terminal: under nohup (inherited
+    # by everything the test suite starts) it is ignored, and stays so by design.
     parent = subprocess.Popen([sys.executable, "-m", "dlbench.datasets",
                                *_recordio_argv(source, out, stand_in)],
                               env={**os.environ, "STAND_IN_MARKER": str(marker)},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(stop, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while not marker.exists():

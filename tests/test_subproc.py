@@ -145,3 +145,29 @@ def test_a_stop_while_the_child_starts_is_passed_on_once_it_has(tmp_path):
     assert proc.returncode == -signal.SIGTERM, err
     assert "run_tee returned" not in out
     assert marker.read_text() == "SIGTERM"
+
+
+def test_a_stop_signal_ignored_under_nohup_stays_ignored(tmp_path):
+    """Started with SIGHUP ignored (nohup), run_tee leaves it so: a closed terminal does
+    not stop the work, nor is anything passed on; SIGTERM still does both."""
+    marker = tmp_path / "stopped-by"
+    script = ('import sys\nfrom dlbench import subproc\n'
+              'subproc.run_tee([sys.executable, "-c", sys.argv[1], sys.argv[2]])\n')
+    proc = subprocess.Popen([sys.executable, "-c", script, RECORDS_ITS_STOP, str(marker)],
+                            env={**os.environ, "PYTHONPATH": SRC}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 30
+        while not Path(f"{marker}.started").exists():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        assert proc.poll() is None and not marker.exists()
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGTERM
+    assert marker.read_text() == "SIGTERM"
