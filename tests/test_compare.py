@@ -612,6 +612,33 @@ def test_a_cpu_cells_peak_memory_is_its_processes_peak_rss():
     assert row.memory_ratio == pytest.approx(1.25)
 
 
+def test_a_cpu_cells_host_memory_is_its_processes_pss_where_both_sides_have_it():
+    """The RSS sum counts the pages loader workers share with their parent once per
+    worker: 8 workers against 0 looked like 3x the memory where their PSS is 1.1x."""
+    from dlbench.compare import Side, compare_sides
+
+    base = _side_of([0.1], "a", spread=0.0).assign(peak_host_rss_bytes=2.0e9,
+                                                    peak_host_pss_bytes=1.0e9)
+    new = _side_of([0.1], "b", spread=0.0).assign(peak_host_rss_bytes=6.0e9,
+                                                   peak_host_pss_bytes=1.1e9)
+    row = verdict_of(compare_sides(Side("BASE", "a", base), Side("NEW", "b", new)))
+    assert (row.memory_metric, row.host_memory_metric) == ("peak_host_pss_bytes",) * 2
+    assert row.memory_ratio == pytest.approx(1.1)
+    assert row.host_memory_ratio == pytest.approx(1.1)
+
+
+def test_a_side_without_pss_compares_host_memory_by_rss_on_both_sides():
+    """An older table (no PSS column filled): both sides' RSS, never PSS against RSS."""
+    from dlbench.compare import Side, compare_sides
+
+    base = _side_of([0.1], "a", spread=0.0).assign(peak_host_rss_bytes=2.0e9)
+    new = _side_of([0.1], "b", spread=0.0).assign(peak_host_rss_bytes=3.0e9,
+                                                   peak_host_pss_bytes=1.0e9)
+    row = verdict_of(compare_sides(Side("BASE", "a", base), Side("NEW", "b", new)))
+    assert (row.memory_metric, row.host_memory_metric) == ("peak_host_rss_bytes",) * 2
+    assert row.host_memory_ratio == pytest.approx(1.5)
+
+
 def test_sides_with_no_cell_in_common_name_the_setting_that_differs(tmp_path):
     """A run with num_warmup_batches 2 against one with 1: exit 2 named no field."""
     from dlbench.compare import InputError, Side, compare_sides

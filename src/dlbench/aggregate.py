@@ -46,6 +46,10 @@ ENV_COLUMNS: list[tuple[str, pa.DataType]] = [
 # energy_j is null with energy_note saying why when the host has no energy counter.
 MONITOR_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("peak_host_rss_bytes", pa.int64()), ("peak_device_memory_bytes", pa.int64()),
+    # The host memory the cell's processes hold: their PSS, pages shared between them
+    # (forked loader workers) counted once, where the RSS sum counts them once per process.
+    # Null in a result older than the column.
+    ("peak_host_pss_bytes", pa.int64()),
     ("max_memory_allocated_bytes", pa.int64()),
     ("power_mean_w", pa.float64()), ("power_max_w", pa.float64()),
     ("energy_j", pa.float64()), ("samples_per_joule", pa.float64()),

@@ -3,12 +3,13 @@
 A background thread samples at a fixed interval, from the start to the end of the measured
 iterations: per GPU (NVML) power draw, energy counter, utilisation, memory used, SM clock,
 temperature and the reasons its clock was held back (``dlbench.gpu_clocks``: power cap,
-thermal, hardware slowdown; with the power limit and clocks it ran under); the RSS and
-CPU use of the runner's process and all its descendants (psutil); the host's RAPL energy
-counters where the machine exposes readable ones. Energy of the phase comes from counters:
-a GPU's NVML total-energy counter, sampled with the rest (the difference between its first
-and last good readings), and RAPL's, or from the power samples integrated over time where a
-GPU has no energy counter.
+thermal, hardware slowdown; with the power limit and clocks it ran under); the RSS, PSS
+(shared pages counted once, read less often: ``PSS_SHARE``) and CPU use of the runner's
+process and all its descendants (psutil, ``/proc/<pid>/smaps_rollup``); the host's RAPL
+energy counters where the machine exposes readable ones. Energy of the phase comes from
+counters: a GPU's NVML total-energy counter, sampled with the rest (the difference between
+its first and last good readings), and RAPL's, or from the power samples integrated over
+time where a GPU has no energy counter.
 A GPU's power between two samples comes from its energy counter where it has one: NVML's
 power reading is an average over about a second on recent boards (H100), so in a phase of
 a second or less it still shows the idle GPU before it, and its peak came out below the
@@ -56,6 +57,24 @@ SHORTEST_POWER_INTERVAL_S = 0.1
 # psutil walks /proc to find descendants; they rarely change during a measurement, so the
 # list is refreshed at most this often to keep each sample cheap.
 CHILDREN_REFRESH_S = 1.0
+# A tree's PSS costs far more than the rest of a sample: the kernel walks every page table
+# of every process in it (benchmarks/monitor_pss.py, 2 GiB resident in a parent and 4
+# forked children on a 2-core VM: 210 to 240 ms against under 1 ms without PSS, about
+# half of the default interval; 40 to 50 ms per process). How long depends on the host
+# and on what the tree holds, so the sampler paces itself on what the last reading took:
+# the next comes no sooner than that time over PSS_SHARE, so that PSS takes at most this
+# share of one core (a small tree is read every sample; that one every 20 s or so) and
+# the measured processes' mmap and munmap calls (page faults queue behind them), which
+# wait on the walk's lock, seldom find it held. The interpreter lock is free while the
+# kernel walks. The peak is the highest reading made; the phase's end is read too, after
+# its clock has stopped.
+PSS_SHARE = 0.01
+# A process's proportional set size (PSS): each page it maps divided by the number of
+# processes mapping it, so that a tree's sum counts the pages forked loader workers share
+# with their parent (copy-on-write memory, shared libraries: torch alone is hundreds of MB)
+# once, where the RSS sum counts them once per process. Linux >= 4.14 sums it over the
+# process's mappings here; a module constant so that a test can point it elsewhere.
+SMAPS_ROLLUP = "/proc/{pid}/smaps_rollup"
 GPU_FIELDS = ("power_w", "energy_mj", "utilization_percent", "memory_used_bytes",
               "sm_clock_mhz", "temperature_c", "clock_reasons")
 ENERGY_FIELDS = ("energy_mj", "power_w")  # a GPU's energy comes from these (gpu_energy)
@@ -94,8 +113,19 @@ def _interval(text: str) -> float:
 # Host processes (psutil)
 
 
+class TreeSample(NamedTuple):
+    """One sample of a process tree."""
+
+    rss_bytes: int  # summed over its processes: a page shared by n of them counts n times
+    cpu_percent: float  # percent of one core, summed
+    processes: int
+    # summed PSS (a shared page counted once over all), a process whose PSS is unreadable
+    # counted at its RSS (``ProcessTree.pss_unread``); None where the sample did not read it
+    pss_bytes: int | None
+
+
 class ProcessTree:
-    """RSS and CPU use of one process and its descendants (loader workers, ranks)."""
+    """RSS, PSS and CPU use of one process and its descendants (loader workers, ranks)."""
 
     def __init__(self, pid: int | None = None) -> None:
         import psutil
@@ -109,6 +139,9 @@ class ProcessTree:
         # loaded host a short interval reads more than the process could use; their sum is
         # held to this.
         self.capacity = 100.0 * (psutil.cpu_count() or 1)
+        # pid -> why its PSS could not be read (its RSS stood in for it): kept over phases,
+        # as the reason (an old kernel, another platform, no permission) is the host's
+        self.pss_unread: dict[int, str] = {}
 
     def prime(self) -> None:
         """Start the CPU-time clocks; the first sample then covers start to now."""
@@ -132,8 +165,9 @@ class ProcessTree:
                     self._procs[pid] = proc
         self._refreshed_at = now
 
-    def sample(self, now: float) -> tuple[int, float, int]:
-        """(total RSS in bytes, total CPU in percent of one core, number of processes)."""
+    def sample(self, now: float, *, pss: bool = True) -> TreeSample:
+        """The tree's totals now; its PSS with ``pss`` only (it costs far more: see
+        ``PSS_SHARE``)."""
         if now - self._refreshed_at >= CHILDREN_REFRESH_S:
             self._refresh(now)
         rss, cpu = 0, 0.0
@@ -144,7 +178,43 @@ class ProcessTree:
                     cpu += proc.cpu_percent(None)
             except self._psutil.Error:  # exited (a finished worker) or no longer ours
                 del self._procs[pid]
-        return rss, min(cpu, self.capacity), len(self._procs)
+        return TreeSample(rss, min(cpu, self.capacity), len(self._procs),
+                          self.pss() if pss else None)
+
+    def pss(self) -> int:
+        """The PSS summed over the processes the last sample found."""
+        total = 0
+        for pid, proc in list(self._procs.items()):
+            try:
+                total += self._pss(pid, proc)
+            except self._psutil.Error:  # exited since
+                del self._procs[pid]
+        return total
+
+    def _pss(self, pid: int, proc: Any) -> int:
+        """The process's PSS; its RSS where that cannot be read (said in ``pss_unread``,
+        so that a sum holding some RSS never passes for PSS without a word)."""
+        try:
+            return pss_bytes(pid)
+        except ProcessLookupError:  # a zombie (a worker not yet reaped): it maps no memory
+            return 0
+        except (OSError, ValueError) as exc:
+            rss = proc.memory_info().rss  # psutil.NoSuchProcess where it exited meanwhile
+            self.pss_unread.setdefault(pid, f"{type(exc).__name__}: {exc}")
+            return int(rss)
+
+
+def pss_bytes(pid: int) -> int:
+    """A process's proportional set size: the ``Pss:`` line of its ``SMAPS_ROLLUP`` (kB).
+
+    The kernel walks the process's page tables to answer (under its mmap lock), so on a
+    process with GBs resident this takes milliseconds (``benchmarks/monitor_pss.py``)."""
+    path = SMAPS_ROLLUP.format(pid=pid)
+    with open(path, "rb") as handle:
+        for line in handle:
+            if line.startswith(b"Pss:"):
+                return int(line.split()[1]) * 1024
+    raise ValueError(f"{path}: no Pss line")
 
 
 def _descendants(pid: int) -> list[int]:
@@ -377,6 +447,7 @@ class ResourceMonitor:
         self._columns: dict[str, list[Any]] = {}
         self._sample_cost_s = 0.0
         self._t0 = self._t1 = 0.0
+        self._pss_next = 0.0  # when the sampler next reads the tree's PSS (PSS_SHARE)
         self._rapl_j: float | None = None
         self._rapl_s = 0.0  # the time _rapl_j covers, from the phase's start
         if not self.enabled:
@@ -428,7 +499,7 @@ class ResourceMonitor:
         if self.gpus:
             self.gpus.ask_again()
         self._stop.clear()
-        self._t0 = time.perf_counter()
+        self._t0 = self._pss_next = time.perf_counter()
         self._sample()
         self._thread = threading.Thread(target=self._loop, name="dlbench-monitor", daemon=True)
         self._thread.start()
@@ -443,6 +514,7 @@ class ResourceMonitor:
             self.gpus.ask_again()
         self._sample()  # the phase's end, so counters, integrals and peaks cover all of it
         self._t1 = time.perf_counter()
+        self._read_pss()  # after the phase's clock: its time is in none of its figures
         self._rapl_j = self._host_energy_j() if self.rapl else None
 
     def close(self) -> None:
@@ -454,6 +526,8 @@ class ResourceMonitor:
         deadline = self._t0 + self.interval_s
         while not self._stop.wait(max(0.0, deadline - time.perf_counter())):
             self._sample()
+            if time.perf_counter() >= self._pss_next:
+                self._read_pss()
             deadline += self.interval_s
             now = time.perf_counter()
             if deadline < now:  # a slow sample: skip the missed ticks instead of bursting
@@ -483,9 +557,12 @@ class ResourceMonitor:
         began, cpu_began = time.perf_counter(), time.thread_time()
         row: dict[str, Any] = {"t_s": began - self._t0}
         if self.processes:
-            rss, cpu, count = self._read_source(
-                "host processes", lambda: self.processes.sample(began)) or (None,) * 3
-            row.update(host_rss_bytes=rss, host_cpu_percent=cpu, host_processes=count)
+            rss, cpu, count, _ = self._read_source(
+                "host processes",
+                lambda: self.processes.sample(began, pss=False)) or (None,) * 4
+            # PSS is read apart, after the row's other readings (_read_pss)
+            row.update(host_rss_bytes=rss, host_pss_bytes=None, host_cpu_percent=cpu,
+                       host_processes=count)
         if self.rapl:
             row["host_energy_j"] = self._read_source("host energy", self.rapl.update)
         if self.gpus:
@@ -494,6 +571,18 @@ class ResourceMonitor:
         self._append_row(row)
         # CPU time of this thread: what sampling takes from the measured work (waiting for
         # the interpreter lock is not counted; holding it is).
+        self._sample_cost_s += time.thread_time() - cpu_began
+
+    def _read_pss(self) -> None:
+        """The tree's PSS into the last sample's row. Read after that row's other readings,
+        so that their times (and the counters' intervals) are not held up by it."""
+        rows = self._columns.get("host_pss_bytes")
+        if not self.processes or not rows:
+            return
+        began, cpu_began = time.perf_counter(), time.thread_time()
+        rows[-1] = self._read_source("host processes", self.processes.pss)
+        took = time.perf_counter() - began
+        self._pss_next = began + took / PSS_SHARE
         self._sample_cost_s += time.thread_time() - cpu_began
 
     def series(self) -> dict[str, list[Any]]:
@@ -520,6 +609,7 @@ class ResourceMonitor:
                     for i in range(len(self.gpus.handles))] if self.gpus else []
         out["gpus"] = [self._gpu_summary(cols, i, e) for i, e in enumerate(energies)]
         out["peak_host_rss_bytes"] = out["host"].get("rss_peak_bytes")
+        out["peak_host_pss_bytes"] = out["host"].get("pss_peak_bytes")
         device_peaks = [g["memory_used_peak_bytes"] for g in out["gpus"]
                         if g["memory_used_peak_bytes"] is not None]
         out["peak_device_memory_bytes"] = max(device_peaks) if device_peaks else None
@@ -529,8 +619,18 @@ class ResourceMonitor:
         if self.window != MEASURED_WINDOW:  # said with every figure, in the table too
             out["energy_note"] = "; ".join(filter(None, [f"over {self.window}",
                                                          out["energy_note"]]))
-        out["notes"] = [*self.notes, *self._missing_readings()]
+        out["notes"] = [*self.notes, *self._pss_unread(), *self._missing_readings()]
         return out
+
+    def _pss_unread(self) -> list[str]:
+        """One line where some process's PSS could not be read: its RSS stands in for it
+        in the PSS figures, which then count its shared pages more than once."""
+        unread = self.processes.pss_unread if self.processes else {}
+        if not unread:
+            return []
+        pid, why = next(iter(unread.items()))
+        return [f"host processes: PSS unreadable for {len(unread)} process(es) (pid {pid}: "
+                f"{why}); their RSS is counted in host_pss_bytes instead"]
 
     def _missing_readings(self) -> list[str]:
         """One line per GPU reading that failed in some samples: how many lack it, why."""
@@ -594,6 +694,9 @@ class ResourceMonitor:
                         cpu_percent_mean=_mean(cpu) if mean is None else mean,
                         cpu_percent_max=max(cpu, default=None),
                         processes_max=int(max(_present(cols["host_processes"]))))
+        pss = _present(cols.get("host_pss_bytes", []))
+        if pss:  # not every sample reads it (PSS_SHARE): the peak of those that did
+            host.update(pss_peak_bytes=int(max(pss)), pss_samples=len(pss))
         if self.rapl:
             host["rapl_zones"] = [name for name, _, _ in self.rapl.zones]
             host["energy_j"] = self._rapl_j

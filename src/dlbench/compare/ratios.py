@@ -74,7 +74,15 @@ UNRECORDED = aggregate.SOURCES_UNRECORDED
 # Per-repeat values with a ratio (and, given repeats on both sides, an interval).
 OTHER_VALUES = (("energy", "energy_per_sample_j"), ("device_memory", "peak_device_memory_bytes"),
                 ("allocated_memory", "max_memory_allocated_bytes"),
-                ("host_memory", "peak_host_rss_bytes"))
+                ("host_memory", "peak_host_rss_bytes"), ("host_pss", "peak_host_pss_bytes"))
+# Which memory figure a cell's memory ratio compares: the first that both sides have.
+MEMORY_CHOICES = (("device_memory", "peak_device_memory_bytes"),
+                  ("allocated_memory", "max_memory_allocated_bytes"),
+                  ("host_pss", "peak_host_pss_bytes"), ("host_memory", "peak_host_rss_bytes"))
+# The host processes' memory: their PSS (shared pages counted once) where both sides
+# have it; an older table's RSS sum counts the pages loader workers share with their
+# parent once per worker.
+HOST_MEMORY_CHOICES = MEMORY_CHOICES[2:]
 
 
 def side_values(rows: pd.DataFrame) -> pd.DataFrame:
@@ -219,17 +227,18 @@ def _ci_method(base: pd.DataFrame, new: pd.DataFrame) -> np.ndarray:
                              np.where((b == REPEATS) | (n == REPEATS), MIXED, ITERATIONS)))
 
 
-def _memory_metric(base: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
-    """Peak device memory as the monitor saw it where both sides have it, else the
-    framework's own peak allocation, else (a CPU cell) the process tree's peak RSS; None
-    where none."""
+def _memory_metric(base: pd.DataFrame, new: pd.DataFrame,
+                   choices: tuple[tuple[str, str], ...] = MEMORY_CHOICES
+                   ) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """Per cell, the first of ``choices`` that both sides have (by default: peak device
+    memory as the monitor saw it, else the framework's own peak allocation, else, a CPU
+    cell, the process tree's peak PSS, else its RSS): its column and both sides' values;
+    None where none."""
     metric, b_values, n_values = [], [], []
-    choices = [(column, base[f"{name}_values"].tolist(), new[f"{name}_values"].tolist())
-               for name, column in (("device_memory", "peak_device_memory_bytes"),
-                                    ("allocated_memory", "max_memory_allocated_bytes"),
-                                    ("host_memory", "peak_host_rss_bytes"))]
+    columns = [(column, base[f"{name}_values"].tolist(), new[f"{name}_values"].tolist())
+               for name, column in choices]
     for i in range(len(base)):
-        for column, b, n in choices:
+        for column, b, n in columns:
             if len(b[i]) and len(n[i]):
                 metric.append(column)
                 b_values.append(b[i])
@@ -331,9 +340,11 @@ def compare_cells(base_rows: pd.DataFrame, new_rows: pd.DataFrame, keys: list[st
     out["memory_metric"] = metric
     out["memory_ratio"], out["memory_ci_low"], out["memory_ci_high"] = _ratio_with_interval(
         b_memory, n_memory, boot, settings.confidence)
+    host_metric, b_host, n_host = _memory_metric(base, new, HOST_MEMORY_CHOICES)
+    out["host_memory_metric"] = host_metric
     (out["host_memory_ratio"], out["host_memory_ci_low"],
-     out["host_memory_ci_high"]) = _ratio_with_interval(
-        base["host_memory_values"], new["host_memory_values"], boot, settings.confidence)
+     out["host_memory_ci_high"]) = _ratio_with_interval(b_host, n_host, boot,
+                                                        settings.confidence)
     for side, values in (("base", base), ("new", new)):
         for column in ("time_median_s", "throughput", "repeats", "iterations", "system"):
             out[f"{side}_{column}"] = values[column].to_numpy()
