@@ -80,8 +80,8 @@ def test_where_smaps_rollup_is_unreadable_a_process_counts_its_rss_and_a_note_sa
 
 
 def test_pss_is_read_no_sooner_than_its_last_reading_took_over_its_share(tree, monkeypatch):
-    """A share so small that the next reading would come after the phase: the sampler
-    reads PSS once in the phase, and once at its end; RSS every sample. The peak is that
+    """A share so small that the next reading would come after the phase: PSS is read as
+    the phase starts and as it ends, outside its clock; RSS every sample. The peak is that
     of the readings made."""
     monkeypatch.setattr(monitor, "PSS_SHARE", 1e-9)
     mon = monitor.ResourceMonitor(10, pid=tree)
@@ -91,6 +91,7 @@ def test_pss_is_read_no_sooner_than_its_last_reading_took_over_its_share(tree, m
     read = [v for v in series["host_pss_bytes"] if v is not None]
     assert None not in series["host_rss_bytes"]
     assert series["host_pss_bytes"][-1] is not None  # the phase's end
+    assert series["host_pss_bytes"][0] is not None  # its start, read before its clock
     assert 1 <= len(read) <= 2 < summary["sample_count"]
     assert summary["host"]["pss_samples"] == len(read)
     assert summary["host"]["pss_peak_bytes"] == summary["peak_host_pss_bytes"] == max(read)
