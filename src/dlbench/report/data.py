@@ -85,8 +85,13 @@ def cells(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per cell of each study (a cell's status and error are on all its rows, but
     for an operator cell's failed inputs, rows of their own beside its ok measurements:
     such a cell is ok)."""
-    ok = frame["status"].eq("ok")
-    return frame[ok | ~has_ok_run(frame)].drop_duplicates(subset=["study", "cell"], keep="last")
+    return cell_rows(frame).drop_duplicates(subset=["study", "cell"], keep="last")
+
+
+def cell_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows a cell's figures come from (``cells``): its ok rows, or every row of a
+    cell none of whose runs is ok."""
+    return frame[frame["status"].eq("ok") | ~has_ok_run(frame)]
 
 
 def has_ok_run(frame: pd.DataFrame) -> pd.Series:
@@ -117,16 +122,23 @@ def measured(frame: pd.DataFrame, kind: str,
              ) -> pd.DataFrame:
     """The ok measurements of one kind of cell, one row each (a cell run by several
     studies counts once), its PER_RUN figures the mean over its cell's runs
-    (``over_runs``) and its ``energy_sources`` those of the runs (``sources_over_runs``);
-    ``figures_of``: more such figures, read from the rows (a chart's numbers in
-    ``extra``), as columns of numbers indexed like them, averaged alike."""
-    rows = frame[(frame["kind"] == kind) & (frame["status"] == "ok")]
+    (``over_runs``), its ``energy_sources`` those of the runs (``sources_over_runs``) and
+    its RUN_TEXTS each run's (``texts_over_runs``); ``figures_of``: more such figures,
+    read from the rows (a chart's numbers in ``extra``), as columns of numbers indexed
+    like them, averaged alike."""
+    of_kind = frame[frame["kind"] == kind]
+    rows = of_kind[of_kind["status"] == "ok"]
     if "throughput" in rows:
         rows = rows[rows["throughput"].notna()]
     figures = pd.DataFrame({c: numeric(rows, c) for c in PER_RUN if c in rows}, index=rows.index)
     if figures_of is not None and not rows.empty:
         figures = figures.join(figures_of(rows))
     averaged = over_runs(rows, figures)
+    texts = [c for c in RUN_TEXTS if c in rows]
+    if texts and not rows.empty:
+        runs = run_counts(of_kind).loc[rows.index]
+        for column in texts:
+            averaged[column] = texts_over_runs(rows, column, runs)
     if ENERGY_SOURCES in rows:
         averaged[ENERGY_SOURCES] = sources_over_runs(rows)
         # A mean of runs that counted different sources (one with the host's RAPL, one
@@ -157,6 +169,81 @@ def over_runs(rows: pd.DataFrame, figures: pd.DataFrame) -> pd.DataFrame:
     if not run_of.duplicated().any():
         return figures
     return figures.groupby(run_of.to_numpy()).transform("mean").set_axis(figures.index)
+
+
+# The texts each run has of its own (what its energy leaves out, why its GPU clocks were
+# held back): a measurement's is its runs' one text where they agree, else each text with
+# the runs that gave it (``texts_over_runs``), so that a run unlike the others shows.
+RUN_TEXTS = ("energy_note", "gpu_clock_reasons")
+# A run without the text (no note: nothing left out) beside runs with one, and a run
+# whose text is empty: neither is shown as a blank.
+NO_TEXT = "none"
+EMPTY_TEXT = "(empty)"
+# A null's key among a measurement's texts when counting them (no text holds a NUL).
+_NULL_KEY = "\0null"
+
+
+def texts_over_runs(rows: pd.DataFrame, column: str, runs: pd.Series | None = None,
+                    keys: Iterable[str] = RUNS_KEY, missing: str = NO_TEXT) -> pd.Series:
+    """Text ``column`` of each row's measurement (``keys``: RUNS_KEY, as ``over_runs``;
+    each row one run of it) across its runs, on every run's row: their one text where
+    they agree (null where none has one), else each distinct text with the runs that gave
+    it, "thermal slowdown 40% (run 2 of 3); none (runs 1, 3 of 3)" (``missing``: a run
+    without one). ``runs``: each row's count of its cell's runs (``run_counts`` of the
+    whole table, failed runs too), else the measurement's rows and repeats."""
+    text = (rows[column] if column in rows else pd.Series(None, index=rows.index)).astype(
+        object)
+    text = text.where(text.notna(), None)
+    group = [rows[k] for k in keys if k in rows]
+    if text.empty or not group:
+        return text
+    run_of = rows.groupby(group, dropna=False, sort=False).ngroup().to_numpy()
+    # The runs agree nearly always: their one value, without a label per measurement.
+    distinct = text.fillna(_NULL_KEY).astype(str).groupby(run_of).transform("nunique")
+    differ = distinct.to_numpy() > 1
+    if not differ.any():
+        return text
+    # Those that differ in plain Python: one label per measurement, set on its runs' rows.
+    out = text.to_numpy(copy=True)
+    repeat = numeric(rows, "repeat").to_numpy()
+    total = runs.to_numpy() if runs is not None else np.zeros(len(rows))
+    members: dict[int, list[int]] = {}
+    for position in np.flatnonzero(differ):
+        members.setdefault(int(run_of[position]), []).append(int(position))
+    for positions in members.values():
+        out[positions] = _by_run(out[positions], repeat[positions],
+                                 int(np.nanmax(total[positions], initial=0)), missing)
+    return pd.Series(out, index=rows.index, dtype=object)
+
+
+def _by_run(texts: np.ndarray, repeat: np.ndarray, total: int, missing: str) -> str:
+    """One measurement's texts, each with the runs that gave it: numbered from 1 (the
+    result's repeat + 1, as the failures listing numbers them), in the table's order
+    (that of finishing) where a run lacks its repeat; ``total`` at least their count."""
+    numbers = ([int(r) + 1 for r in repeat] if not np.isnan(repeat).any()
+               else list(range(1, len(texts) + 1)))
+    total = max(total, len(texts), *numbers)
+    by_text: dict[str | None, set[int]] = {}
+    for value, number in zip(texts, numbers, strict=True):
+        by_text.setdefault(value, set()).add(number)
+    parts = []
+    for value, found in sorted(by_text.items(), key=lambda item: min(item[1])):
+        label = missing if value is None else (str(value) or EMPTY_TEXT)
+        which = sorted(found)
+        named = (f"run {which[0]}" if len(which) == 1
+                 else "runs " + ", ".join(str(n) for n in which))
+        parts.append(f"{label} ({named} of {total})")
+    return "; ".join(parts)
+
+
+def run_counts(frame: pd.DataFrame) -> pd.Series:
+    """How many runs each row's cell has (of its study): its result files in the table, or
+    its highest repeat's count if more (a run left without a result)."""
+    cell = [frame[k] for k in ("study", "cell") if k in frame]
+    files = (frame["source"].groupby(cell).transform("nunique") if "source" in frame
+             else pd.Series(1, index=frame.index))
+    repeats = numeric(frame, "repeat").groupby(cell).transform("max") + 1
+    return pd.concat([files, repeats], axis=1).max(axis=1)
 
 
 # What a run's energy counts (the aggregate's column). A measurement's, across its cell's

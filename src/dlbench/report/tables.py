@@ -17,11 +17,15 @@ from dlbench import gpu_clocks
 from dlbench.profiling.summary import of_row
 from dlbench.report.data import (
     STATUS_ORDER,
+    UNRECORDED,
+    cell_rows,
     cells,
     has_ok_run,
     names_runs,
     numeric,
     ordered,
+    run_counts,
+    texts_over_runs,
     time_title,
 )
 
@@ -100,10 +104,8 @@ def _run_labels(frame: pd.DataFrame, failed_run: pd.Series) -> pd.Series:
     failed run of an ok cell, "all 3 runs" for a cell none of whose runs is ok, else empty.
     A cell's runs: its result files in the table, or its highest repeat's count if more
     (a run left without a result)."""
-    cell = [frame["study"], frame["cell"]]
     repeat = numeric(frame, "repeat")
-    runs = pd.concat([frame["source"].groupby(cell).transform("nunique"),
-                      repeat.groupby(cell).transform("max") + 1], axis=1).max(axis=1)
+    runs = run_counts(frame)
     total = runs.astype(int).astype(str)
     number = (repeat + 1).astype("Int64").astype(str)
     which = ("run " + number + " of " + total).where(repeat.notna(),
@@ -217,30 +219,65 @@ def _revision(env: dict[str, Any]) -> str:
     return " @ ".join(p for p in (version, revision) if p)
 
 
+_ENVIRONMENT_HEADERS = ["host", "CPU", "GPUs", "driver", "CUDA", "cuDNN", "NCCL", "framework",
+                        "Python", "dlbench", "container"]
+
+
+def _environment_key(row: Any) -> tuple[str, ...]:
+    """A run's environment as the table's columns (empty where it recorded none)."""
+    env = _environment(row)
+    framework = env.get("framework") or (row.framework if isinstance(row.framework, str) else "")
+    framework = " ".join(p for p in (framework, env.get("framework_version") or "") if p)
+    key = (env.get("hostname") or "", _cpu(env), _gpus(env, row.gpu_model),
+           env.get("gpu_driver") or "", env.get("cuda_version") or "",
+           env.get("cudnn_version") or "", env.get("nccl_version") or "", framework,
+           env.get("python_version") or "", _revision(env), env.get("container") or "")
+    return tuple(str(v) for v in key)
+
+
 def environment_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Distinct environments with the number of cells that ran in each."""
-    headers = ["host", "CPU", "GPUs", "driver", "CUDA", "cuDNN", "NCCL", "framework",
-               "Python", "dlbench", "container"]
-    counts: Counter[tuple[str, ...]] = Counter()
-    # Cells share their environment: read each distinct one once (10,000 cells, a few hosts).
+    """Distinct environments with the number of cells that ran in each. A cell's is that
+    of the runs its figures come from (data.cell_rows): where they differ (a driver
+    updated between two runs), each column says which run had what
+    (data.texts_over_runs: "550.54.15 (runs 1, 2 of 3); 560.28.03 (run 3 of 3)")."""
+    headers = _ENVIRONMENT_HEADERS
     fields = [c for c in ("environment", "framework", "gpu_model", *_ENVIRONMENT_COLUMNS)
               if c in frame]
-    distinct = cells(frame)[fields].astype(object)
-    distinct = distinct.where(distinct.notna(), None).value_counts(dropna=False, sort=False)
-    for values, cell_count in distinct.items():
-        row = SimpleNamespace(**dict(zip(fields, values, strict=True)))
-        env = _environment(row)
-        framework = env.get("framework") or (row.framework if isinstance(row.framework, str) else "")
-        framework = " ".join(p for p in (framework, env.get("framework_version") or "") if p)
-        key = (env.get("hostname") or "", _cpu(env), _gpus(env, row.gpu_model),
-               env.get("gpu_driver") or "", env.get("cuda_version") or "",
-               env.get("cudnn_version") or "", env.get("nccl_version") or "", framework,
-               env.get("python_version") or "",
-               _revision(env), env.get("container") or "")
-        counts[tuple(str(v) for v in key)] += int(cell_count)
+    runs = cell_rows(frame).drop_duplicates(
+        subset=[c for c in ("study", "cell", "source") if c in frame], keep="last")
+    values = runs[fields].astype(object)
+    values = values.where(values.notna(), None)
+    # Runs share their environment: read each distinct one once (10,000 cells, a few hosts).
+    described: dict[tuple, tuple[str, ...]] = {}
+    for distinct in values.drop_duplicates().itertuples(index=False, name=None):
+        row = SimpleNamespace(**dict(zip(fields, distinct, strict=True)))
+        described[distinct] = _environment_key(row)
+    environments = pd.Series([described[v] for v in values.itertuples(index=False, name=None)],
+                             index=runs.index, dtype=object)
+    # A cell whose runs differ: each column says which run had what (most cells' agree).
+    differ = environments.groupby([runs["study"], runs["cell"]]).transform("nunique") > 1
+    if differ.any():
+        environments[differ] = _run_keys(runs[differ], environments[differ],
+                                         run_counts(frame).loc[runs[differ].index])
+    last = ~runs.duplicated(subset=["study", "cell"], keep="last")
+    counts: Counter[tuple[str, ...]] = Counter(environments[last])
     keep = [i for i in range(len(headers)) if any(key[i] for key in counts)]
     rows = [[key[i] for i in keep] + [n] for key, n in sorted(counts.items())]
     return [headers[i] for i in keep] + ["cells"], rows
+
+
+def _run_keys(runs: pd.DataFrame, environments: pd.Series, counts: pd.Series) -> pd.Series:
+    """The environments of cells whose runs differ: each column the runs' one value, or
+    each value with its runs (an empty one: the run did not record it)."""
+    shown = pd.DataFrame(environments.tolist(), index=runs.index, columns=_ENVIRONMENT_HEADERS)
+    shown = shown.where(shown != "", None).join(
+        runs[[c for c in ("study", "cell", "repeat") if c in runs]])
+    for column in _ENVIRONMENT_HEADERS:
+        shown[column] = texts_over_runs(shown, column, counts, keys=("study", "cell"),
+                                        missing=UNRECORDED)
+    return pd.Series([tuple("" if v is None else str(v) for v in key) for key in
+                      shown[_ENVIRONMENT_HEADERS].itertuples(index=False, name=None)],
+                     index=runs.index, dtype=object)
 
 
 def environment_table(frame: pd.DataFrame) -> str | None:
