@@ -236,18 +236,19 @@ def test_a_run_held_back_is_named_by_its_run_where_its_cell_ran_more_than_once(t
     html = tables.held_back_table(load(write_parquet(tmp_path, runs)))
     assert "<th>run</th>" in html
     (body,) = [r for r in html.split("<tr>")[2:]]
-    assert "<td>1</td><td>50%</td>" in body
+    assert "<td>2</td><td>50%</td>" in body  # the second run, numbered from 1
 
 
 def test_a_drifting_first_run_of_a_repeated_cell_is_labelled_with_its_run():
-    """Only run 0 of three drifted: its line still says which run it is."""
+    """Only the first of three runs drifted: its line still says which run it is, numbered
+    from 1 as the failures listing numbers runs (it said "run 0")."""
     times = [1.0 + 0.2 * i / 39 for i in range(40)]
     frame = pd.DataFrame([{"study": "s", "system": "x", "cell_id": "c", "cell": "x/c",
                            "name": "resnet50", "pass": "training", "source": "c.json",
                            "repeat": 0, "repeats": 3, "drifting": True, "time_drift": 0.19,
                            drift_charts.DRIFT_TIMES: times}])
     drawn = drift_charts.drift_frame(frame)
-    assert drawn["measurement"].unique().tolist() == ["x/c · resnet50 · training · run 0 (+19%)"]
+    assert drawn["measurement"].unique().tolist() == ["x/c · resnet50 · training · run 1 (+19%)"]
 
 
 def test_over_runs_averages_each_measurement_of_each_study_apart_and_skips_nulls():
@@ -281,3 +282,28 @@ def test_a_table_of_an_older_release_without_repeat_columns_renders(tmp_path):
     assert "resources" in [s.id for s in sections(frame)]
     files = render(parquet, tmp_path / "report")
     assert files[0].name == "index.html" and files[0].is_file()
+
+
+def test_host_memory_is_the_processes_pss_where_cells_have_it(tmp_path):
+    """The RSS sum counts a page forked loader workers share with their parent once per
+    worker: the chart draws the PSS, and says how many cells (older results, RSS only) it
+    leaves out; a table without any PSS keeps the RSS chart, saying what it sums."""
+    runs = runs_of(model_result("s", model_cell("resnet50", "training", "float32", 64),
+                                monitored=True))
+    for k, run in enumerate(runs, 1):
+        run["extra"]["monitor"].update(peak_host_rss_bytes=4 * k * GIB,
+                                       peak_host_pss_bytes=k * GIB)
+    older = model_result("s", model_cell("resnet50", "training", "float32", 128),
+                         monitored=True)
+    older["extra"]["monitor"].pop("peak_host_pss_bytes", None)
+    models = model_charts.model_frame(load(write_parquet(tmp_path, [*runs, older])))
+    host = resource_charts.host_memory_figure(models)
+    assert "peak host PSS (bytes)" + MEAN in titles(host)
+    assert "1 cell(s) recorded only the RSS sum" in host.caption
+    pss = models.loc[models["batch_size"] == 64, "peak_host_pss_bytes"]
+    assert pss.tolist() == [pytest.approx(2 * GIB)]  # the mean of the runs'
+
+    without = model_charts.model_frame(load(write_parquet(tmp_path / "old", [older])))
+    host = resource_charts.host_memory_figure(without)
+    assert "peak host RSS (bytes)" in titles(host)
+    assert "once per process" in host.caption

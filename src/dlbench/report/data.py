@@ -108,7 +108,8 @@ def has_ok_run(frame: pd.DataFrame) -> pd.Series:
 # them: those are taken at the cell's time instead (``cell_time``, ``at_cell_time``).
 PER_RUN = (
     *(f"time_{k}_s" for k in SUMMARY_KEYS if k != "median"),
-    "peak_host_rss_bytes", "peak_device_memory_bytes", "max_memory_allocated_bytes",
+    "peak_host_rss_bytes", "peak_host_pss_bytes", "peak_device_memory_bytes",
+    "max_memory_allocated_bytes",
     "power_mean_w", "power_max_w", "energy_j", "samples_per_joule", "gpu_clocks_held_back",
     "compile_time_s", "phi_tflops", "data_wait_s", "compute_s", "warmup_seconds",
 )

@@ -42,7 +42,9 @@ def _label(rows: pd.DataFrame) -> pd.Series:
         name = name.where((op == "") | (op == name), op + " " + name)
     parts = parts.assign(name=name, phase=rows["pass"].fillna("") if "pass" in rows else "")
     if "repeat" in rows and names_runs(rows):
-        parts = parts.assign(run="run " + rows["repeat"].fillna(0).astype(int).astype(str))
+        # numbered from 1, as the failures listing numbers a cell's runs
+        parts = parts.assign(run="run " + (rows["repeat"].fillna(0).astype(int) + 1)
+                             .astype(str))
     return joined(parts, skip_empty=True)
 
 

@@ -257,10 +257,27 @@ def _memory_figure(models: pd.DataFrame, column: str, *, name: str, title: str,
 
 
 def host_memory_figure(models: pd.DataFrame) -> Figure | None:
+    """The runner's and its loader processes' peak PSS (shared pages counted once) where
+    cells have it; their summed RSS, which counts the pages forked loader workers share
+    with their parent once per worker, only where none has (results older than PSS)."""
+    columns = ["peak_host_pss_bytes", "peak_host_rss_bytes"]
+    frame = _numeric(models, columns) if set(columns) <= set(models.columns) else None
+    with_pss = frame["peak_host_pss_bytes"].notna() if frame is not None else None
+    if with_pss is None or not with_pss.any():
+        return _memory_figure(
+            models, "peak_host_rss_bytes", name="peak-host-memory",
+            title="Peak host memory against batch size", what="peak host RSS",
+            caption="Largest resident set of the runner and its loader processes, summed "
+                    "(a page they share counts once per process that maps it).")
+    older = frame.loc[~with_pss & frame["peak_host_rss_bytes"].notna(), "cell"].nunique()
+    left_out = (f" {older} cell(s) recorded only the RSS sum (results older than PSS), not "
+                "shown." if older else "")
     return _memory_figure(
-        models, "peak_host_rss_bytes", name="peak-host-memory",
-        title="Peak host memory against batch size", what="peak host RSS",
-        caption="Largest resident set of the runner and its loader processes, summed.")
+        models, "peak_host_pss_bytes", name="peak-host-memory",
+        title="Peak host memory against batch size", what="peak host PSS",
+        caption="Largest proportional set size (PSS) of the runner and its loader processes, "
+                "summed: a page they share is divided among them, so forked loader workers "
+                "add only what they hold of their own." + left_out)
 
 
 def device_memory_figure(models: pd.DataFrame) -> Figure | None:

@@ -310,8 +310,9 @@ def held_back_table(frame: pd.DataFrame) -> str | None:
 
 
 def _run(repeat: Any) -> str:
-    """A run's number as the result's ``repeat`` gives it (0: the first); empty if unknown."""
-    return str(int(repeat)) if repeat is not None and pd.notna(repeat) else ""
+    """A run's number, from 1 as the failures listing numbers a cell's runs (the result's
+    ``repeat`` is 0 for the first); empty if unknown."""
+    return str(int(repeat) + 1) if repeat is not None and pd.notna(repeat) else ""
 
 
 def unstable_table(frame: pd.DataFrame) -> str | None:
