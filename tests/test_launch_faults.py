@@ -506,3 +506,28 @@ def test_a_timed_out_runner_stays_failed_though_the_count_rose(tmp_path, monkeyp
                       timeout_s=1.0)
     assert res["status"] == "failed"
     assert res["error"].startswith("timed out after 1 s")
+
+
+OK_THEN_HUNG = FAILED_RESULT + """
+with cellrun.recorded(res, OUT):
+    res['status'] = 'ok'
+time.sleep(60)  # a teardown that never ends
+"""
+
+
+def test_a_runner_that_wrote_its_result_and_then_hung_is_said_so(tmp_path, monkeypatch,
+                                                                   capsys):
+    """Its measurement done and written, the runner would not exit: the row is failed (past
+    timeout_s), and says the runner had written an ok result, so that the ok figures
+    earlier in the job's log are not taken for the row's."""
+    cell = one_cell()
+    monkeypatch.setenv("CELL", json.dumps(cell))
+    out = tmp_path / "c.json"
+    launch.launch(cell, out, fake_python(tmp_path, OK_THEN_HUNG), timeout_s=3.0)
+    res = R.read(out)
+    assert res["status"] == "failed"
+    assert res["error"].startswith("timed out after 3 s (timeout_s) after writing its result "
+                                   "(ok): the runner did not exit")
+    logged = parse_like_dlbs(capsys.readouterr().out)
+    assert (logged["results.status"], logged["results.status_msg"]) == ("failed",
+                                                                       res["error"])

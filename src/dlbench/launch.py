@@ -165,11 +165,17 @@ def accepted_result(data: bytes | None, cell: dict[str, Any],
     return res, ""
 
 
-def runner_failure(ran: subproc.Ran, timeout_s: float | None, module: str) -> str:
-    """The one-line message of a runner that left no result."""
+def runner_failure(ran: subproc.Ran, timeout_s: float | None, module: str,
+                   written: dict[str, Any] | None = None) -> str:
+    """The one-line message of a runner that left no result; ``written``: the result a
+    timed-out runner had written (its measurement done, it did not exit: a hung teardown,
+    a worker or rank that would not end), said so that the log's earlier figures and the
+    row's failure are understood together."""
     if ran.timed_out:
-        return (f"timed out after {timeout_s:g} s (timeout_s); the runner's process group "
-                "was killed")
+        after = (f" after writing its result ({written['status']}): the runner did not exit"
+                 if written is not None else "")
+        return (f"timed out after {timeout_s:g} s (timeout_s){after}; the runner's process "
+                "group was killed")
     line = subproc.last_error_line(ran.tail)
     if ran.rc < 0:
         words = subproc.exit_words(ran.rc)
@@ -275,7 +281,10 @@ def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None
         record_launch_failure(cell, output, f"dlbench.launch: {exc}")
         print(f"dlbench.launch: {exc}", file=sys.stderr)
         return 1
-    res, invalid = (None, "") if ran.timed_out else accepted_result(taken[0], cell, staged.name)
+    res, invalid = accepted_result(taken[0], cell, staged.name)
+    written = None
+    if ran.timed_out:  # past timeout_s the cell failed, whatever its runner had written
+        res, invalid, written = None, "", res
     if res is not None:
         status, message = classified(res["status"], res["error"] or "", ran, oom_before)
         relabelled = status != res["status"]
@@ -286,8 +295,8 @@ def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None
             cellrun.print_dlbs_summary(res)
         return ran.rc
     status, why = classified(
-        "failed", invalid or runner_failure(ran, timeout_s, f"{Path(python).name} -m {cmd[2]}"),
-        ran, oom_before)
+        "failed", invalid or runner_failure(ran, timeout_s, f"{Path(python).name} -m {cmd[2]}",
+                                            written), ran, oom_before)
     record_launch_failure(cell, output, why, status=status)
     return ran.rc
 
