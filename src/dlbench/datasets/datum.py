@@ -31,8 +31,34 @@ _FIELDS = (
     ("float_data", 6, _F.TYPE_FLOAT, _F.LABEL_REPEATED),
     ("encoded", 7, _F.TYPE_BOOL, _F.LABEL_OPTIONAL),
 )
-# Magic numbers of the encodings Caffe's convert_imageset can store.
-_IMAGE_MAGICS = (b"\xff\xd8\xff", b"\x89PNG", b"BM")
+# Signatures of the encodings Caffe's ``convert_imageset --encoded`` can store: it keeps the
+# source file's own bytes, of any format OpenCV's imdecode reads. Whether one decodes is
+# the reader's to say (in one line naming the record); this only tells an image Datum apart.
+_IMAGE_MAGICS = (
+    b"\xff\xd8\xff",  # JPEG
+    b"\x89PNG",  # PNG
+    b"BM",  # BMP
+    b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+",  # TIFF, BigTIFF
+    b"GIF87a", b"GIF89a",  # GIF (OpenCV builds with its GIF codec)
+    b"\x00\x00\x00\x0cjP  \r\n\x87\n", b"\xff\x4f\xff\x51",  # JPEG 2000 file, codestream
+    b"\x59\xa6\x6a\x95",  # Sun raster
+    b"\x76\x2f\x31\x01",  # OpenEXR
+    b"#?RADIANCE", b"#?RGBE",  # Radiance HDR
+)
+# PBM, PGM, PPM (P1-P6), PAM (P7) and PFM (Pf, PF): "P", the kind, then whitespace.
+_PNM_KINDS = b"1234567fF"
+
+
+def is_image(data: bytes) -> bool:
+    """Whether ``data`` starts with the signature of an image format OpenCV reads."""
+    if data.startswith(_IMAGE_MAGICS):
+        return True
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":  # WebP: a RIFF container
+        return True
+    if data[4:12] in (b"ftypavif", b"ftypavis"):  # AVIF: an ISO media file
+        return True
+    return len(data) > 2 and data[0] == ord("P") and data[1] in _PNM_KINDS \
+        and data[2:3].isspace()
 
 
 def _message_class() -> Any:
@@ -81,8 +107,9 @@ def check(d: Any, where: str) -> None:
     # Protobuf parses many byte strings without complaint, so a Datum is recognised by its
     # content: encoded image bytes with a known magic, or pixels matching the shape.
     if d.encoded:
-        if not d.data.startswith(_IMAGE_MAGICS):
-            raise DatasetError(f"{where}: encoded Datum whose data is not a JPEG/PNG/BMP image")
+        if not is_image(d.data):
+            raise DatasetError(f"{where}: encoded Datum whose data starts with no image "
+                               f"format's signature ({d.data[:8]!r})")
         return
     if d.channels not in (1, 3) or d.height < 1 or d.width < 1:
         raise DatasetError(f"{where}: not an image Datum (channels={d.channels}, "

@@ -6,11 +6,13 @@ the device (``dlbench.pytorch.data.RealImages``), where they are cheapest.
 
 Images are decoded by ``torchvision.io.decode_image`` (libjpeg-turbo straight into a
 tensor; ``benchmarks/data_loaders.py`` measures it against Pillow's decode + crop on the
-same files). Formats it cannot decode (BMP, TIFF, PPM), and torchvision builds without
-its image extension, go through Pillow; so do PNGs: torchvision 0.29's PNG decoder kills the
-process with SIGSEGV on a damaged data stream (one flipped byte in an IDAT chunk) where
-Pillow raises an error (Pillow took 1.2x torchvision's time on a 500x375 PNG; JPEGs are
-unaffected).
+same files); it also decodes WebP and GIF (an animated one's first frame, as OpenCV and
+Pillow read it). Formats it cannot decode (BMP, TIFF, PBM/PGM/PPM, JPEG 2000: Caffe's
+encoded Datums may hold any), and torchvision builds without its image extension, go through
+Pillow; one neither reads (OpenEXR, Radiance HDR) is a one-line error naming the record.
+PNGs go through Pillow too: torchvision 0.29's PNG decoder kills the process with SIGSEGV
+on a damaged data stream (one flipped byte in an IDAT chunk) where Pillow raises an error
+(Pillow took 1.2x torchvision's time on a 500x375 PNG; JPEGs are unaffected).
 Decodes wider than 8 bits (16-bit PNG, 10/12-bit AVIF) are scaled to uint8, as
 ``dlbench.datasets.imageops.to_rgb`` does for the writers.
 """
@@ -103,6 +105,8 @@ def decode(data: bytes | bytearray, where: str) -> torch.Tensor:
         except (RuntimeError, ValueError):
             pass  # a format it does not know, or a broken or empty file: Pillow decides
         else:
+            if image.ndim == 4:  # an animated GIF's frames: the first, as Pillow gives it
+                image = image[0]
             # A wider decode (uint16) copied into the uint8 batch would keep its low byte.
             if image.dtype != torch.uint8:
                 image = F.to_dtype(image, torch.uint8, scale=True)
@@ -186,9 +190,8 @@ class CaffeLmdbSamples(Dataset):
         from dlbench.datasets import datum
 
         key = self.key(i)
-        with lmdb_env(self.path).begin() as txn:
-            value = txn.get(key)
         where = f"{self.path} key {key.decode(errors='replace')}"
+        value = _lmdb_get(self.path, key, where)
         if value is None:
             raise DatasetError(f"{where}: key vanished from the LMDB")
         d = datum.parse(value, where)
@@ -224,6 +227,18 @@ def lmdb_env(path: str) -> Any:
     return env
 
 
+def _lmdb_get(path: str, key: bytes, where: str) -> bytes | None:
+    """The value of ``key``; an lmdb.Error (a damaged page, an I/O error: no OSError) is a
+    one-line DatasetError naming the LMDB and the key, in a loader worker too."""
+    import lmdb
+
+    try:
+        with lmdb_env(path).begin() as txn:
+            return txn.get(key)
+    except lmdb.Error as exc:
+        raise DatasetError(f"{where}: {exc}") from None
+
+
 def release_lmdb_envs() -> None:
     """Close this process's environments (they reopen on demand)."""
     for path, (pid, env) in list(_ENVS.items()):
@@ -237,15 +252,22 @@ def _lmdb_keys(path: str) -> tuple[np.ndarray, np.ndarray, Any]:
     record, checked to be an image Datum. Two flat arrays: forked workers share them as
     they would a numpy bytes array, which would drop keys' trailing NUL bytes (its
     fixed-width items are NUL-padded), and keys of other writers may end in NUL."""
+    import lmdb
+
     from dlbench.datasets import datum
 
-    if not (Path(path) / "data.mdb").is_file():
+    data = Path(path) / "data.mdb"
+    if not data.is_file():
         raise DatasetError(f"{path}: not an LMDB (no data.mdb)")
-    with lmdb_env(path).begin() as txn:
-        keys = list(txn.cursor().iternext(keys=True, values=False))
-        if not keys:
-            raise DatasetError(f"{path}: empty LMDB")
-        first = datum.parse(txn.get(keys[0]), f"{path} key {keys[0].decode(errors='replace')}")
+    try:
+        with lmdb_env(path).begin() as txn:
+            keys = list(txn.cursor().iternext(keys=True, values=False))
+            value = txn.get(keys[0]) if keys else None
+    except lmdb.Error as exc:  # a damaged page met while listing: no key to name
+        raise DatasetError(f"{data}: {exc}") from None
+    if not keys:
+        raise DatasetError(f"{path}: empty LMDB")
+    first = datum.parse(value, f"{path} key {keys[0].decode(errors='replace')}")
     ends = np.cumsum([len(k) for k in keys], dtype=np.int64)
     return np.frombuffer(b"".join(keys), dtype=np.uint8), ends, first
 
