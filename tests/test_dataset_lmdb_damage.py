@@ -24,7 +24,9 @@ from dlbench.pytorch.datasets import make_loader
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities")
 
 SIZE = 8
-PAGE_SIZE = mmap.PAGESIZE  # LMDB's pages are the operating system's
+# LMDB's pages are the operating system's, at most 32 KiB (mdb.c's MAX_PAGESIZE): a host
+# with 64 KiB pages (aarch64, ppc64le kernels) has LMDB pages of 32 KiB.
+PAGE_SIZE = min(mmap.PAGESIZE, 0x8000)
 P_META = 0x10  # mp_flags of a meta page (lmdb.h's P_META)
 WORKERS = [("processes", 0), ("processes", 2), ("threads", 0), ("threads", 2)]
 CORRUPTED = "MDB_CORRUPTED: Located page was wrong type"

@@ -526,8 +526,8 @@ def test_a_runner_that_wrote_its_result_and_then_hung_is_said_so(tmp_path, monke
     launch.launch(cell, out, fake_python(tmp_path, OK_THEN_HUNG), timeout_s=3.0)
     res = R.read(out)
     assert res["status"] == "failed"
-    assert res["error"].startswith("timed out after 3 s (timeout_s) after writing its result "
-                                   "(ok): the runner did not exit")
+    assert res["error"].startswith("timed out after 3 s (timeout_s): it had written its "
+                                   "result (ok) but did not exit")
     logged = parse_like_dlbs(capsys.readouterr().out)
     assert (logged["results.status"], logged["results.status_msg"]) == ("failed",
                                                                        res["error"])

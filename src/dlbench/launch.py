@@ -172,9 +172,12 @@ def runner_failure(ran: subproc.Ran, timeout_s: float | None, module: str,
     a worker or rank that would not end), said so that the log's earlier figures and the
     row's failure are understood together."""
     if ran.timed_out:
-        after = (f" after writing its result ({written['status']}): the runner did not exit"
-                 if written is not None else "")
-        return (f"timed out after {timeout_s:g} s (timeout_s){after}; the runner's process "
+        wrote = ""
+        if written is not None:  # its own error too: a CUDA OOM, then a hung teardown
+            error = f": {written['error']}" if written.get("error") else ""
+            wrote = (f": it had written its result ({written['status']}{error}) but did not "
+                     "exit")
+        return (f"timed out after {timeout_s:g} s (timeout_s){wrote}; the runner's process "
                 "group was killed")
     line = subproc.last_error_line(ran.tail)
     if ran.rc < 0:

@@ -50,7 +50,9 @@ _PNM_KINDS = b"1234567fF"
 
 
 def is_image(data: bytes) -> bool:
-    """Whether ``data`` starts with the signature of an image format OpenCV reads."""
+    """Whether ``data`` starts with the signature of one of the image formats above (those
+    OpenCV's imdecode reads but JPEG XL, which has none of these, and AVIF files whose major
+    brand is not avif/avis; such a record's error says no signature matched)."""
     if data.startswith(_IMAGE_MAGICS):
         return True
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":  # WebP: a RIFF container
