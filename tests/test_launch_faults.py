@@ -508,26 +508,33 @@ def test_a_timed_out_runner_stays_failed_though_the_count_rose(tmp_path, monkeyp
     assert res["error"].startswith("timed out after 1 s")
 
 
-OK_THEN_HUNG = FAILED_RESULT + """
+WRITTEN_THEN_HUNG = FAILED_RESULT + """
 with cellrun.recorded(res, OUT):
+    if os.environ['WRITTEN'] == 'oom':
+        raise MemoryError('CUDA out of memory')
     res['status'] = 'ok'
 time.sleep(60)  # a teardown that never ends
 """
 
 
+@pytest.mark.parametrize(("written", "recorded"), [
+    ("ok", "failed"), ("oom", "oom")])
 def test_a_runner_that_wrote_its_result_and_then_hung_is_said_so(tmp_path, monkeypatch,
-                                                                   capsys):
+                                                                   capsys, written, recorded):
     """Its measurement done and written, the runner would not exit: the row is failed (past
     timeout_s), and says the runner had written an ok result, so that the ok figures
-    earlier in the job's log are not taken for the row's."""
+    earlier in the job's log are not taken for the row's; an oom result stays an oom row,
+    its error kept."""
     cell = one_cell()
     monkeypatch.setenv("CELL", json.dumps(cell))
+    monkeypatch.setenv("WRITTEN", written)
     out = tmp_path / "c.json"
-    launch.launch(cell, out, fake_python(tmp_path, OK_THEN_HUNG), timeout_s=3.0)
+    launch.launch(cell, out, fake_python(tmp_path, WRITTEN_THEN_HUNG), timeout_s=3.0)
     res = R.read(out)
-    assert res["status"] == "failed"
-    assert res["error"].startswith("timed out after 3 s (timeout_s): it had written its "
-                                   "result (ok) but did not exit")
+    assert res["status"] == recorded
+    detail = ": MemoryError: CUDA out of memory" if written == "oom" else ""
+    assert res["error"].startswith(f"timed out after 3 s (timeout_s): it had written its "
+                                   f"result ({written}{detail}) but did not exit")
     logged = parse_like_dlbs(capsys.readouterr().out)
-    assert (logged["results.status"], logged["results.status_msg"]) == ("failed",
+    assert (logged["results.status"], logged["results.status_msg"]) == (recorded,
                                                                        res["error"])

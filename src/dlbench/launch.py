@@ -300,6 +300,8 @@ def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None
     status, why = classified(
         "failed", invalid or runner_failure(ran, timeout_s, f"{Path(python).name} -m {cmd[2]}",
                                             written), ran, oom_before)
+    if written is not None and written["status"] == "oom":
+        status = "oom"  # out of memory, then hung in its teardown: an oom row all the same
     record_launch_failure(cell, output, why, status=status)
     return ran.rc
 
