@@ -57,14 +57,14 @@ def test_a_forked_trees_pss_counts_shared_pages_once_where_its_rss_sum_counts_ea
     assert processes.pss_unread == {}
 
 
-def test_where_smaps_rollup_is_unreadable_a_process_counts_its_rss_and_a_note_says_so(
+def test_where_smaps_rollup_is_unreadable_there_is_no_pss_figure_and_a_note_says_so(
         tree, monkeypatch, tmp_path):
-    """An older kernel, another platform, no permission: each process's RSS stands in for
-    its PSS, and the summary's notes say so once, however many samples read it."""
+    """An older kernel, another platform, no permission: no PSS figure (an RSS in its place
+    would pass for PSS where compare and the report read the column), and the summary's
+    notes say so once, however many samples tried."""
     monkeypatch.setattr(monitor, "SMAPS_ROLLUP", str(tmp_path / "absent" / "{pid}"))
     processes, s = sample_of(tree)
-    assert s.pss_bytes == pytest.approx(s.rss_bytes, rel=0.01)
-    assert set(processes.pss_unread) == set(processes._procs)
+    assert s.pss_bytes is None
     assert "FileNotFoundError" in processes.pss_unread[tree]
 
     mon = monitor.ResourceMonitor(10, pid=tree)
@@ -73,16 +73,15 @@ def test_where_smaps_rollup_is_unreadable_a_process_counts_its_rss_and_a_note_sa
             time.sleep(0.1)
     summary = mon.summary()
     lines = [n for n in summary["notes"] if "PSS unreadable" in n]
-    assert lines == [lines[0]] and f"for {CHILDREN + 1} process(es)" in lines[0]
-    assert "their RSS is counted in host_pss_bytes" in lines[0]
-    assert summary["peak_host_pss_bytes"] == pytest.approx(summary["peak_host_rss_bytes"],
-                                                           rel=0.01)
+    assert lines == [lines[0]] and "no PSS figures" in lines[0]
+    assert summary["peak_host_pss_bytes"] is None and summary["peak_host_rss_bytes"]
+    assert "pss_peak_bytes" not in summary["host"]
 
 
 def test_pss_is_read_no_sooner_than_its_last_reading_took_over_its_share(tree, monkeypatch):
-    """A share so small that the next reading would come after the phase: PSS is read as
-    the phase starts and as it ends, outside its clock; RSS every sample. The peak is that
-    of the readings made."""
+    """A share so small that the next reading would come after the phase: PSS is read at
+    the sampler's first tick and as the phase ends, after its clock; RSS every sample. The
+    peak is that of the readings made."""
     monkeypatch.setattr(monitor, "PSS_SHARE", 1e-9)
     mon = monitor.ResourceMonitor(10, pid=tree)
     with mon:
@@ -90,11 +89,65 @@ def test_pss_is_read_no_sooner_than_its_last_reading_took_over_its_share(tree, m
     series, summary = mon.series(), mon.summary()
     read = [v for v in series["host_pss_bytes"] if v is not None]
     assert None not in series["host_rss_bytes"]
+    assert series["host_pss_bytes"][0] is None  # the start: no rank waits for a reading
+    assert series["host_pss_bytes"][1] is not None  # the first tick's
     assert series["host_pss_bytes"][-1] is not None  # the phase's end
-    assert series["host_pss_bytes"][0] is not None  # its start, read before its clock
-    assert 1 <= len(read) <= 2 < summary["sample_count"]
+    assert len(read) == 2 < summary["sample_count"]
     assert summary["host"]["pss_samples"] == len(read)
     assert summary["host"]["pss_peak_bytes"] == summary["peak_host_pss_bytes"] == max(read)
+
+
+def test_at_a_share_of_one_pss_is_read_at_every_tick_and_counted_in_the_samplers_time(
+        tree, monkeypatch):
+    """The sampler's own readings in the phase count in its CPU time; the one after the
+    phase's clock has stopped does not."""
+    monkeypatch.setattr(monitor, "PSS_SHARE", 1.0)
+    mon = monitor.ResourceMonitor(10, pid=tree)
+    with mon:
+        time.sleep(0.3)
+    series = mon.series()["host_pss_bytes"]
+    assert None not in series[1:] and len(series) > 5
+    spent = []
+    for share in (1.0, 1e-9):
+        monkeypatch.setattr(monitor, "PSS_SHARE", share)
+        with mon:
+            time.sleep(0.3)
+        spent.append(mon.summary()["sampler_cpu_ms_mean"])
+    assert spent[0] > spent[1]
+
+
+def test_a_reading_of_pss_is_outside_the_phases_energy_and_time(tree, monkeypatch,
+                                                                 tmp_path):
+    """No reading of PSS is in the phase's time or host energy but the sampler's own (a 2
+    GiB tree: 0.2 s a reading): a RAPL counter that moves while PSS is read at the phase's
+    end, or where a reading came before its start, adds nothing to the phase's."""
+    zone = tmp_path / "intel-rapl:0"
+    zone.mkdir()
+    (zone / "name").write_text("package-0\n")
+    (zone / "max_energy_range_uj").write_text("262143328850\n")
+    counter = [0]
+
+    def spend(joules):
+        counter[0] += int(joules * 1e6)
+        (zone / "energy_uj").write_text(f"{counter[0]}\n")
+
+    spend(0)
+    read = monitor.ProcessTree.pss
+
+    def costly(self):
+        spend(20.0)
+        return read(self)
+
+    monkeypatch.setattr(monitor.ProcessTree, "pss", costly)
+    mon = monitor.ResourceMonitor(1000, pid=tree, powercap_root=tmp_path)  # no tick
+    mon.start()
+    time.sleep(0.2)
+    spend(1.0)
+    mon.stop()
+    summary = mon.summary(items=100)
+    assert summary["host"]["energy_j"] == pytest.approx(1.0)  # the phase's own
+    assert summary["host"]["pss_samples"] == 1  # the end's
+    assert summary["duration_s"] < 1.0
 
 
 def write_result(path, mon_summary):

@@ -65,12 +65,15 @@ CHILDREN_REFRESH_S = 1.0
 # the next comes no sooner than that time over PSS_SHARE, so that PSS takes at most this
 # share of one core in the phase, and the measured processes' mmap and munmap calls,
 # which wait on the walk's lock, seldom find it held (the interpreter lock is free while
-# the kernel walks). It is read just before the phase's clock starts and just after it
-# stops, where it takes nothing from the measured work: a measured loop's memory is
-# mostly that of its first iteration, and the readings between catch what grows. The
-# peak is the highest reading made. benchmarks/monitor_overhead.py (a ResNet cell on 2
-# cores): the sampler's CPU share of the phase 0.17 % as without PSS; 2.4 % with a share
-# of 1 % and the first and last readings inside the phase.
+# the kernel walks). The sampler's first tick reads it (in its thread: a reading before
+# the phase's clock started would hold up rank 0, and with it every rank's first measured
+# iteration, of a data-parallel cell), and the phase's end is read after its clock has
+# stopped: a measured loop's memory is mostly that of its first iteration, and the
+# readings between catch what grows; a tree read every 100 s (2 GiB in 5 processes) has
+# little more than those two. The peak is the highest reading made.
+# benchmarks/monitor_overhead.py (a ResNet cell on 2 cores): the sampler's CPU share of
+# the phase 0.17 % as without PSS at this share; 2.4 % at 1 % with a reading before the
+# phase's start and after its end counted in it.
 PSS_SHARE = 0.002
 # A process's proportional set size (PSS): each page it maps divided by the number of
 # processes mapping it, so that a tree's sum counts the pages forked loader workers share
@@ -122,8 +125,8 @@ class TreeSample(NamedTuple):
     rss_bytes: int  # summed over its processes: a page shared by n of them counts n times
     cpu_percent: float  # percent of one core, summed
     processes: int
-    # summed PSS (a shared page counted once over all), a process whose PSS is unreadable
-    # counted at its RSS (``ProcessTree.pss_unread``); None where the sample did not read it
+    # summed PSS (a shared page counted once over all); None where the sample did not read
+    # it, or a process's PSS could not be read (``ProcessTree.pss_unread``)
     pss_bytes: int | None
 
 
@@ -184,27 +187,23 @@ class ProcessTree:
         return TreeSample(rss, min(cpu, self.capacity), len(self._procs),
                           self.pss() if pss else None)
 
-    def pss(self) -> int:
-        """The PSS summed over the processes the last sample found."""
+    def pss(self) -> int | None:
+        """The PSS summed over the processes the last sample found; None where a process's
+        cannot be read (said in ``pss_unread``): a sum holding its RSS instead would pass
+        for PSS in the table, where compare and the report take it for one."""
         total = 0
-        for pid, proc in list(self._procs.items()):
+        for pid in list(self._procs):
             try:
-                total += self._pss(pid, proc)
-            except self._psutil.Error:  # exited since
-                del self._procs[pid]
+                total += pss_bytes(pid)
+            except ProcessLookupError:  # a zombie (a worker not yet reaped): no memory
+                continue
+            except (OSError, ValueError) as exc:  # an old kernel, no permission
+                if not os.path.exists(f"/proc/{pid}"):  # exited since the last sample
+                    del self._procs[pid]
+                    continue
+                self.pss_unread.setdefault(pid, f"{type(exc).__name__}: {exc}")
+                return None
         return total
-
-    def _pss(self, pid: int, proc: Any) -> int:
-        """The process's PSS; its RSS where that cannot be read (said in ``pss_unread``,
-        so that a sum holding some RSS never passes for PSS without a word)."""
-        try:
-            return pss_bytes(pid)
-        except ProcessLookupError:  # a zombie (a worker not yet reaped): it maps no memory
-            return 0
-        except (OSError, ValueError) as exc:
-            rss = proc.memory_info().rss  # psutil.NoSuchProcess where it exited meanwhile
-            self.pss_unread.setdefault(pid, f"{type(exc).__name__}: {exc}")
-            return int(rss)
 
 
 def pss_bytes(pid: int) -> int:
@@ -502,11 +501,11 @@ class ResourceMonitor:
         if self.gpus:
             self.gpus.ask_again()
         self._stop.clear()
-        # The tree's PSS as the phase starts, read before its clock starts (see PSS_SHARE)
-        first_pss = self._read_pss(in_phase=False)
-        self._t0 = time.perf_counter()
+        # The tree's PSS is first read at the sampler's first tick (PSS_SHARE), not here:
+        # the ranks of a data-parallel cell would wait in their first measured iteration's
+        # all-reduce for this one (rank 0's monitor walks every rank's page tables).
+        self._t0 = self._pss_next = time.perf_counter()
         self._sample()
-        self._pss_into_last_row(first_pss)
         self._thread = threading.Thread(target=self._loop, name="dlbench-monitor", daemon=True)
         self._thread.start()
 
@@ -637,14 +636,14 @@ class ResourceMonitor:
         return out
 
     def _pss_unread(self) -> list[str]:
-        """One line where some process's PSS could not be read: its RSS stands in for it
-        in the PSS figures, which then count its shared pages more than once."""
+        """One line where some process's PSS could not be read: the phase has no PSS
+        figures (a sum of the others' would leave that process out)."""
         unread = self.processes.pss_unread if self.processes else {}
         if not unread:
             return []
         pid, why = next(iter(unread.items()))
-        return [f"host processes: PSS unreadable for {len(unread)} process(es) (pid {pid}: "
-                f"{why}); their RSS is counted in host_pss_bytes instead"]
+        return [f"host processes: PSS unreadable (pid {pid}: {why}); no PSS figures (the "
+                "RSS sum counts shared pages once per process)"]
 
     def _missing_readings(self) -> list[str]:
         """One line per GPU reading that failed in some samples: how many lack it, why."""
@@ -709,7 +708,9 @@ class ResourceMonitor:
                         cpu_percent_max=max(cpu, default=None),
                         processes_max=int(max(_present(cols["host_processes"]))))
         pss = _present(cols.get("host_pss_bytes", []))
-        if pss:  # not every sample reads it (PSS_SHARE): the peak of those that did
+        # Not every sample reads it (PSS_SHARE): the peak of those that did; none where a
+        # process's PSS could not be read (the sum of the others' would leave it out).
+        if pss and self.processes is not None and not self.processes.pss_unread:
             host.update(pss_peak_bytes=int(max(pss)), pss_samples=len(pss))
         if self.rapl:
             host["rapl_zones"] = [name for name, _, _ in self.rapl.zones]
