@@ -307,3 +307,20 @@ def test_host_memory_is_the_processes_pss_where_cells_have_it(tmp_path):
     host = resource_charts.host_memory_figure(without)
     assert "peak host RSS (bytes)" in titles(host)
     assert "once per process" in host.caption
+
+
+def test_the_drift_table_names_its_measurement_and_numbers_runs_from_1():
+    """Its "measurement" column showed the row's index (a row of iterrows() is a Series,
+    whose .name is its label), its run column counted from 0 beside a chart from 1."""
+    import re
+
+    times = [1.0 + 0.2 * i / 39 for i in range(40)]
+    frame = pd.DataFrame([{"study": "s", "system": "x", "cell_id": "c", "cell": "x/c",
+                           "name": "resnet50", "pass": "training", "source": "c.json",
+                           "repeat": 0, "repeats": 3, "drifting": True, "time_drift": 0.19,
+                           "time_drift_p": 1e-9, "time_median_s": 1.1, "iterations": 40,
+                           "gpu_clocks_held_back": None, "gpu_clock_reasons": None,
+                           "warmup_settled": None, drift_charts.DRIFT_TIMES: times}],
+                         index=[7])
+    cells = re.findall(r"<td>([^<]*)</td>", drift_charts.drift_table(frame))
+    assert cells[3:6] == ["resnet50", "training", "1"]

@@ -123,24 +123,35 @@ def drivers_in(runs: list[dict], tmp_path) -> dict[str, int]:
     return {row["driver"]: row["cells"] for row in named}
 
 
-def test_a_cells_runs_under_two_drivers_name_both_with_their_runs(tmp_path):
+def test_a_cell_whose_runs_had_two_drivers_counts_under_both(tmp_path):
     """The driver was updated before the third run of the cell at batch 64: the table
-    gave the new one alone; two cells whose runs agree are counted under their driver."""
+    gave the new one alone (the last run's); now the cell counts under each driver its runs
+    had, with the two cells whose runs agree under theirs."""
     runs = [*environment_runs(64, "550.54.15", "550.54.15", "560.28.03"),
             *environment_runs(32, *["550.54.15"] * 3), *environment_runs(16, *["550.54.15"] * 3)]
-    both = "550.54.15 (runs 1, 2 of 3); 560.28.03 (run 3 of 3)"
-    assert drivers_in(runs, tmp_path) == {both: 1, "550.54.15": 2}
+    assert drivers_in(runs, tmp_path) == {"550.54.15": 3, "560.28.03": 1}
     outdir = tmp_path / "out"
     render(write_parquet(tmp_path, runs), outdir)
     section = section_of((outdir / "index.html").read_text(), "environment")
-    assert f"<td>{escape(both)}</td>" in section and "<td>550.54.15</td>" in section
+    assert "<td>560.28.03</td>" in section and "<td>550.54.15</td>" in section
 
 
-def test_a_run_that_recorded_no_driver_is_not_recorded_beside_those_that_did(tmp_path):
+def test_runs_on_many_nodes_list_each_node_once_not_each_cell(tmp_path):
+    """A study spread over a cluster's nodes: each cell's runs on different nodes. The
+    table lists the nodes' environments, not one combined environment per cell."""
+    runs = [*environment_runs(64, "550.54.15", "550.54.15", "550.54.15"),
+            *environment_runs(32, "550.54.15", "550.54.15", "550.54.15")]
+    for i, run in enumerate(runs):
+        run["environment"]["hostname"] = f"node{i % 3}"
+    headers, rows = tables.environment_rows(load(write_parquet(tmp_path, runs)))
+    hosts = {row[headers.index("host")]: row[-1] for row in rows}
+    assert hosts == {"node0": 2, "node1": 2, "node2": 2}
+
+
+def test_a_run_that_recorded_no_driver_counts_apart_from_those_that_did(tmp_path):
     runs = [*environment_runs(64, "550.54.15", None, "550.54.15"),
             *environment_runs(32, None, None)]
-    assert drivers_in(runs, tmp_path) == {
-        "550.54.15 (runs 1, 3 of 3); not recorded (run 2 of 3)": 1, "": 1}
+    assert drivers_in(runs, tmp_path) == {"550.54.15": 1, "": 2}
 
 
 def test_texts_over_runs_keeps_a_null_apart_from_an_empty_text_and_measurements_apart():
@@ -160,3 +171,25 @@ def test_texts_over_runs_numbers_runs_without_a_repeat_in_the_tables_order_and_c
     assert texts_over_runs(rows, "note").tolist() == ["x (run 1 of 2); y (run 2 of 2)"] * 2
     counted = texts_over_runs(rows, "note", pd.Series([3, 3]))
     assert counted.tolist() == ["x (run 1 of 3); y (run 2 of 3)"] * 2
+
+
+def test_runs_sharing_a_repeat_number_are_numbered_in_the_tables_order():
+    """Two runs both repeat 0 (a tree copied in beside another): each keeps its own text,
+    not one merged under "run 1"."""
+    rows = pd.DataFrame({"study": "s", "cell": "c", "name": "m", "repeat": [0, 0],
+                         "note": ["x", "y"]})
+    assert texts_over_runs(rows, "note").tolist() == ["x (run 1 of 2); y (run 2 of 2)"] * 2
+
+
+def test_a_run_whose_result_is_invalid_counts_among_the_cells_runs(tmp_path):
+    """Its row has no kind: the per-run texts said "of 3" where the failures list said
+    "run 4 of 4"."""
+    frame = load(write_parquet(tmp_path, gpu_runs(64, energy_note=(PARTIAL, None, PARTIAL))))
+    invalid = frame.iloc[[-1]].copy()
+    for column in frame.columns:
+        if column not in ("study", "cell", "cell_id", "system"):
+            invalid[column] = None
+    invalid = invalid.assign(status="failed", error="invalid result", source="x/c_r3.json",
+                             repeat=3)
+    models = model_charts.model_frame(pd.concat([frame, invalid], ignore_index=True))
+    assert models["energy_note"].str.contains("of 4").all()

@@ -127,8 +127,7 @@ def measured(frame: pd.DataFrame, kind: str,
     its RUN_TEXTS each run's (``texts_over_runs``); ``figures_of``: more such figures,
     read from the rows (a chart's numbers in ``extra``), as columns of numbers indexed
     like them, averaged alike."""
-    of_kind = frame[frame["kind"] == kind]
-    rows = of_kind[of_kind["status"] == "ok"]
+    rows = frame[(frame["kind"] == kind) & (frame["status"] == "ok")]
     if "throughput" in rows:
         rows = rows[rows["throughput"].notna()]
     figures = pd.DataFrame({c: numeric(rows, c) for c in PER_RUN if c in rows}, index=rows.index)
@@ -137,7 +136,8 @@ def measured(frame: pd.DataFrame, kind: str,
     averaged = over_runs(rows, figures)
     texts = [c for c in RUN_TEXTS if c in rows]
     if texts and not rows.empty:
-        runs = run_counts(of_kind).loc[rows.index]
+        # the whole table's: an invalid result's row has no kind, and counts as a run
+        runs = run_counts(frame).loc[rows.index]
         for column in texts:
             averaged[column] = texts_over_runs(rows, column, runs)
     if ENERGY_SOURCES in rows:
@@ -221,7 +221,9 @@ def _by_run(texts: np.ndarray, repeat: np.ndarray, total: int, missing: str) -> 
     """One measurement's texts, each with the runs that gave it: numbered from 1 (the
     result's repeat + 1, as the failures listing numbers them), in the table's order
     (that of finishing) where a run lacks its repeat; ``total`` at least their count."""
-    numbers = ([int(r) + 1 for r in repeat] if not np.isnan(repeat).any()
+    # the table's order where a run lacks its repeat or two share one (a tree copied in)
+    numbers = ([int(r) + 1 for r in repeat]
+               if not np.isnan(repeat).any() and len(set(repeat)) == len(repeat)
                else list(range(1, len(texts) + 1)))
     total = max(total, len(texts), *numbers)
     by_text: dict[str | None, set[int]] = {}

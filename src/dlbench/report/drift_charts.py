@@ -56,8 +56,9 @@ def drift_table(frame: pd.DataFrame) -> str | None:
             if "gpu_clocks_held_back" in rows else pd.Series(float("nan"), index=rows.index))
     reasons = rows.get("gpu_clock_reasons", pd.Series(None, index=rows.index))
     settled = rows.get("warmup_settled", pd.Series(None, index=rows.index))
-    body = [[r.study, r.system, r.get("cell") or r.cell_id, r.name, r["pass"],
-             int(r["repeat"]) if pd.notna(r["repeat"]) else "",
+    # r["name"]: a row of iterrows() is a Series, whose .name is its index label
+    body = [[r.study, r.system, r.get("cell") or r.cell_id, r["name"], r["pass"],
+             int(r["repeat"]) + 1 if pd.notna(r["repeat"]) else "",  # from 1, as elsewhere
              int(r.iterations) if pd.notna(r.iterations) else "",
              f"{r.time_drift:+.1%}", f"{r.time_drift_p:.0e}",
              f"{r.time_median_s * 1e3:,.3f}",
@@ -84,7 +85,7 @@ def unsettled_table(frame: pd.DataFrame) -> str | None:
     rows = unsettled_rows(frame)
     if rows.empty:
         return None
-    body = [[r.study, r.system, r.get("cell") or r.cell_id, r.name, r["pass"],
+    body = [[r.study, r.system, r.get("cell") or r.cell_id, r["name"], r["pass"],
              f"{r.warmup_seconds:,.1f}" if pd.notna(r.warmup_seconds) else "",
              f"{r.time_drift:+.1%}" if pd.notna(r.get("time_drift")) else ""]
             for _, r in rows.iterrows()]

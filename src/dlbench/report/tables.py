@@ -17,7 +17,6 @@ from dlbench import gpu_clocks
 from dlbench.profiling.summary import of_row
 from dlbench.report.data import (
     STATUS_ORDER,
-    UNRECORDED,
     cell_rows,
     cells,
     has_ok_run,
@@ -25,7 +24,6 @@ from dlbench.report.data import (
     numeric,
     ordered,
     run_counts,
-    texts_over_runs,
     time_title,
 )
 
@@ -236,10 +234,12 @@ def _environment_key(row: Any) -> tuple[str, ...]:
 
 
 def environment_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Distinct environments with the number of cells that ran in each. A cell's is that
-    of the runs its figures come from (data.cell_rows): where they differ (a driver
-    updated between two runs), each column says which run had what
-    (data.texts_over_runs: "550.54.15 (runs 1, 2 of 3); 560.28.03 (run 3 of 3)")."""
+    """Distinct environments with the number of cells that ran in each: each run of the
+    runs a cell's figures come from (data.cell_rows) counts its cell under its own
+    environment, so that a cell whose runs differ (a driver updated between two runs, runs
+    on two nodes of a cluster) counts under each, not as the last run's alone (nor as an
+    environment of its own per cell: a study spread over a cluster's nodes would list
+    thousands)."""
     headers = _ENVIRONMENT_HEADERS
     fields = [c for c in ("environment", "framework", "gpu_model", *_ENVIRONMENT_COLUMNS)
               if c in frame]
@@ -252,32 +252,13 @@ def environment_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     for distinct in values.drop_duplicates().itertuples(index=False, name=None):
         row = SimpleNamespace(**dict(zip(fields, distinct, strict=True)))
         described[distinct] = _environment_key(row)
-    environments = pd.Series([described[v] for v in values.itertuples(index=False, name=None)],
-                             index=runs.index, dtype=object)
-    # A cell whose runs differ: each column says which run had what (most cells' agree).
-    differ = environments.groupby([runs["study"], runs["cell"]]).transform("nunique") > 1
-    if differ.any():
-        environments[differ] = _run_keys(runs[differ], environments[differ],
-                                         run_counts(frame).loc[runs[differ].index])
-    last = ~runs.duplicated(subset=["study", "cell"], keep="last")
-    counts: Counter[tuple[str, ...]] = Counter(environments[last])
+    environments = [described[v] for v in values.itertuples(index=False, name=None)]
+    cells_in = pd.DataFrame({"environment": environments, "study": runs["study"].to_numpy(),
+                             "cell": runs["cell"].to_numpy()}).drop_duplicates()
+    counts: Counter[tuple[str, ...]] = Counter(cells_in["environment"])
     keep = [i for i in range(len(headers)) if any(key[i] for key in counts)]
     rows = [[key[i] for i in keep] + [n] for key, n in sorted(counts.items())]
     return [headers[i] for i in keep] + ["cells"], rows
-
-
-def _run_keys(runs: pd.DataFrame, environments: pd.Series, counts: pd.Series) -> pd.Series:
-    """The environments of cells whose runs differ: each column the runs' one value, or
-    each value with its runs (an empty one: the run did not record it)."""
-    shown = pd.DataFrame(environments.tolist(), index=runs.index, columns=_ENVIRONMENT_HEADERS)
-    shown = shown.where(shown != "", None).join(
-        runs[[c for c in ("study", "cell", "repeat") if c in runs]])
-    for column in _ENVIRONMENT_HEADERS:
-        shown[column] = texts_over_runs(shown, column, counts, keys=("study", "cell"),
-                                        missing=UNRECORDED)
-    return pd.Series([tuple("" if v is None else str(v) for v in key) for key in
-                      shown[_ENVIRONMENT_HEADERS].itertuples(index=False, name=None)],
-                     index=runs.index, dtype=object)
 
 
 def environment_table(frame: pd.DataFrame) -> str | None:
@@ -326,7 +307,8 @@ def unstable_table(frame: pd.DataFrame) -> str | None:
     keys = [k for k in ("cell", "name", "pass", "op_name") if k in rows]
     rows = rows.drop_duplicates(subset=keys, keep="last").sort_values(
         "run_to_run_cv", ascending=False)
-    body = [[r.study, r.system, r.get("cell") or r.cell_id, r.name, r["pass"], int(r.repeats),
+    body = [[r.study, r.system, r.get("cell") or r.cell_id, r["name"], r["pass"],
+             int(r.repeats),
              f"{r.run_to_run_cv:.1%}", f"{r.cell_time_median_s * 1e3:,.3f}",
              f"{r.cell_time_ci_low_s * 1e3:,.3f} – {r.cell_time_ci_high_s * 1e3:,.3f}"
              if pd.notna(r.cell_time_ci_low_s) else ""]
