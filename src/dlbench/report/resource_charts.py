@@ -11,12 +11,19 @@ captions say where the cells drawn together counted differently (``sources_note`
 
 from __future__ import annotations
 
+import re
 from html import escape
 
 import altair as alt
 import pandas as pd
 
-from dlbench.report.data import ENERGY_SOURCES, RUNS_DIFFER, runs_title, several_runs
+from dlbench.report.data import (
+    ENERGY_SOURCES,
+    NO_TEXT,
+    RUNS_DIFFER,
+    runs_title,
+    several_runs,
+)
 from dlbench.report.encodings import Encoding
 from dlbench.report.model_charts import (
     axis_columns,
@@ -61,11 +68,21 @@ def _precision_colour(frame: pd.DataFrame) -> alt.Color:
     return alt.Color("precision:N", scale=precision_scale(list(frame["precision"].unique())))
 
 
+# A run's label in a note of runs that differ (data.texts_over_runs): "... (runs 1, 3 of 3)"
+_RUNS_LABEL = re.compile(r" \((?:run|runs) [\d, ]+ of \d+\)$")
+
+
 def _partial_notes(frame: pd.DataFrame) -> str:
-    """What the energy of these cells leaves out (their notes say ``partial: ...``)."""
-    notes = frame["energy_note"].dropna().astype(str)
-    notes = notes.str.removeprefix("partial: ").str.strip()
-    return "; ".join(sorted(set(notes[notes != ""])))
+    """What the energy of these cells leaves out (their notes say ``partial: ...``), each
+    once: a note of runs that differ gives its runs' reasons, without their labels (the
+    tooltip has those)."""
+    reasons = set()
+    for note in frame["energy_note"].dropna().astype(str):
+        for part in note.split("; ") if _RUNS_LABEL.search(note) else [note]:
+            reason = _RUNS_LABEL.sub("", part.strip()).removeprefix("partial: ").strip()
+            if reason and reason != NO_TEXT:
+                reasons.add(reason)
+    return "; ".join(sorted(reasons))
 
 
 # The rows a chart of energy or power draws (the others have no energy to show).
