@@ -180,3 +180,20 @@ def test_the_table_has_the_peak_pss_of_a_results_monitor_summary(tree, tmp_path)
     assert 0.9 * ALLOCATED <= pss < 0.6 * rows["new"]["peak_host_rss_bytes"]
     assert rows["older"]["peak_host_pss_bytes"] is None
     assert rows["older"]["peak_host_rss_bytes"] == summary["peak_host_rss_bytes"]
+
+
+def test_a_process_unreadable_in_one_phase_leaves_the_next_phases_pss(tree, monkeypatch,
+                                                                      tmp_path):
+    """An unreadable process (gone, non-dumpable) costs its phase the PSS figures, not every
+    later phase of the monitor."""
+    mon = monitor.ResourceMonitor(10, pid=tree)
+    monkeypatch.setattr(monitor, "SMAPS_ROLLUP", str(tmp_path / "absent" / "{pid}"))
+    with mon:
+        time.sleep(0.05)
+    assert mon.summary()["peak_host_pss_bytes"] is None
+    monkeypatch.setattr(monitor, "SMAPS_ROLLUP", "/proc/{pid}/smaps_rollup")
+    with mon:
+        time.sleep(0.05)
+    summary = mon.summary()
+    assert summary["peak_host_pss_bytes"] >= 0.9 * ALLOCATED
+    assert not [n for n in summary["notes"] if "PSS unreadable" in n]

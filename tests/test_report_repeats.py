@@ -324,3 +324,7 @@ def test_the_drift_table_names_its_measurement_and_numbers_runs_from_1():
                          index=[7])
     cells = re.findall(r"<td>([^<]*)</td>", drift_charts.drift_table(frame))
     assert cells[3:6] == ["resnet50", "training", "1"]
+    # an operator cell's inputs are named by position: the operator says whose
+    ops = frame.assign(name="0", op_name="linear")
+    cells = re.findall(r"<td>([^<]*)</td>", drift_charts.drift_table(ops))
+    assert cells[3] == "linear 0"

@@ -193,3 +193,14 @@ def test_a_run_whose_result_is_invalid_counts_among_the_cells_runs(tmp_path):
                              repeat=3)
     models = model_charts.model_frame(pd.concat([frame, invalid], ignore_index=True))
     assert models["energy_note"].str.contains("of 4").all()
+
+
+def test_the_energy_caption_leaves_out_the_reason_of_a_run_without_energy(tmp_path):
+    """Run 2 has no energy figure (its counter unread at the phase's start): the cell's
+    mean is of runs 1 and 3, complete, so the caption names no source left out."""
+    lost = "partial: 1.20 s of GPU 0's 2.00 s and no energy figure (the counters cover part"
+    runs = gpu_runs(64, energy_note=(None, lost, None))
+    runs[1]["extra"]["monitor"].update(energy_j=None, samples_per_joule=None)
+    models = model_charts.model_frame(load(write_parquet(tmp_path, runs)))
+    figure = resource_charts.energy_figure(models)
+    assert "Sources not counted" not in figure.caption

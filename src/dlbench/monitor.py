@@ -71,9 +71,10 @@ CHILDREN_REFRESH_S = 1.0
 # stopped: a measured loop's memory is mostly that of its first iteration, and the
 # readings between catch what grows; a tree read every 100 s (2 GiB in 5 processes) has
 # little more than those two. The peak is the highest reading made.
-# benchmarks/monitor_overhead.py (a ResNet cell on 2 cores): the sampler's CPU share of
-# the phase 0.17 % as without PSS at this share; 2.4 % at 1 % with a reading before the
-# phase's start and after its end counted in it.
+# benchmarks/monitor_overhead.py (a small CPU cell, phases of 6 to 13 s on 2 cores): the
+# sampler's CPU share of the phase 0.35 to 0.73 %, against 0.17 % without PSS, nearly all
+# of it the first tick's reading (less in a longer phase); 2.4 % at a share of 1 % with
+# readings before the phase's start and after its end counted in it.
 PSS_SHARE = 0.002
 # A process's proportional set size (PSS): each page it maps divided by the number of
 # processes mapping it, so that a tree's sum counts the pages forked loader workers share
@@ -145,14 +146,14 @@ class ProcessTree:
         # loaded host a short interval reads more than the process could use; their sum is
         # held to this.
         self.capacity = 100.0 * (psutil.cpu_count() or 1)
-        # pid -> why its PSS could not be read (its RSS stood in for it): kept over phases,
-        # as the reason (an old kernel, another platform, no permission) is the host's
+        # pid -> why its PSS could not be read in this phase (then it has no PSS figures)
         self.pss_unread: dict[int, str] = {}
 
     def prime(self) -> None:
         """Start the CPU-time clocks; the first sample then covers start to now."""
         self._procs = {}
         self._refreshed_at = -math.inf
+        self.pss_unread = {}  # a phase's own: a process unreadable before may be gone
         self._refresh(time.perf_counter())
 
     def _refresh(self, now: float) -> None:
@@ -583,7 +584,7 @@ class ResourceMonitor:
         """The tree's PSS, paced: the next reading comes no sooner than this one's time
         over PSS_SHARE. One in the phase is read after a sample's other readings, so that
         their times (and the counters' intervals) are not held up by it, and counts in the
-        sampler's CPU time; those just before and after the phase do not."""
+        sampler's CPU time; the one after the phase's clock has stopped does not."""
         if not self.processes:
             return None
         began, cpu_began = time.perf_counter(), time.thread_time()

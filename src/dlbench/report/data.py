@@ -81,6 +81,16 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
+def measurement_names(rows: pd.DataFrame) -> pd.Series:
+    """A measurement's name, with its operator where a cell ran several (an operator cell's
+    inputs are named by position: each op's first input is "0")."""
+    name = rows["name"].fillna("").astype(str)
+    if "op_name" in rows:
+        op = rows["op_name"].fillna("").astype(str)
+        name = name.where((op == "") | (op == name), op + " " + name)
+    return name
+
+
 def cells(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per cell of each study (a cell's status and error are on all its rows, but
     for an operator cell's failed inputs, rows of their own beside its ok measurements:

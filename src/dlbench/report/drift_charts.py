@@ -9,7 +9,7 @@ import altair as alt
 import pandas as pd
 
 from dlbench import drift
-from dlbench.report.data import DRIFT_TIMES, joined, names_runs
+from dlbench.report.data import DRIFT_TIMES, joined, measurement_names, names_runs
 from dlbench.report.style import Figure, styled
 from dlbench.report.tables import table
 
@@ -36,11 +36,7 @@ def _label(rows: pd.DataFrame) -> pd.Series:
     two systems is two cells (data.prepare's ``cell``); a line is one run's iterations, so
     where its cell ran more than once it says which run."""
     parts = rows.get("cell", rows["cell_id"]).fillna("").to_frame("cell")
-    name = rows["name"].fillna("").astype(str)
-    if "op_name" in rows:
-        op = rows["op_name"].fillna("").astype(str)
-        name = name.where((op == "") | (op == name), op + " " + name)
-    parts = parts.assign(name=name, phase=rows["pass"].fillna("") if "pass" in rows else "")
+    parts = parts.assign(name=measurement_names(rows), phase=rows["pass"].fillna("") if "pass" in rows else "")
     if "repeat" in rows and names_runs(rows):
         # numbered from 1, as the failures listing numbers a cell's runs
         parts = parts.assign(run="run " + (rows["repeat"].fillna(0).astype(int) + 1)
@@ -56,8 +52,9 @@ def drift_table(frame: pd.DataFrame) -> str | None:
             if "gpu_clocks_held_back" in rows else pd.Series(float("nan"), index=rows.index))
     reasons = rows.get("gpu_clock_reasons", pd.Series(None, index=rows.index))
     settled = rows.get("warmup_settled", pd.Series(None, index=rows.index))
-    # r["name"]: a row of iterrows() is a Series, whose .name is its index label
-    body = [[r.study, r.system, r.get("cell") or r.cell_id, r["name"], r["pass"],
+    # not r.name: a row of iterrows() is a Series, whose .name is its index label
+    names = measurement_names(rows)
+    body = [[r.study, r.system, r.get("cell") or r.cell_id, names[i], r["pass"],
              int(r["repeat"]) + 1 if pd.notna(r["repeat"]) else "",  # from 1, as elsewhere
              int(r.iterations) if pd.notna(r.iterations) else "",
              f"{r.time_drift:+.1%}", f"{r.time_drift_p:.0e}",
@@ -85,10 +82,11 @@ def unsettled_table(frame: pd.DataFrame) -> str | None:
     rows = unsettled_rows(frame)
     if rows.empty:
         return None
-    body = [[r.study, r.system, r.get("cell") or r.cell_id, r["name"], r["pass"],
+    names = measurement_names(rows)
+    body = [[r.study, r.system, r.get("cell") or r.cell_id, names[i], r["pass"],
              f"{r.warmup_seconds:,.1f}" if pd.notna(r.warmup_seconds) else "",
              f"{r.time_drift:+.1%}" if pd.notna(r.get("time_drift")) else ""]
-            for _, r in rows.iterrows()]
+            for i, r in rows.iterrows()]
     return ('<p class="note">Warm-ups until steady (warmup_until_steady) that reached their '
             "limit before the times settled: these cells were measured still moving.</p>"
             + table(["study", "system", "cell", "measurement", "pass", "warm-up (s)",

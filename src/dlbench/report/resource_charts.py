@@ -69,6 +69,8 @@ def _precision_colour(frame: pd.DataFrame) -> alt.Color:
 
 
 # A run's label in a note of runs that differ (data.texts_over_runs): "... (runs 1, 3 of 3)"
+# A run's note where it has no energy figure (dlbench.monitor's wording).
+_NO_ENERGY, _NO_FIGURE = "not available on this host", "no energy figure"
 _RUNS_LABEL = re.compile(r" \((?:run|runs) [\d, ]+ of \d+\)$")
 
 
@@ -79,7 +81,11 @@ def _partial_notes(frame: pd.DataFrame) -> str:
     reasons = set()
     for note in frame["energy_note"].dropna().astype(str):
         for part in note.split("; ") if _RUNS_LABEL.search(note) else [note]:
-            reason = _RUNS_LABEL.sub("", part.strip()).removeprefix("partial: ").strip()
+            reason = _RUNS_LABEL.sub("", part.strip())
+            # A run with no energy figure is not in the cell's mean: not its reason.
+            if reason.startswith(_NO_ENERGY) or _NO_FIGURE in reason:
+                continue
+            reason = reason.removeprefix("partial: ").strip()
             if reason and reason != NO_TEXT:
                 reasons.add(reason)
     return "; ".join(sorted(reasons))

@@ -20,6 +20,7 @@ from dlbench.report.data import (
     cell_rows,
     cells,
     has_ok_run,
+    measurement_names,
     names_runs,
     numeric,
     ordered,
@@ -307,11 +308,12 @@ def unstable_table(frame: pd.DataFrame) -> str | None:
     keys = [k for k in ("cell", "name", "pass", "op_name") if k in rows]
     rows = rows.drop_duplicates(subset=keys, keep="last").sort_values(
         "run_to_run_cv", ascending=False)
-    body = [[r.study, r.system, r.get("cell") or r.cell_id, r["name"], r["pass"],
+    names = measurement_names(rows)
+    body = [[r.study, r.system, r.get("cell") or r.cell_id, names[i], r["pass"],
              int(r.repeats),
              f"{r.run_to_run_cv:.1%}", f"{r.cell_time_median_s * 1e3:,.3f}",
              f"{r.cell_time_ci_low_s * 1e3:,.3f} – {r.cell_time_ci_high_s * 1e3:,.3f}"
              if pd.notna(r.cell_time_ci_low_s) else ""]
-            for _, r in rows.iterrows()]
+            for i, r in rows.iterrows()]
     return table(["study", "system", "cell", "measurement", "pass", "runs", "run-to-run CV",
                   time_title(rows["repeats"], "ms"), "95 % CI (ms)"], body, css="numeric-tail")
