@@ -185,3 +185,11 @@ def test_processes_warm_up_alike_until_every_one_is_done(monkeypatch):
                               steady=harness.UntilSteady(agree))
     assert asked == [True] * 8 and loop.warmup["iterations"] == harness.STEADY_WINDOW + 7
     assert harness.until_steady(type("Args", (), {"warmup_until_steady": False})()) is None
+
+
+def test_input_split_is_the_rank_that_waited_longest_with_every_ranks_wait():
+    split = harness.input_split([(0.5, 9.5), (4.0, 6.0), (4.0, 6.1)])
+    assert (split.data_wait_s, split.compute_s, split.rank) == (4.0, 6.0, 1)
+    assert split.facts() == {"data_wait_rank": 1, "ranks_data_wait_s": [0.5, 4.0, 4.0]}
+    with pytest.raises(ValueError, match="no rank's split"):
+        harness.input_split([])

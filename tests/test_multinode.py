@@ -266,14 +266,16 @@ def test_a_multi_node_pytorch_cell_outside_a_slurm_job_is_a_failed_row(tmp_path)
 # MXNet: the workers' results become the cell's ------------------------------------------
 
 
-def worker_doc(times, host, rank, status="ok"):
+def worker_doc(times, host, rank, status="ok", split=(None, None)):
     res = R.new_result(kind="model", cell={"framework": "mxnet", "num_nodes": 2}, study="s",
                        cell_id="c")
     res["environment"] = {"hostname": host}
     if status == "ok":
+        wait, compute = split
         res["measurements"] = [R.measurement(
             name="deep_mnist", pass_="training", times_s=times, items_per_iteration=4,
-            parameters=10, extra={"rank": rank, "num_workers": 2})]
+            parameters=10, data_wait_s=wait, compute_s=compute,
+            extra={"rank": rank, "num_workers": 2})]
         R.finish(res, "ok")
     else:
         R.finish(res, status, "CUDA out of memory")
@@ -289,6 +291,27 @@ def test_merged_workers_give_the_slowest_time_of_each_iteration_and_all_samples(
     assert m["times_s"] == [2.0, 3.0, 2.5] and m["items_per_iteration"] == 8
     assert m["throughput"] == pytest.approx(8 / 2.5)
     assert m["extra"]["hosts"] == ["gpu07", "gpu08"] and m["extra"]["worker_ranks"] == [0, 1]
+
+
+def test_merged_workers_on_real_data_split_the_time_as_the_worker_that_waited_longest(
+        tmp_path):
+    """Worker 1 starves on input while worker 0 waits for it in the push/pull (its
+    compute): the cell's split is worker 1's, every worker's wait beside it."""
+    args = type("Args", (), {"study": "s", "cell_id": "c"})()
+    R.write(worker_doc([2.0, 2.0], "gpu07", 0, split=(0.1, 3.9)), dist.part_path(tmp_path, 0))
+    R.write(worker_doc([2.0, 2.0], "gpu08", 1, split=(3.0, 1.0)), dist.part_path(tmp_path, 1))
+    (m,) = dist.merge({"framework": "mxnet"}, args, tmp_path, 2, 0, [])["measurements"]
+    assert (m["data_wait_s"], m["compute_s"]) == (3.0, 1.0)
+    assert m["extra"]["data_wait_rank"] == 1 and m["extra"]["ranks_data_wait_s"] == [0.1, 3.0]
+
+
+def test_merged_workers_on_synthetic_data_keep_no_input_split(tmp_path):
+    args = type("Args", (), {"study": "s", "cell_id": "c"})()
+    R.write(worker_doc([2.0], "gpu07", 0, split=(None, 2.0)), dist.part_path(tmp_path, 0))
+    R.write(worker_doc([2.0], "gpu08", 1, split=(None, 2.0)), dist.part_path(tmp_path, 1))
+    (m,) = dist.merge({"framework": "mxnet"}, args, tmp_path, 2, 0, [])["measurements"]
+    assert m["data_wait_s"] is None and m["compute_s"] == 2.0
+    assert "data_wait_rank" not in m["extra"]
 
 
 def test_a_worker_that_failed_or_wrote_nothing_fails_the_cell_naming_it(tmp_path):

@@ -288,3 +288,24 @@ def test_a_cell_over_several_nodes_counts_this_nodes_share_of_the_samples_per_jo
         "node 0 of 2: its 4 GPUs' energy and their share of the samples")
     one = attached(4, 1)
     assert one["items"] == 640.0 and not (one["energy_note"] or "").startswith("node 0")
+
+
+def test_a_data_parallel_loader_cell_records_the_wait_of_the_rank_that_waited_longest(
+        tmp_path):
+    """Two CPU processes (gloo) reading a real ImageFolder: the cell's wait is the longest
+    of the two ranks' own, both recorded (rank 0's alone hid a rank starved of input)."""
+    from dlbench.datasets import synthetic
+
+    folder = tmp_path / "images"
+    synthetic.generate(folder, synthetic.Spec(classes=2, images_per_class=8, image_size=64,
+                                              seed=3))
+    proc, res = run_runner(tmp_path, "--model=resnet18", "--batch_size=2", "--device=cpu",
+                           "--num_gpus=2", "--num_batches=3", "--num_warmup_batches=1",
+                           "--data_loader_only=true", f"--data_dir={folder}",
+                           "--data_backend=image_folder", "--monitor_interval_ms=0")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert res["status"] == "ok", res["error"]
+    (m,) = res["measurements"]
+    waits = m["extra"]["ranks_data_wait_s"]
+    assert len(waits) == 2 and all(w > 0 for w in waits)
+    assert m["data_wait_s"] == max(waits) == waits[m["extra"]["data_wait_rank"]]

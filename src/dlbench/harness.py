@@ -298,6 +298,37 @@ def until_steady(args: argparse.Namespace,
     return UntilSteady(agree) if agree is not None else UntilSteady()
 
 
+@dataclass(frozen=True)
+class InputSplit:
+    """A data-parallel cell's split of its measured time into waiting for input and the
+    rest, taken from the rank that waited longest for input (``rank``), with every rank's
+    wait beside it.
+
+    A step's collectives make every rank as slow as the slowest: a rank starved of input
+    waits in its loader while the others wait in the gradient all-reduce, which counts as
+    their compute. Rank 0's split alone would call a cell bound by one rank's input
+    compute-bound."""
+
+    data_wait_s: float
+    compute_s: float
+    rank: int
+    ranks_data_wait_s: list[float]
+
+    def facts(self) -> dict[str, Any]:
+        """The measurement's extra: whose split it is and every rank's wait."""
+        return {"data_wait_rank": self.rank, "ranks_data_wait_s": self.ranks_data_wait_s}
+
+
+def input_split(splits: Sequence[tuple[float, float]]) -> InputSplit:
+    """Of every rank's (data_wait_s, compute_s), in rank order, that of the rank that
+    waited longest for input (the lowest rank of those that waited alike)."""
+    if not splits:
+        raise ValueError("no rank's split of its measured time")
+    waits = [float(wait) for wait, _ in splits]
+    rank = waits.index(max(waits))
+    return InputSplit(waits[rank], float(splits[rank][1]), rank, waits)
+
+
 def warmup_facts(loop: LoopTimes) -> dict[str, Any]:
     """A measurement's extra for its warm-up until steady (nothing for a fixed one)."""
     return {"warmup": loop.warmup} if loop.warmup is not None else {}

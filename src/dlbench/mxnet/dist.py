@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlbench import multinode, subproc
+from dlbench import harness, multinode, subproc
 from dlbench import result as R
 
 # After the workers end, the scheduler and servers get this long to follow (they exit when
@@ -214,12 +214,18 @@ def merge(cell: dict[str, Any], args: argparse.Namespace, folder: Path, nodes: i
 
     extra = {**m0["extra"], "hosts": hosts, "num_hosts": len(set(hosts)),
              "worker_ranks": [m["extra"].get("rank") for m in measures]}
+    wait, compute = m0["data_wait_s"], m0["compute_s"]
+    if all(m.get("data_wait_s") is not None and m.get("compute_s") is not None
+           for m in measures):  # real data: the split of the worker that waited longest
+        split = harness.input_split([(m["data_wait_s"], m["compute_s"]) for m in measures])
+        wait, compute = split.data_wait_s, split.compute_s
+        extra.update(split.facts())
     merged = R.measurement(
         name=m0["name"], pass_=m0["pass"], times_s=slowest,
         items_per_iteration=total("items_per_iteration"), parameters=m0["parameters"],
         throughput_unit=m0["throughput_unit"],
         flops_per_iteration=total("flops_per_iteration"),
-        data_wait_s=m0["data_wait_s"], compute_s=m0["compute_s"], extra=extra)
+        data_wait_s=wait, compute_s=compute, extra=extra)
     return {**first, "measurements": [merged]}
 
 

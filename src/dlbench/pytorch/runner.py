@@ -237,10 +237,12 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         loop = timed_loop(batches, lambda *b: None, sync, args.num_warmup_batches,
                           args.num_batches, hooks=hooks, steady=steady)
         times = distributed.slowest_rank_times(loop.times_s, device)
+        split = input_split(loop, topo)
         res["measurements"] = [R.measurement(name=args.model, pass_="loader", times_s=times,
                                              items_per_iteration=items,
-                                             data_wait_s=loop.data_wait_s,
-                                             extra=harness.warmup_facts(loop))]
+                                             data_wait_s=split.data_wait_s,
+                                             extra={**harness.warmup_facts(loop),
+                                                    **split_facts(split, topo)})]
         if mon:
             attach_monitor(res, args, mon, topo.world_size)
         distributed.shutdown()  # a data-parallel loader cell's group too (NCCL warns, may hang)
@@ -295,9 +297,10 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                       hooks=hooks, steady=steady)
     if device_type == "cuda":
         extra["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
-    times, wait, compute = (distributed.slowest_rank_times(loop.times_s, device),
-                            loop.data_wait_s, loop.compute_s)
-    extra.update(harness.warmup_facts(loop))
+    times = distributed.slowest_rank_times(loop.times_s, device)
+    split = input_split(loop, topo)
+    wait, compute = split.data_wait_s, split.compute_s
+    extra.update(harness.warmup_facts(loop), **split_facts(split, topo))
     if topo.distributed:
         hosts = distributed.rank_hosts()
         extra.update(world_size=topo.world_size, hosts=hosts, num_hosts=len(set(hosts)))
@@ -343,6 +346,22 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     if mon:
         attach_monitor(res, args, mon, topo.world_size)
     distributed.shutdown()
+
+
+def input_split(loop: harness.LoopTimes, topo: Any) -> harness.InputSplit:
+    """The measured time's split into waiting for input and the rest, of the rank that
+    waited longest (one collective, after the timed loop); this process's in one."""
+    from dlbench.pytorch import distributed
+
+    splits = (distributed.gather((loop.data_wait_s, loop.compute_s)) if topo.distributed
+              else [(loop.data_wait_s, loop.compute_s)])
+    return harness.input_split(splits)
+
+
+def split_facts(split: harness.InputSplit, topo: Any) -> dict[str, Any]:
+    """Whose split a data-parallel cell records, and every rank's wait; nothing for one
+    process."""
+    return split.facts() if topo.distributed else {}
 
 
 def attach_monitor(res: dict[str, Any], args: argparse.Namespace, mon: monitor.ResourceMonitor,
