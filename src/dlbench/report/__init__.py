@@ -76,9 +76,7 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
                 "How many samples per second each model processes as the batch grows.",
                 _present(model_charts.throughput_figure(models),
                          model_charts.framework_figure(models))),
-        Section("systems", "Systems side by side",
-                "The same cells on each system (their throughput is in the charts above, one "
-                "line style per system).",
+        Section("systems", "Systems side by side", model_charts.systems_intro(models),
                 _present(model_charts.systems_figure(models, baseline_system))),
         Section("stability", "Run-to-run variation",
                 "Measurements whose runs (a study's repeats) differ by more than the "

@@ -24,7 +24,14 @@ from dlbench.report.data import (
     time_title,
 )
 from dlbench.report.model_charts import line_panels, with_panel
-from dlbench.report.style import Column, Figure, NumbersTable, styled
+from dlbench.report.style import (
+    SIGNIFICANT_COLUMN,
+    SIGNIFICANT_TIP,
+    Column,
+    Figure,
+    NumbersTable,
+    styled,
+)
 
 KIND = "comms"
 # A size in bytes as 8 B, 4 KiB, 256 MiB (a Vega expression).
@@ -109,8 +116,8 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
     median = time_title(data["repeats"], "µs")
     tips = [*tips,
             alt.Tooltip("time_us:Q", title=median, format=",.1f"),
-            alt.Tooltip("algbw_gbps:Q", title="algorithm GB/s", format=",.3f"),
-            alt.Tooltip("busbw_gbps:Q", title="bus GB/s", format=",.3f")]
+            alt.Tooltip("algbw_gbps:Q", title="algorithm GB/s", format=SIGNIFICANT_TIP),
+            alt.Tooltip("busbw_gbps:Q", title="bus GB/s", format=SIGNIFICANT_TIP)]
     # The link's columns where some cell read its links (none on one node's CPU).
     linked = bool(data["pct_of_link"].notna().any())
     if linked:
@@ -150,8 +157,8 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
             Column("collective", "collective"), Column("ranks", "processes", "d"),
             *[Column(a, encodings.title(a)) for a in placed],
             Column("size_bytes", "bytes", ",d"), Column("time_us", median, ",.1f"),
-            Column("algbw_gbps", "algorithm GB/s", ",.3f"),
-            Column("busbw_gbps", "bus GB/s", ",.3f"),
+            Column("algbw_gbps", "algorithm GB/s", SIGNIFICANT_COLUMN),
+            Column("busbw_gbps", "bus GB/s", SIGNIFICANT_COLUMN),
             *([Column("pct_of_link", "% of link", ".1f"), Column("link", "link")]
               if linked else [])],
             required="time_us"))

@@ -31,6 +31,8 @@ from dlbench.report.model_charts import (
 from dlbench.report.style import (
     PANEL_HEIGHT,
     PANEL_WIDTH,
+    SIGNIFICANT_COLUMN,
+    SIGNIFICANT_TIP,
     Column,
     Figure,
     NumbersTable,
@@ -162,7 +164,7 @@ def _tooltip(data: pd.DataFrame, encoding: encodings.Encoding) -> list[alt.Toolt
             alt.Tooltip("tpot_p99_ms:Q", title=runs_title(data["repeats"], "TPOT p99 (ms)"),
                         format=",.3f"),
             alt.Tooltip("output_tokens_per_s:Q", title="output tokens/s", format=",.1f"),
-            alt.Tooltip("decode_gbps:Q", title="decode GB/s (floor)", format=",.0f")]
+            alt.Tooltip("decode_gbps:Q", title="decode GB/s (floor)", format=SIGNIFICANT_TIP)]
 
 
 def _numbers(data: pd.DataFrame, encoding: encodings.Encoding) -> NumbersTable:
@@ -176,7 +178,7 @@ def _numbers(data: pd.DataFrame, encoding: encodings.Encoding) -> NumbersTable:
         Column("tpot_p90_ms", runs_title(data["repeats"], "p90 (ms)"), ",.3f"),
         Column("tpot_p99_ms", runs_title(data["repeats"], "p99 (ms)"), ",.3f"),
         Column("output_tokens_per_s", "output tokens/s", ",.1f"),
-        Column("decode_gbps", "decode GB/s", ",.0f"),
+        Column("decode_gbps", "decode GB/s", SIGNIFICANT_COLUMN),
         Column("decode_pct_of_peak_gbps", "% of memory peak", ",.1f"),
         Column("decode_pct_of_measured_gbps", "% of measured copy", ",.1f"),
         Column("kv_cache_mib", "KV cache (MiB)", ",.1f"),

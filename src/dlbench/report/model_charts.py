@@ -26,6 +26,8 @@ from dlbench.report.style import (
     MUTED,
     PANEL_HEIGHT,
     PANEL_WIDTH,
+    SIGNIFICANT_COLUMN,
+    SIGNIFICANT_TIP,
     UNSTABLE_COLOUR,
     Column,
     Figure,
@@ -525,6 +527,23 @@ def systems_figure(models: pd.DataFrame, chosen: str | None = None) -> Figure | 
                   table=ratio_table(encoding, "system", reference, f"{baseline} throughput"))
 
 
+# How the throughput chart shows the systems, by the place its encoding gave the axis.
+SYSTEM_PLACES = {"series": "one line style per system",
+                 "filters": "one system at a time, chosen above that chart",
+                 "panels": "a panel per system"}
+
+
+def systems_intro(models: pd.DataFrame) -> str:
+    """The systems section's intro: where the throughput chart above draws the systems,
+    read from the encoding that chart uses (by_batch), so that the two cannot disagree."""
+    text = "The same cells on each system"
+    encoding = by_batch(models)[2] if not models.empty else None
+    for place, words in SYSTEM_PLACES.items():
+        if encoding is not None and "system" in getattr(encoding, place):
+            return f"{text} (their throughput is in the throughput chart above, {words})."
+    return f"{text}."
+
+
 def compile_speedup_frame(models: pd.DataFrame) -> pd.DataFrame:
     """Throughput of each execution mode over eager of the same model, phase, precision,
     batch, device and framework."""
@@ -563,7 +582,7 @@ def tflops_figure(models: pd.DataFrame) -> Figure | None:
     if models.empty or models["tflops"].isna().all():
         return None
     frame, panels, encoding = by_batch(models)
-    tips = model_tooltip(frame, [alt.Tooltip("tflops:Q", title="TFLOP/s", format=",.2f"),
+    tips = model_tooltip(frame, [alt.Tooltip("tflops:Q", title="TFLOP/s", format=SIGNIFICANT_TIP),
                             alt.Tooltip("throughput:Q", format=",.1f")], encoding)
     colour = alt.Color("precision:N", scale=precision_scale(list(frame["precision"].unique())))
     chart = lines_by_batch(frame, y="tflops", y_title="achieved TFLOP/s", colour=colour,
@@ -574,7 +593,8 @@ def tflops_figure(models: pd.DataFrame) -> Figure | None:
                   + (" (the mean of each cell's runs' medians)"
                      if int(frame["repeats"].max()) > 1 else "") + "." + encoding.note(),
                   styled(chart), shows=encoding.defaults,
-                  table=NumbersTable([*axis_columns(encoding), Column("tflops", "TFLOP/s", ",.2f")],
+                  table=NumbersTable([*axis_columns(encoding),
+                                      Column("tflops", "TFLOP/s", SIGNIFICANT_COLUMN)],
                                      required="tflops"))
 
 

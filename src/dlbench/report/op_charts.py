@@ -19,7 +19,7 @@ from dlbench.report.data import (
     time_title,
     varying,
 )
-from dlbench.report.style import PASS_COLOURS, Figure, colour_scale, styled
+from dlbench.report.style import PASS_COLOURS, SIGNIFICANT_TIP, Figure, colour_scale, styled
 
 # The axis with its own place in these charts: the op config (panels). Not backward: a
 # cell with backward on times the forward pass too, so an input's forward is measured by
@@ -176,7 +176,7 @@ def _rate_figure(ops: pd.DataFrame, *, rate: str, work: str, name: str, title: s
         tooltip=[alt.Tooltip("op:N", title="operator"), alt.Tooltip("input:N"),
                  alt.Tooltip("pass:N"), alt.Tooltip("variant:N", title="cell"),
                  alt.Tooltip(f"{work}:Q", title=work_title, format=".3~s"),
-                 alt.Tooltip(f"{rate}:Q", title=rate_title, format=",.2f")],
+                 alt.Tooltip(f"{rate}:Q", title=rate_title, format=SIGNIFICANT_TIP)],
     )
     lines = base.mark_line(strokeWidth=1.2, opacity=0.5).encode(
         detail=alt.Detail(["op:N", "pass:N", "variant:N"]), order=f"{work}:Q")

@@ -12,6 +12,8 @@ from dlbench.report.model_charts import faceted, filtered, throughput_unit, with
 from dlbench.report.style import (
     PANEL_HEIGHT,
     PANEL_WIDTH,
+    SIGNIFICANT_COLUMN,
+    SIGNIFICANT_TIP,
     Column,
     Figure,
     NumbersTable,
@@ -49,13 +51,19 @@ def _lines(base: alt.Chart, encoding: Encoding) -> alt.Chart:
         "variant:N", title=encodings.series_title(encoding.series)))
 
 
+def _formats(y: str) -> tuple[str, str]:
+    """The tooltip's and the numbers table's format of the metric ``y``: TFLOP/s to three
+    significant digits (a CPU's are thousandths), throughput with its decimals."""
+    return (SIGNIFICANT_TIP, SIGNIFICANT_COLUMN) if y == "tflops" else (",.2f", ",.3f")
+
+
 def _numbers(frame: pd.DataFrame, y: str, y_title: str, encoding: Encoding) -> NumbersTable:
     placed = encoding.placed(("model", "precision"))
     return NumbersTable([
         Column("model", "model"), Column("config", "options"),
         Column("phi", "Φ (parameters)", ",d"), Column("precision", "precision"),
         *[Column(a, encodings.title(a)) for a in placed],
-        Column("batch_size", "batch size", "d"), Column(y, y_title, ",.3f"),
+        Column("batch_size", "batch size", "d"), Column(y, y_title, _formats(y)[1]),
         Column("time_ms", time_title(frame["repeats"], "ms"), ",.3f")], required=y)
 
 
@@ -63,7 +71,7 @@ def _tooltip(frame: pd.DataFrame, y: str) -> list[alt.Tooltip]:
     return [alt.Tooltip("model:N"), alt.Tooltip("config:N", title="options"),
             alt.Tooltip("phi:Q", title="Φ (parameters)", format=",d"),
             alt.Tooltip("precision:N"), alt.Tooltip("batch_size:Q", title="batch size"),
-            alt.Tooltip(f"{y}:Q", format=",.2f"),
+            alt.Tooltip(f"{y}:Q", format=_formats(y)[0]),
             alt.Tooltip("time_ms:Q", title=time_title(frame["repeats"], "ms"), format=",.3f")]
 
 

@@ -38,6 +38,8 @@ from dlbench.report.model_charts import (
 from dlbench.report.style import (
     PANEL_HEIGHT,
     PANEL_WIDTH,
+    SIGNIFICANT_COLUMN,
+    SIGNIFICANT_TIP,
     Column,
     Figure,
     NumbersTable,
@@ -176,7 +178,7 @@ def energy_figure(models: pd.DataFrame) -> Figure | None:
     per_joule, energy, power = (runs_title(repeats, t) for t in (
         f"{items}/J", "energy (J)", "mean power (W)"))
     tips = model_tooltip(frame, [alt.Tooltip("samples_per_joule:Q", title=per_joule,
-                                             format=",.2f"),
+                                             format=SIGNIFICANT_TIP),
                             alt.Tooltip("energy_j:Q", title=energy, format=",.1f"),
                             alt.Tooltip("power_mean_w:Q", title=power, format=",.1f"),
                             *_sources_tooltip(frame),
@@ -193,7 +195,7 @@ def energy_figure(models: pd.DataFrame) -> Figure | None:
     return Figure("energy-efficiency", "Energy efficiency against batch size",
                   caption + sources_note(cells, models) + _runs_note(repeats) + encoding.note(),
                   styled(chart), shows=encoding.defaults, table=_numbers(encoding, [
-                      Column("samples_per_joule", per_joule, ",.2f"),
+                      Column("samples_per_joule", per_joule, SIGNIFICANT_COLUMN),
                       Column("energy_j", energy, ",.1f"),
                       Column("power_mean_w", power, ",.1f"), *_sources_column(frame)],
                       "samples_per_joule"))

@@ -25,6 +25,12 @@ SPARE_COLOURS = ("#72b7b2", "#b279a2", "#ff9da6", "#9d755d", "#bab0ac", "#eeca3b
 PANEL_WIDTH = 250
 PANEL_HEIGHT = 170
 PANEL_COLUMNS = 3
+# Three significant digits for rates that can be small (TFLOP/s, GB/s, samples per joule):
+# a fixed count of decimals prints a CPU's 0.006 and 0.009 TFLOP/s alike as "0.01". The
+# tooltips' d3 format ("r": decimals, never 1.8e+3; "~": no trailing zeros) and the numbers
+# tables' (page.TABLE_SCRIPT: "g" is significant digits, in decimals) print the same text.
+SIGNIFICANT_TIP = ",.3~r"
+SIGNIFICANT_COLUMN = ",.3g"
 
 
 @dataclass(frozen=True)
