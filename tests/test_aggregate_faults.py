@@ -212,7 +212,8 @@ def run_script(tmp_path: Path, monkeypatch, inputs: list[Path]) -> Path:
     fake = SimpleNamespace(input=[str(p) for p in inputs], log=[str(log)],
                            output=SimpleNamespace(parquet=str(tmp_path / "t.parquet"),
                                                   csv=str(tmp_path / "t.csv")),
-                           params=SimpleNamespace(unstable_cv=0.05, system="box"))
+                           params=SimpleNamespace(unstable_cv=0.05, system="box",
+                                                  studies=["s"]))
     # The script lists invalid files for the next run under results/ of the working
     # directory: this test's, never the repository's.
     monkeypatch.chdir(tmp_path)
@@ -243,17 +244,25 @@ def test_another_systems_invalid_file_stays_a_failed_row_and_is_not_set_aside(tm
         return path
 
     ours, theirs = invalid("box", "A"), invalid("other", "B")
-    log = run_script(tmp_path, monkeypatch, [ours, theirs])
+    # this system's, of a study this run's config does not name: its cell is measured by
+    # a run of a config that names it
+    unnamed = tmp_path / "results" / "box" / "t" / "cells" / "C.json"
+    unnamed.parent.mkdir(parents=True)
+    unnamed.write_bytes(b"{broken")
+    log = run_script(tmp_path, monkeypatch, [ours, theirs, unnamed])
     listed = (tmp_path / workflow_support.INVALID_LATER).read_text().splitlines()
     assert listed == [str(ours)]
-    rows = {row["system"]: row for row in pq.read_table(tmp_path / "t.parquet").to_pylist()}
-    assert "the next run moves it aside" in rows["box"]["error"]
-    assert rows["other"]["error"].endswith(
+    rows = {(row["system"], row["study"] or row["source"].split("/")[-3]): row
+            for row in pq.read_table(tmp_path / "t.parquet").to_pylist()}
+    assert "the next run moves it aside" in rows["box", "s"]["error"]
+    assert rows["other", "s"]["error"].endswith(
         "left in place: system 'other''s next run measures the cell again")
-    assert rows["other"]["status"] == "failed" and rows["other"]["cell_id"] == "B"
+    assert rows["other", "s"]["status"] == "failed" and rows["other", "s"]["cell_id"] == "B"
+    assert rows["box", "t"]["error"].endswith(
+        "left in place: a run of a config naming study 't' measures the cell again")
     assert str(theirs) in log.read_text()
     workflow_support.set_aside_invalid(tmp_path / workflow_support.INVALID_LATER)
-    assert theirs.exists() and not ours.exists()
+    assert theirs.exists() and unnamed.exists() and not ours.exists()
 
 
 def test_an_invalid_repeats_row_says_which_repeat(tmp_path):

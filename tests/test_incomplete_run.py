@@ -114,7 +114,8 @@ def test_a_second_interrupt_stops_it_and_says_what_was_written(tmp_path, monkeyp
 
 def test_only_this_runs_invalid_files_are_moved_aside(tmp_path, monkeypatch):
     """Another system's invalid result stays where it is (its own runs measure the cell
-    again); this system's is moved into invalid/ for its next run to measure."""
+    again), and so does this system's of a study the run does not name; this run's is
+    moved into invalid/ for its next run to measure."""
     from dlbench import report
 
     monkeypatch.setattr(report, "render", lambda *args, **kwargs: None)
@@ -124,11 +125,15 @@ def test_only_this_runs_invalid_files_are_moved_aside(tmp_path, monkeypatch):
     theirs = systems.result_path("other", "s", "pytorch_b_00000002", root)
     theirs.parent.mkdir(parents=True)
     theirs.write_text("{broken")
+    # this system's, of a study the run's config does not name: a run naming it measures it
+    unnamed = systems.result_path("local", "t", "pytorch_d_00000004", root)
+    unnamed.parent.mkdir(parents=True)
+    unnamed.write_text("{broken")
     planned = [str(ours), *planned_paths(root, "pytorch_c_00000003")]
-    incomplete_run.write(planned, [str(theirs)], str(tmp_path / "t.parquet"),
+    incomplete_run.write(planned, [str(theirs), str(unnamed)], str(tmp_path / "t.parquet"),
                          str(tmp_path / "t.csv"), str(tmp_path / "report"), say=lambda _: None)
-    assert theirs.exists() and not ours.exists()
+    assert theirs.exists() and unnamed.exists() and not ours.exists()
     assert len(list((ours.parent / "invalid").iterdir())) == 1
     rows = pq.read_table(tmp_path / "t.parquet").to_pylist()
-    assert sorted((r["system"], r["status"]) for r in rows) == [("local", "failed"),
-                                                                ("other", "failed")]
+    assert sorted((r["system"], r["status"]) for r in rows) == [
+        ("local", "failed"), ("local", "failed"), ("other", "failed")]

@@ -314,3 +314,22 @@ def test_a_pytorch_gpu_cell_records_the_machines_gpus_not_only_those_it_sees(mon
     monkeypatch.setattr(environment, "gpus_from_nvml", lambda: {})
     assert torch_environment.collect(torch.device("cuda", 0))["gpu_models"] == \
         ["NVIDIA H100 80GB HBM3"]
+
+
+def test_the_table_keeps_other_systems_results_and_this_systems_of_studies_not_named(
+        tmp_path, monkeypatch):
+    """What the aggregate reads beside this run's cells: every result of another system,
+    and this system's of a study its config no longer names (another config's run made
+    them); this system's of a named study are the run's own cells only."""
+    from dlbench import workflow_support
+
+    monkeypatch.chdir(tmp_path)
+    root = Path("results")
+    ours = result_file(root, "box", "s", "pytorch_a_00000001", env())
+    stale = result_file(root, "box", "s", "pytorch_b_00000002", env())  # dropped from s
+    earlier = result_file(root, "box", "t", "pytorch_c_00000003", env())
+    theirs = result_file(root, "other", "s", "pytorch_a_00000001", env(cpu="Intel"))
+    assert systems.study_of(earlier) == "t" and systems.study_of(Path("x.json")) is None
+    assert workflow_support.results_beside("box", {"s": {}}) == [earlier, theirs]
+    assert ours not in workflow_support.results_beside("box", ["s", "t"])
+    assert stale in workflow_support.results_beside("other", ["s"])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -398,16 +398,18 @@ def move_aside(path: str | Path) -> Path:
 
 
 def invalid_row(path: str | Path, problem: str, move: bool,
-                later: list[str] | None = None, owner: str | None = None) -> dict[str, Any]:
+                later: list[str] | None = None, left_for: str | None = None
+                ) -> dict[str, Any]:
     """The failed row that stands for an invalid result file, said in the log too; with
     ``move`` the file is moved aside so that the next run measures its cell again; with
     ``later`` (the workflow's: a file moved now would be missing from the run that is
-    going on) its path is added there instead, for the next run to move; ``owner``: the
-    other system whose file it is, left where it is for that system's runs."""
+    going on) its path is added there instead, for the next run to move; ``left_for``:
+    the runs that measure its cell (another system's, another config's), where it is left
+    for them."""
     message = f"invalid result file {path}: {problem}"
     moved = None
-    if owner is not None:
-        message += f"; left in place: system {owner!r}'s next run measures the cell again"
+    if left_for is not None:
+        message += f"; left in place: {left_for} measures the cell again"
     elif later is not None:
         later.append(str(path))
         message += "; the next run moves it aside and measures the cell again"
@@ -430,17 +432,24 @@ def invalid_row(path: str | Path, problem: str, move: bool,
 def build_table(paths: Iterable[str | Path], *, move_invalid: bool = False,
                 check: bool = True, invalid_later: list[str] | None = None,
                 unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV,
-                own_system: str | None = None) -> pa.Table:
+                own_system: str | None = None,
+                own_studies: Collection[str] | None = None) -> pa.Table:
     """One table of every result file; an invalid one gives a failed row (``invalid_row``).
     With ``check``, two machines or software stacks under one label raise SystemConflict.
     Each measurement's statistics across its cell's repeats: dlbench.run_to_run. With
-    ``own_system``, only that system's invalid files are moved aside or listed for later."""
+    ``own_system`` (and ``own_studies``), only the invalid files of that system (and those
+    studies) are moved aside or listed for later."""
     def invalid(path: str | Path, problem: str) -> dict[str, Any]:
-        # Another system's cells are measured by its own runs only: moved aside here, its
-        # file would leave the table with nothing to measure it again.
-        owner = systems.system_of(Path(path))
+        # Another system's cells are measured by its own runs only, and a study this run's
+        # config does not name by a run of a config that does: moved aside here, the file
+        # would leave the table with nothing to measure its cell again.
+        owner, study = systems.system_of(Path(path)), systems.study_of(Path(path))
         if own_system is not None and owner is not None and owner != own_system:
-            return invalid_row(path, problem, False, None, owner=owner)
+            return invalid_row(path, problem, False, None,
+                               left_for=f"system {owner!r}'s next run")
+        if own_studies is not None and study is not None and study not in own_studies:
+            return invalid_row(path, problem, False, None,
+                               left_for=f"a run of a config naming study {study!r}")
         return invalid_row(path, problem, move_invalid, invalid_later)
 
     files: list[tuple[str | Path, list[dict[str, Any]]]] = []
@@ -489,13 +498,15 @@ def _nullable_integers(dtype: pa.DataType) -> Any:
 def write(paths: Iterable[str | Path], parquet: str | Path, csv: str | Path | None = None,
           *, move_invalid: bool = True, invalid_later: list[str] | None = None,
           unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV,
-          own_system: str | None = None) -> pa.Table:
+          own_system: str | None = None,
+          own_studies: Collection[str] | None = None) -> pa.Table:
     """Write the table of ``paths`` to ``parquet`` (and ``csv``), each file whole or not at
-    all; invalid result files (of ``own_system`` only, where given) are moved aside
-    (``move_invalid``, see the module) or listed in ``invalid_later``. Two machines or
-    software stacks under one system label stop it (SystemConflict)."""
+    all; invalid result files (of ``own_system`` and ``own_studies`` only, where given)
+    are moved aside (``move_invalid``, see the module) or listed in ``invalid_later``. Two
+    machines or software stacks under one system label stop it (SystemConflict)."""
     table = build_table(paths, move_invalid=move_invalid, invalid_later=invalid_later,
-                        unstable_cv=unstable_cv, own_system=own_system)
+                        unstable_cv=unstable_cv, own_system=own_system,
+                        own_studies=own_studies)
     kept = "the previous table is left as it was"
     # Both files are written before either replaces its previous version, so that a full
     # disk leaves the pair as it was, not a new Parquet beside an old CSV.

@@ -56,8 +56,8 @@ def write(planned: Sequence[str], others: Sequence[str], parquet: str, csv: str,
           unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV,
           say: Callable[[str], None] = _to_stderr) -> None:
     """Write the table and the report of the results there are where some of ``planned``
-    (this run's result files) are missing; ``others``: other systems' result files found
-    under results/ (dlbench.systems.result_files). ``say``
+    (this run's result files) are missing; ``others``: the other result files the table
+    keeps (dlbench.workflow_support.results_beside). ``say``
     gets a line before the work and one after it. Nothing is done (or said) when no
     planned result is missing: the run failed elsewhere, and the failed job's own log says
     why. With no result at all, nothing is written. It follows an interrupt as often as
@@ -78,11 +78,12 @@ def write(planned: Sequence[str], others: Sequence[str], parquet: str, csv: str,
         f"{len(present)} results there are (Ctrl-C to skip)")
     written: list[str] = []
     try:
-        # Only this run's invalid files are moved aside: another system's runs measure
-        # its cells, so its file stays (a failed row) until then.
+        # Only this run's invalid files are moved aside: another system's runs (or a run
+        # of another config) measure the others' cells, so each stays (a failed row).
         own = {systems.system_of(Path(path)) for path in planned}
         table = aggregate.write(present, parquet, csv, unstable_cv=unstable_cv,
-                                own_system=own.pop() if len(own) == 1 else None)
+                                own_system=own.pop() if len(own) == 1 else None,
+                                own_studies={systems.study_of(Path(p)) for p in planned})
         written.append(f"{parquet} ({table.num_rows} rows)")
         from dlbench import report  # altair: only where a report is written
 

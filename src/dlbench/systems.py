@@ -120,6 +120,13 @@ def system_of(result_file: Path) -> str | None:
     return path.parents[2].name or None
 
 
+def study_of(result_file: Path) -> str | None:
+    """The study of a result at results/<system>/<study>/cells/<cell>.json (None for a
+    file laid out otherwise)."""
+    path = Path(result_file)
+    return path.parents[1].name if system_of(path) is not None else None
+
+
 def is_result_file(path: Path) -> bool:
     """Whether ``path`` is named as a cell's result (``result_name``), not a file a runner
     writes beside it (an operator cell's PARAM log ``<cell id>.param.json``)."""

@@ -200,10 +200,15 @@ def result_paths(cells: Iterable[study.Cell], system: str,
             for k in range(rounds) for cell in cells if k < repeats.get(cell.study, 1)}
 
 
-def other_systems_results(system: str) -> list[Path]:
-    """Result files of the other systems under results/ (trees copied in from other
-    machines, or made there on a shared filesystem): the aggregate reads them too."""
-    return [p for p in systems.result_files() if systems.system_of(p) != system]
+def results_beside(system: str, studies: Iterable[str]) -> list[Path]:
+    """Result files under results/ that this run does not want but the table keeps: every
+    result of the other systems (trees copied in from other machines, or made there on a
+    shared filesystem), and this system's results of studies other than ``studies``, this
+    run's (a run of another config measured them). Of this run's studies, the table holds
+    the cells and repeats they now have (a changed grid's old cells are left out)."""
+    named = set(studies)
+    return [p for p in systems.result_files()
+            if systems.system_of(p) != system or systems.study_of(p) not in named]
 
 
 def pending(cells: Iterable[study.Cell], system: str,

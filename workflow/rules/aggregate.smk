@@ -8,8 +8,9 @@
 rule aggregate:
     input:
         cell_result_files(),
-        # Every other system's results found under results/ (dlbench.systems).
-        other_systems_result_files(),
+        # Every other system's results found under results/, and this system's of
+        # studies this config does not name (workflow_support.results_beside).
+        results_beside_files(),
     output:
         parquet=update("results/benchmarks.parquet"),
         csv=update("results/benchmarks.csv"),
@@ -20,8 +21,10 @@ rule aggregate:
     params:
         # Run-to-run CV above which a cell is flagged unstable (dlbench.run_to_run).
         unstable_cv=UNSTABLE_CV,
-        # This run's system: only its own invalid result files are set aside (another
-        # system's cells are measured by that system's runs).
+        # This run's system and studies: only their invalid result files are set aside
+        # (another system's cells are measured by that system's runs, another study's
+        # by a run of a config naming it).
         system=SYSTEM,
+        studies=OWN_STUDIES,
     script:
         "../scripts/aggregate.py"

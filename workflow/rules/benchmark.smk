@@ -28,6 +28,9 @@ for fw, k in itertools.product(FRAMEWORKS_IN_USE, range(REPEAT_ROUNDS)):
             # Cell ids start with their framework (model and operator cells alike) and end
             # with their hash, so that no round's output pattern matches another round's.
             cell=rf"{fw.name}_[^/]+_[0-9a-f]{{8}}",
+            # This system's results of other studies than this run's are the table's as
+            # they are (a run of another config made them).
+            study=OWN_STUDIES_PATTERN,
         priority: -k
         conda:
             framework_conda_env(fw)

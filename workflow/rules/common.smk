@@ -4,6 +4,7 @@ import itertools
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -123,8 +124,15 @@ FRAMEWORKS_IN_USE = [
 REPEAT_ROUNDS = max(REPEATS.values(), default=1)
 
 
-def other_systems_result_files():
-    return [str(path) for path in support.other_systems_results(SYSTEM)]
+# The studies of this run: those the config names and those of its cells (a calibration
+# study the config implies). This system's results of other studies are read as they
+# are (results_beside_files), never made or checked by a rule here.
+OWN_STUDIES = sorted({*(config.get("studies") or {}), *(cell.study for cell in CELLS)})
+OWN_STUDIES_PATTERN = "|".join(re.escape(name) for name in OWN_STUDIES)
+
+
+def results_beside_files():
+    return [str(path) for path in support.results_beside(SYSTEM, OWN_STUDIES)]
 
 
 def _adopt_pre_system_results():
@@ -756,7 +764,7 @@ def write_what_there_is():
         return
     dlbench_incomplete_run.write(
         CELL_RESULT_FILES,
-        other_systems_result_files(),
+        results_beside_files(),
         "results/benchmarks.parquet",
         "results/benchmarks.csv",
         "results/report",

@@ -19,7 +19,8 @@ with job_log.into(snakemake.log[0]):  # noqa: F821 (snakemake injects it)
                                 snakemake.output.csv, move_invalid=False,  # noqa: F821
                                 invalid_later=invalid,
                                 unstable_cv=snakemake.params.unstable_cv,  # noqa: F821
-                                own_system=snakemake.params.system)  # noqa: F821
+                                own_system=snakemake.params.system,  # noqa: F821
+                                own_studies=snakemake.params.studies)  # noqa: F821
     except aggregate.SystemConflict as exc:
         print(f"dlbench.aggregate: {exc}", file=sys.stderr)
         sys.exit(1)  # SystemExit: job_log keeps no traceback of it; the job fails
