@@ -588,6 +588,8 @@ def test_comparing_an_input_with_itself_says_so(tmp_path, capsys):
 
 
 def test_a_cells_failed_runs_not_compared_say_which_run_they_are():
+    """Numbered from 1 and of the cell's runs, as the report's "Cells that did not finish"
+    names them (repeat 1 read "run 1" here and "run 2 of 3" there)."""
     from dlbench.compare import Side, compare_sides
 
     new = _side_of([0.1, 0.1, 0.1], "b", spread=0.0)
@@ -597,8 +599,8 @@ def test_a_cells_failed_runs_not_compared_say_which_run_they_are():
     comparison = compare_sides(Side("BASE", "a", _side_of([0.1], "a", spread=0.0)),
                                Side("NEW", "b", new))
     skipped = comparison.cells[comparison.cells["verdict"] == "not compared"]
-    assert sorted(label.rsplit(" · ", 1)[-1] for label in skipped["label"]) == ["run 1",
-                                                                               "run 2"]
+    assert sorted(label.rsplit(" · ", 1)[-1] for label in skipped["label"]) == [
+        "run 2 of 3", "run 3 of 3"]
 
 
 def test_a_cpu_cells_peak_memory_is_its_processes_peak_rss():
@@ -689,12 +691,11 @@ def test_energy_of_sides_that_counted_different_sources_has_no_ratio_and_says_wh
     written = pq.read_table(out / "compare.parquet").to_pandas().set_index("model")
     assert pd.isna(written.loc["resnet18", "energy_per_sample_ratio"])
     assert "energy not compared" in written.loc["resnet18", "note"]
-    # the Markdown summary lists notes of changed cells only: an unchanged cell's energy
-    # word has a section of its own
+    # an unchanged cell's note is in the Markdown summary's list of such notes
     md = (out / "compare.md").read_text()
-    assert "#### Energy not compared (1)" in md
-    assert ("| resnet18 training float32 bs8 | energy not compared: BASE counted "
-            "gpu:nvml_total_energy+host:rapl, NEW counted gpu:nvml_total_energy |") in md
+    assert "#### Notes on unchanged cells (1)" in md
+    assert ("| energy not compared: BASE counted gpu:nvml_total_energy+host:rapl, NEW counted "
+            "gpu:nvml_total_energy |") in md
 
 
 def test_an_older_table_without_energy_sources_compares_energy_as_before(tmp_path):

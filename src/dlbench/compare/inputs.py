@@ -8,9 +8,9 @@ A side is one of:
 - a results folder: its ``benchmarks.parquet`` when it has one, else its cell result files
   (``**/cells/*.json``) tabulated as the aggregate step does, without moving anything;
 - a value of the ``system`` column of one table (``--table``), when BASE and NEW are labels;
-  without ``--table``, two labels with a folder each under ``results/`` are those folders
-  (every result file of each system; the table holds only the cells of the config last
-  run for the system it ran), else labels of ``results/benchmarks.parquet``.
+  without ``--table``, a label with a system folder under ``results/`` is that folder
+  (every result file of the system; the table holds only the cells of the config last
+  run for the system it ran), each other label a label of ``results/benchmarks.parquet``.
 
 Every problem is an ``InputError`` whose message is one line naming the file or field, so
 that the command can print it and exit 2.
@@ -29,6 +29,9 @@ from dlbench import aggregate, systems
 __all__ = ["DEFAULT_TABLE", "InputError", "Side", "load_pair", "read_path"]
 
 DEFAULT_TABLE = Path("results/benchmarks.parquet")
+RESULTS = DEFAULT_TABLE.parent
+# An error names at most this many labels (a results/ of many systems stays one line).
+MAX_NAMED = 8
 TABLE_FILE = "benchmarks.parquet"
 RESULT_GLOB = "**/cells/*.json"
 # Without these a file is not an aggregate table (the rest are read where present).
@@ -120,15 +123,43 @@ def _one_system(role: str, path: Path, frame: pd.DataFrame) -> None:
                          f"{names[0]} {names[1]}")
 
 
-def select_system(frame: pd.DataFrame, table: Path, role: str, label: str) -> pd.DataFrame:
+def named(names: list[str], limit: int = MAX_NAMED) -> str:
+    """Names for a one-line error: the first ``limit``, then how many more."""
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return (", ".join(names[:limit]) + more) or "none"
+
+
+def system_folder(label: str) -> Path | None:
+    """results/<label>/ where it is a system's folder (label mode reads it), else None."""
+    folder = RESULTS / label
+    if label.casefold() in systems.RESERVED or not folder.is_dir():
+        return None
+    return folder if systems.systems_folder(folder) else None
+
+
+def system_folders() -> list[str]:
+    """The labels that have a system folder under results/."""
+    if not RESULTS.is_dir():
+        return []
+    return sorted(d.name for d in RESULTS.iterdir() if system_folder(d.name))
+
+
+def _folders_text() -> str:
+    return f"{RESULTS}/ has system folders: {named(system_folders())}"
+
+
+def select_system(frame: pd.DataFrame, table: Path, role: str, label: str,
+                  folders: bool = False) -> pd.DataFrame:
+    """The rows of system ``label``. ``folders``: the label could have been a folder under
+    results/ too, so an unknown label's error names those as well."""
     if "system" in frame.attrs.get("missing_columns", ()):
         raise InputError(f"{table}: has no 'system' column, so {role} '{label}' cannot be a "
                          "system label; give two tables or results folders instead")
     rows = frame[frame["system"] == label]
     if rows.empty:
-        known = ", ".join(systems_of(frame)) or "none"
+        also = f"; {_folders_text()}" if folders else ""
         raise InputError(f"{table}: unknown system label '{label}' for {role} "
-                         f"(field system; the table has: {known})")
+                         f"(field system; the table has: {named(systems_of(frame))}{also})")
     return rows.reset_index(drop=True)
 
 
@@ -136,9 +167,9 @@ def _looks_like_path(value: str) -> bool:
     return "/" in value or value.endswith(PATH_SUFFIXES)
 
 
-def load_labels(base: str, new: str, table: Path, why: str = "") -> tuple[Side, Side]:
+def load_labels(base: str, new: str, table: Path) -> tuple[Side, Side]:
     if not table.exists():
-        raise InputError(f"{table}: no such file or folder{why}")
+        raise InputError(f"{table}: no such file or folder")
     frame = read_path(table)
     return (Side("BASE", f"{base} in {table}", select_system(frame, table, "BASE", base)),
             Side("NEW", f"{new} in {table}", select_system(frame, table, "NEW", new)))
@@ -146,22 +177,13 @@ def load_labels(base: str, new: str, table: Path, why: str = "") -> tuple[Side, 
 
 def load_pair(base: str, new: str, table: str | Path | None = None) -> tuple[Side, Side]:
     """BASE and NEW as sides. With ``table`` they are system labels of it; otherwise paths,
-    unless neither exists nor looks like a path: then labels of ``DEFAULT_TABLE``."""
+    unless neither exists nor looks like a path: then system labels, each its folder under
+    results/ or its rows of ``DEFAULT_TABLE`` (``load_system_labels``)."""
     if table is not None:
         return load_labels(base, new, Path(table))
     exists = [Path(base).exists(), Path(new).exists()]
     if not any(exists) and not _looks_like_path(base) and not _looks_like_path(new):
-        folders = [DEFAULT_TABLE.parent / label for label in (base, new)]
-        if all(f.is_dir() and systems.systems_folder(f) for f in folders):
-            # Each system's own result files: the table holds only the cells of the config
-            # last run for the system it ran, so the same files would compare otherwise
-            # after another config's run.
-            return tuple(Side(role, f"{label} ({folder})", read_folder(folder))
-                         for role, label, folder in zip(("BASE", "NEW"), (base, new), folders,
-                                                        strict=True))
-        return load_labels(base, new, DEFAULT_TABLE,
-                           f" (BASE '{base}' and NEW '{new}' are not files or folders, so they "
-                           "were taken as system labels of this table; give --table)")
+        return load_system_labels(base, new)
     sides = []
     for role, value in (("BASE", base), ("NEW", new)):
         path = Path(value)
@@ -172,3 +194,33 @@ def load_pair(base: str, new: str, table: str | Path | None = None) -> tuple[Sid
         _one_system(role, path, frame)
         sides.append(Side(role, str(path), frame))
     return sides[0], sides[1]
+
+
+def _label_side(role: str, label: str, table: pd.DataFrame | None) -> Side:
+    folder = system_folder(label)
+    if folder is not None:
+        return Side(role, f"{label} ({folder})", read_folder(folder))
+    assert table is not None  # read by the caller for every label without a folder
+    return Side(role, f"{label} in {DEFAULT_TABLE}",
+                select_system(table, DEFAULT_TABLE, role, label, folders=True))
+
+
+def load_system_labels(base: str, new: str) -> tuple[Side, Side]:
+    """Two system labels without --table: each label's own result files where it has a
+    system folder results/<label>/ (the table holds only the cells of the config last run
+    for the system it ran, so the same files would compare otherwise after another
+    config's run), else its rows of DEFAULT_TABLE. Each label is resolved alone, so that a
+    label without a folder does not send the other to the table's subset of its files."""
+    table = None
+    unfoldered = [(role, label) for role, label in (("BASE", base), ("NEW", new))
+                  if system_folder(label) is None]
+    if unfoldered:
+        if not DEFAULT_TABLE.exists():
+            who = " and ".join(f"{role} '{label}'" for role, label in unfoldered)
+            labels = "system labels" if len(unfoldered) > 1 else "a system label"
+            raise InputError(
+                f"{DEFAULT_TABLE}: no such file or folder ({who}: not a file, a folder or a "
+                f"system folder under {RESULTS}/, so read as {labels} of this table; "
+                f"{_folders_text()}; give --table)")
+        table = read_path(DEFAULT_TABLE)
+    return _label_side("BASE", base, table), _label_side("NEW", new, table)

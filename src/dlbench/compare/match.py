@@ -31,6 +31,8 @@ MEASUREMENT_COLUMNS = ["name", "op_name", "pass"]
 CELL_KEY_COLUMNS: list[str] = ["study", "kind", *AXIS_COLUMNS, "model_opts"]
 KEY_COLUMNS: list[str] = [*CELL_KEY_COLUMNS, *MEASUREMENT_COLUMNS]
 REPEAT = "repeat"
+# How many runs a skipped row's cell has on its side (for "run 2 of 3"); not an output column.
+RUNS = "_runs"
 # Why a row is not compared, besides its status.
 NO_TIMES = "ok but no median time"
 DUPLICATE = "duplicate"
@@ -96,8 +98,20 @@ def _ordered(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def run_counts(frame: pd.DataFrame) -> pd.Series:
+    """How many runs each row's cell has on its side, as the report counts them: its result
+    files, or its highest repeat's count if more (a run left without a result)."""
+    cell = [frame["_cell"], *([frame["cell_id"]] if "cell_id" in frame else [])]
+    files = (frame["source"].groupby(cell, dropna=False).transform("nunique")
+             if "source" in frame else pd.Series(0, index=frame.index))
+    repeat = pd.to_numeric(_column(frame, REPEAT), errors="coerce")
+    highest = repeat.groupby(cell, dropna=False).transform("max") + 1
+    return pd.concat([files, highest], axis=1).max(axis=1)
+
+
 def _split(frame: pd.DataFrame, side: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The comparable rows of one side, and its rows that are not compared (with a reason)."""
+    """The comparable rows of one side, and its rows that are not compared (with a reason
+    and the count of their cell's runs)."""
     frame = _ordered(frame.copy())
     frame["_key"] = keys_of(frame)
     frame["_cell"] = keys_of(frame, CELL_KEY_COLUMNS)
@@ -105,6 +119,8 @@ def _split(frame: pd.DataFrame, side: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     timed = ok & frame["time_median_s"].notna()
     skipped = frame[~timed].copy()
     skipped["reason"] = np.where(ok[~timed], NO_TIMES, skipped["status"].fillna("unknown"))
+    runs = run_counts(frame)
+    skipped[RUNS] = runs[~timed]
     rows = frame[timed]
     # The same key twice (and, where there are repeats, the same repeat twice) is one
     # measurement made again: the latest counts, the earlier ones are listed.
@@ -112,6 +128,7 @@ def _split(frame: pd.DataFrame, side: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     again = rows.duplicated(subset=subset, keep="last")
     duplicates = rows[again].copy()
     duplicates["reason"] = DUPLICATE
+    duplicates[RUNS] = runs[duplicates.index]
     skipped = pd.concat([skipped, duplicates])
     skipped["side"] = side
     return rows[~again], skipped
@@ -286,6 +303,7 @@ def _one_side(rows: pd.DataFrame, side: str, verdict: str) -> pd.DataFrame:
     out["error"] = rows.get("error")
     out["note"] = rows.get("note")
     out["repeat"] = rows.get("repeat")
+    out[RUNS] = rows.get(RUNS)
     # The cell's figures across its repeats (the mean of their medians) where the table has
     # them, as a compared cell's; else the row's own (a failed run, an older table).
     for column, cell in (("time_median_s", "cell_time_median_s"), ("throughput", "cell_throughput"),
@@ -294,6 +312,18 @@ def _one_side(rows: pd.DataFrame, side: str, verdict: str) -> pd.DataFrame:
         out[f"{side}_{column}"] = rows[cell].fillna(own) if cell in rows else own
     out["throughput_unit"] = rows["throughput_unit"]
     return out
+
+
+def _run_suffix(table: pd.DataFrame) -> pd.Series:
+    """Which run a row not compared is, numbered from 1 as the report numbers runs: " · run
+    2 of 3" (a cell's failed runs are rows of their own: else alike labels), " · run 2"
+    where the count is not known, nothing for a cell's only run."""
+    repeat = pd.to_numeric(_column(table, REPEAT), errors="coerce")
+    runs = pd.to_numeric(_column(table, RUNS), errors="coerce")
+    named = (table["verdict"] == NOT_COMPARED) & repeat.notna() & ~(runs <= 1)
+    number = (repeat + 1).astype("Int64").astype(str)
+    of = (" of " + runs.astype("Int64").astype(str)).where(runs.notna(), "")
+    return (" · run " + number + of).where(named, "")
 
 
 def result_table(matching: Matching, compared: pd.DataFrame) -> pd.DataFrame:
@@ -310,11 +340,8 @@ def result_table(matching: Matching, compared: pd.DataFrame) -> pd.DataFrame:
         parts.append(_one_side(skipped[skipped["side"] == side], side, NOT_COMPARED))
     table = pd.concat([p for p in parts if len(p)], ignore_index=True)
     table["label"] = cell_labels(table)
-    # A cell's failed runs are rows of their own: which run each is (else alike rows)
-    run = pd.to_numeric(_column(table, "repeat"), errors="coerce")
-    runs = (table["verdict"] == NOT_COMPARED).to_numpy() & run.notna().to_numpy()
-    table.loc[runs, "label"] = (table.loc[runs, "label"] + " · run "
-                                + run[runs].astype(int).astype(str))
+    table["label"] = table["label"] + _run_suffix(table)
+    table = table.drop(columns=RUNS, errors="ignore")
     for name, kind in axes.columns():
         table[name] = _column(table, name).astype(_DTYPES[kind])
     order = {v: i for i, v in enumerate(VERDICT_ORDER)}

@@ -1,7 +1,7 @@
 """The comparison's files: compare.parquet and compare.csv (one row per compared cell,
-unmatched key or row not compared), compare.md (a summary and the changed cells, for a
-pull request) and compare.html (one offline page with charts, built like the report: the
-report's page, styles and the inline Vega bundle, nothing fetched).
+unmatched key or row not compared), compare.md (a summary, the changed cells and every
+cell's note, for a pull request) and compare.html (one offline page with charts, built
+like the report: the report's page, styles and the inline Vega bundle, nothing fetched).
 
 The four files are written beside their targets first and put in place together
 (``dlbench.atomic``): a failure (a full disk) leaves the previous comparison whole and
@@ -121,12 +121,12 @@ def _md_table(headers: list[str], rows: list[list[Any]], right: int = 0) -> list
             + [f"| {' | '.join(_md(v) for v in row)} |" for row in rows])
 
 
-def _energy_part(note: Any) -> str | None:
-    """The part of a cell's note saying why its energy is not compared (compare.ratios)."""
-    if not isinstance(note, str):
-        return None
-    return next((part for part in note.split("; ")
-                 if part.startswith("energy not compared: ")), None)
+def unchanged_notes(cells: pd.DataFrame) -> pd.DataFrame:
+    """The compared cells judged the same that have a note (held-back clocks, drift, a
+    change one run cannot tell, energy not compared): the changed cells' notes are listed
+    with them, the unmatched cells' with theirs."""
+    rows = _of(cells, "same")
+    return rows[rows["note"].map(lambda note: isinstance(note, str) and bool(note))]
 
 
 def _folded(title: str, lines: list[str], open_below: int = 20) -> list[str]:
@@ -155,7 +155,7 @@ def differences_markdown(comparison: Comparison) -> list[str]:
 
 def markdown(comparison: Comparison) -> str:
     """The summary for a pull request: counts, the rule, geometric means, changed cells,
-    and every unmatched cell and row not compared."""
+    the notes of the unchanged ones, and every unmatched cell and row not compared."""
     cells = comparison.cells
     counts = comparison.counts
     lines = ["## dlbench compare", "",
@@ -190,12 +190,14 @@ def markdown(comparison: Comparison) -> str:
         noted = moved[moved["note"].notna()]
         lines += [f"- {_md(r.label)}: {_md(r.note)}" for r in noted.itertuples()]
         lines += [""] if len(noted) else []
-    unlisted = cells.drop(index=moved.index)
-    energy = [(r.label, _energy_part(r.note)) for r in unlisted.itertuples()
-              if _energy_part(r.note)]
-    if energy:  # the cells above give their notes; the others' energy word is here
-        lines += _folded(f"Energy not compared ({len(energy)})",
-                         _md_table(["cell", "why"], [list(pair) for pair in energy]))
+    noted = unchanged_notes(cells)
+    if len(noted):  # every note reaches the summary, not only the changed cells'
+        lines += _folded(f"Notes on unchanged cells ({len(noted)})", _md_table(
+            ["cell", "throughput NEW/BASE", f"{comparison.settings.confidence * 100:g} % CI",
+             "note"],
+            [[r.label, ratio_text(r.throughput_ratio),
+              interval_text(r.throughput_ci_low, r.throughput_ci_high), r.note]
+             for r in noted.itertuples()]))
     for verdict, title in (("base only", "Only in BASE"), ("new only", "Only in NEW")):
         rows = _of(cells, verdict)
         if len(rows):
@@ -475,4 +477,9 @@ def console_summary(comparison: Comparison, limit: int = 5) -> list[str]:
                      f"[{interval_text(r.throughput_ci_low, r.throughput_ci_high)}]")
     if len(moved) > limit:
         lines.append(f"  ... and {len(moved) - limit} more changed cells")
+    noted = len(unchanged_notes(comparison.cells))
+    if noted:  # a note may explain a verdict (clocks held back, one run): say where it is
+        have = "cell has a note" if noted == 1 else "cells have notes"
+        lines.append(f"  notes: {noted} unchanged {have} (listed in compare.md and "
+                     "compare.html)")
     return lines
