@@ -5,9 +5,10 @@
 #   snakemake --profile profiles/slurm         # on a Slurm cluster
 
 
-# A config given with --configfile replaces the default study instead of extending it;
-# --config alone (retry_failed=true, system=NAME) sets values of the default study's.
-if "studies" not in config:
+# A config given with --configfile replaces the default study instead of extending it
+# (one without studies is refused, not run as the default study); --config alone
+# (retry_failed=true, system=NAME) sets values of the default study's.
+if not workflow.configfiles and "studies" not in config:
 
     configfile: "config/config.yaml"
 

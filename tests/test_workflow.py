@@ -229,6 +229,19 @@ def test_config_values_on_the_command_line_alone_keep_the_default_study(tmp_path
     assert outputs and all(o.startswith("results/ab-node/") for o in outputs)
 
 
+def test_a_config_file_without_studies_is_refused_not_run_as_the_default_study(tmp_path):
+    """--configfile with its studies left out (commented away): one line naming the field,
+    not the default CPU demo run in their place."""
+    shutil.copytree(REPO / "config", tmp_path / "config")
+    (tmp_path / "mine.yaml").write_text("repeats: 2\n")
+    proc = subprocess.run([*SNAKEMAKE, "--directory", str(tmp_path), "-n", "--configfile",
+                           str(tmp_path / "mine.yaml")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1
+    assert "dlbench config error: config: 'studies' is a required property" in proc.stderr
+    assert "benchmark_pytorch" not in proc.stdout + proc.stderr
+
+
 SUBMIT = """\
 #!/bin/sh
 # A scheduler that runs each job script at once, noting its rule.
