@@ -13,7 +13,7 @@ from test_compare import model_cell, noisy, write_result
 from dlbench import aggregate
 from dlbench import result as R
 from dlbench.compare import compare
-from dlbench.compare.__main__ import EXIT_BAD_INPUT, main
+from dlbench.compare.__main__ import EXIT_BAD_INPUT, EXIT_SLOWER, main
 
 HELD_BACK = "NEW's GPU clocks held back in 62% of samples (power cap 62%)"
 
@@ -118,7 +118,7 @@ def test_a_failed_run_is_numbered_from_1_of_the_cells_runs_as_the_report_does(tm
     write_result(a, "x", model_cell("alexnet"), noisy(0.1, seed=5))
     write_result(b, "x", model_cell("alexnet"), [], status="failed", error="OSError: once")
     out = tmp_path / "out"
-    assert main([str(a), str(b), "--out", str(out)]) == 0
+    assert main([str(a), str(b), "--out", str(out), "--fail-on", "slower"]) == 0
     md = (out / "compare.md").read_text()
     assert "| NEW | resnet18 training float32 bs8 · run 2 of 3 | failed | RuntimeError: boom |" \
         in md
@@ -178,3 +178,26 @@ def test_a_label_with_a_folder_reads_its_folder_when_the_other_label_has_none(
     assert sorted(both["batch_size"]) == [8, 16] and set(both["verdict"]) == {"faster"}
     assert comparison.base.label == f"boxA ({Path('results/boxA')})"
     assert comparison.new.label == f"boxB in {Path('results/benchmarks.parquet')}"
+
+
+def test_a_cell_base_measured_that_fails_in_new_fails_the_gate_one_failing_on_both_not(
+        tmp_path):
+    """Nothing slower, but NEW's resnet18 failed where BASE measured it (a crash is a
+    regression a gate must not pass); alexnet failed on both sides and ran out of memory
+    nowhere new: it alone keeps the gate open, as ``--fail-on slower`` does."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_result(a, "x", model_cell(), noisy(0.1, seed=1))
+    write_result(b, "x", model_cell(), [], status="oom", error="CUDA out of memory")
+    write_result(a, "x", model_cell("vgg11"), noisy(0.1, seed=2))
+    write_result(b, "x", model_cell("vgg11"), noisy(0.1, seed=3))
+    out = tmp_path / "out"
+    done = _run(a, b, "--out", out)
+    assert done.returncode == EXIT_SLOWER, done.stderr
+    assert "newly failing: 1 cell measured in BASE failed or ran out of memory in NEW" \
+        in done.stdout
+    assert main([str(a), str(b), "--out", str(out), "--fail-on", "slower"]) == 0
+    c, d = tmp_path / "c", tmp_path / "d"
+    for root in (c, d):
+        write_result(root, "x", model_cell("alexnet"), [], status="failed", error="boom")
+        write_result(root, "x", model_cell("vgg11"), noisy(0.1, seed=4))
+    assert main([str(c), str(d), "--out", str(out)]) == 0

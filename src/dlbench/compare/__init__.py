@@ -61,6 +61,8 @@ class Comparison:
     summary: pd.DataFrame
     differences: list[Difference] = field(default_factory=list)
     alike: list[str] = field(default_factory=list)
+    # cells BASE measured that failed or ran out of memory in NEW (match.Matching)
+    newly_failed: int = 0
 
     @property
     def counts(self) -> dict[str, int]:
@@ -89,7 +91,7 @@ def compare_sides(base: Side, new: Side, settings: Settings | None = None) -> Co
     base_facts, new_facts = environments.facts(base.frame), environments.facts(new.frame)
     return Comparison(base, new, settings, cells, summaries(cells),
                       environments.differences(base_facts, new_facts),
-                      environments.alike(base_facts, new_facts))
+                      environments.alike(base_facts, new_facts), matching.newly_failed)
 
 
 def compare(base: str, new: str, *, table: str | Path | None = None,

@@ -1,9 +1,11 @@
 """dlbench compare BASE NEW [--table TABLE] [--out DIR] [--threshold 0.05]
-    [--fail-on slower|none]  (also: python -m dlbench.compare ...)
+    [--single-run-threshold 0.25] [--fail-on regressed|slower|none] [--resamples 2000]
+    [--seed 0]  (also: python -m dlbench.compare ...)
 
-Exit status: 0 when nothing is slower (or ``--fail-on none``), 1 when a cell is slower, so
-that a CI job can gate on it, 2 when the inputs cannot be compared or the outputs cannot be
-written (one line on stderr naming the file or field).
+Exit status: 0 when nothing regressed, 1 when a cell is slower or a cell BASE measured
+failed or ran out of memory in NEW (``--fail-on slower``: slower cells only; ``none``:
+never), so that a CI job can gate on it, 2 when the inputs cannot be compared or the
+outputs cannot be written (one line on stderr naming the file or field).
 """
 
 from __future__ import annotations
@@ -58,8 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the change a cell must exceed when a side ran once (no repeats): "
                              "one run's interval cannot see run-to-run variation (default: "
                              "%(default)s; measure yours with benchmarks/compare_honesty.py)")
-    parser.add_argument("--fail-on", choices=("slower", "none"), default="slower",
-                        help="exit 1 when a cell is slower (default), or never (none)")
+    parser.add_argument("--fail-on", choices=("regressed", "slower", "none"),
+                        default="regressed",
+                        help="exit 1 when a cell is slower or a cell BASE measured failed or "
+                             "ran out of memory in NEW (regressed, the default), when a cell "
+                             "is slower (slower), or never (none)")
     parser.add_argument("--resamples", type=_resamples, default=2000,
                         help="bootstrap resamples (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0,
@@ -71,7 +76,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         prog=prog,
         description="Compare two runs of a benchmark study: throughput, latency, energy and "
                     "memory ratios NEW/BASE per cell with bootstrap confidence intervals, and a "
-                    "verdict per cell (faster, slower, same). Exit 1 when a cell is slower.")
+                    "verdict per cell (faster, slower, same). Exit 1 when a cell is slower or "
+                    "a cell BASE measured failed in NEW.")
     add_arguments(parser)
     return parser
 
@@ -95,7 +101,13 @@ def run(args: argparse.Namespace, prog: str = PROG) -> int:
     for line in console_summary(comparison):
         print(line)
     print(f"  wrote {', '.join(str(f) for f in files)}")
-    if comparison.any_slower and args.fail_on == "slower":
+    if comparison.newly_failed:
+        print(f"  newly failing: {comparison.newly_failed} cell"
+              f"{'s' if comparison.newly_failed != 1 else ''} measured in BASE failed or ran "
+              "out of memory in NEW (listed as not compared)")
+    if comparison.any_slower and args.fail_on != "none":
+        return EXIT_SLOWER
+    if comparison.newly_failed and args.fail_on == "regressed":
         return EXIT_SLOWER
     return 0
 

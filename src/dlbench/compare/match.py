@@ -36,6 +36,8 @@ RUNS = "_runs"
 # Why a row is not compared, besides its status.
 NO_TIMES = "ok but no median time"
 DUPLICATE = "duplicate"
+# The statuses of a run that did not finish its measurement (a skipped cell was never run)
+FAILURES = ("failed", "oom")
 
 
 def _plain(value: Any) -> Any:
@@ -89,6 +91,9 @@ class Matching:
     base_only: pd.DataFrame
     new_only: pd.DataFrame
     not_compared: pd.DataFrame
+    # Cells BASE measured that failed or ran out of memory in NEW (some run of theirs): what
+    # a gate on NEW must not pass as "nothing slower"
+    newly_failed: int = 0
 
 
 def _ordered(frame: pd.DataFrame) -> pd.DataFrame:
@@ -164,8 +169,11 @@ def match(base: pd.DataFrame, new: pd.DataFrame) -> Matching:
     new_only = new_rows[~new_rows["_key"].isin(base_keys)].drop_duplicates("_key", keep="last")
     base_only = base_only.assign(note=_note_other_side(base_only, new_skipped, new_rows, "NEW"))
     new_only = new_only.assign(note=_note_other_side(new_only, base_skipped, base_rows, "BASE"))
+    broken = new_skipped[new_skipped["reason"].isin(FAILURES)]
+    newly_failed = broken.loc[broken["_cell"].isin(set(base_rows["_cell"])), "_cell"].nunique()
     return Matching(base=base_rows[base_rows["_key"].isin(keys)],
                     new=new_rows[new_rows["_key"].isin(keys)], keys=keys,
+                    newly_failed=int(newly_failed),
                     base_only=base_only.reset_index(drop=True),
                     new_only=new_only.reset_index(drop=True),
                     not_compared=pd.concat([base_skipped, new_skipped]).reset_index(drop=True))
