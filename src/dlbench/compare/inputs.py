@@ -9,8 +9,9 @@ A side is one of:
   (``**/cells/*.json``) tabulated as the aggregate step does, without moving anything;
 - a value of the ``system`` column of one table (``--table``), when BASE and NEW are labels;
   without ``--table``, a label with a system folder under ``results/`` is that folder
-  (every result file of the system; the table holds only the cells of the config last
-  run for the system it ran), each other label a label of ``results/benchmarks.parquet``.
+  (every result file of the system; of the studies of the last run on it, the table
+  holds only their current cells and repeats), each other label a label of
+  ``results/benchmarks.parquet``.
 
 Every problem is an ``InputError`` whose message is one line naming the file or field, so
 that the command can print it and exit 2.
@@ -207,9 +208,8 @@ def _label_side(role: str, label: str, table: pd.DataFrame | None) -> Side:
 
 def load_system_labels(base: str, new: str) -> tuple[Side, Side]:
     """Two system labels without --table: each label's own result files where it has a
-    system folder results/<label>/ (the table holds only the cells of the config last run
-    for the system it ran, so the same files would compare otherwise after another
-    config's run), else its rows of DEFAULT_TABLE. Each label is resolved alone, so that a
+    system folder results/<label>/ (of the studies of the last run on it, the table holds
+    only their current cells and repeats), else its rows of DEFAULT_TABLE. Each label is resolved alone, so that a
     label without a folder does not send the other to the table's subset of its files."""
     table = None
     unfoldered = [(role, label) for role, label in (("BASE", base), ("NEW", new))
