@@ -205,15 +205,22 @@ def test_a_table_that_cannot_be_synced_keeps_the_previous_pair(tmp_path, monkeyp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results", "t.csv", "t.parquet"]
 
 
-def run_script(tmp_path: Path, monkeypatch, inputs: list[Path]) -> Path:
-    """workflow/scripts/aggregate.py as Snakemake runs it, in this process; return its log."""
+class NamedInputs(list):
+    """snakemake.input: every file, and the named groups as attributes."""
+
+
+def run_script(tmp_path: Path, monkeypatch, inputs: list[Path],
+               beside: list[Path] = ()) -> Path:
+    """workflow/scripts/aggregate.py as Snakemake runs it, in this process (``inputs``: the
+    run's cells, ``beside``: the other results the table keeps); return its log."""
     log = tmp_path / "logs" / "aggregate.log"
     log.parent.mkdir(exist_ok=True)
-    fake = SimpleNamespace(input=[str(p) for p in inputs], log=[str(log)],
+    named = NamedInputs(str(p) for p in [*inputs, *beside])
+    named.cells, named.beside = [str(p) for p in inputs], [str(p) for p in beside]
+    fake = SimpleNamespace(input=named, log=[str(log)],
                            output=SimpleNamespace(parquet=str(tmp_path / "t.parquet"),
                                                   csv=str(tmp_path / "t.csv")),
-                           params=SimpleNamespace(unstable_cv=0.05, system="box",
-                                                  studies=["s"]))
+                           params=SimpleNamespace(unstable_cv=0.05, system="box"))
     # The script lists invalid files for the next run under results/ of the working
     # directory: this test's, never the repository's.
     monkeypatch.chdir(tmp_path)
@@ -234,9 +241,10 @@ def test_the_script_logs_invalid_files_and_succeeds(tmp_path, monkeypatch):
 
 def test_another_systems_invalid_file_stays_a_failed_row_and_is_not_set_aside(tmp_path,
                                                                              monkeypatch):
-    """Only this run's system's invalid files are listed for its next run to set aside:
-    another system's cells are measured by that system's runs, so its file stays where it
-    is (a failed row saying whose it is) instead of leaving the table for good."""
+    """Only the invalid files of this run's cells are listed for its next run to set aside:
+    another system's cells are measured by that system's runs, another config's by its
+    runs, so their files stay where they are (a failed row saying whose it is) instead of
+    leaving the table for good. A following run of another config moves none of them."""
     def invalid(system: str, cell_id: str) -> Path:
         path = tmp_path / "results" / system / "s" / "cells" / f"{cell_id}.json"
         path.parent.mkdir(parents=True)
@@ -249,7 +257,7 @@ def test_another_systems_invalid_file_stays_a_failed_row_and_is_not_set_aside(tm
     unnamed = tmp_path / "results" / "box" / "t" / "cells" / "C.json"
     unnamed.parent.mkdir(parents=True)
     unnamed.write_bytes(b"{broken")
-    log = run_script(tmp_path, monkeypatch, [ours, theirs, unnamed])
+    log = run_script(tmp_path, monkeypatch, [ours], beside=[theirs, unnamed])
     listed = (tmp_path / workflow_support.INVALID_LATER).read_text().splitlines()
     assert listed == [str(ours)]
     rows = {(row["system"], row["study"] or row["source"].split("/")[-3]): row
@@ -259,10 +267,17 @@ def test_another_systems_invalid_file_stays_a_failed_row_and_is_not_set_aside(tm
         "left in place: system 'other''s next run measures the cell again")
     assert rows["other", "s"]["status"] == "failed" and rows["other", "s"]["cell_id"] == "B"
     assert rows["box", "t"]["error"].endswith(
-        "left in place: a run of a config naming study 't' measures the cell again")
+        "left in place: a run of a config with this cell (study 't') measures the cell again")
     assert str(theirs) in log.read_text()
-    workflow_support.set_aside_invalid(tmp_path / workflow_support.INVALID_LATER)
+    listing = tmp_path / workflow_support.INVALID_LATER
+    # a run of another config (without ours) moves nothing and keeps ours listed
+    assert workflow_support.set_aside_invalid([str(unnamed)], listing) == []
+    assert ours.exists() and listing.read_text().splitlines() == [str(ours)]
+    # the next run with ours moves it; nothing is left listed
+    (moved,) = workflow_support.set_aside_invalid([str(ours)], listing)
+    assert moved.parent.name == "invalid" and moved.exists()
     assert theirs.exists() and unnamed.exists() and not ours.exists()
+    assert not listing.exists()
 
 
 def test_an_invalid_repeats_row_says_which_repeat(tmp_path):

@@ -433,23 +433,25 @@ def build_table(paths: Iterable[str | Path], *, move_invalid: bool = False,
                 check: bool = True, invalid_later: list[str] | None = None,
                 unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV,
                 own_system: str | None = None,
-                own_studies: Collection[str] | None = None) -> pa.Table:
+                own_files: Collection[str] | None = None) -> pa.Table:
     """One table of every result file; an invalid one gives a failed row (``invalid_row``).
     With ``check``, two machines or software stacks under one label raise SystemConflict.
     Each measurement's statistics across its cell's repeats: dlbench.run_to_run. With
-    ``own_system`` (and ``own_studies``), only the invalid files of that system (and those
-    studies) are moved aside or listed for later."""
+    ``own_system`` (and ``own_files``, the run's result files), only the invalid files of
+    that system (and among those files) are moved aside or listed for later."""
+    owned = None if own_files is None else {str(path) for path in own_files}
+
     def invalid(path: str | Path, problem: str) -> dict[str, Any]:
-        # Another system's cells are measured by its own runs only, and a study this run's
-        # config does not name by a run of a config that does: moved aside here, the file
-        # would leave the table with nothing to measure its cell again.
+        # Another system's cells are measured by its own runs only, and a cell this run
+        # does not plan by a run of a config that does: moved aside here, the file would
+        # leave the table with nothing to measure its cell again.
         owner, study = systems.system_of(Path(path)), systems.study_of(Path(path))
         if own_system is not None and owner is not None and owner != own_system:
             return invalid_row(path, problem, False, None,
                                left_for=f"system {owner!r}'s next run")
-        if own_studies is not None and study is not None and study not in own_studies:
+        if owned is not None and str(path) not in owned:
             return invalid_row(path, problem, False, None,
-                               left_for=f"a run of a config naming study {study!r}")
+                               left_for=f"a run of a config with this cell (study {study!r})")
         return invalid_row(path, problem, move_invalid, invalid_later)
 
     files: list[tuple[str | Path, list[dict[str, Any]]]] = []
@@ -499,14 +501,14 @@ def write(paths: Iterable[str | Path], parquet: str | Path, csv: str | Path | No
           *, move_invalid: bool = True, invalid_later: list[str] | None = None,
           unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV,
           own_system: str | None = None,
-          own_studies: Collection[str] | None = None) -> pa.Table:
+          own_files: Collection[str] | None = None) -> pa.Table:
     """Write the table of ``paths`` to ``parquet`` (and ``csv``), each file whole or not at
-    all; invalid result files (of ``own_system`` and ``own_studies`` only, where given)
+    all; invalid result files (of ``own_system`` and ``own_files`` only, where given)
     are moved aside (``move_invalid``, see the module) or listed in ``invalid_later``. Two
     machines or software stacks under one system label stop it (SystemConflict)."""
     table = build_table(paths, move_invalid=move_invalid, invalid_later=invalid_later,
                         unstable_cv=unstable_cv, own_system=own_system,
-                        own_studies=own_studies)
+                        own_files=own_files)
     kept = "the previous table is left as it was"
     # Both files are written before either replaces its previous version, so that a full
     # disk leaves the pair as it was, not a new Parquet beside an old CSV.

@@ -83,7 +83,7 @@ def write(planned: Sequence[str], others: Sequence[str], parquet: str, csv: str,
         own = {systems.system_of(Path(path)) for path in planned}
         table = aggregate.write(present, parquet, csv, unstable_cv=unstable_cv,
                                 own_system=own.pop() if len(own) == 1 else None,
-                                own_studies={systems.study_of(Path(p)) for p in planned})
+                                own_files=[str(path) for path in planned])
         written.append(f"{parquet} ({table.num_rows} rows)")
         from dlbench import report  # altair: only where a report is written
 

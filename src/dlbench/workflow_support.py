@@ -10,7 +10,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,15 +200,19 @@ def result_paths(cells: Iterable[study.Cell], system: str,
             for k in range(rounds) for cell in cells if k < repeats.get(cell.study, 1)}
 
 
-def results_beside(system: str, studies: Iterable[str]) -> list[Path]:
+def results_beside(system: str, studies: Iterable[str],
+                   planned: Collection[str] = ()) -> list[Path]:
     """Result files under results/ that this run does not want but the table keeps: every
     result of the other systems (trees copied in from other machines, or made there on a
-    shared filesystem), and this system's results of studies other than ``studies``, this
-    run's (a run of another config measured them). Of this run's studies, the table holds
-    the cells and repeats they now have (a changed grid's old cells are left out)."""
-    named = set(studies)
+    shared filesystem), and this system's results that this run does not plan (``planned``,
+    its result files) of studies other than ``studies``, those its config names (a run of
+    another config measured them). A study the run's cells imply (the calibration study)
+    keeps the cells another config planned there. Of a named study the table holds the
+    cells and repeats it now has (a changed grid's old cells are left out)."""
+    named, wanted = set(studies), set(planned)
     return [p for p in systems.result_files()
-            if systems.system_of(p) != system or systems.study_of(p) not in named]
+            if systems.system_of(p) != system
+            or (systems.study_of(p) not in named and str(p) not in wanted)]
 
 
 def pending(cells: Iterable[study.Cell], system: str,
@@ -604,8 +608,9 @@ def container_binds(config: Mapping[str, Any], cells: Iterable[study.Cell], here
     return sorted(p for p in set(binds) if not any(q in p.parents for q in binds))
 
 
-# The result files the last aggregate found invalid, one path a line: the workflow's run
-# cannot move them while it goes on (they are inputs of its target), so the next run does.
+# The result files of its own cells the last aggregate found invalid, one path a line:
+# the workflow's run cannot move them while it goes on (they are inputs of its target),
+# so the next run planning them does.
 INVALID_LATER = Path("results/logs/invalid-results.txt")
 
 
@@ -619,14 +624,23 @@ def record_invalid_later(paths: Sequence[str], listing: Path = INVALID_LATER) ->
         listing.unlink(missing_ok=True)
 
 
-def set_aside_invalid(listing: Path = INVALID_LATER) -> list[Path]:
-    """Move the result files the last aggregate found invalid into invalid/ beside them,
-    so that this run measures their cells again; the ones moved."""
-    from dlbench import aggregate
+def set_aside_invalid(planned: Collection[str], listing: Path = INVALID_LATER
+                      ) -> list[Path]:
+    """Move the result files the last aggregate found invalid that this run plans
+    (``planned``, its result files) into invalid/ beside them, so that it measures their
+    cells again; the ones moved. Those another config's run plans stay listed for it (moved
+    now, they would leave the table with no run to measure them); gone ones are dropped."""
+    from dlbench import aggregate, atomic
 
     if not listing.is_file():
         return []
-    moved = [aggregate.move_aside(path) for path in listing.read_text().splitlines()
-             if path and Path(path).is_file()]
-    listing.unlink()
+    listed = [path for path in listing.read_text().splitlines()
+              if path and Path(path).is_file()]
+    wanted = set(planned)
+    moved = [aggregate.move_aside(path) for path in listed if path in wanted]
+    left = [path for path in listed if path not in wanted]
+    if left:
+        atomic.write_text(listing, "".join(f"{p}\n" for p in left))
+    else:
+        listing.unlink()
     return moved

@@ -1,16 +1,17 @@
 # The table is flagged update: Snakemake does not delete the previous table before the job
 # and puts it back when the job fails (a full disk), instead of leaving none. An invalid
-# cell result does not fail the job: it becomes a failed row, and the next run moves it
-# into results/<system>/<study>/cells/invalid/ and measures that cell again (moved now, it
-# would be missing from this run's target, rule all).
+# cell result does not fail the job: it becomes a failed row, and the next run with that
+# cell moves it into results/<system>/<study>/cells/invalid/ and measures the cell again
+# (moved now, it would be missing from this run's target, rule all).
 
 
 rule aggregate:
     input:
-        cell_result_files(),
+        cells=cell_result_files(),
         # Every other system's results found under results/, and this system's of
-        # studies this config does not name (workflow_support.results_beside).
-        results_beside_files(),
+        # cells this run does not plan, of studies its config does not name
+        # (workflow_support.results_beside).
+        beside=results_beside_files(),
     output:
         parquet=update("results/benchmarks.parquet"),
         csv=update("results/benchmarks.csv"),
@@ -21,10 +22,9 @@ rule aggregate:
     params:
         # Run-to-run CV above which a cell is flagged unstable (dlbench.run_to_run).
         unstable_cv=UNSTABLE_CV,
-        # This run's system and studies: only their invalid result files are set aside
-        # (another system's cells are measured by that system's runs, another study's
-        # by a run of a config naming it).
+        # This run's system: only its invalid result files among this run's cells are
+        # set aside (another system's cells are measured by that system's runs, another
+        # config's cells by a run of that config).
         system=SYSTEM,
-        studies=OWN_STUDIES,
     script:
         "../scripts/aggregate.py"

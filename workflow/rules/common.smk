@@ -125,14 +125,19 @@ REPEAT_ROUNDS = max(REPEATS.values(), default=1)
 
 
 # The studies of this run: those the config names and those of its cells (a calibration
-# study the config implies). This system's results of other studies are read as they
-# are (results_beside_files), never made or checked by a rule here.
+# study the config implies). The benchmark rules make their results only; this system's
+# other results are read as they are (results_beside_files).
 OWN_STUDIES = sorted({*(config.get("studies") or {}), *(cell.study for cell in CELLS)})
 OWN_STUDIES_PATTERN = "|".join(re.escape(name) for name in OWN_STUDIES)
 
 
 def results_beside_files():
-    return [str(path) for path in support.results_beside(SYSTEM, OWN_STUDIES)]
+    return [
+        str(path)
+        for path in support.results_beside(
+            SYSTEM, config.get("studies") or {}, CELL_RESULT_FILES
+        )
+    ]
 
 
 def _adopt_pre_system_results():
@@ -232,11 +237,12 @@ _retry_failed_on_changed_data()
 
 
 def _set_aside_invalid_results():
-    """The result files the last aggregate found invalid move into invalid/ beside them,
-    so that this run measures their cells again (main process, not a dry run)."""
+    """The result files of this run's cells the last aggregate found invalid move into
+    invalid/ beside them, so that this run measures those cells again (main process, not
+    a dry run); the others stay listed for the runs that plan them."""
     if not workflow.is_main_process or _dry_run():
         return
-    moved = support.set_aside_invalid()
+    moved = support.set_aside_invalid(CELL_RESULT_FILES)
     if moved:
         print(
             f"dlbench: {len(moved)} invalid result file(s) moved aside (first: {moved[0]}); "

@@ -1,7 +1,8 @@
 """Snakemake script: every cell result -> results/benchmarks.parquet and .csv.
 
-An invalid result file becomes a failed row (dlbench.aggregate) and is listed for the next
-run, which moves it aside and measures its cell again: moved now, it would be missing from
+An invalid result file becomes a failed row (dlbench.aggregate) and, when it is one of this
+run's cells, is listed for the next run with that cell, which moves it aside and measures
+the cell again: moved now, it would be missing from
 this run's target. Two software stacks (or machines) under one system label stop the job
 with one line naming both files: the user's to settle, no traceback helps. Otherwise the
 job fails only when the table cannot be written, and then its log ends with the traceback
@@ -20,7 +21,7 @@ with job_log.into(snakemake.log[0]):  # noqa: F821 (snakemake injects it)
                                 invalid_later=invalid,
                                 unstable_cv=snakemake.params.unstable_cv,  # noqa: F821
                                 own_system=snakemake.params.system,  # noqa: F821
-                                own_studies=snakemake.params.studies)  # noqa: F821
+                                own_files=snakemake.input.cells)  # noqa: F821
     except aggregate.SystemConflict as exc:
         print(f"dlbench.aggregate: {exc}", file=sys.stderr)
         sys.exit(1)  # SystemExit: job_log keeps no traceback of it; the job fails
