@@ -305,6 +305,18 @@ def test_merged_workers_on_real_data_split_the_time_as_the_worker_that_waited_lo
     assert m["extra"]["data_wait_rank"] == 1 and m["extra"]["ranks_data_wait_s"] == [0.1, 3.0]
 
 
+def test_merged_workers_name_the_starved_worker_by_its_kvstore_rank_not_its_node(tmp_path):
+    """The kvstore numbers its workers as they join: node 0's worker may be rank 1. The
+    cell names the worker that waited longest by its rank, and lists the waits by rank."""
+    args = type("Args", (), {"study": "s", "cell_id": "c"})()
+    R.write(worker_doc([2.0, 2.0], "gpu07", 1, split=(3.0, 1.0)), dist.part_path(tmp_path, 0))
+    R.write(worker_doc([2.0, 2.0], "gpu08", 0, split=(0.1, 3.9)), dist.part_path(tmp_path, 1))
+    (m,) = dist.merge({"framework": "mxnet"}, args, tmp_path, 2, 0, [])["measurements"]
+    assert (m["data_wait_s"], m["compute_s"]) == (3.0, 1.0)
+    assert m["extra"]["data_wait_rank"] == 1 and m["extra"]["ranks_data_wait_s"] == [0.1, 3.0]
+    assert m["extra"]["worker_ranks"] == [1, 0]  # node order, as the hosts
+
+
 def test_merged_workers_on_synthetic_data_keep_no_input_split(tmp_path):
     args = type("Args", (), {"study": "s", "cell_id": "c"})()
     R.write(worker_doc([2.0], "gpu07", 0, split=(None, 2.0)), dist.part_path(tmp_path, 0))

@@ -177,6 +177,16 @@ def keep_series(res: dict[str, Any], folder: Path, output: Path) -> None:
     summary["series_file"] = target.name
 
 
+def by_kvstore_rank(measures: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The workers' measurements (read in node order) in kvstore rank order, the order
+    ``data_wait_rank`` and ``ranks_data_wait_s`` speak of: the kvstore numbers its workers
+    as they join, not by node. In node order where a worker's rank is missing."""
+    ranks = [m["extra"].get("rank") for m in measures]
+    if sorted(r for r in ranks if isinstance(r, int)) != list(range(len(measures))):
+        return list(measures)
+    return [m for _, m in sorted(zip(ranks, measures, strict=True), key=lambda p: p[0])]
+
+
 def merge(cell: dict[str, Any], args: argparse.Namespace, folder: Path, nodes: int, rc: int,
           lines: Sequence[str]) -> dict[str, Any]:
     """The cell's result from its workers' documents (node0.json ... in ``folder``)."""
@@ -217,7 +227,8 @@ def merge(cell: dict[str, Any], args: argparse.Namespace, folder: Path, nodes: i
     wait, compute = m0["data_wait_s"], m0["compute_s"]
     if all(m.get("data_wait_s") is not None and m.get("compute_s") is not None
            for m in measures):  # real data: the split of the worker that waited longest
-        split = harness.input_split([(m["data_wait_s"], m["compute_s"]) for m in measures])
+        split = harness.input_split([(m["data_wait_s"], m["compute_s"])
+                                     for m in by_kvstore_rank(measures)])
         wait, compute = split.data_wait_s, split.compute_s
         extra.update(split.facts())
     merged = R.measurement(
