@@ -160,3 +160,18 @@ def test_the_aggregate_reads_repeats_from_result_files(tmp_path):
     assert [r["repeat"] for r in rows] == [0, 1, 2]
     assert {r["repeats"] for r in rows} == {3} and {r["ci_method"] for r in rows} == {"repeats"}
     assert rows[0]["unstable"] is False and rows[0]["run_to_run_cv"] == pytest.approx(0)
+
+
+def test_run_counts_are_result_files_or_the_highest_repeat_and_one_without_either():
+    """The report and compare count a cell's runs alike: its distinct result files, or its
+    highest repeat + 1 where a run left no file; a table without either counts a row one
+    run, never zero."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"cell": ["a", "a", "b", "c"],
+                          "source": ["a_r0.json", "a_r0.json", "b_r0.json", None],
+                          "repeat": [0, 0, 2, None]})
+    counts = run_to_run.run_counts(frame, [frame["cell"]])
+    assert counts.tolist() == [1, 1, 3, 1]
+    bare = frame[["cell"]]
+    assert run_to_run.run_counts(bare, [bare["cell"]]).tolist() == [1, 1, 1, 1]

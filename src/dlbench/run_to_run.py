@@ -27,8 +27,11 @@ Every repeat's row carries the same cell values, so a reader may take any of the
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pandas: for the readers of the table only (the report, compare)
+    import pandas as pd
 
 DEFAULT_UNSTABLE_CV = 0.05
 REPEATS, ITERATIONS, NONE = "repeats", "iterations", "none"
@@ -107,3 +110,18 @@ def add_columns(rows: list[dict[str, Any]], unstable_cv: float = DEFAULT_UNSTABL
         }
         for row in group:
             row.update(values, within_run_cv=within_run_cv(row))
+
+
+def run_counts(frame: pd.DataFrame, cell: Sequence[pd.Series]) -> pd.Series:
+    """How many runs each row's cell (its rows grouped by ``cell``) has, as the report and
+    ``dlbench compare`` both count them: its result files in the table (``source``), or
+    its highest repeat's count if more (a run left without a result); one at least, a
+    table without sources or repeats counting each row a run."""
+    import pandas as pd
+
+    files = (frame["source"].groupby(list(cell), dropna=False).transform("nunique")
+             if "source" in frame else pd.Series(1, index=frame.index))
+    repeat = (pd.to_numeric(frame["repeat"], errors="coerce") if "repeat" in frame
+              else pd.Series(float("nan"), index=frame.index))
+    highest = repeat.groupby(list(cell), dropna=False).transform("max") + 1
+    return pd.concat([files, highest], axis=1).max(axis=1).fillna(1).clip(lower=1)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dlbench import axes
+from dlbench import axes, run_to_run
 
 __all__ = ["AXIS_COLUMNS", "KEY_COLUMNS", "Matching", "cell_labels", "keys_of", "match",
            "result_table"]
@@ -104,14 +104,9 @@ def _ordered(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def run_counts(frame: pd.DataFrame) -> pd.Series:
-    """How many runs each row's cell has on its side, as the report counts them: its result
-    files, or its highest repeat's count if more (a run left without a result)."""
+    """How many runs each row's cell has on its side (``run_to_run.run_counts``)."""
     cell = [frame["_cell"], *([frame["cell_id"]] if "cell_id" in frame else [])]
-    files = (frame["source"].groupby(cell, dropna=False).transform("nunique")
-             if "source" in frame else pd.Series(0, index=frame.index))
-    repeat = pd.to_numeric(_column(frame, REPEAT), errors="coerce")
-    highest = repeat.groupby(cell, dropna=False).transform("max") + 1
-    return pd.concat([files, highest], axis=1).max(axis=1)
+    return run_to_run.run_counts(frame, cell)
 
 
 def _split(frame: pd.DataFrame, side: str) -> tuple[pd.DataFrame, pd.DataFrame]:

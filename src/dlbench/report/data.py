@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dlbench import aggregate
+from dlbench import aggregate, run_to_run
 from dlbench.aggregate import TableError, read_table, with_every_column
 from dlbench.stats import SUMMARY_KEYS
 
@@ -250,13 +250,8 @@ def _by_run(texts: np.ndarray, repeat: np.ndarray, total: int, missing: str) -> 
 
 
 def run_counts(frame: pd.DataFrame) -> pd.Series:
-    """How many runs each row's cell has (of its study): its result files in the table, or
-    its highest repeat's count if more (a run left without a result)."""
-    cell = [frame[k] for k in ("study", "cell") if k in frame]
-    files = (frame["source"].groupby(cell).transform("nunique") if "source" in frame
-             else pd.Series(1, index=frame.index))
-    repeats = numeric(frame, "repeat").groupby(cell).transform("max") + 1
-    return pd.concat([files, repeats], axis=1).max(axis=1)
+    """How many runs each row's cell has, of its study (``run_to_run.run_counts``)."""
+    return run_to_run.run_counts(frame, [frame[k] for k in ("study", "cell") if k in frame])
 
 
 # What a run's energy counts (the aggregate's column). A measurement's, across its cell's
