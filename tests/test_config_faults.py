@@ -46,6 +46,14 @@ def test_a_grid_larger_than_max_cells_is_refused_before_any_cell_is_made(monkeyp
         "a": {"grid": {"model": "deep_mnist", "device": "cpu", "batch_size": [1, 2, 3]}},
         "b": {"grid": {"model": "deep_mnist", "device": "cpu", "batch_size": [1, 2]}}}}
     assert error_of(two).startswith("study 'b': grid: 2 cells")
+    # each repeat is a run of its own: 3 cells x 2 repeats are 6 runs
+    repeated = {**grid(batch_size=[1, 2, 3]), "max_cells": 5, "repeats": 2}
+    assert error_of(repeated).startswith(
+        "study 's': grid: 3 cells (the product of its axes' value counts) x 2 repeats = 6 "
+        "runs is more than max_cells allows (5 left of 5)")
+    two["studies"]["a"]["repeats"], two["max_cells"] = 2, 7
+    assert error_of(two).startswith("study 'b': grid: 2 cells (the product of its axes' "
+                                    "value counts) is more than max_cells allows (1 left")
 
 
 def test_an_exclude_removing_every_cell_is_refused():
@@ -288,9 +296,20 @@ def test_a_name_with_a_trailing_newline_is_refused_in_one_line():
     """'$' matches before a final newline: the name would pass, and no job make its files."""
     config = {"studies": {"s1\n": {"grid": {"model": "deep_mnist", "device": "cpu"}}}}
     assert error_of(config) == ("study 's1\\n': name: use letters, digits, '_', '-' and '.' "
-                                "only, starting with a letter or digit")
+                                "only, starting with a letter or digit, at most 128 characters")
     config = {"datasets": {"d\n": {"synthetic": {}}}, **grid(data="d\n")}
     assert error_of(config).startswith("dataset 'd\\n': name: use letters, digits")
+
+
+def test_a_name_longer_than_a_folder_name_may_be_is_refused_in_one_line():
+    """A study's or dataset's name is a folder under results/: 300 characters passed the
+    check, and then no job could write its results."""
+    long = "s" * 300
+    config = {"studies": {long: {"grid": {"model": "deep_mnist", "device": "cpu"}}}}
+    assert error_of(config).endswith("at most 128 characters")
+    assert study.expand_config({"studies": {"s" * 128: config["studies"][long]}})
+    config = {"datasets": {"d" * 129: {"synthetic": {}}}, **grid(data="d" * 129)}
+    assert error_of(config).endswith("at most 128 characters")
 
 
 def schema_error_of(config) -> str:
@@ -359,8 +378,11 @@ def test_a_typo_in_defaults_is_named_where_it_is_not_in_a_studys_grid():
 
 def test_a_bad_value_from_defaults_is_named_as_coming_from_there():
     config = {"defaults": {"model": {"batch_size": 0}}, **grid()}
-    assert error_of(config) == ("study 's': batch_size (from defaults.model): must be >= 1, "
-                                "got 0")
+    assert error_of(config) == "config: defaults.model.batch_size: must be >= 1, got 0"
+    # valid or not depending on the cell (the framework's precisions): said by the cell
+    config = {"defaults": {"model": {"precision": "fp99"}}, **grid()}
+    assert error_of(config).startswith("study 's': precision (from defaults.model): "
+                                       "unknown value 'fp99'")
     # The study's own value is the study's.
     assert error_of(grid(batch_size=0)) == "study 's': batch_size: must be >= 1, got 0"
 
@@ -397,3 +419,34 @@ def test_mxnet_workers_of_a_distributed_kvstore_cannot_warm_up_until_steady(kv_s
         "when to stop warming up: false (num_warmup_batches)")
     config["studies"]["m"]["grid"]["kv_store"] = "device"
     assert len(study.expand_config(config)) == 1
+
+
+def test_a_typo_on_an_axis_the_cell_does_not_use_is_refused():
+    """A synthetic cell has no data backend: 'lmbd' was passed over there, and only the
+    study's real-data cells, if any, would have said it was wrong."""
+    assert error_of(grid(data_backend="lmbd")) == (
+        "study 's': data_backend: unknown value 'lmbd' (valid: caffe_lmdb, image_folder)")
+    # a valid value on an unused axis stays as it was: no error
+    assert study.expand_config(grid(data_backend="image_folder"))
+
+
+def test_a_bad_value_in_the_defaults_is_refused_though_every_study_sets_the_axis():
+    """No cell would ever check it: the next study relying on the default would fail,
+    blamed on that study."""
+    config = grid(batch_size=4)
+    config["defaults"] = {"model": {"batch_size": "eight"}}
+    assert error_of(config) == ("config: defaults.model.batch_size: must be an integer, "
+                                "got 'eight'")
+    config["defaults"] = {"model": {"phase": ["training", "infer"]}}
+    assert error_of(config) == ("config: defaults.model.phase: unknown value 'infer' "
+                                "(valid: training, inference)")
+
+
+def test_a_value_an_override_sets_is_blamed_on_that_override():
+    """The grid does not hold the value: the error names the override that set it."""
+    config = grid(batch_size=[4, 8])
+    config["studies"]["s"]["overrides"] = [
+        {"match": {"batch_size": 4}, "set": {"num_warmup_batches": 1}},
+        {"match": {"batch_size": 8}, "set": {"phase": "infer"}}]
+    assert error_of(config) == ("study 's': phase (from overrides[1].set): unknown value "
+                                "'infer' (valid: training, inference)")

@@ -75,6 +75,17 @@ def test_a_bad_config_is_one_line_naming_the_study_and_field(tmp_path, capsys):
     assert rc == 2 and "missing.yaml" in capsys.readouterr().err
 
 
+def test_a_yaml_syntax_error_names_its_line_and_column_in_one_line(tmp_path, capsys):
+    """PyYAML's first line is its context only ("while parsing a flow sequence"): the line
+    and column where it went wrong come from its mark."""
+    (tmp_path / "config.yaml").write_text("studies:\n  a:\n    grid: {model: [resnet18\n"
+                                          "  b: 1\n")
+    rc, _, err = run_list(tmp_path, capsys, "studies")
+    assert rc == 2 and err.count("\n") == 1
+    assert "config.yaml: not YAML (line 4, column 4: expected ',' or ']', but got ':', " \
+           "while parsing a flow sequence)" in err
+
+
 def test_a_study_given_twice_is_a_warning_as_in_the_workflow(tmp_path, capsys):
     """YAML keeps the last of two keys silently: the listing says so, as the workflow does,
     and lists what the workflow would run (the last)."""

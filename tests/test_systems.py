@@ -333,3 +333,28 @@ def test_the_table_keeps_other_systems_results_and_this_systems_of_studies_not_n
     assert workflow_support.results_beside("box", {"s": {}}) == [earlier, theirs]
     assert ours not in workflow_support.results_beside("box", ["s", "t"])
     assert stale in workflow_support.results_beside("other", ["s"])
+
+
+def test_the_table_keeps_calibration_cells_another_config_planned(tmp_path, monkeypatch):
+    """The calibration study is implied by a run's cells, never named by its config: the
+    cells of it that this run does not plan (another config's device) stay in the table,
+    and those it plans are its own (not read twice)."""
+    from dlbench import study, workflow_support
+
+    monkeypatch.chdir(tmp_path)
+    root = Path("results")
+    cal = study.CALIBRATION_STUDY
+    gpu = result_file(root, "box", cal, "pytorch_cal_0000000a", env())  # config A's
+    cpu = result_file(root, "box", cal, "pytorch_cal_0000000b", env())  # this run's
+    beside = workflow_support.results_beside("box", {"s": {}}, [str(cpu)])
+    assert gpu in beside and cpu not in beside
+    # a named study keeps only what the run plans, even when the file is not planned
+    assert gpu not in workflow_support.results_beside("box", [cal], [str(cpu)])
+
+
+def test_a_label_longer_than_a_folder_name_may_be_is_refused_in_one_line():
+    """A label is a folder under results/: 300 characters passed, and then no job could
+    write its results."""
+    assert systems.check_label("a" * 128) == "a" * 128
+    with pytest.raises(systems.SystemLabelError, match="at most 128 characters"):
+        systems.check_label("a" * 129)

@@ -569,27 +569,40 @@ INT_MAX = 2**63 - 1
 YAML_BOOLEAN_HINT = " (YAML reads unquoted on/off, yes/no as true/false: quote it, 'on')"
 
 
+def check_value(axis: Axis, value: Any) -> None:
+    """A value's type and bounds, and whether it is one of the axis's fixed choices (those
+    that do not depend on the rest of the cell): what any value of the axis must be,
+    wherever it is given (raises AxisError)."""
+    if axis.type is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise AxisError(axis.name, f"must be an integer, got {value!r}")
+    if axis.type is bool and not isinstance(value, bool):
+        raise AxisError(axis.name, f"must be true or false, got {value!r}")
+    if axis.type is str and not isinstance(value, str):
+        hint = YAML_BOOLEAN_HINT if isinstance(value, bool) else ""
+        raise AxisError(axis.name, f"must be a string, got {value!r}{hint}")
+    if axis.type is dict and not isinstance(value, dict):
+        raise AxisError(axis.name, f"must be a mapping, got {value!r}")
+    if axis.minimum is not None and value < axis.minimum:
+        raise AxisError(axis.name, f"must be >= {axis.minimum}, got {value}")
+    if axis.type is int and value > INT_MAX:
+        raise AxisError(axis.name, f"must be <= {INT_MAX} (a 64-bit integer column), "
+                                   f"got {value}")
+    if isinstance(axis.choices, tuple) and value not in axis.choices \
+            and value != axis.default:
+        raise AxisError(axis.name, f"unknown value {value!r} "
+                                   f"(valid: {', '.join(map(str, axis.choices))})")
+
+
 def check(kind: str, params: Mapping[str, Any]) -> None:
-    """Types, bounds and valid values of every axis of a cell (raises AxisError)."""
+    """Types, bounds and valid values of every axis of a cell (raises AxisError); a value
+    on an axis the cell does not use (a synthetic cell's data_backend) is checked as any
+    value of its axis (``check_value``), so that a typo there is not passed over."""
     for axis in of_kind(kind):
         value = params.get(axis.name)
         used = axis.used_by(params)
         if value is None and not used:
             continue
-        if axis.type is int and (isinstance(value, bool) or not isinstance(value, int)):
-            raise AxisError(axis.name, f"must be an integer, got {value!r}")
-        if axis.type is bool and not isinstance(value, bool):
-            raise AxisError(axis.name, f"must be true or false, got {value!r}")
-        if axis.type is str and not isinstance(value, str):
-            hint = YAML_BOOLEAN_HINT if isinstance(value, bool) else ""
-            raise AxisError(axis.name, f"must be a string, got {value!r}{hint}")
-        if axis.type is dict and not isinstance(value, dict):
-            raise AxisError(axis.name, f"must be a mapping, got {value!r}")
-        if axis.minimum is not None and value < axis.minimum:
-            raise AxisError(axis.name, f"must be >= {axis.minimum}, got {value}")
-        if axis.type is int and value > INT_MAX:
-            raise AxisError(axis.name, f"must be <= {INT_MAX} (a 64-bit integer column), "
-                                       f"got {value}")
+        check_value(axis, value)
         if axis.refuse_unused and not used and value != axis.default:
             framework = params.get("framework")
             raise AxisError(axis.name, f"{framework} has no {axis.name} {value!r} (pair "

@@ -57,6 +57,17 @@ def merge_config(config: dict[str, Any], overwrite: Mapping[str, Any]) -> None:
     merge(config, overwrite)
 
 
+def yaml_problem(exc: Exception) -> str:
+    """PyYAML's error in one line, with the line and column where it found it (its own
+    first line is the context only: "while parsing a flow sequence")."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if mark is None or not problem:
+        return str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    return (f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+            + (f", {context}" if context else ""))
+
+
 def load_config(paths: list[Path]) -> dict[str, Any]:
     """The configs merged as Snakemake merges several --configfile (``merge_config``)."""
     import yaml
@@ -68,7 +79,7 @@ def load_config(paths: list[Path]) -> dict[str, Any]:
         except OSError as exc:
             raise ListError(f"{path}: {exc.strerror or exc}") from None
         except yaml.YAMLError as exc:
-            raise ListError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
+            raise ListError(f"{path}: not YAML ({yaml_problem(exc)})") from None
         if not isinstance(value, dict):
             raise ListError(f"{path}: a config is a mapping with 'studies'")
         for line in config_schema.duplicate_keys(path):  # as the workflow warns

@@ -32,15 +32,19 @@ CALIBRATION_STUDY = "calibration"
 # A cell's runner is stopped after a study's timeout_s (default one hour; a hung cell must
 # not hold the benchmark slot forever).
 DEFAULT_TIMEOUT_S = 3600
-# A config expanding to more cells than this is refused before the cells are made (ten
-# million cells took 11 GB and ten minutes, then crashed): config key max_cells raises it.
+# A config expanding to more cell runs (cells times their study's repeats, each a job) than
+# this is refused before the cells are made (ten million cells took 11 GB and ten minutes,
+# then crashed): config key max_cells raises it.
 DEFAULT_MAX_CELLS = 100_000
 # Repeats of a cell are separate jobs of separate rules (one per repeat, so that the
 # scheduler can run them round by round): a bound keeps the workflow's rules few.
 MAX_REPEATS = 50
 # Names become folders: checked with fullmatch, since '$' also matches before a trailing
-# newline ("s1\n" would pass, and no job could make its folder's files).
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# newline ("s1\n" would pass, and no job could make its folder's files). A folder's name
+# has at most 255 bytes; a longer one passed and then no job could write its results.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+NAME_RULE = ("use letters, digits, '_', '-' and '.' only, starting with a letter or digit, "
+             "at most 128 characters")
 # What results/<system>/ holds beside its studies' folders (results/<system>/<study>/),
 # and why a study may not take the name. Compared case-blind: on a case-insensitive file
 # system (macOS) 'Cells' is the folder 'cells'.
@@ -108,15 +112,20 @@ def _enum(study: str, field: str, value: Any, valid: Iterable[str]) -> None:
 
 
 def _check_cell(study: str, kind: str, p: dict[str, Any], datasets: Mapping[str, Any],
-                from_defaults: Iterable[str] = ()) -> None:
+                from_defaults: Iterable[str] = (),
+                set_by: Mapping[str, int] | None = None) -> None:
     """The cell's axes and its kind's checks; ``from_defaults``: the axes whose value the
-    config's defaults gave, named so (the study's grid does not hold them)."""
+    config's defaults gave, ``set_by``: the override that set an axis, by axis, each named
+    so (the study's grid does not hold them)."""
     try:
         axes.check(kind, p)
         kinds.get(kind).check(p, datasets)
     except axes.AxisError as exc:
-        field = (f"{exc.field} (from defaults.{kind})" if exc.field in from_defaults
-                 else exc.field)
+        field = exc.field
+        if set_by and exc.field in set_by:
+            field = f"{exc.field} (from overrides[{set_by[exc.field]}].set)"
+        elif exc.field in from_defaults:
+            field = f"{exc.field} (from defaults.{kind})"
         raise _fail(study, field, str(exc)) from None
 
 
@@ -189,12 +198,11 @@ def max_cells(config: Mapping[str, Any]) -> int:
 
 def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
                  cap: int | None = None) -> list[Cell]:
-    """The study's cells, validated. ``cap``: the most cells it may have (checked on the
-    grid's size before any cell is made)."""
+    """The study's cells, validated. ``cap``: the most runs (cells times repeats) it may
+    have (checked on the grid's size before any cell is made)."""
     if not _NAME.fullmatch(name):
         # repr: a name with a newline or a quote in it is still said in one line.
-        raise ConfigError(f"study {name!r}: name: use letters, digits, '_', '-' and '.' only, "
-                          "starting with a letter or digit")
+        raise ConfigError(f"study {name!r}: name: {NAME_RULE}")
     reserved = RESERVED_STUDIES.get(name.casefold())
     if reserved:
         raise _fail(name, "name", f"{name!r} is reserved ({reserved}); choose another name")
@@ -209,7 +217,7 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
     precisions = study.get("precisions", "all")
     _enum(name, "precisions", precisions, STUDY_PRECISIONS)
     timeout_s(name, study, config)
-    repeats(name, study, config)
+    runs = repeats(name, study, config)
     own = study.get("grid") or {}
     grid = {**(config.get("defaults") or {}).get(kind, {}), **own}
 
@@ -230,9 +238,12 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
         if not vals:
             raise _fail(name, grid_field(key), "is an empty list")
     size = math.prod(len(vals) for vals in values.values())
-    if cap is not None and size > cap:
-        raise _fail(name, "grid", f"{size:,} cells (the product of its axes' value counts) is "
-                                  f"more than max_cells allows ({cap:,} left of "
+    # Each repeat of a cell is a job of its own: max_cells bounds the runs.
+    if cap is not None and size * runs > cap:
+        what = (f"{size:,} cells (the product of its axes' value counts)" if runs == 1 else
+                f"{size:,} cells (the product of its axes' value counts) x {runs} repeats "
+                f"= {size * runs:,} runs")
+        raise _fail(name, "grid", f"{what} is more than max_cells allows ({cap:,} left of "
                                   f"{max_cells(config):,}); raise max_cells in the config "
                                   "(e.g. --config max_cells=N) to run it")
     rules = study.get("exclude") or []
@@ -265,13 +276,13 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
     dropped_as_emulated = 0
     for combo in itertools.product(*values.values()):
         params = dict(zip(values, combo, strict=True))
-        matched = False
+        set_by: dict[str, int] = {}
         for i, ov in enumerate(overrides):
             if _matches(params, matches[i]):
                 params.update(ov["set"])
+                set_by.update(dict.fromkeys(ov["set"], i))
                 used_overrides.add(i)
-                matched = True
-        if matched:
+        if set_by:
             params = _normalise(params)
         excluded_by = [i for i, rule in enumerate(rules) if _matches(params, rule)]
         if excluded_by:
@@ -279,7 +290,7 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
             continue
         # Checked before the native filter, which would drop an unknown precision as one
         # this CPU does not compute natively.
-        _check_cell(name, kind, params, datasets, from_defaults)
+        _check_cell(name, kind, params, datasets, from_defaults, set_by)
         if precisions == "native" and not native_here(params):
             dropped_as_emulated += 1
             continue
@@ -315,8 +326,7 @@ def check_datasets(datasets: Mapping[str, Any]) -> None:
         _check_text_name("dataset", name)
         if not _NAME.fullmatch(str(name)):
             # repr: a name with a newline or a quote in it is still said in one line.
-            raise ConfigError(f"dataset {str(name)!r}: name: use letters, digits, '_', '-' and "
-                              "'.' only, starting with a letter or digit")
+            raise ConfigError(f"dataset {str(name)!r}: name: {NAME_RULE}")
         reserved = RESERVED_DATASETS.get(str(name).casefold())
         if reserved:
             raise ConfigError(f"dataset '{name}': name: {str(name)!r} is reserved ({reserved}); "
@@ -341,10 +351,17 @@ def check_defaults(defaults: Any) -> None:
             raise ConfigError(f"config: defaults.{kind}: must be a mapping of axes to values, "
                               f"got {values!r}")
         valid = axes.defaults(kind)
-        for key in values:
+        for key, value in values.items():
             if key not in valid:
                 raise ConfigError(f"config: defaults.{kind}.{key}: unknown axis of {kind} cells "
                                   f"(valid: {', '.join(valid)})")
+            # Each value as any value of its axis must be, here: where every study sets
+            # the axis itself, no cell would ever check it.
+            for item in _as_list(value):
+                try:
+                    axes.check_value(axes.get(key), axes.get(key).normalise(item))
+                except axes.AxisError as exc:
+                    raise ConfigError(f"config: defaults.{kind}.{key}: {exc}") from None
 
 
 # What an image path or URI holds (docker://nvcr.io/nvidia/pytorch:24.05-py3,
@@ -376,12 +393,14 @@ def expand_config(config: Mapping[str, Any]) -> list[Cell]:
     studies = config.get("studies")
     if not isinstance(studies, Mapping) or not studies:
         raise ConfigError("config: studies: at least one study is required")
-    limit = max_cells(config)
+    limit, used = max_cells(config), 0
     cells: list[Cell] = []
     for name in studies:
         _check_text_name("study", name)
     for name, study in studies.items():
-        cells.extend(expand_study(name, study, config, cap=limit - len(cells)))
+        made = expand_study(name, study, config, cap=limit - used)
+        used += len(made) * repeats(name, study, config)
+        cells.extend(made)
     return cells + calibration_cells(studies, cells)
 
 

@@ -31,7 +31,8 @@ from typing import Any
 from dlbench import atomic
 
 RESULTS = Path("results")
-LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# A label is a folder under results/: at most 128 characters (a name has 255 bytes).
+LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 # Folders results/ holds for itself: never a system's.
 RESERVED = frozenset({"benchmarks", "cache", "cluster-logs", "compare", "datasets", "logs",
                       "profiles", "report", "slurm-logs"})
@@ -57,7 +58,7 @@ def default_label(hostname: str | None = None) -> str:
 def check_label(label: Any, where: str = "system") -> str:
     if not isinstance(label, str) or not LABEL.fullmatch(label):
         raise SystemLabelError(f"{where}: {label!r} is not a system label (letters, digits, "
-                           "'_', '.', '-'; starting with a letter or digit)")
+                           "'_', '.', '-'; starting with a letter or digit; at most 128 characters)")
     # case-blind: on a case-insensitive disk (macOS) "Profiles" is results/profiles/
     if label.casefold() in RESERVED:
         raise SystemLabelError(f"{where}: {label!r} is a folder results/ keeps for itself "
