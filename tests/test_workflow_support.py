@@ -9,7 +9,7 @@ from dlbench import study
 from dlbench import workflow_support as support
 
 # The smallest op config there is: one operator, one input.
-OPS = '{"torch.relu": {"config": [{"input": [{"args": [{"type": "tensor", "shape": [2]}]}]}]}}'
+OPS = '{"torch.relu": {"config": [{"input": [{"args": [{"type": "tensor", "dtype": "float", "shape": [2]}]}]}]}}'
 
 
 def cells(config):

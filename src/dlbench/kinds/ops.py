@@ -14,13 +14,15 @@ from dlbench.kinds import CellKind
 
 @functools.lru_cache(maxsize=256)
 def _file_problem(path: str, mtime_ns: int) -> str | None:  # noqa: ARG001 (the cache key)
-    """Why the op config cannot be one (not JSON, no operators, ...), or None. Read once
-    per file and version: a study's cells share a few files."""
+    """Why the op config cannot be one (not JSON, no operators, an operator name of no
+    form the registry resolves, a spec the grammar refuses, ...), or None: what its run
+    would record as a failed input, refused before any job. Read once per file and
+    version: a study's cells share a few files."""
     from dlbench.cellrun import CellError
-    from dlbench.ops import configfile  # plain JSON reading: imports no framework
+    from dlbench.ops import precheck  # imports no framework
 
     try:
-        configfile.load(path)
+        precheck.check_file(path)
     except CellError as exc:
         return str(exc).removeprefix("config ")
     return None

@@ -26,8 +26,9 @@ from dlbench.ops import grammar, iterators, output, registry
 from dlbench.ops.cli import bind_cuda, parse_device
 from dlbench.ops.configfile import json_type, shown
 from dlbench.ops.grammar import SpecError
+from dlbench.ops.precheck import DATA_GENERATORS
 from dlbench.ops.registry import OpError
-from dlbench.ops.runner import DATA_GENERATORS, Benchmark, Build, seed
+from dlbench.ops.runner import Benchmark, Build, seed
 from dlbench.ops.timing import EXEC_MODES, ExecOptions
 
 log = logging.getLogger("dlbench.ops")

@@ -5,7 +5,8 @@ The file must be UTF-8 text (a byte-order mark is allowed) holding one JSON obje
 at least one operator, no key twice in one object (JSON would silently keep the last),
 at most ``MAX_BYTES`` and nested at most ``MAX_DEPTH`` levels deep (PARAM's configs
 need about 12; deeper ones would only exhaust the recursion of the code that walks
-them). What each operator's spec holds is checked by the runner, operator by operator.
+them). What each operator's spec holds is checked by the runner, operator by operator,
+and, as far as it can be without torch, before any job (``precheck``).
 
 This module imports no framework, so that the driver may use it too.
 """

@@ -7,6 +7,9 @@ offending field, e.g. ``config[0].input[1].args[0].type: unknown type 'floaty'``
 Two deliberate differences from PARAM: integer and bool tensors default to
 ``requires_grad`` false (PARAM defaults to true, which torch rejects for them), and
 tensors accept ``value_range`` like scalars do.
+
+Checking imports no framework: the driver checks every op config with it before any job
+(``dlbench.ops.precheck``). Only making values imports torch.
 """
 
 from __future__ import annotations
@@ -15,27 +18,30 @@ import logging
 import random
 import sys
 from collections.abc import Iterable
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from dlbench.ops.configfile import shown
 
+if TYPE_CHECKING:
+    import torch
+
 log = logging.getLogger("dlbench.ops")
 
-FLOAT_DTYPES: dict[str, torch.dtype] = {
-    "float": torch.float32, "float32": torch.float32,
-    "double": torch.float64, "float64": torch.float64,
-    "half": torch.float16, "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
+# The dtype names a spec may give, each with the name of the torch dtype it stands for:
+# checking needs only these names, making a tensor looks the dtype up in torch.
+FLOAT_DTYPES: dict[str, str] = {
+    "float": "float32", "float32": "float32",
+    "double": "float64", "float64": "float64",
+    "half": "float16", "float16": "float16",
+    "bfloat16": "bfloat16",
 }
-INT_DTYPES: dict[str, torch.dtype] = {
-    "int": torch.int32, "int32": torch.int32,
-    "long": torch.int64, "int64": torch.int64,
-    "short": torch.int16, "int16": torch.int16,
-    "int8": torch.int8, "uint8": torch.uint8,
+INT_DTYPES: dict[str, str] = {
+    "int": "int32", "int32": "int32",
+    "long": "int64", "int64": "int64",
+    "short": "int16", "int16": "int16",
+    "int8": "int8", "uint8": "uint8",
 }
-DTYPES: dict[str, torch.dtype] = {**FLOAT_DTYPES, **INT_DTYPES, "bool": torch.bool}
+DTYPE_NAMES: dict[str, str] = {**FLOAT_DTYPES, **INT_DTYPES, "bool": "bool"}
 
 SCALAR_NUMBER_TYPES = ("int", "long", "float", "double")
 TYPES = (*SCALAR_NUMBER_TYPES, "bool", "device", "str", "none", "genericlist", "tuple", "tensor")
@@ -86,10 +92,26 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def __getattr__(attr: str) -> Any:
+    """``DTYPES``: each dtype name's torch dtype (importing torch, so made on first use)."""
+    if attr == "DTYPES":
+        import torch
+
+        return {name: getattr(torch, dtype) for name, dtype in DTYPE_NAMES.items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
+
+
+def check_dtype(name: Any, path: str) -> str:
+    """``name``, when it is a dtype name of ``DTYPE_NAMES``."""
+    if not isinstance(name, str) or name not in DTYPE_NAMES:
+        raise SpecError(path, f"unknown dtype {name!r} (valid: {', '.join(DTYPE_NAMES)})")
+    return name
+
+
 def dtype_of(name: Any, path: str) -> torch.dtype:
-    if not isinstance(name, str) or name not in DTYPES:
-        raise SpecError(path, f"unknown dtype {name!r} (valid: {', '.join(DTYPES)})")
-    return DTYPES[name]
+    import torch
+
+    return getattr(torch, DTYPE_NAMES[check_dtype(name, path)])
 
 
 def full_range(bounds: Any, path: str) -> range:
@@ -109,8 +131,9 @@ def full_range(bounds: Any, path: str) -> range:
 # Checking
 
 
-def check_args(config: Any, path: str, *, ranged: bool = False) -> None:
-    """Check an ``{"args": [...], "kwargs": {...}}`` object (a build or input spec)."""
+def check_args(config: Any, path: str, *, ranged: bool = False, driver: bool = False) -> None:
+    """Check an ``{"args": [...], "kwargs": {...}}`` object (a build or input spec).
+    ``driver``: see ``check``."""
     if not isinstance(config, dict):
         raise SpecError(path, f"expected an object with args/kwargs, got {type(config).__name__}")
     args = config.get("args", [])
@@ -120,16 +143,19 @@ def check_args(config: Any, path: str, *, ranged: bool = False) -> None:
     if not isinstance(kwargs, dict):
         raise SpecError(f"{path}.kwargs", "must be an object of name: argument spec")
     for i, arg in enumerate(args):
-        check(arg, f"{path}.args[{i}]", ranged=ranged)
+        check(arg, f"{path}.args[{i}]", ranged=ranged, driver=driver)
     for name, arg in kwargs.items():
-        check(arg, f"{path}.kwargs.{name}", ranged=ranged)
+        check(arg, f"{path}.kwargs.{name}", ranged=ranged, driver=driver)
     if ranged:
         check_copies(args, path)
 
 
-def check(spec: Any, path: str, *, ranged: bool = False) -> None:
+def check(spec: Any, path: str, *, ranged: bool = False, driver: bool = False) -> None:
     """Check one argument spec. ``ranged`` allows RangeConfigIterator's meta attributes
-    and the list forms they iterate over."""
+    and the list forms they iterate over. ``driver``: checked before any job, where torch
+    is never imported: a device value need only be a string (torch judges it when the
+    cell runs), and unknown fields are left to the runner to warn about in the cell's log
+    (here the warning could not say which file)."""
     if not isinstance(spec, dict):
         raise SpecError(path, f"expected an argument spec object, got {type(spec).__name__}")
     if "type" not in spec:
@@ -139,7 +165,7 @@ def check(spec: Any, path: str, *, ranged: bool = False) -> None:
         raise SpecError(f"{path}.type", f"unknown type {kind!r}")
     ranges = _check_meta(spec, kind, path, ranged)
     unknown = set(spec) - _FIELDS[kind] - META_ATTRS - {"type"}
-    if unknown:
+    if unknown and not driver:
         # shown(): a key with a newline would forge a log line (the cell's error is read
         # off the last one)
         log.warning("%s: ignoring unknown field(s) %s of a %s", shown(path),
@@ -152,13 +178,14 @@ def check(spec: Any, path: str, *, ranged: bool = False) -> None:
         if "value" in spec:
             _check_value(spec, path, ranges, lambda v: isinstance(v, str), "a string")
     elif kind == "device":
-        _check_value(spec, path, ranges, _is_device, "a device such as 'cpu' or 'cuda:0'")
+        _check_value(spec, path, ranges, _is_str if driver else _is_device,
+                     "a device such as 'cpu' or 'cuda:0'")
     elif kind in ("genericlist", "tuple"):
         items = spec.get("value")
         if not isinstance(items, list):
             raise SpecError(f"{path}.value", f"a {kind} needs a list of argument specs")
         for i, item in enumerate(items):
-            check(item, f"{path}.value[{i}]", ranged=ranged)
+            check(item, f"{path}.value[{i}]", ranged=ranged, driver=driver)
     elif kind == "tensor":
         _check_tensor(spec, path, ranges)
 
@@ -185,9 +212,15 @@ def _check_meta(spec: dict, kind: str, path: str, ranged: bool) -> set[str]:
     return set(names)
 
 
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
 def _is_device(value: Any) -> bool:
     if not isinstance(value, str):
         return False
+    import torch
+
     try:
         torch.device(value)
     except (RuntimeError, ValueError):
@@ -240,7 +273,7 @@ def _check_value_range(bounds: Any, path: str, *, integer: bool) -> None:
 def _check_tensor(spec: dict, path: str, ranges: set[str]) -> None:
     dtypes = _choices(spec, "dtype", path, ranges)
     for name in dtypes:
-        dtype_of(name, f"{path}.dtype")
+        check_dtype(name, f"{path}.dtype")
     if "shape" not in spec:
         raise SpecError(f"{path}.shape", "missing")
     shape = spec["shape"]
@@ -256,12 +289,12 @@ def _check_tensor(spec: dict, path: str, ranges: set[str]) -> None:
         raise SpecError(f"{path}.requires_grad", f"expected true or false, got {requires_grad!r}")
     if requires_grad:
         for name in dtypes:
-            if not DTYPES[name].is_floating_point:
+            if name not in FLOAT_DTYPES:
                 raise SpecError(f"{path}.requires_grad",
                                 f"a {name} tensor cannot require grad; set it to false")
     if "value_range" in spec:
-        integer = all(not DTYPES[n].is_floating_point for n in dtypes)
-        if any(DTYPES[n] == torch.bool for n in dtypes):
+        integer = all(n not in FLOAT_DTYPES for n in dtypes)
+        if "bool" in dtypes:
             raise SpecError(f"{path}.value_range", "bool tensors take no value_range")
         _check_value_range(spec["value_range"], f"{path}.value_range", integer=integer)
 
@@ -308,6 +341,8 @@ def materialize_args(config: dict, device: str | torch.device, path: str
 
 def materialize(spec: dict, device: str | torch.device, path: str) -> Any:
     """The value of one concrete argument spec (random where the spec asks for it)."""
+    import torch
+
     check(spec, path)
     kind = spec["type"]
     if kind in SCALAR_NUMBER_TYPES:
@@ -329,6 +364,8 @@ def materialize(spec: dict, device: str | torch.device, path: str) -> Any:
 
 
 def make_tensor(spec: dict, device: str | torch.device, path: str) -> torch.Tensor:
+    import torch
+
     dtype = dtype_of(spec["dtype"], f"{path}.dtype")
     shape = spec["shape"]
     for i, size in enumerate(shape):
@@ -357,6 +394,8 @@ def make_tensor(spec: dict, device: str | torch.device, path: str) -> torch.Tens
 
 def tensors_in(values: Iterable[Any]) -> list[torch.Tensor]:
     """Every tensor in a (nested) list/tuple/dict of values, in order."""
+    import torch
+
     found: list[torch.Tensor] = []
     stack = list(values)[::-1]
     while stack:

@@ -42,19 +42,18 @@ from typing import Any
 
 import torch
 
-# Namespaces an operator name may live in; the first component is always ``torch``.
-NAMESPACES = ("torch", "torch.nn", "torch.nn.functional", "torch.linalg", "torch.special",
-              "torch.fft", "torch.Tensor", "torch.ops.aten")
-
-# PARAM's whole-network workloads and the dlbench models that implement them.
-ZOO_WORKLOADS = {
-    "pytorch.model.alex_net": "alexnet_owt",
-    "pytorch.model.resnet": "resnet50",
-}
+# The forms of operator names (namespaces, PARAM's whole-model workloads) are known
+# without torch, so that the driver refuses a name of no such form before any job.
+from dlbench.ops.precheck import (
+    NAMESPACES,
+    ZOO_WORKLOADS,
+    OpError,
+    check_aten_name,
+    check_name,
+    refused,
+)
 
 # -- the allow-list ---------------------------------------------------------------------
-
-LIST_HINT = "`python -m dlbench.ops.registry` lists what is allowed"
 
 # ``str`` arguments of ATen ops that select one of a fixed set of behaviours, each checked
 # by its kernel (einsum's equation is a formula over its tensor arguments). Any other
@@ -85,15 +84,6 @@ NOT_LAYERS = frozenset({"SyncBatchNorm"})
 # ``__self__`` of torch.* functions (static methods of torch._C._VariableFunctions).
 # torch.Tensor's builtin methods are bindings too (methods of torch._C.TensorBase).
 _BINDING_OWNERS = (None, torch._C._nn, torch._C._linalg, torch._C._special, torch._C._fft)
-
-
-class OpError(ValueError):
-    """An operator that cannot be resolved or built; the message is one line."""
-
-
-def refused(name: str, reason: str) -> OpError:
-    """The one-line refusal of a name that is not on the allow-list."""
-    return OpError(f"{name}: not on the operator allow-list ({reason}); {LIST_HINT}")
 
 
 # -- ATen ops, judged by their schemas ----------------------------------------------------
@@ -329,8 +319,7 @@ class AtenOp(Operator):
 def resolve(name: str) -> Callable[[], Operator]:
     """A factory of fresh ``Operator``s for ``name``; ``OpError`` (one line) if it names
     none or names something that is not on the allow-list."""
-    if not isinstance(name, str) or not name:
-        raise OpError(f"operator name must be a non-empty string, got {name!r}")
+    check_name(name)
     if name in ZOO_WORKLOADS:
         model = ZOO_WORKLOADS[name]
         return lambda: ZooModelOp(name, model)
@@ -340,8 +329,7 @@ def resolve(name: str) -> Callable[[], Operator]:
 
 
 def _resolve_aten(name: str, op: str) -> Callable[[], Operator]:
-    if not op.isidentifier() or op.startswith("_"):
-        raise OpError(f"{name}: unknown operator (bad aten name {op!r})")
+    check_aten_name(name, op)  # also the op of a torch.* packet, not a name of the config
     try:
         reason = aten_refusal(op)
     except KeyError:
@@ -353,14 +341,9 @@ def _resolve_aten(name: str, op: str) -> Callable[[], Operator]:
 
 
 def _resolve_torch(name: str) -> Callable[[], Operator]:
+    """A ``torch.*`` name, its form already checked (``check_name``)."""
     parts = name.split(".")
     namespace, leaf = ".".join(parts[:-1]), parts[-1]
-    if parts[0] != "torch" or len(parts) < 2:
-        raise refused(name, f"expected torch.*, aten::* or one of {', '.join(ZOO_WORKLOADS)}")
-    if namespace not in NAMESPACES:
-        raise refused(name, f"operators are looked up in {', '.join(NAMESPACES)}")
-    if not leaf.isidentifier() or leaf.startswith("_"):
-        raise OpError(f"{name}: unknown operator (not a public name)")
     if namespace == "torch.ops.aten":
         return _resolve_aten(name, leaf)
     owner: Any = torch

@@ -21,18 +21,16 @@ from typing import Any
 import torch
 
 from dlbench.cellrun import is_oom, one_line
-from dlbench.ops import cost, grammar, iterators, output, registry
+from dlbench.ops import cost, grammar, iterators, output, precheck, registry
 from dlbench.ops.configfile import json_type, shown
 from dlbench.ops.grammar import SpecError
 from dlbench.ops.iterators import ConfigItem
+from dlbench.ops.precheck import OP_SHAPE
 from dlbench.ops.registry import Operator, OpError
 from dlbench.ops.timing import ExecOptions, Executor
 
 log = logging.getLogger("dlbench.ops")
 
-DATA_GENERATORS = ("PyTorch:DefaultDataGenerator", "PyTorch::DefaultDataGenerator")
-OP_SHAPE = ("expected an object with a \"config\" list (and optional iterators and data "
-            "generators)")
 
 
 class StopBenchmark(Exception):
@@ -46,21 +44,9 @@ def seed(value: int = 0) -> None:
 
 
 def check_op_info(info: Any) -> None:
-    if not isinstance(info, dict):
-        raise SpecError("<operator>", OP_SHAPE + f", got {json_type(info)}")
-    for key in ("build_iterator", "input_iterator"):
-        if key in info and (not isinstance(info[key], str)
-                            or info[key] not in iterators.ITERATORS):
-            raise SpecError(key, f"unknown iterator {info[key]!r} "
-                                 f"(valid: {', '.join(iterators.ITERATORS)})")
-    for key in ("build_data_generator", "input_data_generator"):
-        if info.get(key) not in (None, *DATA_GENERATORS):
-            raise SpecError(key, f"unknown data generator {info[key]!r} "
-                                 f"(valid: {DATA_GENERATORS[0]})")
-    if not isinstance(info.get("config"), list):
-        raise SpecError("config", "missing or not a list of {\"build\", \"input\"} objects")
-    if not info["config"]:
-        raise SpecError("config", "an empty list, no inputs to run")
+    """An operator's object as the run needs it (``precheck.check_op_info``): with
+    something to run in its config list."""
+    precheck.check_op_info(info, empty_ok=False)
 
 
 def to_meta(value: Any) -> Any:
