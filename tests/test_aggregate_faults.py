@@ -220,7 +220,8 @@ def run_script(tmp_path: Path, monkeypatch, inputs: list[Path],
     fake = SimpleNamespace(input=named, log=[str(log)],
                            output=SimpleNamespace(parquet=str(tmp_path / "t.parquet"),
                                                   csv=str(tmp_path / "t.csv")),
-                           params=SimpleNamespace(unstable_cv=0.05, system="box"))
+                           params=SimpleNamespace(unstable_cv=0.05, system="box",
+                                                  beside_in_own_studies=[]))
     # The script lists invalid files for the next run under results/ of the working
     # directory: this test's, never the repository's.
     monkeypatch.chdir(tmp_path)
@@ -270,8 +271,12 @@ def test_another_systems_invalid_file_stays_a_failed_row_and_is_not_set_aside(tm
         "left in place: a run of a config with this cell (study 't') measures the cell again")
     assert str(theirs) in log.read_text()
     listing = tmp_path / workflow_support.INVALID_LATER
-    # a run of another config (without ours) moves nothing and keeps ours listed
+    # a run of another config (without ours) moves nothing, and its aggregate keeps ours
+    # listed for the next run with our cell
     assert workflow_support.set_aside_invalid([str(unnamed)], listing) == []
+    other = write_json(tmp_path / "results" / "box" / "u" / "cells" / "D.json",
+                       result("D", study="u"))
+    run_script(tmp_path, monkeypatch, [other], beside=[ours, theirs, unnamed])
     assert ours.exists() and listing.read_text().splitlines() == [str(ours)]
     # the next run with ours moves it; nothing is left listed
     (moved,) = workflow_support.set_aside_invalid([str(ours)], listing)

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from dlbench import study as dlbench_study
 from dlbench import systems
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,6 +129,22 @@ def test_two_systems_in_one_results_tree_are_both_kept_and_a_third_runs_every_ce
     (workdir / "config.yaml").write_text(yaml.safe_dump(only_tiny))
     here = workdir / "results" / systems.default_label()
     shutil.copytree(here, workdir / "results" / "other-machine")
+    # This system's calibration result of another config (a GPU's): a config calibrating
+    # the CPU plans its own cell and reads that one as it is; Snakemake asked the benchmark
+    # rule (whose pattern covers the calibration study) to make it, and the rule failed.
+    gpu = dlbench_study.Cell(dlbench_study.CALIBRATION_STUDY, "calibrate",
+                             {"framework": "pytorch", "device": "gpu"})
+    theirs = systems.result_path(systems.default_label(), gpu.study, gpu.id,
+                                 workdir / "results")
+    theirs.parent.mkdir(parents=True)
+    theirs.write_text("{}")
+    calibrating = {"studies": {"tiny": {**only_tiny["studies"]["tiny"], "calibrate": True}}}
+    (workdir / "config.yaml").write_text(yaml.safe_dump(calibrating))
+    proc = snakemake(workdir, "-n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert planned_jobs(proc.stdout + proc.stderr)["benchmark_pytorch"] == 1  # the CPU's
+    shutil.rmtree(theirs.parent.parent)
+    (workdir / "config.yaml").write_text(yaml.safe_dump(only_tiny))
     proc = snakemake(workdir, "-n")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "benchmark_pytorch" not in planned_jobs(proc.stdout + proc.stderr)

@@ -1,5 +1,6 @@
 """The workflow's helpers (dlbench.workflow_support), without Snakemake."""
 
+import json
 import os
 import sys
 
@@ -116,3 +117,22 @@ def test_the_interpreter_running_snakemake_has_one_name_whatever_started_it(tmp_
     other.write_text("")
     (tmp_path / "other" / "python3").write_text("")  # another file: not the same interpreter
     assert support.this_python(str(other)) == str(other)
+
+
+def test_the_runs_failed_profiles_are_counted_in_one_line_naming_the_first(tmp_path):
+    """A failed profile is a manifest (status failed), so the run ends successfully: this
+    line is what says so at the end of it. Profiles not made, or unreadable, are not
+    counted as failed."""
+    def manifest(name: str, status: str | None, error: str | None = None) -> str:
+        path = tmp_path / name / "profile.json"
+        path.parent.mkdir()
+        if status is not None:
+            path.write_text(json.dumps({"status": status, "error": error}))
+        return str(path)
+
+    paths = [manifest("a", "ok"), manifest("b", "failed", "nsys: binary not found\nmore"),
+             manifest("c", None), manifest("d", "failed", "hpcrun: binary not found")]
+    assert support.failed_profiles(paths) == (
+        f"dlbench: 2 of 4 profiles failed (first: {tmp_path / 'b'}: nsys: binary not "
+        "found); the report shows each")
+    assert support.failed_profiles(paths[:1] + paths[2:3]) is None

@@ -608,18 +608,47 @@ def container_binds(config: Mapping[str, Any], cells: Iterable[study.Cell], here
     return sorted(p for p in set(binds) if not any(q in p.parents for q in binds))
 
 
+def failed_profiles(manifests: Sequence[str]) -> str | None:
+    """A line counting this run's profiles recorded as failed (their manifests say so),
+    naming the first and its error, or None: a failed profile does not fail the run (the
+    report shows it), so without this line the run's end would not say it."""
+    failed = []
+    for path in manifests:
+        try:
+            record = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            continue  # not made (the run failed elsewhere) or unreadable: the report says
+        if isinstance(record, dict) and record.get("status") == "failed":
+            failed.append((path, str(record.get("error") or "").strip()))
+    if not failed:
+        return None
+    first, error = failed[0]
+    why = f": {error.splitlines()[0]}" if error else ""
+    return (f"dlbench: {len(failed)} of {len(manifests)} profiles failed (first: "
+            f"{Path(first).parent}{why}); the report shows each")
+
+
 # The result files of its own cells the last aggregate found invalid, one path a line:
 # the workflow's run cannot move them while it goes on (they are inputs of its target),
 # so the next run planning them does.
 INVALID_LATER = Path("results/logs/invalid-results.txt")
 
 
-def record_invalid_later(paths: Sequence[str], listing: Path = INVALID_LATER) -> None:
-    """Write the list of invalid result files for the next run (none: no list)."""
+def record_invalid_later(paths: Sequence[str], own_files: Collection[str] = (),
+                         listing: Path = INVALID_LATER) -> None:
+    """List this run's invalid result files (``paths``, among its ``own_files``) for the
+    next run with their cells. Listed files of other configs' cells stay listed while they
+    are there (their runs move them: a run of this config must not drop them); none left:
+    no list."""
     from dlbench import atomic
 
-    if paths:
-        atomic.write_text(listing, "".join(f"{p}\n" for p in paths))
+    own = {str(path) for path in own_files}
+    kept = ([line for line in listing.read_text().splitlines()
+             if line and line not in own and Path(line).is_file()]
+            if listing.is_file() else [])
+    listed = list(dict.fromkeys([*kept, *(str(p) for p in paths)]))
+    if listed:
+        atomic.write_text(listing, "".join(f"{p}\n" for p in listed))
     else:
         listing.unlink(missing_ok=True)
 

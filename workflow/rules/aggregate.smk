@@ -9,8 +9,7 @@ rule aggregate:
     input:
         cells=cell_result_files(),
         # Every other system's results found under results/, and this system's of
-        # cells this run does not plan, of studies its config does not name
-        # (workflow_support.results_beside).
+        # studies its config does not name (workflow_support.results_beside).
         beside=results_beside_files(),
     output:
         parquet=update("results/benchmarks.parquet"),
@@ -26,5 +25,9 @@ rule aggregate:
         # set aside (another system's cells are measured by that system's runs, another
         # config's cells by a run of that config).
         system=SYSTEM,
+        # This system's results of a study this run's cells imply (the calibration
+        # study) that it does not plan: the table's too, but read by name, not as
+        # inputs, which Snakemake would ask the benchmark rule (their pattern's) to make.
+        beside_in_own_studies=results_beside_in_own_studies(),
     script:
         "../scripts/aggregate.py"

@@ -125,19 +125,43 @@ REPEAT_ROUNDS = max(REPEATS.values(), default=1)
 
 
 # The studies of this run: those the config names and those of its cells (a calibration
-# study the config implies). The benchmark rules make their results only; this system's
-# other results are read as they are (results_beside_files).
+# study the config implies), the benchmark rules' patterns. This system's other results
+# are read as they are (results_beside_files, results_beside_in_own_studies).
 OWN_STUDIES = sorted({*(config.get("studies") or {}), *(cell.study for cell in CELLS)})
 OWN_STUDIES_PATTERN = "|".join(re.escape(name) for name in OWN_STUDIES)
 
 
-def results_beside_files():
-    return [
-        str(path)
-        for path in support.results_beside(
-            SYSTEM, config.get("studies") or {}, CELL_RESULT_FILES
+@functools.cache
+def _results_beside():
+    """The results the table keeps that this run does not plan (support.results_beside),
+    split: those no rule's pattern covers, and this system's of a study the run's cells
+    imply (another config's calibration cells), which the benchmark rule's pattern covers:
+    as inputs, Snakemake would ask that rule to make them, and the rule knows only this
+    run's cells. Found once, at parse time (the files this run makes are not among them).
+    """
+    beside = support.results_beside(
+        SYSTEM, config.get("studies") or {}, CELL_RESULT_FILES
+    )
+    own = set(OWN_STUDIES)
+
+    def covered(path):
+        return (
+            dlbench_systems.system_of(path) == SYSTEM
+            and dlbench_systems.study_of(path) in own
         )
-    ]
+
+    return (
+        [str(p) for p in beside if not covered(p)],
+        [str(p) for p in beside if covered(p)],
+    )
+
+
+def results_beside_files():
+    return _results_beside()[0]
+
+
+def results_beside_in_own_studies():
+    return _results_beside()[1]
 
 
 def _adopt_pre_system_results():
@@ -756,9 +780,19 @@ onstart:
     PROGRESS.append(start_progress())
 
 
+def say_failed_profiles():
+    """A line at the run's end when some of its profiles failed (main process)."""
+    if not workflow.is_main_process:
+        return
+    line = support.failed_profiles(profile_targets())
+    if line:
+        print(line, file=sys.stderr)
+
+
 onsuccess:
     for watcher in PROGRESS:
         watcher.stop()
+    say_failed_profiles()
 
 
 def write_what_there_is():
@@ -770,7 +804,7 @@ def write_what_there_is():
         return
     dlbench_incomplete_run.write(
         CELL_RESULT_FILES,
-        results_beside_files(),
+        results_beside_files() + results_beside_in_own_studies(),
         "results/benchmarks.parquet",
         "results/benchmarks.csv",
         "results/report",
@@ -784,3 +818,4 @@ onerror:
     for watcher in PROGRESS:
         watcher.stop()
     write_what_there_is()
+    say_failed_profiles()

@@ -16,7 +16,8 @@ from dlbench import aggregate, job_log, workflow_support
 with job_log.into(snakemake.log[0]):  # noqa: F821 (snakemake injects it)
     invalid = []
     try:
-        table = aggregate.write(snakemake.input, snakemake.output.parquet,  # noqa: F821
+        paths = [*snakemake.input, *snakemake.params.beside_in_own_studies]  # noqa: F821
+        table = aggregate.write(paths, snakemake.output.parquet,  # noqa: F821
                                 snakemake.output.csv, move_invalid=False,  # noqa: F821
                                 invalid_later=invalid,
                                 unstable_cv=snakemake.params.unstable_cv,  # noqa: F821
@@ -25,5 +26,5 @@ with job_log.into(snakemake.log[0]):  # noqa: F821 (snakemake injects it)
     except aggregate.SystemConflict as exc:
         print(f"dlbench.aggregate: {exc}", file=sys.stderr)
         sys.exit(1)  # SystemExit: job_log keeps no traceback of it; the job fails
-    workflow_support.record_invalid_later(invalid)
-    print(f"{table.num_rows} rows from {len(snakemake.input)} result files")  # noqa: F821
+    workflow_support.record_invalid_later(invalid, snakemake.input.cells)  # noqa: F821
+    print(f"{table.num_rows} rows from {len(paths)} result files")
