@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from dlbench.profiling import registry, run
+from dlbench.profiling.base import Profiler
 from dlbench.profiling.config import ProfilingConfigError, settings
 
 
@@ -50,6 +51,15 @@ def _cell_problem(cell: dict) -> str | None:
     if not isinstance(cell["params"], dict):
         return "params must be a JSON object"
     return None
+
+
+def _no_tables(tool: str, folder: Path) -> str:
+    """Why ``tables`` made none: the tool has no tables, or the folder no export of it."""
+    profiler = registry.get(tool)
+    if type(profiler).convert is Profiler.convert and profiler.opens_in:
+        what, viewer = profiler.opens_in
+        return f"a profile of this tool has no tables ({what}, for {viewer})"
+    return f"no export to make a table of in {folder}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
             made = tables.convert(args.tool, args.folder, tool_settings)
         except tables.TableError as exc:
             print(f"{args.tool}: {exc}", file=sys.stderr)
+            return 1
+        if not made:  # as a missing export of ncu or torch: one line, not an empty list
+            print(f"{args.tool}: {_no_tables(args.tool, args.folder)}", file=sys.stderr)
             return 1
         print("\n".join(str(args.folder / name) for name in made.values()))
         return 0

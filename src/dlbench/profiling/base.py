@@ -39,6 +39,9 @@ class Profiler:
     order: ClassVar[int]  # position in lists, messages and the report
     description: ClassVar[str]  # one line, the schema's description of its settings
     settings: ClassVar[tuple[Setting, ...]] = ()
+    # The settings that say what part of the profiled run the tool recorded: copied into
+    # that run's result (extra.profiled), which is never a measurement.
+    run_facts: ClassVar[tuple[str, ...]] = ()
     # The report: what the top entries are, their bars' colour, and which files open in
     # what viewer (the Profiles section's introduction).
     top_kind: ClassVar[str] = "kernels"

@@ -41,12 +41,17 @@ class Plan:
     artifacts: dict[str, str]  # name -> path in the profile folder
 
 
+def iteration_keys(kind: str) -> tuple[str, str]:
+    """The axes of a cell's (measured, warmup) iterations: a model cell's batches, or the
+    iterations of every other kind."""
+    return ("num_batches", "num_warmup_batches") if kind == "model" else ("iterations", "warmup")
+
+
 def profiled_params(cell: dict[str, Any], measured: int | None,
                     warmup: int | None) -> dict[str, Any]:
     """The cell's parameters with the profile's iteration counts (None: the cell's own)."""
     params = dict(cell["params"])
-    measured_key, warmup_key = (("num_batches", "num_warmup_batches") if cell["kind"] == "model"
-                                else ("iterations", "warmup"))
+    measured_key, warmup_key = iteration_keys(cell["kind"])
     if measured is not None:
         params[measured_key] = measured
     if warmup is not None:

@@ -16,14 +16,15 @@ is one line naming the field.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dlbench import axes as A
-from dlbench import cpu
 from dlbench import study as S
 from dlbench.profiling import registry
 from dlbench.profiling.spec import ProfilingConfigError
@@ -77,7 +78,8 @@ class ProfileJob:
         return f"{self.out_dir}/{MANIFEST}"
 
 
-def _why_none(cells: Sequence[S.Cell], match: Mapping[str, Any]) -> str:
+def _why_none(config: Mapping[str, Any], cells: Sequence[S.Cell],
+              match: Mapping[str, Any]) -> str:
     """The first of ``match``'s keys that no cell has a value of, said with the values the
     cells have (a misspelt study, a value no grid holds, one this CPU emulates and a
     study's ``precisions: native`` left out); empty where only the combination is absent."""
@@ -87,13 +89,28 @@ def _why_none(cells: Sequence[S.Cell], match: Mapping[str, Any]) -> str:
                            for c in cells})
             shown = ", ".join(have[:12]) + (", ..." if len(have) > 12 else "")
             hint = ""
-            if key == "precision" and any(
-                    cpu.precision_native(A.get(key).normalise(v), "cpu") is False
-                    for v in (wanted if isinstance(wanted, list) else [wanted])):
+            if key == "precision" and _left_out_as_emulated(config, match):
                 hint = ("; this CPU emulates it, and a study with precisions: native leaves "
                         "such cells out")
             return f": no cell has {key} {wanted!r} (the cells have: {shown}){hint}"
     return " (each value is some cell's, but no cell has them all)"
+
+
+def _left_out_as_emulated(config: Mapping[str, Any], match: Mapping[str, Any]) -> bool:
+    """Whether a study with ``precisions: native`` would have a cell that ``match`` selects
+    but for this CPU emulating its precision: the study expanded again with every
+    precision (its warnings were said once already)."""
+    for name, spec in (config.get("studies") or {}).items():
+        if not isinstance(spec, Mapping) or spec.get("precisions") != "native":
+            continue
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                every = S.expand_study(name, {**spec, "precisions": "all"}, config)
+        except S.ConfigError:
+            continue
+        if any(_matches(cell, match) and not S.native_here(cell.params) for cell in every):
+            return True
+    return False
 
 
 def _matches(cell: S.Cell, match: Mapping[str, Any]) -> bool:
@@ -151,7 +168,7 @@ def select_jobs(config: Mapping[str, Any], cells: Sequence[S.Cell], *,
         chosen = [cell for cell in cells if _matches(cell, match)]
         if not chosen:
             raise ProfilingConfigError(f"{where}.match: matches no cell of any study"
-                                       f"{_why_none(cells, match)}")
+                                       f"{_why_none(config, cells, match)}")
         for tool in tools:
             for cell in chosen:
                 _check_tool_fits(where, tool, cell)

@@ -103,6 +103,20 @@ def check_cell_result(tool: str, out_dir: Path) -> dict[str, Any]:
     return res
 
 
+def mark_profiled(tool: str, cell: dict[str, Any], settings: dict[str, Any], out_dir: Path,
+                  res: dict[str, Any]) -> None:
+    """Write into the profiled run's own result (``res``, read from ``out_dir``) that a
+    tool profiled it, and how: ``extra.profiled`` holds the tool, its settings that say what
+    it recorded and the measurement's iteration counts (``cell_<axis>``), since the result's
+    ``cell`` holds the profile's. Facts the runner wrote there itself are kept. Done after
+    the run: nothing of it is timed."""
+    facts = {"tool": tool, **{name: settings[name] for name in registry.get(tool).run_facts}}
+    for key in commands.iteration_keys(cell["kind"]):
+        facts[f"cell_{key}"] = cell["params"].get(key)
+    res["extra"]["profiled"] = {**facts, **(res["extra"].get("profiled") or {})}
+    R.write(res, out_dir / commands.RESULT)
+
+
 def files_of(folder: Path, limit: int = 500) -> list[str]:
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     return files[:limit]
@@ -128,7 +142,8 @@ def capture(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
             for step in plan.steps:
                 run_step(tool, step, out_dir, gpu_env, timeout_s)
                 if step.runs_cell:
-                    check_cell_result(tool, out_dir)
+                    mark_profiled(tool, cell, settings, out_dir,
+                                  check_cell_result(tool, out_dir))
     except gpus.GpuAllocationError as exc:
         raise ProfileError(f"{tool}: {exc}") from None
     record = {

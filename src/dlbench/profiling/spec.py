@@ -97,15 +97,25 @@ class Choice(Setting):
 
 @dataclass(frozen=True)
 class Strings(Setting):
-    """A list of non-empty strings (options, metrics, events...)."""
+    """A list of non-empty strings (options, metrics, events...). ``required``: the tool
+    needs one at least (an empty --trace or --report is the tool's error, after the run)."""
+
+    required: bool = False
 
     def _check(self, field: str, value: Any) -> None:
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise ProfilingConfigError(
                 f"{field}: must be a list of non-empty strings, got {value!r}")
+        if self.required and not value:
+            raise ProfilingConfigError(f"{field}: is an empty list; give one value at least "
+                                       f"(the default: {', '.join(self.default)})")
 
     def _schema(self) -> dict[str, Any]:
-        return {"$ref": "#/$defs/strings"}  # shared with the rest of the config schema
+        # shared with the rest of the config schema
+        out: dict[str, Any] = {"$ref": "#/$defs/strings"}
+        if self.required:
+            out["minItems"] = 1
+        return out
 
 
 @dataclass(frozen=True)
@@ -170,16 +180,18 @@ class Options(Strings):
 
 @dataclass(frozen=True)
 class Knobs(Setting):
-    """NAME: value pairs, NAME in UPPER_CASE (environment-style knobs)."""
+    """NAME: value pairs, NAME in UPPER_CASE (environment-style knobs: A-Z, 0-9 and _,
+    starting with a letter)."""
 
     def _check(self, field: str, value: Any) -> None:
         if not isinstance(value, Mapping):
             raise ProfilingConfigError(
                 f"{field}: must be a mapping of NAME: value, got {value!r}")
         for name, knob in value.items():
-            if not (isinstance(name, str) and name.replace("_", "").isalnum()
-                    and name.isupper()):
-                raise ProfilingConfigError(f"{field}: knob name {name!r} must be UPPER_CASE")
+            if not (isinstance(name, str) and re.fullmatch(r"[A-Z][A-Z0-9_]*", name)):
+                raise ProfilingConfigError(
+                    f"{field}: knob name {name!r} must be UPPER_CASE: upper-case letters, "
+                    "digits and '_', starting with a letter")
             if isinstance(knob, bool) or not isinstance(knob, (int, float, str)):
                 raise ProfilingConfigError(
                     f"{field}.{name}: must be a number or string, got {knob!r}")

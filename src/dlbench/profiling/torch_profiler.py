@@ -82,6 +82,12 @@ class TorchProfilerHook:
         self.profiler: Any = None
         self.written: list[Path] = []
 
+    def facts(self) -> dict[str, Any]:
+        """What the result says of the profiler (``extra.profiled``): the run it is in was
+        profiled, over which measured iterations."""
+        return {"tool": "torch",
+                **dict(zip(("wait", "warmup", "active"), self.schedule, strict=True))}
+
     def measure_start(self) -> None:
         from torch import profiler
 

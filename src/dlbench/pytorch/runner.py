@@ -230,6 +230,9 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     sync = precision.synchronizer(device)
     items = args.batch_size * topo.world_size * built.items_per_sample
     mon, hooks = phase_hooks(args, device, topo.rank)
+    for hook in hooks:  # a profiled run's result says so: it is no measurement to compare
+        if isinstance(hook, torch_profiler.TorchProfilerHook):
+            res["extra"]["profiled"] = hook.facts()
     # Every process warms up as long as the slowest to settle (a step's collectives).
     steady = harness.until_steady(args, lambda done: distributed.all_agree(done, device))
 

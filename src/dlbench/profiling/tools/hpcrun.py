@@ -112,6 +112,7 @@ class Hpcrun(Profiler):
         Bool("framework_library_path", True,
              "Put the framework's library folder (torch/lib) first on LD_LIBRARY_PATH."),
     )
+    run_facts = ("events",)
     colour = "#b279a2"
     opens_in = ("an HPCToolkit database", "hpcviewer")
 

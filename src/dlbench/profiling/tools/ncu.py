@@ -58,6 +58,9 @@ EXTRA_ARGS = Options(
 def ncu_plan(runner: list[str], out_dir: Path, s: Mapping[str, Any]) -> Plan:
     ncu = s["binary"]
     argv = [ncu, "--target-processes", s["target_processes"]]
+    env = {}
+    if s["nvtx_include"]:  # a process that cannot push the range fails at once
+        env[nvtx_ranges.NEEDED] = "profiling.tools.ncu.nvtx_include: []"
     if s["nvtx_include"] or s["nvtx_exclude"]:
         argv.append("--nvtx")
         for expr in s["nvtx_include"]:
@@ -80,7 +83,7 @@ def ncu_plan(runner: list[str], out_dir: Path, s: Mapping[str, Any]) -> Plan:
     argv += ["--export", str(report), "--force-overwrite", *runner]
     export = [ncu, "--import", f"{report}.ncu-rep", "--csv", "--page", "raw",
               "--print-units", "base"]
-    return Plan("ncu", [Step("profiled run", argv, runs_cell=True),
+    return Plan("ncu", [Step("profiled run", argv, env=env, runs_cell=True),
                         Step("raw page export", export, stdout="raw.csv")],
                 [(ncu, "binary")],
                 {"report": "report.ncu-rep", "raw": "raw.csv", "kernels": "kernels.parquet"})
@@ -235,6 +238,7 @@ class Ncu(Profiler):
                choices=("all", "application-only")),
         EXTRA_ARGS,
     )
+    run_facts = ("nvtx_include", "nvtx_exclude", "launch_skip", "launch_count")
     colour = "#76b900"
     opens_in = (".ncu-rep", "Nsight Compute")
 

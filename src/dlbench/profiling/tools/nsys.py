@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dlbench import nvtx_ranges
 from dlbench.profiling.base import Job, Profiler, ranked
 from dlbench.profiling.commands import Plan, ProfileError, Step
 from dlbench.profiling.spec import (
@@ -57,6 +58,8 @@ def nsys_plan(runner: list[str], out_dir: Path, s: Mapping[str, Any]) -> Plan:
         # torch.cuda.nvtx pushes plain (unregistered) strings; nsys matches only registered
         # ones unless told otherwise.
         env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
+        # A process that cannot push the range fails at once rather than run uncaptured.
+        env[nvtx_ranges.NEEDED] = "profiling.tools.nsys.capture_range: none"
     # Ours last: where a later option wins, it is dlbench's.
     argv += [*s["extra_args"], f"--output={report}", "--force-overwrite=true", *runner]
     stats = [nsys, "stats", "--report", ",".join(s["reports"]), "--format", "csv",
@@ -97,15 +100,18 @@ class Nsys(Profiler):
         Str("binary", "nsys", "The nsys executable (a name on PATH or a path)."),
         NUM_BATCHES,
         NUM_WARMUP_BATCHES,
-        Strings("trace", ["cuda", "nvtx"], "--trace, joined with commas."),
+        Strings("trace", ["cuda", "nvtx"], "--trace, joined with commas.", required=True),
+        # Not cudaProfilerApi: no runner calls cudaProfilerStart, so that capture would
+        # never open.
         Choice("capture_range", "nvtx", "--capture-range (none: the whole run).",
-               choices=("nvtx", "cudaProfilerApi", "none")),
+               choices=("nvtx", "none")),
         Str("nvtx_capture", "measure", "--nvtx-capture: the NVTX range captured."),
         Str("capture_range_end", "stop", "--capture-range-end."),
         Names("reports", ["cuda_gpu_kern_sum", "nvtx_sum"],
-              "nsys stats reports, each a Parquet table."),
+              "nsys stats reports, each a Parquet table.", required=True),
         EXTRA_ARGS,
     )
+    run_facts = ("capture_range", "nvtx_capture", "capture_range_end")
     colour = "#4c78a8"
     opens_in = (".nsys-rep", "Nsight Systems")
 

@@ -63,6 +63,7 @@ class TorchProfiler(Profiler):
         Int("active", 3, "Iterations recorded.", minimum=1),
         NUM_WARMUP_BATCHES,
     )
+    run_facts = ("wait", "warmup", "active")
     top_kind = "operators"
     colour = "#ee4c2c"
     opens_in = ("trace.json", "Perfetto or chrome://tracing")
