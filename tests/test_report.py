@@ -661,9 +661,11 @@ def test_the_report_script_log_ends_naming_the_file_on_a_full_disk(tmp_path, rep
     log = tmp_path / "results" / "logs" / "report.log"
     log.parent.mkdir()
     fake = SimpleNamespace(
-        input=SimpleNamespace(parquet=str(one_cell_parquet(tmp_path))), log=[str(log)],
+        input=SimpleNamespace(parquet=str(one_cell_parquet(tmp_path)), profiles=[]),
+        log=[str(log)],
         output=SimpleNamespace(html=str(outdir / "index.html"), charts=str(outdir / "charts")),
-        params=SimpleNamespace(profiles_dir=None, baseline_system=None))
+        params=SimpleNamespace(profiles_dir=None, baseline_system=None, system="box",
+                               studies=["s"]))
     monkeypatch.setattr(sys, "stdout", sys.stdout)  # the script redirects both for a while
     monkeypatch.setattr(sys, "stderr", sys.stderr)
     with pytest.raises(WriteError):

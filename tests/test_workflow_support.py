@@ -3,6 +3,7 @@
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -136,3 +137,22 @@ def test_the_runs_failed_profiles_are_counted_in_one_line_naming_the_first(tmp_p
         f"dlbench: 2 of 4 profiles failed (first: {tmp_path / 'b'}: nsys: binary not "
         "found); the report shows each")
     assert support.failed_profiles(paths[:1] + paths[2:3]) is None
+
+
+def test_the_report_shows_the_runs_profiles_of_its_studies_and_the_others_whole(
+        tmp_path, monkeypatch):
+    """A tool (or cell) the config no longer profiles leaves the report, as a changed
+    grid's cells leave the table: its failed nsys profile kept showing 'failed' beside the
+    run's own. Another study's and another system's profiles are shown as they are."""
+    from dlbench.profiling import summary
+
+    monkeypatch.chdir(tmp_path)
+    root = Path("results/profiles")
+    for folder in ("box/torch/s/pytorch_a_00000001", "box/nsys/s/pytorch_a_00000001",
+                   "box/nsys/t/pytorch_b_00000002", "other/nsys/s/pytorch_a_00000001"):
+        (root / folder).mkdir(parents=True)
+    planned = ["results/profiles/box/torch/s/pytorch_a_00000001/profile.json"]
+    kept = support.profiles_kept("box", ["s"], planned)
+    shown = {(p.system, p.tool, p.study) for p in summary.collect(root, keep=kept)}
+    assert shown == {("box", "torch", "s"), ("box", "nsys", "t"), ("other", "nsys", "s")}
+    assert len(summary.collect(root)) == 4  # by hand (no keep): every folder

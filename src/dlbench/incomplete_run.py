@@ -52,6 +52,7 @@ def _to_stderr(line: str) -> None:
 
 def write(planned: Sequence[str], others: Sequence[str], parquet: str, csv: str,
           report_dir: str, *, profiles_dir: str | None = None,
+          profiles_kept: Callable[[Path], bool] | None = None,
           baseline_system: str | None = None,
           unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV,
           say: Callable[[str], None] = _to_stderr) -> None:
@@ -88,6 +89,7 @@ def write(planned: Sequence[str], others: Sequence[str], parquet: str, csv: str,
         from dlbench import report  # altair: only where a report is written
 
         report.render(parquet, report_dir, profiles_dir=profiles_dir,
+                      profiles_kept=profiles_kept,
                       baseline_system=baseline_system,
                       incomplete=report.Incomplete(len(absent), note(absent, len(planned))))
         written.append(report_dir)

@@ -215,6 +215,23 @@ def results_beside(system: str, studies: Iterable[str],
             or (systems.study_of(p) not in named and str(p) not in wanted)]
 
 
+def profiles_kept(system: str, studies: Iterable[str],
+                  planned: Collection[str]) -> Callable[[Path], bool]:
+    """Which profile folders (``<system>/<tool>/<study>/<cell>``) the report shows, as
+    ``results_beside`` chooses results: every other system's, this system's of studies other
+    than ``studies`` (those the config names) whole, and of those studies the run's profiles
+    only (``planned``, their manifests): a tool or cell the config no longer profiles leaves
+    the report (its folder stays)."""
+    named = set(studies)
+    wanted = {os.path.normpath(Path(path).parent) for path in planned}
+
+    def kept(directory: Path) -> bool:
+        owner, study_name = directory.parts[-4], directory.parts[-2]
+        return (owner != system or study_name not in named
+                or os.path.normpath(directory) in wanted)
+    return kept
+
+
 def pending(cells: Iterable[study.Cell], system: str,
             repeats: Mapping[str, int] | None = None) -> dict[Path, study.Cell]:
     """Cells (and repeats) without a result yet, by result path: what a run will measure."""

@@ -809,6 +809,9 @@ def write_what_there_is():
         "results/benchmarks.csv",
         "results/report",
         profiles_dir=profiling_config.PROFILES_DIR,
+        profiles_kept=support.profiles_kept(
+            SYSTEM, config.get("studies") or {}, profile_targets()
+        ),
         baseline_system=config.get("baseline_system"),
         unstable_cv=UNSTABLE_CV,
     )

@@ -9,7 +9,7 @@ import logging
 import sys
 from pathlib import Path
 
-from dlbench import job_log, report
+from dlbench import job_log, report, workflow_support
 
 with job_log.into(snakemake.log[0]):  # noqa: F821 (snakemake injects it)
     # Warnings (a baseline_system that is no system) go to the log and to the console,
@@ -25,5 +25,8 @@ with job_log.into(snakemake.log[0]):  # noqa: F821 (snakemake injects it)
         Path(snakemake.output.html).parent,  # noqa: F821
         profiles_dir=snakemake.params.profiles_dir,  # noqa: F821
         baseline_system=snakemake.params.baseline_system,  # noqa: F821
+        profiles_kept=workflow_support.profiles_kept(
+            snakemake.params.system, snakemake.params.studies,  # noqa: F821
+            snakemake.input.profiles),  # noqa: F821
     )
     print("\n".join(str(f) for f in files))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -97,13 +97,16 @@ def _from_manifest(tool: str, study: str, cell_id: str, directory: Path, error: 
         cell=manifest.get("cell") or {})
 
 
-def collect(root: str | Path = "results/profiles", top: int = 10) -> list[CellProfile]:
-    """Every profile under ``root`` (``root/<system>/<tool>/<study>/<cell>``), sorted."""
+def collect(root: str | Path = "results/profiles", top: int = 10,
+            keep: Callable[[Path], bool] | None = None) -> list[CellProfile]:
+    """Every profile under ``root`` (``root/<system>/<tool>/<study>/<cell>``), sorted;
+    ``keep``: which of their folders to read (all by default)."""
     root = Path(root)
     found = []
     for tool in registry.names():
         for directory in sorted(root.glob(f"*/{tool}/*/*")):
-            if directory.is_dir() and directory.parts[-4] != "logs":
+            if directory.is_dir() and directory.parts[-4] != "logs" \
+                    and (keep is None or keep(directory)):
                 found.append(read_profile(directory, top))
     return found
 

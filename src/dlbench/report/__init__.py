@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -180,9 +181,11 @@ def incomplete_section(incomplete: Incomplete) -> Section:
 def render(parquet_path: str | Path, outdir: str | Path,
            profiles_dir: str | Path | None = None,
            baseline_system: str | None = None,
-           incomplete: Incomplete | None = None) -> list[Path]:
+           incomplete: Incomplete | None = None,
+           profiles_kept: Callable[[Path], bool] | None = None) -> list[Path]:
     """Write the report of ``parquet_path`` into ``outdir``; return the files written.
-    ``profiles_dir``: the profiles' root (``<system>/<tool>/<study>/<cell>`` folders), if any;
+    ``profiles_dir``: the profiles' root (``<system>/<tool>/<study>/<cell>`` folders), if any,
+    and ``profiles_kept`` which of its folders the report shows (all by default);
     ``baseline_system``: the system the others are compared with; ``incomplete``: the
     cells the run did not measure, if any (counted in the header, named first)."""
     frame = load(parquet_path)
@@ -195,7 +198,8 @@ def render(parquet_path: str | Path, outdir: str | Path,
     if frame.empty:
         parts = [empty_section(parquet_path)]
     else:
-        cell_profiles = summary.collect(profiles_dir) if profiles_dir is not None else []
+        cell_profiles = (summary.collect(profiles_dir, keep=profiles_kept)
+                         if profiles_dir is not None else [])
         parts = sections(frame, cell_profiles, outdir, baseline_system)
     if incomplete:
         parts.insert(0, incomplete_section(incomplete))
