@@ -151,13 +151,14 @@ def test_a_command_line_relying_on_a_default_unlike_params_is_told_which(tmp_pat
         "--z 0 issues --window 20 collectives a timed iteration (PARAM issues all --n of "
         "them, then waits once)")  # PARAM's --window is its point-to-point tests'
     assert unlike("--device=cpu", "--pt2pt", "pairwise", "--e", "64", "--n", "5",
-                  "--window", "100") == (
+                  "--window", "100", "--num_gpus", "2") == (
         "--pt2pt pairwise pairs every rank i of the first half with i + n/2, all at once "
         "(PARAM's, without --src-ranks/--dst-ranks: rank 0 with 1)")
     assert unlike("--device=cpu", "--pt2pt", "pairwise", "--e", "64", "--n", "5",
                   "--window", "100", "--src-ranks", "0", "--dst-ranks", "1",
                   "--num_gpus", "2") is None
-    assert unlike("--device=cpu", "--pt2pt", "one2one", "--e", "64", "--n", "5") == (
+    assert unlike("--device=cpu", "--pt2pt", "one2one", "--e", "64", "--n", "5",
+                  "--num_gpus", "2") == (
         "--window 20 (PARAM's 100)")
     assert unlike("--device=cpu", "--e=64", "--n=5", "--z=0", "--window=100") is None
     (cell,) = study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
@@ -173,6 +174,26 @@ def test_a_command_line_relying_on_a_default_unlike_params_is_told_which(tmp_pat
                         f"--output={tmp_path / 'cell.json'}"]) == 0
     assert ("defaults here, unlike PARAM's comms.py: --z 1 (PARAM's 0); give them to measure "
             "as PARAM does") in caplog.messages
+
+
+def test_sizes_given_instead_of_a_sweep_are_not_told_the_sweeps_end():
+    """--ss (a list of sizes), or an all_to_allv's --i or --o (one exchange of those
+    blocks), replaces the sweep: its end, --e, is no default they rely on; the other
+    defaults are still said."""
+    from dlbench.comms import command_line
+
+    p = command_line.parser()
+
+    def unlike(*words):
+        return command_line.defaults_unlike_params(*command_line.checked(p, list(words)))
+
+    rest = "--n 20 (PARAM's 5), --z 1 (PARAM's 0)"
+    assert unlike("--device=cpu", "--ss", "64,128") == rest
+    for flag in ("--i", "--o"):
+        assert unlike("--device=cpu", "--collective", "all_to_allv", "--num_gpus", "2",
+                      flag, "100,300") == rest
+    assert unlike("--device=cpu", "--collective", "all_to_allv").startswith(
+        "--e 268435456 (PARAM's 64), ")
 
 
 def test_params_command_line_runs_as_it_is_with_its_backend_device_and_log_flags(
@@ -582,10 +603,39 @@ def test_params_src_and_dst_ranks_name_the_pairs_and_bad_ones_are_one_line(capsy
                                                            "all_reduce"),
             (["--pt2pt=one2one", "--dst-ranks=a"], "--dst-ranks 'a' is no list of ranks"),
             (["--pt2pt=pairwise", "--num_gpus=4", "--src-ranks=0:1", "--dst-ranks=2:4"],
-             "--src-ranks/--dst-ranks: rank 4 is no rank of 4 process(es)")]:
+             "--dst-ranks: rank 4 is no rank of 4 process(es)")]:
         with pytest.raises(SystemExit) as exc:
             runner.main(["--device=cpu", *argv])
         assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "grid", "field", "message"), [
+    (["--pt2pt", "one2one", "--num_gpus", "1"], {"collective": "pt2pt", "num_gpus": 1},
+     "num_gpus", "pt2pt needs two processes or more, not 1"),
+    (["--collective", "incast", "--num_gpus", "1"], {"collective": "incast", "num_gpus": 1},
+     "num_gpus", "incast needs two processes or more, not 1"),
+    (["--collective", "multicast", "--num_gpus", "1"],
+     {"collective": "multicast", "num_gpus": 1}, "num_gpus",
+     "multicast needs two processes or more, not 1"),
+    (["--pt2pt", "pairwise", "--num_gpus", "3"],
+     {"collective": "pt2pt", "pt2pt": "pairwise", "num_gpus": 3}, "num_gpus",
+     "pt2pt pairwise pairs the processes: 3 is an odd count")])
+def test_pairs_that_cannot_form_without_rank_lists_are_argparses_line_as_in_a_study(
+        argv, grid, field, message, capsys):
+    """A pattern, incast or multicast that cannot pair its processes, no --src-ranks or
+    --dst-ranks given, is refused before any process starts, in one line naming the flag,
+    with the words a study's check gives."""
+    from dlbench.comms import runner
+
+    with pytest.raises(study.ConfigError, match=re.escape(f"study 'p': {field}: {message} "
+                                                          "(num_gpus x num_nodes)")):
+        study.expand_config({"studies": {"p": {"kind": "comms", "grid": grid}}})
+    with pytest.raises(SystemExit) as exc:
+        runner.main(["--device=cpu", "--e=64", "--n=1", "--w=0", *argv])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err
+    assert err.splitlines()[-1] == (f"python -m dlbench.comms: error: --{field}: {message} "
+                                    "(--num_gpus x --num_nodes)")
 
 
 def test_incast_and_multicast_take_params_ranks_leaving_the_root_out_in_one_line_each(
@@ -626,7 +676,7 @@ def test_incast_and_multicast_take_params_ranks_leaving_the_root_out_in_one_line
             (["--collective=multicast", "--src-ranks=1"], "--src-ranks names the ranks of "
                                                           "pt2pt or incast, not of multicast"),
             (["--collective=incast", "--num_gpus=2", "--root=1", "--src-ranks=1"],
-             "--src-ranks/--dst-ranks: '1' names the root (1) alone"),
+             "--src-ranks: '1' names the root (1) alone"),
             (["--collective=incast", "--kernel=gemm"], "--kernel gemm: incast "
                                                        "(point-to-point messages) runs "
                                                        "without a compute kernel")]:
@@ -682,7 +732,10 @@ def test_comm_groups_split_the_ranks_as_params_multi_comms_and_refuse_what_canno
         with pytest.raises(study.ConfigError, match=re.escape(f"study 'g': {message}")):
             study.expand_config({"studies": {"g": {"kind": "comms", "grid": grid}}})
     for argv, message in [
-            (["--num_gpus=4", "--multi-comms=3"], "--multi-comms 4 process(es) do not split"),
+            (["--num_gpus=4", "--multi-comms=3"], "--multi-comms 3: 4 process(es) do not "
+                                                  "split into 3 groups of one size "
+                                                  "(--num_gpus x --num_nodes; --multi-comms "
+                                                  "must divide them)"),
             (["--num_gpus=4", "--multi-comms=2", "--pt2pt=one2one"],
              "--multi-comms: pt2pt names its own ranks"),
             (["--num_gpus=4", "--multi-comms=2", "--collective=scatter", "--root=2"],
@@ -784,6 +837,42 @@ def test_one_process_has_no_bus_bandwidth_to_chart():
     alone = prepare(pd.DataFrame([row("one", 1, size, 1e-5) for size in (1024, 4096)]))
     spec = json.dumps(comms_charts.bandwidth_figure(alone).chart.to_dict())
     assert "vconcat" not in spec and "bus bandwidth" not in spec and "median time" in spec
+
+
+def test_a_latency_test_has_no_bus_bandwidth_panel_and_the_dropdowns_stay_one_set():
+    """Point-to-point latency rows (no bandwidth) chart their times only: the bus bandwidth
+    panels are those of the tests that have one. Systems beyond a few line styles are a
+    dropdown; one whose cells have no bus bandwidth (one process) keeps its place in the
+    bus bandwidth's dropdown, the same as the time's."""
+    def row(cell, system, collective, test, gpus, seconds, bus):
+        size = 4096
+        gbps = size / seconds / 1e9 if bus else None
+        return {"cell_id": cell, "source": f"{cell}.json", "study": "net", "kind": "comms",
+                "status": "ok", "throughput": 1 / seconds, "name": f"{collective}|{size}",
+                "pass": test, "op_name": collective, "collective": collective,
+                "num_gpus": gpus, "num_nodes": 1, "system": system, "device": "gpu",
+                "data_type": "float32", "framework": "pytorch", "bytes_per_iteration": size,
+                "time_median_s": seconds, "time_p95_s": seconds * 1.1,
+                "gbps": gbps, "bus_gbps": gbps}
+
+    pt2pt = [row("p", "a", "pt2pt", "latency", 2, 1e-5, False),
+             row("p", "a", "pt2pt", "unidirectional", 2, 2e-5, True)]
+    spec = comms_charts.bandwidth_figure(prepare(pd.DataFrame(pt2pt))).chart.to_dict()
+    bus, time = spec["vconcat"]
+    assert bus["facet"]["sort"] == ["pt2pt unidirectional"]
+    assert [r["panel"] for r in spec["datasets"][bus["data"]["name"]]] == [
+        "pt2pt unidirectional"]
+    assert time["facet"]["sort"] == ["pt2pt latency", "pt2pt unidirectional"]
+    systems = [row(f"r{i}", f"s{i}", "all_reduce", "collective", 2, 1e-5, True)
+               for i in range(5)] + [row("solo", "s5", "all_reduce", "collective", 1, 1e-5,
+                                         False)]
+    data, panels, encoding, x, colour, tips = comms_charts._by_size(
+        comms_charts.comms_frame(prepare(pd.DataFrame(systems))))
+    assert encoding.filters == ["system"]
+    # one dropdown for both charts: every system's, though the bus rows lack s5's
+    spec = comms_charts.bandwidth_figure(prepare(pd.DataFrame(systems))).chart.to_dict()
+    (dropdown,) = spec["params"]
+    assert dropdown["bind"]["options"] == [f"s{i}" for i in range(6)]
 
 
 def simulated(collective, inputs):
@@ -984,18 +1073,29 @@ def test_four_processes_pairwise_measure_latency_and_both_bandwidths_validated(t
         ("pt2pt|4096", "unidirectional", 4096.0), ("pt2pt|4096", "bidirectional", 8192.0)]
     for m in res["measurements"]:
         assert m["iterations"] == 3 and m["extra"]["validated"] is True
-        assert m["extra"]["bus_gbps"] == pytest.approx(m["gbps"])
+        if m["pass"] == "latency":  # half a ping-pong: a time, no bandwidth
+            assert m["gbps"] is None and m["extra"]["bus_gbps"] is None
+        else:
+            assert m["gbps"] > 0 and m["extra"]["bus_gbps"] == pytest.approx(m["gbps"])
+    # What each test's iteration time was divided by: a ping-pong's two ways, the window.
+    assert res["extra"]["collectives_per_iteration"] == {
+        "latency": 2, "unidirectional": 4, "bidirectional": 4}
+    rows = aggregate.rows_of(res, "x.json")
+    assert [(r["pass"], r["gbps"] is None, r["bus_gbps"] is None) for r in rows[:3]] == [
+        ("latency", True, True), ("unidirectional", False, False),
+        ("bidirectional", False, False)]
     # The chart: a panel per test, each at the message size (not the bytes both ways).
-    data = comms_charts.comms_frame(prepare(pd.DataFrame(aggregate.rows_of(res, "x.json"))))
+    data = comms_charts.comms_frame(prepare(pd.DataFrame(rows)))
     assert sorted(set(zip(data["collective"], data["size_bytes"], strict=True))) == [
         ("pt2pt bidirectional", 256.0), ("pt2pt bidirectional", 4096.0),
         ("pt2pt latency", 256.0), ("pt2pt latency", 4096.0),
         ("pt2pt unidirectional", 256.0), ("pt2pt unidirectional", 4096.0)]
     figure = comms_charts.bandwidth_figure(prepare(pd.DataFrame(
         aggregate.rows_of(res, "x.json"))))
-    spec = json.dumps(figure.chart.to_dict())  # the panels in the order the tests run
-    assert spec.index('"pt2pt latency"') < spec.index('"pt2pt unidirectional"') \
-        < spec.index('"pt2pt bidirectional"')
+    # The panels in the order the tests run; no bus bandwidth panel for latency.
+    bus, time = figure.chart.to_dict()["vconcat"]
+    assert bus["facet"]["sort"] == ["pt2pt unidirectional", "pt2pt bidirectional"]
+    assert time["facet"]["sort"] == ["pt2pt latency", *bus["facet"]["sort"]]
 
 
 def test_one2one_among_three_processes_leaves_the_third_idle_and_measures_the_pair(tmp_path):
@@ -1498,7 +1598,8 @@ def test_graph_launches_are_a_gpu_cells_axis_refused_where_they_cannot_apply(cap
     assert p2p.params["graph_launches"] is None
     for flags, words in [(["--device=cpu"], "device gpu only"),
                          (["--z=0"], "blocking collectives"),
-                         (["--pt2pt=one2one"], "pt2pt sends point-to-point messages")]:
+                         (["--pt2pt=one2one", "--num_gpus=2"],
+                          "pt2pt sends point-to-point messages")]:
         with pytest.raises(SystemExit):
             runner.main(["--graph-launches=5", *flags])
         assert "--graph-launches: " in (err := capsys.readouterr().err) and words in err

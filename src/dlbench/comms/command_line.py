@@ -127,12 +127,15 @@ def given(argv: list[str], flag: str) -> bool:
 
 def defaults_unlike_params(args: argparse.Namespace, argv: list[str]) -> str | None:
     """The flags ``argv`` leaves at a default other than PARAM's (``--window`` only for
-    point-to-point tests, PARAM's only windowed ones), each with both values: "--e
+    point-to-point tests, PARAM's only windowed ones; ``--e`` only for a sweep of sizes),
+    each with both values: "--e
     268435456 (PARAM's 64), --z 1 (PARAM's 0)"; and what a non-blocking collective or a
     pairwise test without rank lists does otherwise than PARAM."""
     point_to_point = args.collective == "pt2pt"
-    # PARAM's window is its point-to-point tests' only
-    applies = {"window": point_to_point, "z": not point_to_point}
+    # PARAM's window is its point-to-point tests' only; --e ends a sweep, which sizes given
+    # by --ss, or an all_to_allv's blocks by --i or --o, replace
+    applies = {"window": point_to_point, "z": not point_to_point,
+               "e": not (args.ss or args.i or args.o)}
     parts = [f"{flag} {getattr(args, attr)} (PARAM's {theirs})"
              for flag, other, attr, theirs in PARAM_DEFAULTS
              if not given(argv, flag) and not (other and given(argv, other))
@@ -144,6 +147,15 @@ def defaults_unlike_params(args: argparse.Namespace, argv: list[str]) -> str | N
         parts.append("--pt2pt pairwise pairs every rank i of the first half with i + n/2, "
                      "all at once (PARAM's, without --src-ranks/--dst-ranks: rank 0 with 1)")
     return ", ".join(parts) or None
+
+
+def pairs_error(exc: S.PairsError) -> str:
+    """A pattern that cannot pair as argparse's line, naming the flag of its axis (a count
+    of processes: both flags that make it)."""
+    flag = axes.get(exc.field).flag_for(KIND)
+    name = flag.option if flag else exc.field
+    extra = " (--num_gpus x --num_nodes)" if exc.field == "num_gpus" else ""
+    return f"{name}: {exc}{extra}"
 
 
 def listed_runs(argv: list[str]) -> tuple[list[list[str]], int]:
@@ -192,7 +204,8 @@ def checked(p: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Names
                 "the ranks of the other collectives")
     problem = S.groups_problem(args.multi_comms, world)
     if problem:
-        p.error(f"--multi-comms {problem}")
+        p.error(f"--multi-comms {args.multi_comms}: {problem} (--num_gpus x --num_nodes; "
+                "--multi-comms must divide them)")
     ranks = world // max(1, args.multi_comms)  # the processes of one collective
     problem = S.root_problem(args.root, ranks)
     if args.collective in S.ROOTED and problem:
@@ -210,14 +223,11 @@ def checked(p: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Names
                     f"{args.collective}")
         if problem:
             p.error(f"{flag} {problem}")
-    if args.src_ranks or args.dst_ranks:
-        try:
-            if args.collective in S.FAN:
-                S.fan_peers(args.collective, ranks, args.root, args.src_ranks, args.dst_ranks)
-            else:
-                S.pt2pt_pairs(args.pt2pt, ranks, args.src_ranks, args.dst_ranks)
-        except ValueError as exc:
-            p.error(f"--src-ranks/--dst-ranks: {exc}")
+    try:  # point-to-point, incast and multicast: their pairs, as a study checks them
+        S.message_pairs(args.collective, args.pt2pt, ranks, args.root, args.src_ranks,
+                        args.dst_ranks)
+    except S.PairsError as exc:
+        p.error(pairs_error(exc))
     from dlbench.comms import backends
 
     problem = backends.problem(args.backend, args.device)

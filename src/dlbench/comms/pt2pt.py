@@ -44,6 +44,12 @@ class Test:
     counts: tuple[int, int] | None = None
 
 
+def shares(window: int) -> list[tuple[str, int, int]]:
+    """Each test's (pass, what an iteration's time is divided by, messages of the size
+    each share moves): a ping-pong's two ways, a window's messages."""
+    return [("latency", 2, 1), ("unidirectional", window, 1), ("bidirectional", window, 2)]
+
+
 def tests(buffers: tuple, peer: int | None, sender: bool, window: int) -> list[Test]:
     """The three tests of a size on buffers ``(message, received)``. What a step issues is
     built before it: inside it, only the transfers and their waits."""
@@ -89,8 +95,7 @@ def tests(buffers: tuple, peer: int | None, sender: bool, window: int) -> list[T
 
     steps = (ping_pong, unidirectional, bidirectional) if peer is not None else (idle,) * 3
     return [Test(name, step, per_iteration, messages) for (name, per_iteration, messages), step
-            in zip((("latency", 2, 1), ("unidirectional", window, 1),
-                    ("bidirectional", window, 2)), steps, strict=True)]
+            in zip(shares(window), steps, strict=True)]
 
 
 def exchange(buffers: tuple, peer: int | None) -> None:

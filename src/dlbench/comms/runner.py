@@ -7,7 +7,8 @@ torchrun per node of the Slurm job started with srun, as for a model cell,
 dlbench.multinode) run one collective on buffers of every size of the sweep.
 Each size is one measurement: the per-iteration times of the slowest rank (the one
 harness's timed loop: warmup excluded, each iteration ended synchronised), the algorithm
-bandwidth (``gbps``) and the bus bandwidth (``bus_gbps`` in its extra). Every rank
+bandwidth (``gbps``) and the bus bandwidth (``bus_gbps`` in its extra; both null for a
+point-to-point latency test, whose ping-pong is no bandwidth). Every rank
 allocates a size's buffers before any of them communicates; where one rank cannot (out of
 memory), all of them stop the sweep there together, instead of the others waiting in a
 collective it never joins, and the sizes left are named in the result.
@@ -300,6 +301,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     import torch.distributed as dist
 
     from dlbench import harness
+    from dlbench.comms import pt2pt
     from dlbench.pytorch import distributed, torch_environment
     from dlbench.pytorch.runner import monitored_gpus
 
@@ -345,11 +347,14 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             raise cellrun.CellError(str(exc)) from None
         peer, sender = S.pt2pt_peer(pairs, topo.rank)
     window = None if args.z and not point_to_point else args.window  # per timed iteration
+    # What an iteration's time is divided by: a point-to-point cell's, per test (a
+    # ping-pong's two ways, a window's messages).
+    per_iteration = ({name: share for name, share, _ in pt2pt.shares(args.window)}
+                     if point_to_point else args.n if args.graph_launches else window or 1)
     res["extra"].update(ranks=topo.world_size, group_ranks=ranks, bus_factor=factor,
                         backend=dist.get_backend(),
                         hosts=hosts, num_hosts=len(set(hosts)),
-                        collectives_per_iteration=(args.n if args.graph_launches
-                                                   else window or 1),
+                        collectives_per_iteration=per_iteration,
                         # what timed the collectives: CUDA events on their stream (asked
                         # for, or overlapped with computation on a GPU) or the host's clock
                         timer="cuda_events" if device.type == "cuda" and not point_to_point
@@ -421,8 +426,11 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                     name=S.measurement_name(args.collective, size), op_name=args.collective, pass_=test.pass_,
                     times_s=times, items_per_iteration=1.0, throughput_unit="iterations/s",
                     bytes_per_iteration=float(size * test.messages), extra={"elements": count})
-                m["extra"]["bus_gbps"] = m["gbps"] * factor
-                if test.pass_ != "latency":  # a ping-pong's bytes over time is no bandwidth
+                if test.pass_ == "latency":  # a ping-pong's bytes over time is no bandwidth
+                    m["gbps"] = None
+                    m["extra"]["bus_gbps"] = None
+                else:
+                    m["extra"]["bus_gbps"] = m["gbps"] * factor
                     m["extra"]["pct_of_link"] = links.share(
                         m["extra"]["bus_gbps"], link, test.pass_ == "bidirectional")
                 if test.device_timed:  # the stream's hold before each measured call
@@ -439,11 +447,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                                             count, ranks, times, m["gbps"], m["extra"]["bus_gbps"],
                                             total), flush=True)
                 if topo.rank == 0:
-                    share = m["extra"].get("pct_of_link")
-                    log.info("%s %s %d B: %.1f us, algbw %.3f GB/s, busbw %.3f GB/s%s",
-                             args.collective, test.pass_, size, m["time_s"]["median"] * 1e6,
-                             m["gbps"], m["extra"]["bus_gbps"],
-                             f" ({share:.1f}% of {link['text']})" if share is not None else "")
+                    log.info("%s %s %d B: %.1f us%s", args.collective, test.pass_, size,
+                             m["time_s"]["median"] * 1e6, _bandwidths(m, link))
                     if test.overlapped:
                         log.info("%s beside it: %.1f us, %.2fx its time alone", args.kernel,
                                  m["extra"]["compute_overlapped"]["time_s"]["median"] * 1e6,
@@ -461,6 +466,15 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         monitor.attach(res, args.output, mon, items=0.0)  # its energy is no measured one's
     if not res["measurements"]:
         raise cellrun.CellError(f"no message size ran ({res['extra'].get('stopped_by')})")
+
+
+def _bandwidths(m: dict[str, Any], link: dict[str, Any] | None) -> str:
+    """A measurement's bandwidths as its log line gives them (none for a latency test)."""
+    if m["gbps"] is None:
+        return ""
+    share = m["extra"].get("pct_of_link")
+    return (f", algbw {m['gbps']:.3f} GB/s, busbw {m['extra']['bus_gbps']:.3f} GB/s"
+            + (f" ({share:.1f}% of {link['text']})" if share is not None and link else ""))
 
 
 def _given_exchange(args: argparse.Namespace, ranks: int) -> tuple | None:

@@ -215,8 +215,8 @@ def group_members(groups: int, ranks: int) -> list[list[int]]:
 def groups_problem(groups: int, ranks: int) -> str | None:
     """Why ``ranks`` processes cannot be split into ``groups`` equal communicators."""
     if groups > 1 and ranks % groups:
-        return (f"{ranks} process(es) do not split into {groups} groups of one size "
-                "(comm_groups must divide them)")
+        # Each caller says which of its flags or axes make the two counts.
+        return f"{ranks} process(es) do not split into {groups} groups of one size"
     return None
 
 
@@ -327,6 +327,21 @@ def fan_peers(collective: str, ranks: int, root: int, src: str = "", dst: str = 
         raise PairsError(field, f"{text!r} names the root ({root}) alone: no rank for "
                                 f"{collective}")
     return peers
+
+
+def message_pairs(collective: str, pattern: str, ranks: int, root: int, src: str = "",
+                  dst: str = "") -> list[tuple[int, int]]:
+    """The (sender, receiver) pairs of a collective that names its own ranks among
+    ``ranks`` processes: a point-to-point pattern's (``pt2pt_pairs``), an incast's or a
+    multicast's each peer with the root (``fan_peers``); none for another collective. The
+    study and the runner's command line both check a cell with it. Raises PairsError
+    saying what cannot run."""
+    if collective == "pt2pt":
+        return pt2pt_pairs(pattern, ranks, src, dst)
+    if collective in FAN:
+        peers = fan_peers(collective, ranks, root, src, dst)
+        return [(p, root) if collective == "incast" else (root, p) for p in peers]
+    return []
 
 
 def pt2pt_peer(pairs: list[tuple[int, int]], rank: int) -> tuple[int | None, bool]:

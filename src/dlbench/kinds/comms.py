@@ -13,13 +13,11 @@ from dlbench.comms import backends
 from dlbench.comms.graphs import problem as graph_problem
 from dlbench.comms.overlap import NO_KERNEL, operands
 from dlbench.comms.sizes import (
-    FAN,
     UNEVEN,
     PairsError,
     exchange,
-    fan_peers,
     groups_problem,
-    pt2pt_pairs,
+    message_pairs,
     root_problem,
     split_of,
     sweep_problem,
@@ -84,24 +82,19 @@ class CommsKind(CellKind):
         groups = params.get("comm_groups") or 1
         problem = groups_problem(groups, world)
         if problem:
-            raise AxisError("comm_groups", f"{problem} (num_gpus x num_nodes)")
+            raise AxisError("comm_groups", f"{problem} (num_gpus x num_nodes; comm_groups "
+                                           "must divide them)")
         ranks = world // groups  # the processes of one collective
-        if params["collective"] == "pt2pt":
-            try:
-                pt2pt_pairs(params["pt2pt"], ranks, params.get("src_ranks") or "",
-                            params.get("dst_ranks") or "")
-            except PairsError as exc:
-                raise _axis_error(exc) from None
         problem = root_problem(params["root"], ranks) if params.get("root") else None
         if problem:
             of = "each of comm_groups" if groups > 1 else "num_gpus x num_nodes"
             raise AxisError("root", f"{problem} ({of})")
-        if params["collective"] in FAN:
-            try:
-                fan_peers(params["collective"], ranks, params.get("root") or 0,
-                          params.get("src_ranks") or "", params.get("dst_ranks") or "")
-            except PairsError as exc:
-                raise _axis_error(exc) from None
+        try:  # point-to-point, incast and multicast cells: their pairs
+            message_pairs(params["collective"], params.get("pt2pt") or "", ranks,
+                          params.get("root") or 0, params.get("src_ranks") or "",
+                          params.get("dst_ranks") or "")
+        except PairsError as exc:
+            raise _axis_error(exc) from None
         problem = zero_block_problem(ranks)
         if params.get("include_0b") and problem:
             raise AxisError("include_0b", f"{problem} (num_gpus x num_nodes)")
