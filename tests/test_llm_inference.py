@@ -243,6 +243,34 @@ def test_inference_cells_are_checked_in_one_line_naming_the_field():
         assert "\n" not in message
 
 
+def test_an_inference_cells_model_opts_are_the_models_configuration_only():
+    """Its context is the prompt and output, not a training cell's sequence_length (128 by
+    default: refused past a 64-position model it never fed); the run options a training
+    cell has are refused by name (accepted, they changed the id of a cell measuring the
+    same thing)."""
+    small = {"model": "gpt2_tiny", "model_opts": {"n_positions": 64}}
+    (cell,) = study.expand_config(config(**small, prompt_length=60, output_length=4))
+    assert cell.params["model_opts"] == {"n_positions": 64}
+    refused = [({**small, "prompt_length": 60, "output_length": 8}, "output_length",
+                "68 exceeds gpt2_tiny's context of 64 positions"),
+               ({"model_opts": {"num_attention_heads": 3}}, "model_opts",
+                "the width (128) must be a multiple of the heads (3)"),
+               ({"model_opts": {"bogus": 1}}, "model_opts", "unknown model_opts bogus")]
+    for option, value in (("sequence_length", 8), ("parallel", "fsdp"),
+                          ("activation_checkpointing", True)):
+        refused.append(({"model_opts": {option: value}}, "model_opts",
+                        f"{option} is a training cell's option, unused by llm_inference"))
+    for grid, field, text in refused:
+        with pytest.raises(study.ConfigError) as info:
+            study.expand_config(config(**grid))
+        message = str(info.value)
+        assert f"{field}: " in message and text in message and "\n" not in message, message
+    # the valid options named are the configuration's fields only
+    with pytest.raises(study.ConfigError) as info:
+        study.expand_config(config(model_opts={"bogus": 1}))
+    assert "hidden_size" in str(info.value) and "sequence_length" not in str(info.value)
+
+
 @pytest.mark.slow
 def test_training_and_inference_cells_through_the_workflow_into_parquet_and_report(tmp_path):
     cfg = {"studies": {
@@ -293,6 +321,8 @@ def test_training_and_inference_cells_through_the_workflow_into_parquet_and_repo
                                          "multiple of the heads (5)"),
     (["--model_opts", '{"bogus": 1}'], "--model_opts: model gpt2_tiny: unknown model_opts "
                                         "bogus"),
+    (["--model_opts", '{"sequence_length": 8}'], "--model_opts: sequence_length is a "
+                                                  "training cell's option"),
     (["--num_gpus", "2"], "unrecognized arguments: --num_gpus 2"),  # a model cell's flag
     (["--data_loader_only", "true"], "unrecognized arguments: --data_loader_only"),
 ])

@@ -1154,7 +1154,8 @@ def llm_rows(cell: str, batch: int, *, num_batches: int = 3, model_opts: str | N
              "cell_throughput": 32 * batch / prefill},
             {**common, "name": "llama_tiny", "pass": "decode", "throughput": batch / decode,
              "time_median_s": decode * slower, "cell_time_median_s": decode,
-             "cell_throughput": batch / decode, "gbps": 1.0 / slower}]
+             "cell_throughput": batch / decode, "gbps": 1.0 / slower,
+             "extra": json.dumps({"tpot_p50_s": 1.5 * decode})}]
 
 
 def test_language_model_cells_differing_in_any_axis_are_told_apart():
@@ -1189,11 +1190,11 @@ def test_a_language_model_cell_of_three_runs_is_charted_at_the_mean_of_their_med
 
     repeated = prepare(pd.DataFrame(llm_rows("r", 2, repeats=3, slower=1.4)))
     (cell,) = llm_charts.llm_frame(repeated).itertuples()
-    assert (cell.ttft_ms, cell.tpot_ms) == pytest.approx((20.0, 4.0))
-    assert cell.output_tokens_per_s == pytest.approx(2 * 8 / (0.02 + 7 * 0.004))
+    assert (cell.ttft_ms, cell.itl_ms, cell.tpot_ms) == pytest.approx((20.0, 4.0, 6.0))
+    assert cell.output_tokens_per_s == pytest.approx(2 * 8 / (0.02 + 7 * 0.006))
     assert cell.decode_gbps == pytest.approx(1.0)
     latency = llm_charts.latency_figure(repeated)
-    assert "TPOT (ms): mean of the runs' medians" in [c.title for c in latency.table.columns]
+    assert "ITL (ms): mean of the runs' medians" in [c.title for c in latency.table.columns]
 
 
 def monitored_on_two_systems(tmp_path: Path, unit: str = "samples/s") -> pd.DataFrame:

@@ -11,6 +11,7 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import vl_convert
 from headless_chromium import chromium, needs_chromium
@@ -186,3 +187,40 @@ def test_the_systems_intro_of_many_systems_names_the_dropdown_the_chart_has(tmp_
     assert ("(their throughput is in the throughput chart above, one system at a time, "
             "chosen above that chart).") in intro
     assert "line style" not in intro
+
+
+def comms_rows(system: str, slower: float) -> list[dict]:
+    """The aggregate's rows of two all_reduce cells (2 and 4 processes) of one system."""
+    return [{"cell_id": f"c{ranks}", "source": f"{system}/c{ranks}.json", "study": "net",
+             "kind": "comms", "status": "ok", "throughput": 1 / (1e-5 * slower),
+             "name": f"all_reduce|{size}", "pass": "collective", "op_name": "all_reduce",
+             "collective": "all_reduce", "num_gpus": ranks, "num_nodes": 1, "system": system,
+             "device": "gpu", "data_type": "float32", "framework": "pytorch",
+             "bytes_per_iteration": size, "time_median_s": 1e-5 * slower,
+             "time_p95_s": 1.1e-5 * slower, "gbps": size / (1e-5 * slower) / 1e9,
+             "bus_gbps": 1.5 * size / (1e-5 * slower) / 1e9}
+            for ranks in (2, 4) for size in (1024, 4096)]
+
+
+@pytest.mark.parametrize("systems", [2, 6])
+def test_stacked_charts_of_many_systems_share_one_dropdown_and_render(systems):
+    """The collectives' and the language models' charts stack two faceted charts; with
+    five systems or more, one system at a time is shown, chosen in a dropdown, and
+    altair stopped the whole report lifting the dropdown out of the two (unnamed views).
+    The dropdown is declared once, and the spec renders in Vega."""
+    from test_report import llm_rows
+
+    from dlbench.report import comms_charts, llm_charts
+    from dlbench.report.data import prepare
+
+    comms = prepare(pd.DataFrame([r for i in range(systems)
+                                  for r in comms_rows(f"sys{i}", 1 + i)]))
+    llm = prepare(pd.DataFrame([{**r, "system": f"sys{i}", "source": f"sys{i}/{r['source']}"}
+                                for i in range(systems) for b in (1, 2)
+                                for r in llm_rows(f"b{b}", b, slower=1 + i)]))
+    for figure in (comms_charts.bandwidth_figure(comms), llm_charts.latency_figure(llm)):
+        spec = figure.chart.to_dict()
+        assert "vconcat" in spec
+        names = [p["name"] for p in spec.get("params", [])]
+        assert names == (["pick_system"] if systems > 4 else [])
+        assert vl_convert.vegalite_to_svg(spec).count("<path") > 0

@@ -10,7 +10,7 @@ from typing import Any
 from dlbench import axes, frameworks, models
 from dlbench.axes import AxisError
 from dlbench.kinds import CellKind
-from dlbench.kinds.model import _check_model_opts, check_gpu_only
+from dlbench.kinds.model import check_gpu_only
 from dlbench.models import llm
 
 
@@ -37,9 +37,7 @@ class LlmInferenceKind(CellKind):
             raise AxisError("model", f"{name!r} is not a language model (valid: "
                                      f"{', '.join(llm.PRESETS)})")
         check_gpu_only(params)
-        spec = models.get(name)
-        _check_model_opts(spec, params["model_opts"])
-        limit = llm.context(spec.opts(params["model_opts"]))
+        limit = llm.context(config_opts(name, params["model_opts"]))
         total = params["prompt_length"] + params["output_length"]
         if total > limit:
             raise AxisError("output_length", f"prompt_length + output_length = {total} exceeds "
@@ -48,6 +46,30 @@ class LlmInferenceKind(CellKind):
     def command(self, params: Mapping[str, Any], output: Path, python: str,
                 data_dir: str | None) -> list[str]:
         return [python, "-m", self.runner, *axes.argv("llm", params)]
+
+
+def config_opts(name: str, overrides: Any) -> dict[str, Any]:
+    """The model's configuration under ``overrides`` (a cell's model_opts), checked: its
+    fields only. The run options of a training cell (sequence_length,
+    activation_checkpointing, parallel) are refused by name: the runner never reads them,
+    and they would give a cell that measures the same thing another id."""
+    overrides = dict(overrides or {})
+    for option in llm.RUN_OPTS:
+        if option in overrides:
+            raise AxisError("model_opts", f"{option} is a training cell's option, unused by "
+                                          f"{LlmInferenceKind.name} cells (their sequence: "
+                                          "prompt_length + output_length)")
+    fields = llm.config_fields(models.get(name).default_opts)
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise AxisError("model_opts", f"model {name}: unknown model_opts {', '.join(unknown)} "
+                                      f"(valid: {', '.join(sorted(fields))})")
+    opts = {**fields, **overrides}
+    try:
+        llm.check_config(opts)
+    except ValueError as exc:
+        raise AxisError("model_opts", str(exc)) from None
+    return opts
 
 
 KIND = LlmInferenceKind()

@@ -3,17 +3,20 @@
 Timed with the one harness (dlbench.harness.timed_loop): ``num_warmup_batches`` whole
 generations run first, untimed (they also absorb compiling); then ``num_batches`` measured
 generations, each a timed prefill (TTFT) and ``output_length`` - 1 timed decode steps
-(TPOT). Before each generation the static cache is reset, untimed: it counts the positions
-written, and the next generation starts again from position 0.
+(each an inter-token latency, ITL; their mean the generation's TPOT). Before each
+generation the static cache is reset, untimed: it counts the positions written, and the
+next generation starts again from position 0.
 
 Two measurements: ``prefill`` (tokens/s over the batch's prompt tokens; the logits of the
 last position only, as servers make them; its FLOPs by the PaLM formula less the output
 projection of the other positions) and ``decode`` (output tokens/s: one token per sequence
-per step; in ``extra`` TPOT's p50/p90/p99 over the generations, each one's mean step time,
-and the steps' own, the inter-token latency ITL; its bytes the weights and KV cache a step
-reads at least). The
-result's ``extra`` states what was timed, the KV cache's size and the peak memory, and a
-warm-up until steady what it ran (``warm_up_until_steady``).
+per step; its median step time is the inter-token latency ITL's p50; in ``extra`` TPOT's
+p50/p90/p99 over the generations, each one's mean step time, and ITL's over the steps; its
+bytes the weights and KV cache a step reads at least). The result's ``extra`` states what
+was timed, the KV cache's size and the peak memory (a GPU's: the measured generations'
+allocations; a CPU's: the process's peak RSS over its whole life), ``ttft_s`` and
+``tpot_s`` (the prefill's and the decode steps' medians: ``tpot_s`` is ITL p50, null
+without decode steps), and a warm-up until steady what it ran (``warm_up_until_steady``).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ RUNNER = "llm"
 KIND = "llm_inference"
 TIMED = ("prefill: one forward pass over the batch's prompts into the static KV cache, "
          "to the first output token (TTFT); decode: each further output token one forward "
-         "pass of the batch from the cache (TPOT); greedy choice of the next token inside "
+         "pass of the batch from the cache (its time an ITL; a generation's mean of them "
+         "its TPOT); greedy choice of the next token inside "
          "each timed step; on a GPU each timed step ends synchronised")
 
 
@@ -95,7 +99,9 @@ def peak_memory(device: Any) -> tuple[int, str]:
 
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device), "torch.cuda.max_memory_allocated"
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "peak RSS of the process"
+    # ru_maxrss: the process's peak over its whole life (interpreter, torch, the build).
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return rss, "peak RSS of the process over its life, not the model's own"
 
 
 def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
@@ -215,15 +221,21 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                                    **({"recompiled_in_measurement": True} if again else {})}
     monitor.attach(res, args.output, mon)
     ttft_median = res["measurements"][0]["time_s"]["median"]
-    decode_median = res["measurements"][1]["time_s"]["median"] if tpot else 0.0
+    # Without decode steps (output_length 1) there is no decode statistic: null, not 0.
+    decode_median = res["measurements"][1]["time_s"]["median"] if tpot else None
     peak, peak_what = peak_memory(device)
     res["extra"].update({
         "timed": TIMED, "attention": "sdpa", "kv_cache": "static",
         "kv_cache_bytes": L.kv_cache_bytes(opts, batch, prompt + output, element),
         "peak_memory_bytes": peak, "peak_memory_what": peak_what,
+        # tpot_s keeps the meaning it has had since the first release: decode's median
+        # step (the decode measurement's median, ITL p50), so that results recorded before
+        # read alike; TPOT's percentiles over the generations are the decode measurement's
+        # tpot_p50_s, tpot_p90_s and tpot_p99_s.
         "ttft_s": ttft_median, "tpot_s": decode_median,
-        # A whole generation at the medians: the batch's output tokens over its time.
-        "output_tokens_per_s": batch * output / (ttft_median + (output - 1) * decode_median),
+        # A whole generation at those medians: the batch's output tokens over its time.
+        "output_tokens_per_s": batch * output / (
+            ttft_median + (output - 1) * (decode_median or 0.0)),
         "served_dtype": str(dtype).removeprefix("torch."),
     })
 

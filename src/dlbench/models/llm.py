@@ -93,19 +93,30 @@ def context(opts: dict[str, Any]) -> int:
 
 
 def check_opts(opts: dict[str, Any]) -> None:
-    """One line naming the option when a set of options cannot make a model."""
-    for name in INTEGER_FIELDS:
-        if name in opts:
-            value = opts[name]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"llm: {name} must be a positive integer, got {value!r}")
+    """One line naming the option when a set of options cannot make a model (a model
+    cell's: the configuration's fields and the run options)."""
+    check_config(opts)
     if not isinstance(opts.get("activation_checkpointing"), bool):
         raise ValueError("llm: activation_checkpointing must be true or false, got "
                          f"{opts.get('activation_checkpointing')!r}")
     if opts.get("parallel") not in PARALLEL:
         raise ValueError(f"llm: parallel must be one of {', '.join(PARALLEL)}, "
                          f"got {opts.get('parallel')!r}")
-    _, width, _, heads, limit = _shape(opts)
+    limit = context(opts)
+    if opts["sequence_length"] > limit:
+        raise ValueError(f"llm: sequence_length {opts['sequence_length']} exceeds the "
+                         f"model's context of {limit} positions")
+
+
+def check_config(opts: dict[str, Any]) -> None:
+    """One line naming the field when the configuration's fields of ``opts`` cannot make
+    a model (an inference cell has no run options: its length is its prompt and output)."""
+    for name in INTEGER_FIELDS:
+        if name in opts:
+            value = opts[name]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"llm: {name} must be a positive integer, got {value!r}")
+    _, width, _, heads, _ = _shape(opts)
     if width % heads:
         raise ValueError(f"llm: the width ({width}) must be a multiple of the heads ({heads})")
     kv = opts.get("num_key_value_heads", heads)
@@ -116,9 +127,6 @@ def check_opts(opts: dict[str, Any]) -> None:
     if experts is not None and opts["num_experts_per_tok"] > experts:
         raise ValueError(f"llm: num_experts_per_tok ({opts['num_experts_per_tok']}) exceeds "
                          f"num_local_experts ({experts})")
-    if opts["sequence_length"] > limit:
-        raise ValueError(f"llm: sequence_length {opts['sequence_length']} exceeds the "
-                         f"model's context of {limit} positions")
 
 
 def _layer(opts: dict[str, Any], experts: float) -> tuple[float, float]:

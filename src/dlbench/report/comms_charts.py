@@ -23,8 +23,17 @@ from dlbench.report.data import (
     several_runs,
     time_title,
 )
-from dlbench.report.model_charts import line_panels, with_panel
+from dlbench.report.model_charts import (
+    faceted,
+    filtered,
+    line_panels,
+    series_dash,
+    stacked,
+    with_panel,
+)
 from dlbench.report.style import (
+    PANEL_HEIGHT,
+    PANEL_WIDTH,
     SIGNIFICANT_COLUMN,
     SIGNIFICANT_TIP,
     Column,
@@ -126,14 +135,13 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
 
     def panels_of(y: alt.Y, field: str, whisker: str | None = None) -> alt.FacetChart:
         return line_panels(data, panels, encoding, x=x, colour=colour, tooltip=tips, y=y,
-                           field=field, whisker=whisker)
+                           field=field, whisker=whisker, dropdowns=False)
 
     time = panels_of(alt.Y("time_us:Q", title=median, scale=alt.Scale(type="log")),
                      "time_us", "time_p95_us")
-    # Cells of one process only (a single GPU): no bus bandwidth to draw, the times alone.
-    chart = (alt.vconcat(panels_of(alt.Y("busbw_gbps:Q", title="bus bandwidth (GB/s)"),
-                                   "busbw_gbps"), time)
-             if data["busbw_gbps"].notna().any() else time)
+    bus = _bus_panels(data, panels, encoding, x=x, colour=colour, tooltip=tips)
+    # Cells of one process only (a single GPU), latency tests: no bus bandwidth to draw.
+    chart = stacked([bus, time] if bus is not None else [time], encoding, data)
     placed = encoding.placed(("collective",))
     return Figure(
         "comms-bandwidth", "Collectives: bandwidth and time against message size",
@@ -141,8 +149,9 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
         "process moves over its link (nccl-tests: 2(n-1)/n for all_reduce, (n-1)/n for "
         "all_gather, reduce_scatter, all_to_all(v), gather and scatter, 1 for broadcast, "
         "reduce and "
-        "point-to-point; none for one process, which moves nothing over a link, and no "
-        "panel where every cell has one); its share of the link that limits it (NVLink "
+        "point-to-point bandwidth tests; none for one process, which moves nothing over a "
+        "link, nor for a point-to-point latency test, half a ping-pong, and no panel "
+        "without one); its share of the link that limits it (NVLink "
         "between GPUs that all reach each other over it, else PCIe, the network across "
         "nodes; a bidirectional test's of both ways; none where the links were not read) "
         "is in the table: above 100% an all_reduce reduced in the switch (NVLS, SHARP). "
@@ -162,6 +171,26 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
             *([Column("pct_of_link", "% of link", ".1f"), Column("link", "link")]
               if linked else [])],
             required="time_us"))
+
+
+def _bus_panels(data: pd.DataFrame, panels: list[str], encoding: encodings.Encoding, *,
+                x: alt.X, colour: alt.Color, tooltip: list[alt.Tooltip]
+                ) -> alt.FacetChart | None:
+    """The bus bandwidth's panels (line_panels' lines and points): only of the rows that
+    have one (a point-to-point latency test has none, nor has one process), so that no
+    panel stays empty; None without any. Its dropdowns are made of every row, as the
+    time's panels' are (declared once, on the stack: ``stacked``)."""
+    rows = data[data["busbw_gbps"].notna()]
+    if rows.empty:
+        return None
+    line = alt.Chart().encode(x=x, color=colour, tooltip=tooltip, **series_dash(encoding),
+                              y=alt.Y("busbw_gbps:Q", title="bus bandwidth (GB/s)"))
+    layered = filtered(alt.layer(line.mark_line(), line.mark_point(), data=rows), None,
+                       encoding)
+    shown = set(rows["panel"])
+    return faceted(layered.properties(width=PANEL_WIDTH, height=PANEL_HEIGHT),
+                   [p for p in panels if p in shown], encoding, data, dropdowns=False
+                   ).resolve_scale(y="independent")
 
 
 # The figures of the computation beside a size's collectives (``_overlap_values``).

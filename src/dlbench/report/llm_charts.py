@@ -1,5 +1,10 @@
 """Charts of language-model inference cells (dlbench.llm): time to first token and time per
 output token against batch size, and the latency/throughput trade-off a server chooses on.
+
+Two statistics of decode, never one for the other: TPOT, a generation's mean step time (its
+p50, p90 and p99 over the generations, the decode row's extra ``tpot_*_s``), charted with
+its whisker; and ITL, the steps' own times, whose median is the decode row's time (the
+cell's time across runs, at which decode's GB/s is figured), in the table as ITL.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dlbench.report.model_charts import (
     line_panels,
     model_label,
     series_dash,
+    stacked,
     with_panel,
 )
 from dlbench.report.style import (
@@ -62,7 +68,7 @@ def _number(row: pd.Series | None, column: str) -> float | None:
 
 
 def _of_cell(prefill: pd.Series, decode: pd.Series | None, column: str) -> float | None:
-    """A figure of the cell: its decode row's where that has it (the TPOT percentiles),
+    """A figure of the cell: its decode row's where that has it (TPOT's percentiles),
     else its prefill row's (both carry the cell's own, such as its peak memory)."""
     value = _number(decode, column)
     return value if value is not None else _number(prefill, column)
@@ -73,10 +79,14 @@ def _extra(text: object) -> dict:
 
 
 # What a run records of its own in its rows' extra (the cell's and the measurement's
-# merged): the decode's TPOT percentiles over its generations, its KV cache and peak memory,
-# and (a cell without decode steps) its output tokens/s.
-EXTRA_FIGURES = ("tpot_p90_s", "tpot_p99_s", "kv_cache_bytes", "peak_memory_bytes",
-                 "output_tokens_per_s")
+# merged): the decode's TPOT percentiles over its generations, its KV cache and peak memory.
+# Not the cell's ``tpot_s``: that is decode's median step, ITL p50 (dlbench.llm.runner).
+EXTRA_FIGURES = ("tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "kv_cache_bytes",
+                 "peak_memory_bytes")
+# What peak_memory_bytes counts, by device (dlbench.llm.runner.peak_memory): on a CPU the
+# process's peak RSS over its whole life, interpreter, framework and build included.
+PEAK_MEMORY_OF = {"gpu": "the measured generations (torch's allocations)",
+                  "cpu": "the process (peak RSS over its life, not the model's own)"}
 
 
 def _extra_figures(rows: pd.DataFrame) -> pd.DataFrame:
@@ -87,8 +97,9 @@ def _extra_figures(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def llm_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per ok inference cell: TTFT, TPOT (p50, p90, p99), output tokens/s, memory;
-    each the cell's across its runs (the mean over them of each run's figure)."""
+    """One row per ok inference cell: TTFT, TPOT (p50, p90, p99), ITL (p50), output
+    tokens/s, memory; each the cell's across its runs (the mean over them of each run's
+    figure, or of its medians)."""
     rows = measured(frame, KIND, _extra_figures)
     if rows.empty:
         return rows
@@ -106,7 +117,7 @@ def llm_frame(frame: pd.DataFrame) -> pd.DataFrame:
         figure = {column: _of_cell(prefill, decode, column) for column in EXTRA_FIGURES}
         batch, output = int(prefill["batch_size"]), int(prefill["output_length"])
         ttft = float(prefill["cell_time_s"])
-        tpot = float(decode["cell_time_s"]) if decode is not None else None
+        tpot = figure["tpot_p50_s"]
         out.append({
             "cell": cell, "model": prefill["model"], "precision": prefill["precision"],
             "batch_size": batch,
@@ -115,25 +126,34 @@ def llm_frame(frame: pd.DataFrame) -> pd.DataFrame:
             **{axis: prefill.get(axis) for axis in OTHER_AXES if axis not in ("output_length",)},
             "repeats": int(numeric(group, "repeats").fillna(1).max()),
             "ttft_ms": 1e3 * ttft,
-            "tpot_ms": 1e3 * tpot if tpot is not None else None,
+            "tpot_ms": _ms(tpot),
             "tpot_p90_ms": _ms(figure["tpot_p90_s"]),
             "tpot_p99_ms": _ms(figure["tpot_p99_s"]),
-            # A whole generation at those times, as the runner figures it at its medians
-            # (dlbench.llm.runner): the batch's output tokens over its time.
-            "output_tokens_per_s": batch * output / (ttft + (output - 1) * tpot)
-            if tpot is not None else figure["output_tokens_per_s"],
+            # the decode row's time: its steps' median (none without decode steps)
+            "itl_ms": _ms(_number(decode, "cell_time_s")),
+            "output_tokens_per_s": _output_rate(batch, output, ttft, tpot),
             "prefill_tokens_per_s": float(prefill["throughput"]),
             # Decode's memory traffic (a floor: weights and KV cache, dlbench.models.llm)
             # over its step time, against the memory's peak and the measured copy.
             **{key: _number(decode, column) for key, column in DECODE_BANDWIDTH.items()},
             "kv_cache_mib": (figure["kv_cache_bytes"] or 0) / 2**20 or None,
             "peak_memory_mib": (figure["peak_memory_bytes"] or 0) / 2**20 or None,
+            "peak_memory_of": PEAK_MEMORY_OF.get(prefill.get("device")),
         })
     return pd.DataFrame(out)
 
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else 1e3 * seconds
+
+
+def _output_rate(batch: int, output: int, ttft: float, tpot: float | None) -> float | None:
+    """Output tokens/s of a typical generation: the batch's output tokens over its TTFT
+    and its output - 1 steps at TPOT p50 (the figures beside it); none where TPOT is
+    unknown, except without decode steps (output_length 1), where TTFT is the whole."""
+    if output == 1:
+        return batch / ttft
+    return None if tpot is None else batch * output / (ttft + (output - 1) * tpot)
 
 
 def _prepared(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], encodings.Encoding] | None:
@@ -159,9 +179,11 @@ def _tooltip(data: pd.DataFrame, encoding: encodings.Encoding) -> list[alt.Toolt
             *[alt.Tooltip(f"{a}:N", title=encodings.title(a))
               for a in encoding.placed(("output_length",))],
             alt.Tooltip("ttft_ms:Q", title="TTFT (ms)", format=",.3f"),
-            alt.Tooltip("tpot_ms:Q", title=time_title(data["repeats"], "ms", "TPOT"),
+            alt.Tooltip("tpot_ms:Q", title=runs_title(data["repeats"], "TPOT p50 (ms)"),
                         format=",.3f"),
             alt.Tooltip("tpot_p99_ms:Q", title=runs_title(data["repeats"], "TPOT p99 (ms)"),
+                        format=",.3f"),
+            alt.Tooltip("itl_ms:Q", title=time_title(data["repeats"], "ms", "ITL"),
                         format=",.3f"),
             alt.Tooltip("output_tokens_per_s:Q", title="output tokens/s", format=",.1f"),
             alt.Tooltip("decode_gbps:Q", title="decode GB/s (floor)", format=SIGNIFICANT_TIP)]
@@ -174,20 +196,23 @@ def _numbers(data: pd.DataFrame, encoding: encodings.Encoding) -> NumbersTable:
         *[Column(a, encodings.title(a)) for a in placed],
         Column("batch_size", "batch", "d"), Column("prompt_length", "prompt", "d"),
         Column("output_length", "output", "d"), Column("ttft_ms", "TTFT (ms)", ",.3f"),
-        Column("tpot_ms", time_title(data["repeats"], "ms", "TPOT"), ",.3f"),
+        Column("tpot_ms", runs_title(data["repeats"], "TPOT p50 (ms)"), ",.3f"),
         Column("tpot_p90_ms", runs_title(data["repeats"], "p90 (ms)"), ",.3f"),
         Column("tpot_p99_ms", runs_title(data["repeats"], "p99 (ms)"), ",.3f"),
+        Column("itl_ms", time_title(data["repeats"], "ms", "ITL"), ",.3f"),
         Column("output_tokens_per_s", "output tokens/s", ",.1f"),
         Column("decode_gbps", "decode GB/s", SIGNIFICANT_COLUMN),
         Column("decode_pct_of_peak_gbps", "% of memory peak", ",.1f"),
         Column("decode_pct_of_measured_gbps", "% of measured copy", ",.1f"),
         Column("kv_cache_mib", "KV cache (MiB)", ",.1f"),
-        Column("peak_memory_mib", runs_title(data["repeats"], "peak memory (MiB)"), ",.1f")],
+        Column("peak_memory_mib", runs_title(data["repeats"], "peak memory (MiB)"), ",.1f"),
+        Column("peak_memory_of", "peak memory of")],
         required="ttft_ms")
 
 
 def latency_figure(frame: pd.DataFrame) -> Figure | None:
-    """TTFT and TPOT (p50, whisker to p99) against batch size: two rows of panels."""
+    """TTFT and TPOT (p50 over the generations, whisker to their p99) against batch size:
+    two rows of panels."""
     prepared = _prepared(frame)
     if prepared is None:
         return None
@@ -198,29 +223,36 @@ def latency_figure(frame: pd.DataFrame) -> Figure | None:
     def panels_of(field: str, title: str, whisker: str | None = None) -> alt.FacetChart:
         y = alt.Y(f"{field}:Q", title=title, scale=alt.Scale(zero=True))
         return line_panels(data, panels, encoding, x=x, colour=_colour(), tooltip=tips, y=y,
-                           field=field, whisker=whisker)
+                           field=field, whisker=whisker, dropdowns=False)
 
     p99 = "tpot_p99_ms" if data["tpot_p99_ms"].notna().any() else None
-    chart = alt.vconcat(panels_of("ttft_ms", "time to first token (ms)"),
-                        panels_of("tpot_ms", "time per output token (ms)", p99))
+    chart = stacked([panels_of("ttft_ms", "time to first token (ms)"),
+                     panels_of("tpot_ms", "time per output token, TPOT p50 (ms)", p99)],
+                    encoding, data)
     return Figure("llm-latency", "Time to first token and per output token",
                   "Top: the prefill of the batch's prompts (TTFT); bottom: each further token "
-                  "(TPOT, median, whisker to p99), from a static KV cache, every timed step "
-                  "synchronised."
-                  + (" With repeats, TTFT and TPOT are the means of the runs' medians, the "
+                  "(TPOT, a generation's mean step time: p50 over the generations, whisker to "
+                  "their p99), from a static KV cache, every timed step synchronised. The "
+                  "table's ITL is the steps' own median (the inter-token latency), at which "
+                  "decode's GB/s is figured; output tokens/s is a generation's at TTFT and "
+                  "TPOT p50."
+                  + (" With repeats, TTFT and ITL are the means of the runs' medians, TPOT's "
                      "percentiles and peak memory the means of the runs' own."
                      if several_runs(data["repeats"]) else "")
                   + " One panel per model and precision, one line per prompt "
                   "length. The table's decode GB/s is the weights and KV cache a step reads "
                   "at least over its time: decode is bound by them, so its share of "
                   "the memory's peak (or of the measured copy) is how far it is from the "
-                  "hardware." + encoding.note(), styled(chart), shows=encoding.defaults,
+                  "hardware. Peak memory is on a GPU torch's allocations over the measured "
+                  "generations, on a CPU the process's peak RSS over its whole life "
+                  "(interpreter, framework and build included), not the model's own."
+                  + encoding.note(), styled(chart), shows=encoding.defaults,
                   table=_numbers(data, encoding))
 
 
 def tradeoff_figure(frame: pd.DataFrame) -> Figure | None:
-    """The serving trade-off: output tokens/s (throughput) against TPOT (latency), one point
-    per batch size, joined in batch order."""
+    """The serving trade-off: output tokens/s (throughput) against TPOT p50 (latency), one
+    point per batch size, joined in batch order."""
     prepared = _prepared(frame)
     if prepared is None:
         return None
@@ -230,7 +262,8 @@ def tradeoff_figure(frame: pd.DataFrame) -> Figure | None:
         return None
     base = alt.Chart().encode(
         x=alt.X("output_tokens_per_s:Q", title="output tokens/s", scale=alt.Scale(zero=True)),
-        y=alt.Y("tpot_ms:Q", title="time per output token (ms)", scale=alt.Scale(zero=True)),
+        y=alt.Y("tpot_ms:Q", title="time per output token, TPOT p50 (ms)",
+                scale=alt.Scale(zero=True)),
         color=_colour(), order="batch_size:Q", tooltip=_tooltip(data, encoding),
         # Each line style a cell's other axes (two systems' curves told apart).
         **series_dash(encoding))

@@ -209,11 +209,36 @@ def filtered(chart: alt.TopLevelMixin, where: str | None,
 
 
 def faceted(layered: alt.LayerChart, panels: list[str], encoding: Encoding | None,
-            frame: pd.DataFrame) -> alt.FacetChart:
-    """One panel per label in ``panels``, the encoding's dropdowns above them."""
+            frame: pd.DataFrame, dropdowns: bool = True) -> alt.FacetChart:
+    """One panel per label in ``panels``, the encoding's dropdowns above them (``dropdowns``
+    false: declared by the chart it is stacked in, ``stacked``)."""
     chart = layered.facet(
         facet=alt.Facet("panel:N", title=None, sort=panels), columns=facet_columns(len(panels)),
     )
+    if dropdowns and encoding is not None and encoding.filters:
+        chart = chart.add_params(*encoding.params(frame))
+    return chart
+
+
+def stacked(charts: list[alt.FacetChart], encoding: Encoding | None,
+            frame: pd.DataFrame) -> alt.TopLevelMixin:
+    """Faceted charts made with ``dropdowns=False``, one above the other, their panels
+    filtered by the encoding's dropdowns declared once, on the stack: each chart's own
+    would be lifted out of its layers by altair, which fails on their unnamed views (a
+    report of five systems or more stopped there)."""
+    if len(charts) == 1:
+        chart = charts[0]
+    else:
+        # altair names each facet's first layer after the chart's place in the stack, and
+        # cannot name one that has no name yet: give them theirs.
+        named = []
+        for place, facet in enumerate(charts):
+            facet = facet.copy(deep=True)
+            if isinstance(facet.spec, alt.LayerChart) and facet.spec.layer \
+                    and facet.spec.layer[0].name is alt.Undefined:
+                facet.spec.layer[0].name = f"panels{place}"
+            named.append(facet)
+        chart = alt.vconcat(*named)
     if encoding is not None and encoding.filters:
         chart = chart.add_params(*encoding.params(frame))
     return chart
@@ -231,11 +256,11 @@ def series_dash(encoding: Encoding) -> dict[str, object]:
 
 def line_panels(data: pd.DataFrame, panels: list[str], encoding: Encoding, *, x: alt.X,
                 colour: alt.Color, tooltip: list[alt.Tooltip], y: alt.Y, field: str,
-                whisker: str | None = None) -> alt.FacetChart:
+                whisker: str | None = None, dropdowns: bool = True) -> alt.FacetChart:
     """Lines and points of ``y`` (data field ``field``) against ``x``: a line per colour and
     per the encoding's series (the ``variant`` column, its line style), a rule from
     ``field`` up to ``whisker`` where given, one panel per label in ``panels`` with a y
-    scale of its own; rows without ``field`` left out."""
+    scale of its own; rows without ``field`` left out (``dropdowns``: as ``faceted``)."""
     base = alt.Chart().encode(x=x, color=colour, tooltip=tooltip, **series_dash(encoding))
     line = base.encode(y=y)
     layers = [line.mark_line(), line.mark_point()]
@@ -243,7 +268,7 @@ def line_panels(data: pd.DataFrame, panels: list[str], encoding: Encoding, *, x:
         layers.append(base.mark_rule(strokeWidth=1.2).encode(y=f"{field}:Q", y2=f"{whisker}:Q"))
     layered = filtered(alt.layer(*layers, data=data), f"isValid(datum.{field})", encoding)
     return faceted(layered.properties(width=PANEL_WIDTH, height=PANEL_HEIGHT), panels,
-                   encoding, data).resolve_scale(y="independent")
+                   encoding, data, dropdowns).resolve_scale(y="independent")
 
 
 def lone_points(frame: pd.DataFrame, colour: alt.Color, encoding: Encoding | None) -> bool:
