@@ -292,6 +292,14 @@ def test_a_dataset_named_as_the_datasets_log_folder_is_refused():
                                        "datasets/logs/ holds")
 
 
+def test_a_dataset_named_synthetic_is_refused_its_cells_would_read_no_data():
+    """data: synthetic is random tensors: a dataset of that name was accepted and its
+    folder never read."""
+    config = {"datasets": {"synthetic": {"synthetic": {}}}, **grid(data="synthetic")}
+    assert error_of(config).startswith("dataset 'synthetic': name: 'synthetic' is reserved "
+                                       "(data: synthetic means random tensors")
+
+
 def test_a_name_with_a_trailing_newline_is_refused_in_one_line():
     """'$' matches before a final newline: the name would pass, and no job make its files."""
     config = {"studies": {"s1\n": {"grid": {"model": "deep_mnist", "device": "cpu"}}}}

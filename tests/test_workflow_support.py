@@ -156,3 +156,26 @@ def test_the_report_shows_the_runs_profiles_of_its_studies_and_the_others_whole(
     shown = {(p.system, p.tool, p.study) for p in summary.collect(root, keep=kept)}
     assert shown == {("box", "torch", "s"), ("box", "nsys", "t"), ("other", "nsys", "s")}
     assert len(summary.collect(root)) == 4  # by hand (no keep): every folder
+
+
+def test_the_results_of_cells_on_a_dataset_removed_to_prepare_again_are_found(tmp_path,
+                                                                             monkeypatch):
+    """A cut-short prepared dataset is removed; Snakemake prepares a missing input only for
+    a job that runs, so its cells' results (every repeat) must be set aside too: before,
+    the dataset was gone, and 'Nothing to be done'. Cells reading another dataset, or none,
+    are not among them; a result not made yet is not either."""
+    monkeypatch.chdir(tmp_path)
+    config = {"datasets": {"tiny": {"synthetic": {}}, "other": {"synthetic": {}}},
+              "studies": {"s": {"repeats": 2, "grid": {
+                  "model": "resnet18", "device": "cpu", "data": ["tiny", "other", "synthetic"],
+                  "data_backend": "caffe_lmdb"}}}}
+    made = cells(config)
+    paths = support.result_paths(made, "box", {"s": 2})
+    for path in list(paths)[:-1]:  # the last repeat of the last cell not made yet
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    found = support.results_reading(config, made, "box", {"s": 2},
+                                    ["results/datasets/tiny/caffe_lmdb/"])
+    assert sorted(found) == sorted(p for p, c in paths.items() if c.params["data"] == "tiny")
+    assert len(found) == 2
+    assert support.results_reading(config, made, "box", {"s": 2}, []) == []

@@ -56,7 +56,9 @@ RESERVED_STUDIES = {
                           "machine",
 }
 # What results/datasets/ holds beside the datasets' folders.
-RESERVED_DATASETS = {"logs": "results/datasets/logs/ holds the datasets' conversion logs"}
+RESERVED_DATASETS = {"logs": "results/datasets/logs/ holds the datasets' conversion logs",
+                     # data: synthetic is no dataset: cells would run on random tensors
+                     "synthetic": "data: synthetic means random tensors, no dataset"}
 # A study's 'precisions': every cell (all), or on a CPU only those it computes natively.
 STUDY_PRECISIONS = ("all", "native")
 

@@ -153,6 +153,19 @@ def failed_on_changed_inputs(config: Mapping[str, Any], cells: Iterable[study.Ce
     return out
 
 
+def results_reading(config: Mapping[str, Any], cells: Iterable[study.Cell], system: str,
+                    repeats: Mapping[str, int], folders: Iterable[str | os.PathLike[str]]
+                    ) -> list[Path]:
+    """The result files there are of the cells whose prepared dataset is one of
+    ``folders`` (every repeat): a dataset removed to be prepared again (cut short) is
+    prepared only for a cell that runs, so these must run again."""
+    gone = {os.path.normpath(folder) for folder in folders}
+    if not gone:
+        return []
+    return [path for path, cell in result_paths(cells, system, repeats).items()
+            if os.path.normpath(data_dir(config, cell) or ".") in gone and path.exists()]
+
+
 UNREADABLE = "unreadable"
 
 

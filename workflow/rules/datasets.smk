@@ -8,17 +8,20 @@ from dlbench.datasets import quick as dataset_quick
 
 # A prepared dataset cut short (data.mdb shorter than its meta pages declare, a .rec ending
 # before its last indexed record) kills its readers with SIGBUS, and Snakemake, seeing the
-# folder, would never prepare it again: remove it before the DAG is built, so that it is
-# prepared again and the cells reading it rerun. One header read per prepared folder, not
-# per cell; in the main process only (cluster jobs parse this file again).
+# folder, would never prepare it again: remove it before the DAG is built, and set aside
+# the results of the cells reading it (Snakemake prepares a missing input only for a job
+# that runs), so that it is prepared again and they rerun. One header read per prepared
+# folder, not per cell; in the main process only (cluster jobs parse this file again).
 if workflow.is_main_process:
     try:
-        dataset_quick.remove_broken_prepared(
+        _removed = dataset_quick.remove_broken_prepared(
             {data_dir_of(cell) for cell in CELLS}, dry_run=_dry_run
         )
     except DatasetError as exc:
         print(f"dlbench: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
+    _paths = support.results_reading(config, CELLS, SYSTEM, REPEATS, _removed)
+    _run_again(_paths, f"{len(_paths)} cell(s) reading the removed dataset(s)")
 
 
 rule dataset_synthetic:
