@@ -863,6 +863,12 @@ def test_a_latency_test_has_no_bus_bandwidth_panel_and_the_dropdowns_stay_one_se
     assert [r["panel"] for r in spec["datasets"][bus["data"]["name"]]] == [
         "pt2pt unidirectional"]
     assert time["facet"]["sort"] == ["pt2pt latency", "pt2pt unidirectional"]
+    # a latency row of a result made before the runner left its bandwidths null
+    old = [row("p", "a", "pt2pt", "latency", 2, 1e-5, True), pt2pt[1]]
+    spec = comms_charts.bandwidth_figure(prepare(pd.DataFrame(old))).chart.to_dict()
+    assert spec["vconcat"][0]["facet"]["sort"] == ["pt2pt unidirectional"]
+    data = comms_charts.comms_frame(prepare(pd.DataFrame(old))).set_index("collective")
+    assert pd.isna(data.loc["pt2pt latency", "algbw_gbps"])
     systems = [row(f"r{i}", f"s{i}", "all_reduce", "collective", 2, 1e-5, True)
                for i in range(5)] + [row("solo", "s5", "all_reduce", "collective", 1, 1e-5,
                                          False)]

@@ -178,11 +178,12 @@ def test_language_model_verdicts_follow_the_results(tmp_path):
                                                                     "tpot_s": 0.004}}
     check = {c.name: c for c in verdicts.llm_checks(results, tmp_path)}[graphs]
     assert check.verdict == "pass"
-    assert check.figure == "TTFT 20.0 ms, TPOT 4.00 ms (2.00x eager's speed)"
+    assert check.figure == "TTFT 20.0 ms, ITL p50 (tpot_s) 4.00 ms (2.00x eager's speed)"
     del results["llm_serve_b1"]
     results["llm_serve_b1_cudagraphs"]["extra"]["compile"] = {"recompilations_measured": 2}
     check = {c.name: c for c in verdicts.llm_checks(results, tmp_path)}[graphs]
-    assert check.figure.endswith("TPOT 4.00 ms, eager not run, 2 compiled while measured")
+    assert check.figure.endswith("ITL p50 (tpot_s) 4.00 ms, eager not run, 2 compiled while "
+                                 "measured")
     plan = planning.build_plan(tmp_path, sys.executable, gpus=1, autotune=False)
     command = plan.commands["llm_serve_b1_cudagraphs"]
     assert {"--compile=cudagraphs", "--batch_size=1", "--model=llama3_8b"} <= set(command)

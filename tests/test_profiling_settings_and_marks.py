@@ -263,3 +263,14 @@ def test_tables_of_a_folder_without_exports_is_one_line_and_fails_for_every_tool
         assert (proc.returncode, proc.stdout) == (1, ""), tool
         assert proc.stderr.startswith(line.format(folder=tmp_path)), tool
         assert proc.stderr.count("\n") == 1, tool
+
+
+def test_a_language_model_cells_profile_sets_its_generations_not_iterations():
+    """An llm_inference cell counts generations in num_batches (the axis table's kinds):
+    its profile set `iterations`, which its runner does not take, and ncu replayed every
+    generation of the measurement."""
+    cell = {"kind": "llm_inference", "params": {"num_batches": 5, "num_warmup_batches": 2}}
+    assert commands.profiled_params(cell, 1, 0) == {"num_batches": 1, "num_warmup_batches": 0}
+    ops = {"kind": "ops", "params": {"iterations": 50, "warmup": 5}}
+    assert commands.profiled_params(ops, 1, 0) == {"iterations": 1, "warmup": 0}
+    assert commands.iteration_keys("comms") == ("iterations", "warmup")

@@ -42,9 +42,13 @@ class Plan:
 
 
 def iteration_keys(kind: str) -> tuple[str, str]:
-    """The axes of a cell's (measured, warmup) iterations: a model cell's batches, or the
-    iterations of every other kind."""
-    return ("num_batches", "num_warmup_batches") if kind == "model" else ("iterations", "warmup")
+    """The axes of a cell's (measured, warmup) iterations, as the axis table gives them to
+    its kind: batches (model cells, a language model's generations) or iterations (operator
+    and collective cells)."""
+    from dlbench import axes
+
+    batches = ("num_batches", "num_warmup_batches")
+    return batches if kind in axes.get(batches[0]).kinds else ("iterations", "warmup")
 
 
 def profiled_params(cell: dict[str, Any], measured: int | None,

@@ -75,6 +75,9 @@ def _sizes_frame(rows: pd.DataFrame) -> pd.DataFrame:
     # messages of it per time).
     size = rows["name"].map(message_bytes)
     ranks = rows["num_gpus"].astype(int) * nodes
+    # A latency test (half a ping-pong) is a time, no bandwidth: its results made before
+    # the runner left them null still hold one, which is not drawn or listed.
+    bandwidth = ~(rows["collective"].eq("pt2pt") & rows["pass"].eq("latency"))
     return pd.DataFrame({
         "cell": rows["cell"], "collective": pd.Series(panel, index=rows.index),
         "ranks": ranks,
@@ -86,14 +89,14 @@ def _sizes_frame(rows: pd.DataFrame) -> pd.DataFrame:
         "time_us": 1e6 * cell_time(rows),
         "repeats": numeric(rows, "repeats").fillna(1).astype(int),
         "time_p95_us": 1e6 * numeric(rows, "time_p95_s"),
-        "algbw_gbps": at_cell_time(rows, "gbps"),
+        "algbw_gbps": at_cell_time(rows, "gbps").where(bandwidth),
         # One process moves nothing over a link: its bus bandwidth is 0 by definition, a
         # figure that says nothing of the hardware, so it is left out (null), not drawn.
-        "busbw_gbps": at_cell_time(rows, "bus_gbps").where(ranks > 1),
+        "busbw_gbps": at_cell_time(rows, "bus_gbps").where((ranks > 1) & bandwidth),
         # The link that limits the collective and the bus bandwidth's share of it
         # (dlbench.links); results made before the readings have none.
         "link": rows.get("link", pd.Series(None, index=rows.index, dtype=object)),
-        "pct_of_link": at_cell_time(rows, "pct_of_link"),
+        "pct_of_link": at_cell_time(rows, "pct_of_link").where(bandwidth),
     })
 
 
