@@ -53,7 +53,7 @@ def tensor_specs(node: Any) -> list[dict]:
 
 
 def declared(config: dict) -> set[tuple[tuple[int, ...], torch.dtype]]:
-    return {(tuple(s["shape"]), grammar.DTYPES[s["dtype"]]) for s in tensor_specs(config)}
+    return {(tuple(s["shape"]), grammar.dtype_of(s["dtype"], "dtype")) for s in tensor_specs(config)}
 
 
 def reduced_dtypes(config: dict) -> set[str]:

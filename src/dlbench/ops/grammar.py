@@ -92,15 +92,6 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def __getattr__(attr: str) -> Any:
-    """``DTYPES``: each dtype name's torch dtype (importing torch, so made on first use)."""
-    if attr == "DTYPES":
-        import torch
-
-        return {name: getattr(torch, dtype) for name, dtype in DTYPE_NAMES.items()}
-    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
-
-
 def check_dtype(name: Any, path: str) -> str:
     """``name``, when it is a dtype name of ``DTYPE_NAMES``."""
     if not isinstance(name, str) or name not in DTYPE_NAMES:
