@@ -89,6 +89,32 @@ def test_unused_axes_do_not_change_the_id():
     assert a.id == b.id and a.params["kv_store"] is None
 
 
+def test_a_sweep_of_an_axis_the_runner_ignores_is_warned_of_once(capsys):
+    """Synthetic cells ignore num_loader_threads and data_shuffle, CPU cells cuDNN's
+    settings, yet their ids keep them: the study says how many cells repeat another's
+    measurement and which axes make them differ."""
+    cells = study.expand_config(cfg({"model": "deep_mnist", "device": "cpu",
+                                     "num_loader_threads": [1, 4],
+                                     "cudnn_benchmark": [True, False]}))
+    assert len({c.id for c in cells}) == 4
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "study 's': 3 of its 4 cells repeat another's measurement" in err[0]
+    assert "only in cudnn_benchmark, num_loader_threads," in err[0]
+    assert cells[0].id in err[0]
+
+
+def test_a_sweep_the_runner_measures_is_not_warned_of(capsys):
+    """Real-data cells read with num_loader_threads; GPU cells run under cuDNN's
+    settings; MXNet cells of one grid with PyTorch ones are no repeat of them."""
+    study.expand_config({"datasets": {"images": {"synthetic": {}}},
+                         **cfg({"model": "resnet18", "data": "images",
+                                "num_loader_threads": [1, 4], "data_shuffle": [True, False],
+                                "cudnn_benchmark": [True, False]})})
+    study.expand_config(cfg({"model": "resnet18", "framework": ["pytorch", "mxnet"]}))
+    assert capsys.readouterr().err == ""
+
+
 def test_a_dataset_path_that_is_not_a_folder_is_named(tmp_path):
     config = {"datasets": {"imagenet": {"path": str(tmp_path / "nope")}},
               "studies": {"s": {"grid": {"model": "resnet50", "data": "imagenet"}}}}

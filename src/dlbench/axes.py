@@ -121,6 +121,10 @@ class Axis:
     # naming the pair (MXNet has no compile modes), instead of being ignored.
     refuse_unused: bool = False
     applies: Callable[[Mapping[str, Any]], bool] | None = None
+    # Cells whose runner ignores the value although their id keeps it (ids made before this
+    # was known must not change): a study sweeping it measures such a cell more than once,
+    # which it is warned of (``measured_params``).
+    ignored_by: Callable[[Mapping[str, Any]], bool] | None = None
     # Runner (framework name, or "ops") -> its flag; "*": every model runner without its own
     # entry (DLBS's spelling, which a new framework's runner takes as it is).
     flags: Mapping[str, Flag] = field(default_factory=dict)
@@ -268,6 +272,14 @@ def _real_data(params: Mapping[str, Any]) -> bool:
     return params.get("data") != "synthetic"
 
 
+def _synthetic(params: Mapping[str, Any]) -> bool:
+    return not _real_data(params)
+
+
+def _on_cpu(params: Mapping[str, Any]) -> bool:
+    return params.get("device") == "cpu"  # cuDNN's settings are a GPU's
+
+
 TABLE: tuple[Axis, ...] = (
     # Both kinds. The model kind's order below is also the Parquet's column order.
     Axis("framework", str, "pytorch", kinds=("model", "ops", "calibrate", _LLM, _COMMS),
@@ -309,12 +321,12 @@ TABLE: tuple[Axis, ...] = (
     Axis("num_warmup_batches", int, 10, kinds=("model", _LLM), minimum=0,
          flags=_dlbs("--num_warmup_batches")),
     Axis("cudnn_benchmark", bool, True, frameworks=("pytorch",), blank_unused=False,
-         flags=_dlbs("--cudnn_benchmark", "bool", runners=("pytorch",))),
+         ignored_by=_on_cpu, flags=_dlbs("--cudnn_benchmark", "bool", runners=("pytorch",))),
     Axis("cudnn_fastest", bool, False, frameworks=("pytorch",), blank_unused=False,
-         flags=_dlbs("--cudnn_fastest", "bool", runners=("pytorch",))),
+         ignored_by=_on_cpu, flags=_dlbs("--cudnn_fastest", "bool", runners=("pytorch",))),
     Axis("data_shuffle", bool, False, frameworks=("pytorch",), blank_unused=False,
-         flags=_dlbs("--data_shuffle", "bool", runners=("pytorch",))),
-    Axis("num_loader_threads", int, 4, minimum=0,
+         ignored_by=_synthetic, flags=_dlbs("--data_shuffle", "bool", runners=("pytorch",))),
+    Axis("num_loader_threads", int, 4, minimum=0, ignored_by=_synthetic,
          flags={"*": Flag("--num_loader_threads"),
                 "mxnet": Flag("--preprocess_threads")}),
     Axis("data_loader_only", bool, False, flags=_dlbs("--data_loader_only", "bool"),
@@ -624,6 +636,17 @@ def blank_unused(kind: str, params: dict[str, Any]) -> dict[str, Any]:
         if axis.blank_unused and not axis.used_by(params):
             params[axis.name] = None
     return params
+
+
+def measured_params(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """What a cell's runner measures by: its parameters less the axes it does not use or
+    ignores (``ignored_by``). Two cells alike here measure the same thing under two ids."""
+    out = dict(params)
+    for axis in of_kind(kind):
+        if axis.name in out and (not axis.used_by(params) or
+                                 (axis.ignored_by is not None and axis.ignored_by(params))):
+            out[axis.name] = None
+    return out
 
 
 def id_params(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -300,6 +300,7 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
         if cell.id not in seen:
             seen.add(cell.id)
             cells.append(cell)
+    _warn_repeated_measurements(name, kind, cells)
     for i in sorted(set(range(len(overrides))) - used_overrides):
         warn(f"study '{name}': overrides[{i}]: matches no cell of the grid")
     for i in sorted(set(range(len(rules))) - used_rules):
@@ -309,6 +310,29 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
                if dropped_as_emulated else "exclude: removes every cell of the grid")
         raise _fail(name, *why.split(": ", 1))
     return cells
+
+
+def _warn_repeated_measurements(study: str, kind: str, cells: list[Cell]) -> None:
+    """Cells whose ids differ only in axes their runner ignores (a synthetic cell's
+    num_loader_threads, a CPU cell's cudnn_benchmark) measure one thing several times:
+    said once, naming the axes and a pair of such cells, so the grid can exclude them."""
+    first: dict[str, Cell] = {}
+    repeated, axes_named, example = 0, set(), None
+    for cell in cells:
+        key = json.dumps(axes.measured_params(kind, cell.params), sort_keys=True,
+                         default=str)
+        other = first.setdefault(key, cell)
+        if other is cell:
+            continue
+        repeated += 1
+        axes_named.update(k for k, v in cell.params.items() if other.params.get(k) != v)
+        example = example or (other, cell)
+    if example:
+        names = ", ".join(sorted(axes_named))
+        warn(f"study '{study}': {repeated} of its {len(cells)} cells repeat another's "
+             f"measurement: they differ from it only in {names}, which their runner "
+             f"ignores for them (e.g. cells {example[0].id} and {example[1].id}); an "
+             "exclude rule would save their time")
 
 
 def _check_text_name(what: str, name: Any) -> None:
