@@ -218,6 +218,15 @@ def test_a_folder_that_is_no_dataset_is_never_replaced(source, tmp_path, capsys)
     assert (mine / "important.txt").read_text() == "keep" and (mine / "sub").is_dir()
     assert cli_main(["lmdb", "--source", str(source), "--out", str(mine)]) == 2
     assert "not a prepared dataset" in capsys.readouterr().err
+    # Another tool's manifest.json, or one no JSON reader can read, does not make a
+    # user's tree a prepared dataset.
+    for text, why in (('{"format": "coco", "count": 3}', "is another tool's"),
+                      ("{not json", "is not a readable one of dlbench's")):
+        (mine / "manifest.json").write_text(text)
+        with pytest.raises(DatasetError, match=rf"mine: a folder that is not a prepared "
+                                               rf"dataset \(its manifest.json {why}\)"):
+            lmdb_writer.write(source, mine)
+        assert (mine / "important.txt").read_text() == "keep"
     again = tmp_path / "again"
     lmdb_writer.write(source, again)
     assert lmdb_writer.write(source, again)["count"] == 32  # a dataset: replaced
@@ -283,6 +292,37 @@ def test_recordio_written_by_mxnet_env_is_read_by_image_record_iter(source, tmp_
     doc = json.loads((out / "manifest.json").read_text())
     assert doc["format"] == "recordio" and doc["list_sha256"] == scan(
         source, shuffle=True, seed=4).sha256()
+
+
+@pytest.mark.mxnet
+@needs_mxnet
+@pytest.mark.parametrize(("edit", "status"), [
+    pytest.param(lambda t: '{"tool": "im2rec-wrapper", "count": 3}', "ok", id="another_tools"),
+    pytest.param(lambda t: t[:len(t) // 2], "failed", id="ours_cut_short"),
+])
+def test_mxnet_cell_ignores_another_tools_manifest_and_names_a_damaged_one(source, tmp_path,
+                                                                           edit, status):
+    """The RecordIO reader's manifest as the PyTorch reader's: another tool's JSON beside
+    the .rec is not recorded as the dataset's; a damaged one of ours fails the cell in one
+    line naming it, before anything is measured."""
+    out = tmp_path / "rec"
+    run = _mx("-m", "dlbench.datasets", "recordio", "--source", str(source), "--out", str(out),
+              "--resize", "30")
+    assert run.returncode == 0, run.stderr
+    manifest = out / "manifest.json"
+    manifest.write_text(edit(manifest.read_text()))
+    result = tmp_path / "result.json"
+    cell = _mx("-m", "dlbench.mxnet", "--device", "cpu", "--model", "resnet18",
+               "--batch_size", "4", "--data_dir", str(out), "--data_loader_only=true",
+               "--preprocess_threads", "1", "--num_batches", "2", "--num_warmup_batches", "1",
+               "--monitor_interval_ms", "0", "--output", str(result), timeout=300)
+    res = json.loads(result.read_text())
+    assert res["status"] == status, (res["error"], cell.stderr[-2000:])
+    if status == "ok":
+        assert res["extra"]["data_manifest"] is None
+    else:
+        assert res["error"].startswith(f"{manifest}: not a readable JSON manifest (")
+        assert "\n" not in res["error"] and not res["measurements"]
 
 
 def test_recordio_reader_joins_records_split_at_the_magic():

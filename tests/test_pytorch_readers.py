@@ -9,6 +9,8 @@ not with the project's writer.
 from __future__ import annotations
 
 import io
+import re
+import shutil
 from pathlib import Path
 
 import lmdb
@@ -16,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from pytorch_cell import run_runner
 from torch.utils.data import DistributedSampler
 from wire_datum import wire_datum
 
@@ -186,6 +189,70 @@ def test_manifest_of_another_format_is_rejected(prepared, tmp_path):
     (copy / "manifest.json").write_text(text)
     assert "dataset format is 'recordio', not 'caffe_lmdb'" in _error(data_dir=copy,
                                                                      backend="caffe_lmdb")
+
+
+def _tree_with_manifest(tmp_path: Path, text: str) -> Path:
+    """A user's ImageFolder (2 classes of 3 images) holding ``text`` as manifest.json."""
+    for label in range(2):
+        (tmp_path / f"c{label}").mkdir()
+        for i in range(3):
+            Image.new("RGB", (40, 40), _colour(label)).save(tmp_path / f"c{label}" / f"{i}.jpg")
+    (tmp_path / "manifest.json").write_text(text)
+    return tmp_path
+
+
+@pytest.mark.parametrize("text", [
+    '{"name": "pets", "licence": "cc-by"}',  # another tool's JSON, none of our fields
+    '{"format": "coco", "count": 999}',  # our field names, another tool's meaning
+    '[{"file": "c0/0.jpg"}]',
+    '{"meta": {"manifest_version": 3}}',  # the key, but not where ours has it
+    "null",
+])
+def test_image_folder_ignores_a_manifest_json_another_tool_left(tmp_path, text):
+    root = _tree_with_manifest(tmp_path, text)
+    loader, manifest = make_loader(root, "image_folder", batch_size=3, image_size=SIZE,
+                                   shuffle=False, num_workers=0)
+    assert manifest["derived"] is True and (manifest["count"], manifest["num_classes"]) == (6, 2)
+    assert sorted(label for _, y in loader for label in y.tolist()) == [0, 0, 0, 1, 1, 1]
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    pytest.param(lambda t: t[:len(t) // 2], "not a readable JSON manifest (", id="cut_short"),
+    pytest.param(lambda t: "\x00" * len(t), "not a readable JSON manifest (", id="zeroed"),
+    pytest.param(lambda t: t.replace('"count"', '"counted"'),
+                 "manifest lacks 'format' or 'count'", id="field_lost"),
+    pytest.param(lambda t: t.replace('"image_folder"', '"caffe_lmdb"'),
+                 "dataset format is 'caffe_lmdb', not 'image_folder'", id="other_format"),
+    pytest.param(lambda t: re.sub(r'"count": \d+', '"count": 7', t),
+                 "manifest says 7 images, found 32", id="other_count"),
+])
+def test_a_damaged_or_mismatching_manifest_of_ours_fails_naming_it(prepared, tmp_path, edit,
+                                                                    words):
+    root = tmp_path / "images"
+    shutil.copytree(prepared["image_folder"], root)
+    manifest = root / "manifest.json"
+    manifest.write_text(edit(manifest.read_text()))
+    message = _error(data_dir=root, backend="image_folder")
+    assert message.startswith(f"{manifest}: ") and words in message, message
+
+
+def test_a_cell_records_the_folder_it_read_resolved(tmp_path):
+    """Two trees given one dataset name are told apart by the folder each result records,
+    with links resolved; a cell that fails reading its tree records it too."""
+    images = tmp_path / "images"
+    synthetic.generate(images, synthetic.Spec(classes=2, images_per_class=2, image_size=32,
+                                              seed=1))
+    (tmp_path / "link").symlink_to(images)
+    (tmp_path / "empty").mkdir()
+    common = ["--model=resnet18", "--batch_size=2", "--device=cpu", "--num_batches=1",
+              "--num_warmup_batches=0", "--data_loader_only=true", "--data_name=pets",
+              "--data_backend=image_folder", "--monitor_interval_ms=0"]
+    proc, res = run_runner(tmp_path, *common, f"--data_dir={tmp_path / 'link'}", name="a.json")
+    assert proc.returncode == 0 and res["status"] == "ok", proc.stderr[-2000:]
+    assert res["extra"]["data_source"] == str(images.resolve())
+    proc, res = run_runner(tmp_path, *common, f"--data_dir={tmp_path / 'empty'}", name="b.json")
+    assert res["status"] == "failed" and res["cell"]["data"] == "pets"
+    assert res["extra"]["data_source"] == str((tmp_path / "empty").resolve())
 
 
 @pytest.mark.parametrize("kind", ["threads", "processes"])

@@ -16,22 +16,33 @@ from dlbench.result import now_iso
 FILENAME = "manifest.json"
 LIST_FILENAME = "data.lst"
 VERSION = 1
+MARKER = "manifest_version"  # in every manifest ``build`` makes: tells ours from others'
 
 
 def check_replaceable(out: str | os.PathLike[str]) -> None:
     """A preparation replaces ``out`` whole: refuse it unless it is missing, an empty
-    folder, a prepared dataset (its manifest) or a failed preparation's marker alone, so
-    that a folder of the user's is never deleted for a typo."""
+    folder, a prepared dataset (a manifest dlbench wrote) or a failed preparation's marker
+    alone, so that a folder of the user's is never deleted for a typo."""
     path = Path(out)
     if not path.exists():
         return
     if not path.is_dir():
         raise DatasetError(f"{out}: exists and is not a folder; give a new folder to prepare")
     names = {p.name for p in path.iterdir()}
-    if names and FILENAME not in names and names != {failure.FILENAME}:
-        raise DatasetError(f"{out}: a folder that is not a prepared dataset (no {FILENAME}) "
-                           "would be replaced whole; give a new or empty folder, or remove "
-                           "it first")
+    if not names or names == {failure.FILENAME}:
+        return
+    if FILENAME not in names:
+        why = f"no {FILENAME}"
+    else:
+        # A user's tree may hold another tool's manifest.json: only ours makes it ours.
+        try:
+            why = None if read(path) is not None else f"its {FILENAME} is another tool's"
+        except DatasetError:
+            why = f"its {FILENAME} is not a readable one of dlbench's"
+    if why:
+        raise DatasetError(f"{out}: a folder that is not a prepared dataset ({why}) would "
+                           "be replaced whole; give a new or empty folder, or remove it "
+                           "first")
 
 
 class ShapeRange:
@@ -59,7 +70,7 @@ def build(*, fmt: str, count: int, classes: list[str], shapes: ShapeRange | None
           source: str | os.PathLike | None, options: dict[str, Any], list_sha256: str | None,
           files: dict[str, str]) -> dict[str, Any]:
     return {
-        "manifest_version": VERSION,
+        MARKER: VERSION,
         "format": fmt,
         "count": count,
         "num_classes": len(classes),
@@ -79,7 +90,13 @@ def write(folder: str | os.PathLike, manifest: dict[str, Any]) -> Path:
 
 
 def read(folder: str | os.PathLike) -> dict[str, Any] | None:
-    """The manifest of ``folder``, or None when it has none."""
+    """The manifest dlbench wrote in ``folder``, or None when it has none.
+
+    A JSON ``manifest.json`` of another tool's (without ``manifest_version`` at its top,
+    which every manifest written here holds) says nothing of the data and counts as none:
+    a user's ImageFolder tree may hold one. A file that is not JSON, as a damaged one of
+    ours (cut short, say), or one of ours lacking a field, is a one-line DatasetError
+    naming the file."""
     path = Path(folder) / FILENAME
     if not path.is_file():
         return None
@@ -87,6 +104,8 @@ def read(folder: str | os.PathLike) -> dict[str, Any] | None:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise DatasetError(f"{path}: not a readable JSON manifest ({exc})") from None
-    if not isinstance(doc, dict) or "format" not in doc or "count" not in doc:
+    if not isinstance(doc, dict) or MARKER not in doc:
+        return None  # another tool's
+    if "format" not in doc or "count" not in doc:
         raise DatasetError(f"{path}: manifest lacks 'format' or 'count'")
     return doc

@@ -11,7 +11,6 @@ the threads asked."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from mxnet import gluon
 
 from dlbench.cellrun import CellError
 from dlbench.cpu import usable_cpus
-from dlbench.datasets import failure
+from dlbench.datasets import failure, manifest
 from dlbench.mxnet.reader_choice import READERS, native_thread_cap
 
 # ImageNet channel statistics on the 0..255 scale (the usual ImageRecordIter settings).
@@ -60,12 +59,10 @@ def resolve_record(data_dir: str) -> tuple[Path, Path]:
 
 
 def manifest_of(rec: Path) -> dict | None:
-    """The dataset manifest written beside a prepared RecordIO set, if there is one."""
-    path = rec.parent / "manifest.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    """The dataset manifest written beside a prepared RecordIO set, if there is one: a
+    ``manifest.json`` of another tool's beside a DLBS layout counts as none, a damaged one
+    of ours is a one-line DatasetError naming it (``dlbench.datasets.manifest.read``)."""
+    return manifest.read(rec.parent)
 
 
 def synthetic(ctxs: list[mx.Context], batch_size: int, input_shape: tuple[int, ...],

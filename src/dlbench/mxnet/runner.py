@@ -121,6 +121,11 @@ def run_cell(mx: ModuleType, args, res: dict[str, Any]) -> None:
     common = {"kv_store": args.kv_store, "contexts": [str(c) for c in plan.ctxs],
               "rank": plan.rank, "num_workers": plan.workers,
               "data_source": str(plan.record[0]) if plan.record else "synthetic"}
+    if plan.record:
+        from dlbench.mxnet import data
+
+        # Read before measuring: a damaged manifest fails the cell at once, in one line.
+        res["extra"]["data_manifest"] = data.manifest_of(plan.record[0])
     gpu_ids = [c.device_id for c in plan.ctxs if c.device_type == "gpu"]
     mon = monitor.ResourceMonitor(args.monitor_interval_ms,
                                   gpus=monitor.nvml_ids(gpu_ids) if gpu_ids else [])
@@ -132,10 +137,6 @@ def run_cell(mx: ModuleType, args, res: dict[str, Any]) -> None:
     except mx.base.MXNetError as exc:
         raise type(exc)(mxnet_error_line(str(exc))) from exc
     res["measurements"] = [measurement]
-    if plan.record:
-        from dlbench.mxnet import data
-
-        res["extra"]["data_manifest"] = data.manifest_of(plan.record[0])
     monitor.attach(res, args.output, mon)
     res["status"] = "ok"
 

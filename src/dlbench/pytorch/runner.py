@@ -215,6 +215,9 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         model = execution.to_memory_format(eager_module, args.memory_format)
     n_params = zoo.parameter_count(model)
     if args.data_dir:
+        # The folder read, links resolved: tells apart runs over different trees given one
+        # dataset name; recorded before reading, so that a failed cell names it too.
+        res["extra"]["data_source"] = str(Path(args.data_dir).resolve())
         source, manifest = data.real(
             built, data_dir=args.data_dir, backend=args.data_backend,
             batch_size=args.batch_size, shuffle=args.data_shuffle,
