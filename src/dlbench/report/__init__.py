@@ -143,7 +143,8 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
                 _present(op_charts.time_figure(ops), op_charts.tflops_figure(ops),
                          op_charts.gbps_figure(ops))),
         Section("loader", "Input pipeline", "",
-                _present(model_charts.loader_figure(frame))),
+                _present(model_charts.loader_figure(frame),
+                         model_charts.input_wait_figure(models))),
         Section("failures", "Cells that did not finish",
                 "Failed, out-of-memory and skipped cells with the one-line reason each recorded, "
                 "then the failed runs of cells whose other runs finished; the cell's log holds "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from dlbench import frameworks
 from dlbench.aggregate import MONITOR_COLUMNS
 from dlbench.report import encodings
 from dlbench.report.data import (
@@ -23,6 +24,7 @@ from dlbench.report.data import (
 from dlbench.report.encodings import Encoding
 from dlbench.report.style import (
     FRAMEWORK_COLOURS,
+    LEGEND_LIMIT,
     MUTED,
     PANEL_HEIGHT,
     PANEL_WIDTH,
@@ -93,6 +95,10 @@ def model_frame(frame: pd.DataFrame, *, paradnn: bool = False) -> pd.DataFrame:
         # Each run compiles anew: the mean over the runs (data.measured), as every figure
         # a run has of its own (the resource monitor's below too).
         "compile_time_s": rows.get("compile_time_s", pd.Series(index=rows.index, dtype=float)),
+        # The measured time split into waiting for input and the rest (null for synthetic
+        # data), each the mean over the runs too.
+        "data_wait_s": numeric(rows, "data_wait_s"),
+        "compute_s": numeric(rows, "compute_s"),
         "device": rows["device"].fillna("?"),
         "num_gpus": rows["num_gpus"].fillna(0).astype(int),
         "data": rows["data"].fillna("synthetic"),
@@ -651,3 +657,147 @@ def loader_figure(frame: pd.DataFrame) -> Figure | None:
                   "The data loader alone, without a model"
                   + (" (at the mean of each cell's runs' medians)" if several else "") + ".",
                   styled(chart))
+
+
+# What tells one real-data cell's input from another's (the input-wait chart's bars, its
+# "input"): the dataset, its storage format and the loader threads always, the framework
+# and shuffling where they vary.
+INPUT_AXES = ("framework", "data", "format", "num_loader_threads", "data_shuffle")
+INPUT_ALWAYS = ("data", "format", "num_loader_threads")
+# From this share of waiting on, a bar's throughput is written inside it (past its end it
+# would leave the panel).
+LABEL_INSIDE = 0.6
+BAR_HEIGHT = 20  # pixels per bar of the input-wait chart
+WAIT_SHARE_TITLE = "input wait, % of measured time"
+
+
+def storage_format(rows: pd.DataFrame) -> pd.Series:
+    """The storage format each cell's runner read (its framework's ``dataset_format``:
+    caffe_lmdb, image_folder, recordio); its data_backend where this dlbench lacks the
+    framework (a plug-in not installed here)."""
+    columns = [a for a in encodings.model_axes() if a in rows]
+    params = rows[columns].astype(object).where(rows[columns].notna(), None)
+    return pd.Series([_dataset_format(p) for p in params.to_dict("records")],
+                     index=rows.index, dtype=object)
+
+
+def _dataset_format(params: dict) -> str | None:
+    try:
+        dataset_format = frameworks.get(str(params.get("framework"))).dataset_format
+    except frameworks.UnknownFramework:
+        dataset_format = None
+    return dataset_format(params) if dataset_format is not None else params.get("data_backend")
+
+
+def input_frame(models: pd.DataFrame) -> pd.DataFrame:
+    """The model cells that read real data (those with a wait for input: synthetic data
+    has none), with the share of their measured time spent waiting (``wait_share``), the
+    storage format they read (``format``) and their input in words (``source``)."""
+    if models.empty or "data_wait_s" not in models:
+        return models.iloc[:0]
+    measured_s = models["data_wait_s"] + models["compute_s"]
+    rows = models[models["data_wait_s"].notna() & measured_s.gt(0)]
+    if rows.empty:
+        return rows
+    rows = rows.assign(wait_share=rows["data_wait_s"] / measured_s[rows.index],
+                       format=storage_format(rows))
+    shown = [a for a in INPUT_AXES if a in rows and (a in INPUT_ALWAYS or varying(rows, [a]))]
+    return rows.assign(source=encodings.labels(rows, shown))
+
+
+def input_encoding(frame: pd.DataFrame) -> Encoding:
+    """Where the input-wait chart puts the axes it does not draw: a panel per model and
+    phase, more panels or dropdowns for precision, batch size and the other axes (the
+    input's own axes are its bars, the system their colour)."""
+    others = [a for a in encodings.model_axes() if a not in (*INPUT_AXES, "data_backend")]
+    return encodings.choose(frame, panels=("model", "phase"), colour="system", lines=False,
+                            candidates=["precision", "batch_size", *others])
+
+
+def _several_processes(frame: pd.DataFrame) -> bool:
+    """Whether some cell ran several processes (data-parallel: one per GPU, or num_gpus
+    of them on a CPU, on each node)."""
+    processes = frame["num_gpus"].clip(lower=1) * numeric(frame, "num_nodes").fillna(1)
+    return bool(processes.gt(1).any())
+
+
+def _input_caption(frame: pd.DataFrame, unit: str, encoding: Encoding) -> str:
+    systems = " and system" if frame["system"].nunique() > 1 else ""
+    text = ("Share of each real-data model cell's measured time spent waiting for its next "
+            "input batch (the rest is its step, the device synchronised): a long bar is a "
+            "model held back by its input pipeline (more loader threads or another storage "
+            "format may help), a short one is bound by its compute. A bar per input "
+            f"(dataset, storage format, loader threads){systems}; the number at each bar "
+            f"is the cell's throughput ({unit}).")
+    if _several_processes(frame):
+        text += (" A cell of several processes (data-parallel) shows the split of the "
+                 "process that waited longest for input: a rank starved of input holds the "
+                 "others in the step's collectives, time their own split counts as compute.")
+    if several_runs(frame["repeats"]):
+        text += (" A cell run more than once shows its runs' mean wait over their mean "
+                 "measured time.")
+    return text + encoding.note()
+
+
+def _input_columns(frame: pd.DataFrame, encoding: Encoding, unit: str) -> list[Column]:
+    """The input-wait chart's numbers: what tells its bars apart, then its figures."""
+    repeats = frame["repeats"]
+    placed = encoding.placed(("model", "phase", "precision", "batch_size"), panels=True)
+    system = [Column("system", "system")] if frame["system"].nunique() > 1 else []
+    return [Column("model", "model"), Column("phase", "phase"),
+            *[Column(a, encodings.title(a)) for a in placed], *system,
+            Column("source", "input"), Column("precision", "precision"),
+            Column("batch_size", "batch size", "d"),
+            Column("wait_share", WAIT_SHARE_TITLE, ".1%"),
+            Column("data_wait_s", runs_title(repeats, "input wait (s)"), ",.3f"),
+            Column("compute_s", runs_title(repeats, "compute (s)"), ",.3f"),
+            Column("throughput", f"throughput ({unit})", ",.1f")]
+
+
+def input_wait_figure(models: pd.DataFrame) -> Figure | None:
+    """How much of each real-data model cell's measured time went to waiting for input,
+    a bar per input (dataset, storage format, loader settings) and system, its throughput
+    written at it; None without real-data cells."""
+    frame = input_frame(models)
+    if frame.empty:
+        return None
+    encoding = input_encoding(frame)
+    frame, panels = with_panel(frame, encoding.panels)
+    systems = ordered(frame["system"])
+    unit = throughput_unit(frame)
+    repeats = frame["repeats"]
+    tips = model_tooltip(frame, [
+        *([alt.Tooltip("system:N")] if len(systems) > 1 else []),
+        alt.Tooltip("source:N", title="input"),
+        alt.Tooltip("wait_share:Q", title=WAIT_SHARE_TITLE, format=".1%"),
+        alt.Tooltip("data_wait_s:Q", title=runs_title(repeats, "input wait (s)"), format=",.3f"),
+        alt.Tooltip("compute_s:Q", title=runs_title(repeats, "compute (s)"), format=",.3f"),
+        alt.Tooltip("throughput:Q", title=f"throughput ({unit})", format=",.1f")], encoding)
+    base = alt.Chart().encode(
+        y=alt.Y("source:N", title=None, axis=alt.Axis(labelLimit=LEGEND_LIMIT),
+                sort=in_order(frame, [a for a in INPUT_AXES if a in frame], "source")),
+        yOffset=alt.YOffset("system:N", sort=systems),
+        x=alt.X("wait_share:Q", title=WAIT_SHARE_TITLE,
+                scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),
+        tooltip=tips)
+    bars = base.mark_bar(cornerRadiusEnd=2).encode(color=alt.Color(
+        "system:N", sort=systems, scale=alt.Scale(scheme="tableau10"),
+        legend=alt.Legend(title="system") if len(systems) > 1 else None))
+    number = base.encode(text=alt.Text("throughput:Q", format=SIGNIFICANT_TIP))
+    layers = [bars,
+              number.transform_filter(f"datum.wait_share < {LABEL_INSIDE}").mark_text(
+                  align="left", dx=4, fontSize=9, color=MUTED),
+              number.transform_filter(f"datum.wait_share >= {LABEL_INSIDE}").mark_text(
+                  align="right", dx=-4, fontSize=9, color="white")]
+    most = int(frame.groupby("panel")["source"].nunique().max())
+    layered = filtered(alt.layer(*layers, data=frame), None, encoding).properties(
+        width=PANEL_WIDTH, height=BAR_HEIGHT * most * len(systems))
+    # Each panel its own inputs; the offset's scale with them, else Vega draws each bar
+    # one pixel high.
+    chart = faceted(layered, panels, encoding, frame).resolve_scale(y="independent",
+                                                                    yOffset="independent")
+    return Figure("input-wait", "Time waiting for input",
+                  _input_caption(frame, unit, encoding), styled(chart),
+                  shows=encoding.defaults,
+                  table=NumbersTable(_input_columns(frame, encoding, unit),
+                                     required="wait_share"))
