@@ -4,12 +4,14 @@ from real result documents through the real aggregate table."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import vl_convert
 
 from dlbench import aggregate, cpu, efficiency, study
 from dlbench import result as R
@@ -453,7 +455,99 @@ def test_scaling_counts_in_the_cells_throughput_unit(tmp_path):
     for doc in docs:
         doc["measurements"][0]["throughput_unit"] = "tokens/s"
     figure = scaling_charts.scaling_figure(table(tmp_path, docs))
-    assert "tokens/s" in [c.title for c in figure.table.columns]
+    titles = [c.title for c in figure.table.columns]
+    assert "tokens/s" in titles
+    # GPUs only: n counts GPUs, against perfect scaling (1.0, dashed), in one row of panels
+    assert "GPUs" in titles and "batch per GPU" in titles and "efficiency" in titles
+    spec = figure.chart.to_dict()
+    lines, parity = spec["spec"]["layer"]
+    assert lines["encoding"]["x"]["title"] == "GPUs (on all nodes)"
+    assert parity["encoding"]["y"] == {"datum": 1.0} and "row" not in spec["facet"]
+    assert figure.title == "Scaling efficiency across GPUs"
+
+
+def cpu_scaling_docs() -> list[dict]:
+    """Two data-parallel processes on one CPU, slower together than one alone (as two
+    processes on a 2-core host measure): weak at batch 16, strong at global batch 32."""
+    return [model_doc("float32", 0.01, device="cpu", num_gpus=n, batch=b, throughput=x)
+            for n, b, x in ((1, 16, 256.0), (2, 16, 146.6), (1, 32, 417.6))]
+
+
+def test_processes_sharing_one_cpu_show_their_speed_up_and_no_perfect_scaling(tmp_path):
+    """A CPU cell's processes share the CPU (dlbench.efficiency.devices is 1): the chart
+    names them processes, draws their speed-up, and no dashed perfect-scaling line."""
+    frame = table(tmp_path, cpu_scaling_docs())
+    figure = scaling_charts.scaling_figure(frame)
+    data = scaling_charts.scaling_frame(frame)
+    weak = data[data.scaling == "weak"].set_index("num_gpus")
+    assert weak.speedup.to_dict() == pytest.approx({1: 1.0, 2: 146.6 / 256.0})
+    assert data.efficiency.isna().all() and set(data.devices) == {1}
+    spec = figure.chart.to_dict()
+    (lines,) = spec["spec"]["layer"]  # no rule at 1.0
+    assert lines["encoding"]["x"]["title"] == "processes (sharing one CPU)"
+    assert lines["encoding"]["y"]["title"] == "speed-up X(n) / X(1)"
+    assert 'stroke-dasharray="4,3"' not in vl_convert.vegalite_to_svg(spec)
+    assert "share its cores" in figure.caption and "1.0 (dashed)" not in figure.caption
+    titles = [c.title for c in figure.table.columns]
+    assert "processes" in titles and "batch per process" in titles
+    assert "efficiency" not in titles and "GPUs" not in titles
+    assert figure.table.required == "speedup"  # the rows without an efficiency stay
+
+
+def test_gpu_efficiency_and_cpu_speed_up_share_a_chart_in_rows_of_their_own(tmp_path):
+    """GPU and CPU series in one study: the GPUs' efficiency above the CPU processes'
+    speed-up, each with its own y axis; the perfect-scaling line is the GPUs' only."""
+    docs = cpu_scaling_docs() + [model_doc("float32", 1.0, num_gpus=n, throughput=x)
+                                 for n, x in ((1, 1000.0), (2, 1800.0))]
+    frame = table(tmp_path, docs)
+    data = scaling_charts.scaling_frame(frame)
+    gpu = data[(data.device == "gpu") & (data.scaling == "weak")].set_index("num_gpus")
+    assert gpu.efficiency.to_dict() == pytest.approx({1: 1.0, 2: 0.9})
+    assert data[data.device == "cpu"].efficiency.isna().all()
+    figure = scaling_charts.scaling_figure(frame)
+    spec = figure.chart.to_dict()
+    assert spec["facet"]["row"]["field"] == "measure"
+    assert spec["resolve"]["scale"]["y"] == "independent"
+    lines, parity = spec["spec"]["layer"]
+    assert parity["transform"] == [{"filter": "datum.per_device"}]
+    assert lines["encoding"]["x"]["title"] == (
+        "GPUs (on all nodes) or processes (sharing one CPU)")
+    svg = vl_convert.vegalite_to_svg(spec)
+    assert "efficiency (GPUs)" in svg and "speed-up (processes sharing one CPU)" in svg
+    assert 'stroke-dasharray="4,3"' in svg
+    assert "GPUs or processes" in [c.title for c in figure.table.columns]
+
+
+def test_the_model_efficiency_table_counts_a_cpu_cells_processes_not_gpus(tmp_path):
+    docs = [model_doc("float32", 0.02, device="cpu", num_gpus=2),
+            calibration_doc({"float32": 0.1}, 20.0, device="cpu")]
+    cpu_only = efficiency_tables.model_efficiency_table(table(tmp_path, docs))
+    titles = [c.title for c in cpu_only.columns]
+    assert "processes" in titles and "TFLOP/s (all processes)" in titles
+    assert "GPUs" not in titles and "TFLOP/s (all GPUs)" not in titles
+    docs += [model_doc("bfloat16", 400.0, num_gpus=2),
+             calibration_doc({"bfloat16": 700.0}, 3000.0)]
+    both = efficiency_tables.model_efficiency_table(table(tmp_path, docs))
+    titles = [c.title for c in both.columns]
+    assert "GPUs or processes" in titles and "TFLOP/s (all GPUs or processes)" in titles
+
+
+def test_the_calibration_table_says_why_a_cpu_has_no_peak_and_what_it_did_not_measure(
+        tmp_path):
+    cpu_doc = calibration_doc({"float32": 0.1}, 20.0, device="cpu")
+    cpu_doc["extra"]["emulated_precisions_not_measured"] = ["bfloat16", "float16"]
+    unknown = calibration_doc({"bfloat16": 300.0}, 900.0, system="sysB")
+    unknown["environment"] = env("Some Future GPU")
+    known = calibration_doc({"bfloat16": 700.0}, 3000.0, system="sysC")
+    known["extra"]["unsupported_precisions_not_measured"] = ["float8"]
+    html = efficiency_tables.calibration_table(table(tmp_path, [cpu_doc, unknown, known]))
+    notes = re.findall(r'<p class="note">([^<]*)</p>', html)
+    assert notes == [
+        "sysA · cpu · AMD EPYC 9654: no vendor peak for CPUs, so no % of peak and no MFU; "
+        "bfloat16/float16 emulated here, not measured.",
+        "sysB · gpu · Some Future GPU: no vendor peak known for this GPU "
+        "(dlbench/peaks.yaml), so no % of peak and no MFU.",
+        f"sysC · gpu · {H100}: float8 not supported here, not measured."]
 
 
 def test_hardware_roofline_and_scaling_sections_render(tmp_path):

@@ -97,11 +97,17 @@ def measured_ceilings(rows: Iterable[dict[str, Any]]
     return tflops, gbps
 
 
+def device_per_process(row: Mapping[str, Any]) -> bool:
+    """Whether each process of the row's cell has a device of its own (a GPU each), so that
+    adding processes adds devices; off GPU a cell's processes share the one CPU."""
+    return row.get("device") == "gpu"
+
+
 def devices(row: Mapping[str, Any]) -> int:
     """How many GPUs a row's FLOP/s and bytes add up over: a data-parallel model cell
     counts the work of all its ranks, while a ceiling (a datasheet's, a calibration's) is
     one device's. 1 off GPU, where a cell's processes share the CPU the ceiling measured."""
-    if row.get("device") != "gpu":
+    if not device_per_process(row):
         return 1
     count = 1
     for key in ("num_gpus", "num_nodes"):

@@ -124,8 +124,9 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
                 "Operators and ParaDnn cells against their device's ceilings.",
                 _present(roofline_charts.roofline_figure(frame),
                          roofline_charts.roofline_table(frame))),
-        Section("scaling", "Scaling across GPUs",
-                "Cells that differ only in the number of GPUs (and the batch).",
+        Section("scaling", "Scaling across GPUs or processes",
+                "Cells that differ only in the number of GPUs, or of processes on a CPU "
+                "(and the batch).",
                 _present(scaling_charts.scaling_figure(frame))),
         Section("llm", "Language-model inference",
                 "Prefill and token-by-token decode of decoder-only models (dlbench.llm).",

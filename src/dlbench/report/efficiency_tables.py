@@ -4,6 +4,9 @@ the peak (MFU) and of the measured ceiling."""
 
 from __future__ import annotations
 
+import json
+from html import escape
+
 import pandas as pd
 
 from dlbench.efficiency import CALIBRATION_KIND, devices
@@ -17,7 +20,7 @@ from dlbench.report.data import (
     varying,
 )
 from dlbench.report.model_charts import execution_mode, model_label
-from dlbench.report.style import Column, NumbersTable
+from dlbench.report.style import Column, NumbersTable, counted
 from dlbench.report.tables import table
 
 
@@ -55,7 +58,42 @@ def calibration_table(frame: pd.DataFrame) -> str | None:
     several = several_runs(numeric(rows, "repeats"))
     return table(["system · device", "kernel", "precision", "best size",
                   "measured: best run" if several else "measured",
-                  "vendor peak", "% of peak"], out)
+                  "vendor peak", "% of peak"], out) + _calibration_notes(rows)
+
+
+# Precisions a calibration names but did not measure (dlbench.calibrate.runner), and why.
+NOT_MEASURED = {"emulated_precisions_not_measured": "emulated here, not measured",
+                "unsupported_precisions_not_measured": "not supported here, not measured"}
+
+
+def _not_measured(extras: pd.Series) -> list[str]:
+    """What the device's calibration rows say they left out, a phrase per reason."""
+    said: dict[str, set[str]] = {}
+    for text in extras:
+        extra = json.loads(text) if isinstance(text, str) and text else {}
+        for key in NOT_MEASURED:
+            said.setdefault(key, set()).update(extra.get(key) or ())
+    return [f"{'/'.join(sorted(said[key]))} {why}" for key, why in NOT_MEASURED.items()
+            if said.get(key)]
+
+
+def _calibration_notes(rows: pd.DataFrame) -> str:
+    """A line per device whose empty cells or missing precisions need a word: a CPU has
+    no vendor peak (so no % of peak, and its model cells no MFU), a GPU the peak table
+    does not know neither; precisions emulated or unsupported were named, not measured."""
+    notes = []
+    for where, group in rows.groupby("where", sort=True):
+        parts = []
+        if (group["device"] != "gpu").all():
+            parts.append("no vendor peak for CPUs, so no % of peak and no MFU")
+        elif numeric(group, "peak_tflops").isna().all() \
+                and numeric(group, "peak_gbps").isna().all():
+            parts.append("no vendor peak known for this GPU (dlbench/peaks.yaml), so no % "
+                         "of peak and no MFU")
+        parts += _not_measured(group["extra"] if "extra" in group else pd.Series(dtype=object))
+        if parts:
+            notes.append(f'<p class="note">{escape(where)}: {escape("; ".join(parts))}.</p>')
+    return "".join(notes)
 
 
 def model_efficiency_table(frame: pd.DataFrame) -> NumbersTable | None:
@@ -77,11 +115,13 @@ def model_efficiency_table(frame: pd.DataFrame) -> NumbersTable | None:
     rows = rows.sort_values(["system", "model", "phase", "precision", "batch_size"])
     placed = [a for a in varying(rows, encodings.model_axes())
               if a not in ("system", "num_gpus")]
+    # A CPU cell's num_gpus counts processes sharing the CPU (dlbench.efficiency.devices).
+    counts = counted(rows["device"])[1]
     columns = [Column("system", "system"), Column("model", "model"), Column("phase", "phase"),
                Column("precision", "precision"), Column("batch_size", "batch", "d"),
-               Column("num_gpus", "GPUs", "d"),
+               Column("num_gpus", counts, "d"),
                *[Column(a, encodings.title(a)) for a in placed],
-               Column("tflops", "TFLOP/s (all GPUs)", ",.4g"),
+               Column("tflops", f"TFLOP/s (all {counts})", ",.4g"),
                Column("device_tflops", "TFLOP/s per device", ",.4g"),
                Column("peak_tflops", "vendor peak", ",.4g"),
                Column("mfu", "MFU", ".1%"), Column("measured_tflops", "measured ceiling", ",.4g"),

@@ -6,6 +6,10 @@ nodes (num_gpus x num_nodes), so that a study scaling from one node to several i
 series. Where two cells of a series have the same n on different node counts (8 GPUs on
 one node, 4 on each of two), the line takes the one on fewer nodes; the table lists both.
 
+On a CPU, n counts data-parallel processes that share the one CPU (dlbench.efficiency:
+adding them adds no device), so there is no perfect scaling to measure them against: their
+series show the speed-up alone, and their efficiency is left empty.
+
 - weak scaling: the per-device batch stays fixed as GPUs are added (the global batch grows);
 - strong scaling: the global batch (per-device batch x num_gpus) stays fixed, so each GPU
   gets a smaller share.
@@ -17,10 +21,11 @@ import altair as alt
 import pandas as pd
 
 from dlbench import axes
+from dlbench.efficiency import device_per_process, devices
 from dlbench.report import encodings
 from dlbench.report.data import joined, measured, varying
 from dlbench.report.model_charts import throughput_unit
-from dlbench.report.style import Column, Figure, NumbersTable, styled
+from dlbench.report.style import Column, Figure, NumbersTable, counted, styled
 
 # What a series holds fixed: every axis column but the two that scaling varies.
 VARIED = ("num_gpus", "num_nodes", "batch_size")
@@ -39,7 +44,12 @@ def scaling_frame(frame: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame()
     nodes = (rows["num_nodes"].fillna(1) if "num_nodes" in rows else pd.Series(1, rows.index))
-    # n: the cell's GPUs on all its nodes (results from before num_nodes: one node).
+    # The one rule of dlbench.efficiency: GPUs add devices, a CPU's processes share one.
+    cells = rows.reindex(columns=["device", "num_gpus", "num_nodes"]).to_dict("records")
+    rows = rows.assign(per_device=[device_per_process(c) for c in cells],
+                       devices=[devices(c) for c in cells])
+    # n: the cell's GPUs (or processes) on all its nodes (results from before num_nodes:
+    # one node).
     rows = rows.assign(num_nodes=nodes.astype(int), num_gpus=rows["num_gpus"] * nodes)
     if rows["num_gpus"].nunique() < 2:
         return pd.DataFrame()
@@ -76,38 +86,96 @@ def scaling_frame(frame: pd.DataFrame) -> pd.DataFrame:
                        batch_size=data["batch_size"].astype(int),
                        global_batch=data["global_batch"].astype(int), throughput=data["x"],
                        speedup=data["x"] / data["x1"],
-                       efficiency=data["x"] / (data["num_gpus"] * data["x1"]))
+                       # none where the processes share one CPU: no perfect scaling to match
+                       efficiency=(data["x"] / (data["devices"] * data["x1"]))
+                       .where(data["per_device"]))
     others = [a for a in encodings.model_axes() if a in data and a not in ("system", "num_gpus")]
     others = [a for a in others if a != "num_nodes"]
     columns = ["scaling", "series", "series_id", "system", "model", "precision", "phase", "num_gpus",
                "num_nodes", "batch_size", "global_batch", "fixed_batch", "throughput", "speedup",
-               "efficiency", "on_line", "unit", *others]
+               "efficiency", "on_line", "unit", "per_device", "devices", *others]
     return data[columns].sort_values(["scaling", "series", "num_gpus"], kind="stable",
                                      ignore_index=True)
 
 
 # Axes a scaling series may differ in, besides the scaling kind and the batch held fixed.
+# The device needs no place of its own: a CPU's series are drawn apart (their measure).
 def _candidates(data: pd.DataFrame) -> list[str]:
     return ["model", "phase", "precision",
             *[a for a in encodings.model_axes()
-              if a in data and a not in ("num_gpus", "num_nodes")]]
+              if a in data and a not in ("num_gpus", "num_nodes", "device")]]
+
+
+# What a series is drawn in: its efficiency where each process has a GPU, its speed-up
+# where the processes share one CPU (no perfect scaling to hold them to). Row headers when
+# a chart has both; the y axis's title when it has one.
+MEASURES = {True: ("efficiency (GPUs)", "efficiency X(n) / (n X(1))"),
+            False: ("speed-up (processes sharing one CPU)", "speed-up X(n) / X(1)")}
+X_TITLES = {True: "GPUs (on all nodes)", False: "processes (sharing one CPU)"}
+
+
+def _kinds(data: pd.DataFrame) -> list[bool]:
+    """Whether the chart has GPU series (True) and series of processes on a CPU (False)."""
+    return [k for k in (True, False) if k in set(data["per_device"])]
+
+
+def _caption(data: pd.DataFrame, kinds: list[bool]) -> str:
+    each = counted(data["device"])[0]
+    text = (f"Weak scaling keeps the batch per {each}, strong scaling the global batch; "
+            f"colour: the batch held fixed (per {each} in weak, global in strong).")
+    if True in kinds:
+        text += " Efficiency on GPUs: 1.0 (dashed) is perfect scaling."
+    if False in kinds:
+        text += (" The processes of a CPU cell share its cores (one device, as "
+                 "dlbench.efficiency counts it): their series show the speed-up over one "
+                 "process, X(n) / X(1), with no perfect-scaling line.")
+    return text
+
+
+def _title(kinds: list[bool]) -> str:
+    if kinds == [True]:
+        return "Scaling efficiency across GPUs"
+    if kinds == [False]:
+        return "Speed-up across processes sharing one CPU"
+    return "Scaling across GPUs, and across processes sharing one CPU"
+
+
+def _lines(base: alt.Chart, kinds: list[bool]) -> alt.LayerChart:
+    """Each series' measure on y, and, where a series is of GPUs, perfect scaling (1.0)."""
+    title = MEASURES[kinds[0]][1] if len(kinds) == 1 else None  # else: the row headers
+    axis = alt.Axis(format="%") if kinds == [True] else alt.Axis()
+    lines = base.transform_filter(alt.datum.on_line).mark_line(point=True).encode(
+        y=alt.Y("y:Q", title=title, axis=axis, scale=alt.Scale(domainMin=0)),
+        order="num_gpus:Q")
+    layers = [lines]
+    if True in kinds:
+        layers.append(alt.Chart().transform_filter(alt.datum.per_device)
+                      .mark_rule(strokeDash=[4, 3], color="#9aa5b1").encode(y=alt.datum(1.0)))
+    return alt.layer(*layers)
 
 
 def scaling_figure(frame: pd.DataFrame) -> Figure | None:
     data = scaling_frame(frame)
     if data.empty:
         return None
+    kinds = _kinds(data)
+    data = data.assign(
+        measure=data["per_device"].map(lambda k: MEASURES[k][0]),
+        y=data["efficiency"].where(data["per_device"], data["speedup"]))
     encoding = encodings.choose(data, panels=("scaling",), colour="fixed_batch",
                                 candidates=_candidates(data))
     gpus = sorted(data["num_gpus"].unique())
+    each, counts = counted(data["device"])
     placed = encoding.placed()
     dash = {}
     if encoding.series:
         data = data.assign(style=joined(data[encoding.series]))
         dash = {"strokeDash": alt.StrokeDash(
             "style:N", title=encodings.series_title(encoding.series))}
+    efficiency_tip = [alt.Tooltip("efficiency:Q", format=".0%")] if True in kinds else []
     base = alt.Chart().encode(
-        x=alt.X("num_gpus:Q", title="GPUs (on all nodes)", scale=alt.Scale(type="log", base=2),
+        x=alt.X("num_gpus:Q", title=" or ".join(X_TITLES[k] for k in kinds),
+                scale=alt.Scale(type="log", base=2),
                 axis=alt.Axis(values=[int(g) for g in gpus], format="d")),
         color=alt.Color("fixed_batch:O", title="batch held fixed",
                         scale=alt.Scale(scheme="viridis"),
@@ -116,30 +184,31 @@ def scaling_figure(frame: pd.DataFrame) -> Figure | None:
         detail="series_id:N",
         tooltip=["scaling:N", *[alt.Tooltip(f"{a}:N", title=encodings.title(a))
                                             for a in placed],
-                 "num_gpus:Q", "num_nodes:Q", "batch_size:Q", "global_batch:Q",
-                 alt.Tooltip("throughput:Q", format=",.1f"),
-                 alt.Tooltip("speedup:Q", format=".2f"),
-                 alt.Tooltip("efficiency:Q", format=".0%")], **dash)
-    lines = base.transform_filter(alt.datum.on_line).mark_line(point=True).encode(
-        y=alt.Y("efficiency:Q", title="efficiency X(n) / (n X(1))", axis=alt.Axis(format="%"),
-                scale=alt.Scale(domainMin=0)), order="num_gpus:Q")
-    parity = alt.Chart().mark_rule(strokeDash=[4, 3], color="#9aa5b1").encode(y=alt.datum(1.0))
-    efficiency = alt.layer(lines, parity)
+                 alt.Tooltip("num_gpus:Q", title=counts), "num_nodes:Q", "batch_size:Q",
+                 "global_batch:Q", alt.Tooltip("throughput:Q", format=",.1f"),
+                 alt.Tooltip("speedup:Q", format=".2f"), *efficiency_tip], **dash)
+    layered = _lines(base, kinds)
     if encoding.filters:
-        efficiency = efficiency.transform_filter(encoding.filter_expression())
-    chart = efficiency.properties(width=300, height=220).facet(
-        column=alt.Column("scaling:N", title=None, sort=list(KINDS)), data=data)
+        layered = layered.transform_filter(encoding.filter_expression())
+    rows = {}
+    if len(kinds) > 1:  # GPUs' efficiency above CPU processes' speed-up, each its own y
+        rows = {"row": alt.Row("measure:N", title=None,
+                               sort=[MEASURES[k][0] for k in kinds])}
+    chart = layered.properties(width=300, height=220).facet(
+        column=alt.Column("scaling:N", title=None, sort=list(KINDS)), data=data, **rows)
+    if rows:
+        chart = chart.resolve_scale(y="independent")
     if encoding.filters:
         chart = chart.add_params(*encoding.params(data))
+    efficiency_column = [Column("efficiency", "efficiency", ".0%")] if True in kinds else []
     numbers = NumbersTable([
         Column("scaling", "scaling"),
         *[Column(a, encodings.title(a)) for a in placed],
-        Column("num_gpus", "GPUs", "d"), Column("num_nodes", "nodes", "d"),
-        Column("batch_size", "batch per GPU", "d"),
+        *([Column("device", "device")] if len(kinds) > 1 else []),
+        Column("num_gpus", counts, "d"), Column("num_nodes", "nodes", "d"),
+        Column("batch_size", f"batch per {each}", "d"),
         Column("global_batch", "global batch", "d"),
         Column("throughput", throughput_unit(data), ",.1f"), Column("speedup", "speed-up", ".2f"),
-        Column("efficiency", "efficiency", ".0%")], required="efficiency")
-    return Figure("scaling", "Scaling efficiency across GPUs",
-                  "Weak scaling keeps the per-device batch, strong scaling the global batch; "
-                  "1.0 (dashed) is perfect scaling; colour: the batch held fixed (per GPU in "
-                  "weak, global in strong)." + encoding.note(), styled(chart), shows=encoding.defaults, table=numbers)
+        *efficiency_column], required="speedup")
+    return Figure("scaling", _title(kinds), _caption(data, kinds) + encoding.note(),
+                  styled(chart), shows=encoding.defaults, table=numbers)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import altair as alt
 import pandas as pd
 
+from dlbench.efficiency import device_per_process
 from dlbench.report.data import PRECISION_ORDER
 
 FONT = "Helvetica Neue, Helvetica, Arial, sans-serif"
@@ -31,6 +32,20 @@ PANEL_COLUMNS = 3
 # tables' (page.TABLE_SCRIPT: "g" is significant digits, in decimals) print the same text.
 SIGNIFICANT_TIP = ",.3~r"
 SIGNIFICANT_COLUMN = ",.3g"
+
+
+# What a model cell's num_gpus counts (dlbench.efficiency.device_per_process): a GPU each,
+# or processes sharing one CPU (singular, plural).
+COUNTED = {True: ("GPU", "GPUs"), False: ("process", "processes")}
+
+
+def counted(devices: Iterable[object]) -> tuple[str, str]:
+    """What num_gpus counts in rows on these devices ("gpu", "cpu"), singular and plural:
+    "GPU", "process", or "GPU or process" where the rows hold both."""
+    kinds = {device_per_process({"device": d}) for d in devices}
+    named = [k for k in COUNTED if k in kinds] or [True]
+    singular, plural = (" or ".join(COUNTED[k][i] for k in named) for i in (0, 1))
+    return singular, plural
 
 
 @dataclass(frozen=True)
