@@ -4,6 +4,7 @@ the dataset rules prepare an ImageFolder, a Caffe LMDB and MXNet RecordIO, and P
 around them: a prepared LMDB cut short, a source tree edited in place, no MXNet env."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from dlbench import result as R
+from dlbench import workflow_support
 from dlbench.datasets import check, failure, synthetic
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,6 +131,48 @@ def test_a_truncated_lmdb_is_removed_and_prepared_again(tmp_path):
     assert check.check("caffe_lmdb", tmp_path / LMDB_TARGET, sample=0)["count"] == 6
 
 
+SINFO_ONE_NODE = "#!/bin/sh\necho 'n1|(null)|0|0||'\n"  # a node that holds any job
+SUBMIT_AT_ONCE = "#!/bin/sh\nnohup sh \"$1\" >/dev/null 2>&1 &\necho 1\n"  # a stand-in queue
+
+
+def test_cells_rerun_for_a_dataset_prepared_again_count_in_the_progress_on_a_cluster(tmp_path):
+    """On a cluster (the cluster-generic executor, an sinfo that answers), the cells whose
+    result was set aside because their dataset was cut short are cells to run like any
+    without a result: results/status.txt counts them (before: "0/0 cells done", their
+    results set aside after the Slurm check had looked the cells without one up)."""
+    _prepared_from_a_user_tree(tmp_path)
+    config = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    config["system"] = "here"
+    config["studies"] = {"pt": _tiny_study("pytorch", "mine", data_backend="caffe_lmdb",
+                                           data_loader_only=True)}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    (cell,) = workflow_support.expand_cells(config)
+    result = tmp_path / workflow_support.result_path(cell, "here")
+    res = R.new_result(kind=cell.kind, cell=dict(cell.params), study=cell.study,
+                       cell_id=cell.id)
+    R.write(R.finish(res, "ok", None), result)
+    data = tmp_path / LMDB_TARGET / "data.mdb"
+    with open(data, "r+b") as fh:
+        fh.truncate(data.stat().st_size // 2)
+    bin_dir, submit = tmp_path / "bin", tmp_path / "submit.sh"
+    bin_dir.mkdir()
+    (bin_dir / "sinfo").write_text(SINFO_ONE_NODE)
+    submit.write_text(SUBMIT_AT_ONCE)
+    for script in (bin_dir / "sinfo", submit):
+        script.chmod(0o755)
+    proc = subprocess.run(
+        [*SNAKEMAKE, "--directory", str(tmp_path), "--configfile", str(tmp_path / "config.yaml"),
+         "--executor", "cluster-generic", "--cluster-generic-submit-cmd", str(submit),
+         "--jobs", "2", "--latency-wait", "5", str(result.relative_to(tmp_path))],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "running 1 cell(s) reading the removed dataset(s) again" in proc.stderr
+    assert len(list((result.parent / "retried").iterdir())) == 1 and result.exists()
+    status = (tmp_path / "results" / "status.txt").read_text()
+    assert status.startswith("dlbench: 1/1 cells done"), status
+
+
 def test_a_bad_image_fixed_in_place_prepares_the_dataset_again(tmp_path):
     bad = Path("class_0001/bad.jpg")
     source = _prepared_from_a_user_tree(tmp_path, broken=bad)
@@ -139,10 +184,20 @@ def test_a_bad_image_fixed_in_place_prepares_the_dataset_again(tmp_path):
     dry = _snakemake(tmp_path, "--dry-run", LMDB_TARGET)
     # Before: "Nothing to be done", the recorded failure kept forever.
     assert "Params have changed" in dry.stdout + dry.stderr, dry.stderr[-3000:]
-    fixed = _snakemake(tmp_path, LMDB_TARGET)
+    config = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    config["datasets"]["mine"]["convert"] = {"workers": 2}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    fixed = _snakemake(tmp_path, "--printshellcmds", LMDB_TARGET)
     assert fixed.returncode == 0, fixed.stderr[-4000:]
+    assert "--workers 2" in fixed.stdout + fixed.stderr
     assert not marker.exists()
     assert check.check("caffe_lmdb", tmp_path / LMDB_TARGET, sample=0)["count"] == 7
+    # Another process count writes the same records: nothing to prepare (before: "Params
+    # have changed", the dataset prepared again and every cell reading it run again).
+    config["datasets"]["mine"]["convert"] = {"workers": 3}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    workers = _snakemake(tmp_path, "--dry-run", LMDB_TARGET)
+    assert "Nothing to be done" in workers.stdout + workers.stderr, workers.stderr[-3000:]
     (source / "class_0000" / "added.jpg").write_bytes((source / bad).read_bytes())
     added = _snakemake(tmp_path, "--dry-run", LMDB_TARGET)  # an image added in a class
     assert "Params have changed" in added.stdout + added.stderr, added.stderr[-3000:]

@@ -68,6 +68,21 @@ def test_conversion_options_are_an_argument_list():
         "--classes", "2", "--images-per-class", "3", "--image-size", "32", "--seed", "7"]
 
 
+def test_the_worker_count_is_no_option_that_shapes_the_records():
+    """conversion_args are the conversion rules' recorded params (a change prepares the
+    dataset again and reruns its cells); the process count writes the same records, so it
+    is given apart, to the command line only."""
+    config = {"datasets": {"d": {"path": "/data/d",
+                                 "convert": {"resize": 64, "workers": 16},
+                                 "recordio": {"workers": 4}}}}
+    assert support.conversion_args(config, "d", "lmdb") == ["--resize", "64"]
+    assert support.conversion_args(config, "d", "recordio") == ["--resize", "64"]
+    assert support.conversion_workers(config, "d", "lmdb") == ["--workers", "16"]
+    assert support.conversion_workers(config, "d", "recordio") == ["--workers", "4"]
+    del config["datasets"]["d"]["convert"]["workers"]
+    assert support.conversion_workers(config, "d", "lmdb") == []
+
+
 def test_container_binds_cover_inputs_outside_the_working_directory(tmp_path):
     work, outside = tmp_path / "work", tmp_path / "ops"
     work.mkdir()

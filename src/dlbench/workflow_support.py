@@ -589,12 +589,17 @@ def dataset_source(config: Mapping[str, Any], name: str) -> str:
     return datasets(config)[name].get("path") or f"results/datasets/{name}/image_folder"
 
 
-def conversion_args(config: Mapping[str, Any], name: str, fmt: str) -> list[str]:
-    """Command-line options of a conversion, from the dataset's config (an argument list)."""
+def _conversion_options(config: Mapping[str, Any], name: str, fmt: str) -> dict[str, Any]:
     spec = datasets(config)[name]
-    opts = {**spec.get("convert", {}), **spec.get(fmt, {})}
+    return {**spec.get("convert", {}), **spec.get(fmt, {})}
+
+
+def conversion_args(config: Mapping[str, Any], name: str, fmt: str) -> list[str]:
+    """Command-line options of a conversion that shape the records, from the dataset's config
+    (an argument list): the rule's params, a change of which prepares the dataset again."""
+    opts = _conversion_options(config, name, fmt)
     args = []
-    for key in ("resize", "quality", "seed", "workers", "subset"):
+    for key in ("resize", "quality", "seed", "subset"):
         if opts.get(key) is not None:
             args += [f"--{key}", str(opts[key])]
     # encoded is the LMDB writer's alone: ``convert:`` (both formats) may set it, and the
@@ -604,6 +609,14 @@ def conversion_args(config: Mapping[str, Any], name: str, fmt: str) -> list[str]
         if opts.get(key):
             args.append(f"--{key.replace('_', '-')}")
     return args
+
+
+def conversion_workers(config: Mapping[str, Any], name: str, fmt: str) -> list[str]:
+    """A conversion's process count (``--workers N``; none: the writer's default). Apart
+    from conversion_args: records come back in list order whatever the count
+    (encode_jobs.ordered_map), so a new count must not prepare the dataset again."""
+    workers = _conversion_options(config, name, fmt).get("workers")
+    return [] if workers is None else ["--workers", str(workers)]
 
 
 def synthetic_args(config: Mapping[str, Any], name: str) -> list[str]:

@@ -27,6 +27,8 @@ from dlbench import slurm_nodes as dlbench_slurm_nodes
 from dlbench import study as dlbench_study
 from dlbench import systems as dlbench_systems
 from dlbench import workflow_support as support
+from dlbench.datasets import DatasetError
+from dlbench.datasets import quick as dataset_quick
 
 min_version("9.14")
 
@@ -212,6 +214,14 @@ def _dry_run():
     return bool(getattr(_command_line(), "dryrun", False))
 
 
+@functools.cache
+def pending_cells():
+    """The cells without a result, looked up once (10,000 files): the cluster check and
+    the progress watcher both ask, and no job runs before the watcher starts. Looked up
+    again after _run_again moves results aside: those cells run too."""
+    return support.pending(CELLS, SYSTEM, REPEATS)
+
+
 def _run_again(paths, which, why=""):
     """The cells of these result files run again: each file moves to retried/ beside it
     (kept, with the time), so the cells have none; a dry run only says how many would.
@@ -224,6 +234,7 @@ def _run_again(paths, which, why=""):
         return
     for path in paths:
         dlbench_atomic.set_aside(path, "retried")
+    pending_cells.cache_clear()
     print(f"dlbench: {why}running {which} again", file=sys.stderr)
 
 
@@ -522,8 +533,40 @@ def conversion_args(name, fmt):
     return support.conversion_args(config, name, fmt)
 
 
+def conversion_command_args(name, fmt):
+    """A conversion's options on its command line: conversion_args and the process count."""
+    return support.conversion_args(config, name, fmt) + support.conversion_workers(
+        config, name, fmt
+    )
+
+
 def synthetic_args(name):
     return support.synthetic_args(config, name)
+
+
+def _prepare_cut_short_datasets_again():
+    """A prepared dataset cut short (data.mdb shorter than its meta pages declare, a .rec
+    ending before its last indexed record) kills its readers with SIGBUS, and Snakemake,
+    seeing the folder, would never prepare it again: remove it before the DAG is built,
+    and set aside the results of the cells reading it (Snakemake prepares a missing input
+    only for a job that runs), so that it is prepared again and they rerun. Before the
+    Slurm check and the progress ask for the cells without a result: these are some. One
+    header read per prepared folder, not per cell; in the main process only (cluster jobs
+    parse this file again)."""
+    if not workflow.is_main_process:
+        return
+    try:
+        removed = dataset_quick.remove_broken_prepared(
+            {data_dir_of(cell) for cell in CELLS}, dry_run=_dry_run
+        )
+    except DatasetError as exc:
+        print(f"dlbench: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    paths = support.results_reading(config, CELLS, SYSTEM, REPEATS, removed)
+    _run_again(paths, f"{len(paths)} cell(s) reading the removed dataset(s)")
+
+
+_prepare_cut_short_datasets_again()
 
 
 # Containers, conda environments and GPUs (workflow/rules/benchmark.smk)
@@ -731,13 +774,6 @@ def profile_targets():
 from dlbench import progress as dlbench_progress
 
 STATUS_FILE = Path("results/status.txt")
-
-
-@functools.cache
-def pending_cells():
-    """The cells without a result, looked up once (10,000 files): the cluster check and
-    the progress watcher both ask, and no job runs before the watcher starts."""
-    return support.pending(CELLS, SYSTEM, REPEATS)
 
 
 _refuse_what_slurm_would()

@@ -2,26 +2,10 @@
 # tree, converted on request to a Caffe LMDB (PyTorch runner) or MXNet RecordIO.
 # Each rule writes into a temporary folder and renames it on success.
 
-from dlbench.datasets import DatasetError
 from dlbench.datasets import fingerprint as dataset_fingerprint
-from dlbench.datasets import quick as dataset_quick
 
-# A prepared dataset cut short (data.mdb shorter than its meta pages declare, a .rec ending
-# before its last indexed record) kills its readers with SIGBUS, and Snakemake, seeing the
-# folder, would never prepare it again: remove it before the DAG is built, and set aside
-# the results of the cells reading it (Snakemake prepares a missing input only for a job
-# that runs), so that it is prepared again and they rerun. One header read per prepared
-# folder, not per cell; in the main process only (cluster jobs parse this file again).
-if workflow.is_main_process:
-    try:
-        _removed = dataset_quick.remove_broken_prepared(
-            {data_dir_of(cell) for cell in CELLS}, dry_run=_dry_run
-        )
-    except DatasetError as exc:
-        print(f"dlbench: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
-    _paths = support.results_reading(config, CELLS, SYSTEM, REPEATS, _removed)
-    _run_again(_paths, f"{len(_paths)} cell(s) reading the removed dataset(s)")
+# A prepared dataset found cut short is removed, and its cells' results set aside, in
+# common.smk (_prepare_cut_short_datasets_again), before anything counts the cells to run.
 
 
 rule dataset_synthetic:
@@ -43,6 +27,12 @@ rule dataset_synthetic:
 # The conversions' input is the source's root folder, whose mtime an image replaced or
 # added inside a class folder leaves as it was: their params hold the source tree's
 # fingerprint (dlbench.datasets.fingerprint), so that such a change prepares them again.
+# Their process count (workers) writes the same records whatever it is (they come back in
+# list order), so a new count alone must not prepare them again. Snakemake records every
+# param but those it takes as derived from the job's input, output, threads or resources
+# (a function of one of them): args, the command's options with the count, is one (a
+# function of the output); options, the same without the count, is recorded instead (the
+# value args had before: a dataset prepared without workers is not prepared again).
 rule dataset_lmdb:
     input:
         lambda wc: dataset_source(wc.dataset),
@@ -53,7 +43,8 @@ rule dataset_lmdb:
     conda:
         "../../envs/driver.yaml"
     params:
-        args=lambda wc: conversion_args(wc.dataset, "lmdb"),
+        options=lambda wc: conversion_args(wc.dataset, "lmdb"),
+        args=lambda wc, output: conversion_command_args(wc.dataset, "lmdb"),
         python=literal(support.this_python()),
         source=lambda wc: dataset_fingerprint.source_fingerprint(
             support.datasets(config)[wc.dataset].get("path")
@@ -79,7 +70,8 @@ rule dataset_recordio:
     params:
         driver=literal(support.this_python()),
         python=literal(framework_python("mxnet")),
-        args=lambda wc: conversion_args(wc.dataset, "recordio"),
+        options=lambda wc: conversion_args(wc.dataset, "recordio"),
+        args=lambda wc, output: conversion_command_args(wc.dataset, "recordio"),
         source=lambda wc: dataset_fingerprint.source_fingerprint(
             support.datasets(config)[wc.dataset].get("path")
         ),
