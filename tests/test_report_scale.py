@@ -220,6 +220,16 @@ def test_text_values_that_say_nothing_alone_carry_their_axis_in_a_legend():
         "pytorch · src 0,1 · dst 3,2", "pytorch · src 0 · dst 8"]
 
 
+def test_num_gpus_of_a_cpu_cell_reads_as_processes_in_a_legend():
+    """On a CPU a cell's num_gpus counts processes sharing it (efficiency's one rule): a
+    legend or panel title says "2 process(es)" there, "2 GPU(s)" on a GPU."""
+    frame = pd.DataFrame({"num_gpus": [2, 2, 1, None], "device": ["gpu", "cpu", "cpu", "cpu"]})
+    assert encodings.labels(frame, ["num_gpus"]).tolist() == [
+        "2 GPU(s)", "2 process(es)", "1 process(es)", "(none)"]
+    assert encodings.labels(frame[["num_gpus"]], ["num_gpus"]).tolist()[:2] == [
+        "2 GPU(s)", "2 GPU(s)"]
+
+
 def test_every_model_axis_of_the_axis_table_has_a_place():
     """A new axis needs no edit of the report: the candidates come from the axis table."""
     placed = set(encodings.model_axes()) | set(encodings.ROLES)

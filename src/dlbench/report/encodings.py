@@ -26,6 +26,7 @@ import pandas as pd
 from dlbench import axes
 from dlbench.comms.pt2pt import TESTS as PT2PT_TESTS
 from dlbench.comms.sizes import COLLECTIVES, measured_label
+from dlbench.efficiency import device_per_process
 from dlbench.report.data import PHASE_ORDER, PRECISION_ORDER, as_text, joined, ordered, varying
 
 # Model-cell axes besides model/phase/precision/batch that tell two cells apart, in the
@@ -98,6 +99,19 @@ def value_label(axis: str, value: object) -> str:
 NONE = "(none)"
 
 
+def _processes(frame: pd.DataFrame) -> pd.Series:
+    """Rows whose num_gpus counts processes sharing one CPU, not GPUs
+    (``efficiency.device_per_process``)."""
+    return frame["num_gpus"].notna() & ~frame["device"].map(
+        lambda d: device_per_process({"device": d})).astype(bool)
+
+
+def _process_words(frame: pd.DataFrame) -> pd.Series:
+    """num_gpus in words as processes ("2 process(es)")."""
+    return frame["num_gpus"].map(
+        lambda n: "" if pd.isna(n) else f"{int(n)} process(es)").astype(object)
+
+
 def labels(frame: pd.DataFrame, columns: Iterable[str]) -> pd.Series:
     """Each row's values of ``columns`` in words, joined ("pytorch · 5 iterations"); each
     distinct value is put in words once."""
@@ -108,6 +122,8 @@ def labels(frame: pd.DataFrame, columns: Iterable[str]) -> pd.Series:
                                            pd.unique(frame[c].dropna())})
                           .astype(object).fillna("")
                           for c in columns}, index=frame.index)
+    if "num_gpus" in columns and "device" in frame:
+        words["num_gpus"] = words["num_gpus"].mask(_processes(frame), _process_words(frame))
     text = joined(words, skip_empty=True)
     # Rows without any of the axes (a point-to-point cell has no blocking mode) beside rows
     # with them: "(none)", not a legend entry or panel title without words.
