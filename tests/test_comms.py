@@ -685,6 +685,32 @@ def test_incast_and_multicast_take_params_ranks_leaving_the_root_out_in_one_line
         assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("collective", ["pt2pt", "incast", "multicast"])
+def test_the_runner_pairs_ranks_by_the_rule_the_study_checks(collective, tmp_path,
+                                                              monkeypatch):
+    """The runner's pairs (point-to-point, an incast's or multicast's peers) are those of
+    sizes.message_pairs, the study's and the command line's rule: what it says cannot run
+    is the cell's one line (the runner called past the command line's checks)."""
+    from dlbench.comms import runner
+    from dlbench.comms.command_line import parser
+
+    calls = []
+
+    def message_pairs(collective, pattern, ranks, root, src="", dst=""):
+        calls.append((collective, pattern, ranks, root, src, dst))
+        raise S.PairsError("dst_ranks", "no pairs by this rule")
+
+    monkeypatch.setattr(S, "message_pairs", message_pairs)
+    out = tmp_path / "cell.json"
+    argv = ["--device=cpu", f"--collective={collective}", "--root=0", "--e=64", "--n=1",
+            "--w=0", f"--output={out}"]
+    args = parser().parse_args(argv)
+    assert runner._run(args, argv) != 0
+    doc = json.loads(out.read_text())
+    assert (doc["status"], doc["error"]) == ("failed", "no pairs by this rule")
+    assert calls == [(collective, args.pt2pt, 1, 0, "", "")]
+
+
 def test_an_incast_row_from_the_wrong_sender_fails_the_roots_check():
     """The root's rows hold each sender's pattern: rows swapped (a message delivered into
     another sender's place) fail; a multicast receiver holds the root's."""

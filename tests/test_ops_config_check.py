@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from dlbench import study
+from dlbench.ops.iterators import MAX_EXPANDED
 
 ROOT = Path(__file__).resolve().parent.parent
 PARAM_CONFIGS = ROOT / "tests" / "data" / "param-configs"
@@ -114,8 +115,35 @@ BAD_ENTRIES = [
 ]
 
 
-@pytest.mark.parametrize(("base", "keys", "value", "expected"), BAD_ENTRIES,
-                         ids=[e[-1].split(": ")[1] for e in BAD_ENTRIES])
+ARG = ("torch.add", "config", 0, "input", 0, "args")  # simple_add_range.json's first input
+BIG = MAX_EXPANDED * 10**9  # counted, never expanded: made, it would never end
+UNRUNNABLE = [
+    ("test_native_basic_ops.json", ("torch.mean", "config"), [],
+     "torch.mean: config: an empty list, no inputs to run"),
+    ("mm.json", ("torch.bmm", "config", 0, "input"), [],
+     "torch.bmm: config[0].input: an empty list, no inputs to run"),
+    ("simple_add_range.json", (*ARG, 1, "value"), [1, BIG],
+     "torch.add: config[0].input[0]: its __range__ fields make more than "
+     f"{MAX_EXPANDED} combinations, the most one list may run"),
+    ("simple_add_range.json", (*ARG, 0, "__copy__"), [{"shape": [2, [0, 0]]}],
+     "torch.add: config[0].input[0].args[0].__copy__[0].shape: element 2 is outside shape "
+     "[128, 256]"),
+    ("simple_add_range.json", (*ARG, 0, "__copy__"), [{"shape": [0, [0, 5]]}],
+     "torch.add: config[0].input[0].args[0].__copy__[0].shape: args[0] has no shape "
+     "element 5"),
+    ("simple_add_range.json", (*ARG, 0), {"type": "tensor", "dtype": "float",
+                                          "shape": [-1, 256],
+                                          "__copy__": [{"shape": [1, [0, 0]]}]},
+     "torch.add: config[0].input[0].args[0].shape[0]: expected a size >= 0, got -1"),
+]
+
+
+# Nothing to run, or a range the run would refuse: refused alike, in the run's words.
+ENTRIES = [*BAD_ENTRIES, *UNRUNNABLE]
+
+
+@pytest.mark.parametrize(("base", "keys", "value", "expected"), ENTRIES,
+                         ids=[e[-1].split(": ", 1)[1] for e in ENTRIES])
 def test_a_bad_field_in_one_entry_is_refused_naming_operator_entry_and_field(
         tmp_path, base, keys, value, expected):
     config = set_at(param(base), keys, value)
@@ -124,6 +152,27 @@ def test_a_bad_field_in_one_entry_is_refused_naming_operator_entry_and_field(
     assert check_error(path) == f"study 'o': op_config: {path}: {expected}"
     # unchanged at run time: the same line, as a failed input
     assert run_errors(config)[0] == expected
+
+
+def test_a_list_past_the_limit_is_refused_at_the_spec_that_takes_it_there(tmp_path):
+    """The limit counts a whole build or input list (the run expands the first spec before
+    it finds the second too many); copies into placeholders from ranged shapes pass."""
+    part = MAX_EXPANDED // 8 + 1  # four shapes times this: two such specs pass the limit
+    spec = {"args": [
+        {"type": "tensor", "dtype": "float", "shape": [[1, 4], 8], "__range__": ["shape"]},
+        {"type": "tensor", "dtype": "float", "shape": [-1, 8],
+         "__copy__": [{"shape": [0, [0, 0]]}]},
+        {"type": "int", "value": [1, part], "__range__": ["value"]}]}
+    config = {"torch.add": {"input_iterator": "RangeConfigIterator",
+                            "config": [{"input": [spec, spec]}]}}
+    path = tmp_path / "ops.json"
+    path.write_text(json.dumps(config))
+    assert check_error(path) == (
+        f"study 'o': op_config: {path}: torch.add: config[0].input[1]: its {4 * part} "
+        f"__range__ combinations and the {4 * part} before it exceed the {MAX_EXPANDED} "
+        "one list may run")
+    path.write_text(json.dumps(set_at(config, ("torch.add", "config", 0, "input"), [spec])))
+    assert len(study.expand_config(ops_study(path))) == 1
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])

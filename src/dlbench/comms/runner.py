@@ -339,13 +339,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                                               next(iter(monitored_gpus(device, 1)), None)))
     hosts = [reading["host"] for reading in readings]
     point_to_point = args.collective == "pt2pt"
-    peer, sender, pairs = None, False, []
-    if point_to_point:
-        try:
-            pairs = S.pt2pt_pairs(args.pt2pt, ranks, args.src_ranks, args.dst_ranks)
-        except ValueError as exc:
-            raise cellrun.CellError(str(exc)) from None
-        peer, sender = S.pt2pt_peer(pairs, topo.rank)
+    pairs = _pairs(args, ranks)  # a pt2pt, incast or multicast cell's; none for another
+    peer, sender = S.pt2pt_peer(pairs, topo.rank) if point_to_point else (None, False)
     window = None if args.z and not point_to_point else args.window  # per timed iteration
     # What an iteration's time is divided by: a point-to-point cell's, per test (a
     # ping-pong's two ways, a window's messages).
@@ -363,16 +358,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         log.info("%s of %s among %d rank(s)%s over %s", args.collective, args.data_type,
                  ranks, f" in each of {args.multi_comms} groups" if group else "",
                  res["extra"]["backend"])
-    fan = None
-    if args.collective in S.FAN:
-        try:
-            peers = S.fan_peers(args.collective, ranks, args.root, args.src_ranks,
-                                args.dst_ranks)
-        except ValueError as exc:
-            raise cellrun.CellError(str(exc)) from None
-        fan = fans.Fan(topo.rank, args.root, tuple(peers))
-        pairs = [(p, args.root) if args.collective == "incast" else (args.root, p)
-                 for p in peers]
+    fan = _fan(args.collective, topo.rank, args.root, pairs)
     if pairs:  # [sender, receiver] of each pair
         res["extra"]["pairs"] = [list(pair) for pair in pairs]
     # The links the collective crosses and the most bus bandwidth they allow.
@@ -466,6 +452,27 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         monitor.attach(res, args.output, mon, items=0.0)  # its energy is no measured one's
     if not res["measurements"]:
         raise cellrun.CellError(f"no message size ran ({res['extra'].get('stopped_by')})")
+
+
+def _pairs(args: argparse.Namespace, ranks: int) -> list[tuple[int, int]]:
+    """The cell's (sender, receiver) pairs by the rule the study and the command line
+    check it with (``sizes.message_pairs``); what cannot run, the cell's one line."""
+    try:
+        return S.message_pairs(args.collective, args.pt2pt, ranks, args.root, args.src_ranks,
+                               args.dst_ranks)
+    except ValueError as exc:
+        raise cellrun.CellError(str(exc)) from None
+
+
+def _fan(collective: str, rank: int, root: int, pairs: list[tuple[int, int]]
+         ) -> fans.Fan | None:
+    """An incast's or multicast's ranks from its pairs: the peer of each is the side that
+    is not the root (an incast's senders, a multicast's receivers); None for another."""
+    if collective not in S.FAN:
+        return None
+    peers = tuple(sender if collective == "incast" else receiver
+                  for sender, receiver in pairs)
+    return fans.Fan(rank, root, peers)
 
 
 def _bandwidths(m: dict[str, Any], link: dict[str, Any] | None) -> str:

@@ -334,8 +334,8 @@ def message_pairs(collective: str, pattern: str, ranks: int, root: int, src: str
     """The (sender, receiver) pairs of a collective that names its own ranks among
     ``ranks`` processes: a point-to-point pattern's (``pt2pt_pairs``), an incast's or a
     multicast's each peer with the root (``fan_peers``); none for another collective. The
-    study and the runner's command line both check a cell with it. Raises PairsError
-    saying what cannot run."""
+    study and the runner's command line check a cell with it, and the runner runs its
+    pairs. Raises PairsError saying what cannot run."""
     if collective == "pt2pt":
         return pt2pt_pairs(pattern, ranks, src, dst)
     if collective in FAN:

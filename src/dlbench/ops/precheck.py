@@ -4,14 +4,16 @@ line its run would have recorded as a failed input, with the file's name before 
 Refused here: a file that is no op config (``configfile``); an operator name of no form
 the registry resolves (not ``torch.*`` of its namespaces, ``aten::*`` or one of PARAM's
 whole-model workloads; not a public name); an operator that is not an object with a
-``config`` list or names an unknown iterator; a config entry without ``input``; any
-build or input spec the grammar refuses (types, dtypes, shapes, ranges, ...).
+``config`` list or names an unknown iterator; lists with nothing to run (an empty
+``config`` or ``input``); a config entry without ``input``; any build or input spec the
+grammar refuses (types, dtypes, shapes, ranges, ...); what expanding ``__range__`` specs
+would find: a build or input list of more than ``iterators.MAX_EXPANDED`` combinations
+(counted, not made), a ``__copy__`` from or to a shape element that is not there, a
+negative size that no copy fills.
 
 Left to the run, which still records each as a failed input: what only torch knows (an
 operator that torch lacks or the allow-list refuses, a device it cannot name, an
-overload), lists with nothing to run (an empty ``config`` or
-``input``), and what expanding ``__range__`` specs finds (their ``__copy__`` targets,
-more than ``iterators.MAX_EXPANDED`` combinations).
+overload).
 
 The operator-name rules live here, torch-free, and ``registry.resolve`` applies them
 first. This module imports no framework: the driver checks every study's op configs
@@ -44,6 +46,8 @@ LIST_HINT = "`python -m dlbench.ops.registry` lists what is allowed"
 DATA_GENERATORS = ("PyTorch:DefaultDataGenerator", "PyTorch::DefaultDataGenerator")
 OP_SHAPE = ("expected an object with a \"config\" list (and optional iterators and data "
             "generators)")
+# An operator's config list, or an entry's input list, that is empty: nothing would run.
+NOTHING_TO_RUN = "an empty list, no inputs to run"
 
 
 class OpError(ValueError):
@@ -115,10 +119,9 @@ def operator_problem(op_name: str, info: Any) -> str | None:
     return None
 
 
-def check_op_info(info: Any, empty_ok: bool = True) -> None:
+def check_op_info(info: Any) -> None:
     """An operator's object: its iterators and data generators known, a ``config`` list
-    (``empty_ok``: an empty one passes, nothing to run rather than malformed; the run
-    refuses it)."""
+    with something to run."""
     if not isinstance(info, dict):
         raise SpecError("<operator>", OP_SHAPE + f", got {json_type(info)}")
     for key in ("build_iterator", "input_iterator"):
@@ -132,8 +135,8 @@ def check_op_info(info: Any, empty_ok: bool = True) -> None:
                                  f"(valid: {DATA_GENERATORS[0]})")
     if not isinstance(info.get("config"), list):
         raise SpecError("config", "missing or not a list of {\"build\", \"input\"} objects")
-    if not info["config"] and not empty_ok:
-        raise SpecError("config", "an empty list, no inputs to run")
+    if not info["config"]:
+        raise SpecError("config", NOTHING_TO_RUN)
 
 
 def _check_entry(entry: Any, cpath: str, info: dict[str, Any]) -> None:
@@ -146,6 +149,8 @@ def _check_entry(entry: Any, cpath: str, info: dict[str, Any]) -> None:
     if entry.get("build"):  # none, or PARAM's empty list: built once without arguments
         _check_specs(info.get("build_iterator"), entry, "build", cpath)
     _check_specs(info.get("input_iterator"), entry, "input", cpath)
+    if not entry["input"]:  # the run makes no inputs of it
+        raise SpecError(f"{cpath}.input", NOTHING_TO_RUN)
 
 
 def _check_specs(iterator_name: str | None, entry: dict[str, Any], key: str,
@@ -154,5 +159,48 @@ def _check_specs(iterator_name: str | None, entry: dict[str, Any], key: str,
     device is the run's: checking does not use it)."""
     iterator = iterators.make_iterator(iterator_name, entry, key, "cpu", cpath)
     ranged = isinstance(iterator, iterators.RangeConfigIterator)
+    total = 0  # the list's concrete specs so far (RangeConfigIterator's limit is per list)
     for index, spec in enumerate(iterator.specs):
-        grammar.check_args(spec, f"{iterator.base}[{index}]", ranged=ranged, driver=True)
+        path = f"{iterator.base}[{index}]"
+        grammar.check_args(spec, path, ranged=ranged, driver=True)
+        if ranged:
+            total = _check_expansion(spec, path, total)
+
+
+def _check_expansion(spec: dict[str, Any], path: str, total: int) -> int:
+    """What expanding a checked ranged spec would refuse, found without expanding it; the
+    list's count of concrete specs with this one's added."""
+    count = iterators.count_combinations(spec)  # capped just past the limit
+    if total + count > iterators.MAX_EXPANDED:
+        if count > iterators.MAX_EXPANDED:
+            why = (f"its __range__ fields make more than {iterators.MAX_EXPANDED} "
+                   "combinations, the most one list may run")
+        else:
+            why = (f"its {count} __range__ combinations and the {total} before it exceed "
+                   f"the {iterators.MAX_EXPANDED} one list may run")
+        raise SpecError(path, why)
+    _check_copies(spec.get("args", []), path)
+    return total + count
+
+
+def _check_copies(args: list[Any], path: str) -> None:
+    """``iterators.apply_copies`` on shapes as written: a range stands for one element
+    whatever its values, so a copy that misses an element misses it in every combination,
+    and a negative size (a copy's placeholder) that no copy fills is negative in every one
+    (the tensor cannot be made)."""
+    shapes = {a: list(arg["shape"]) for a, arg in enumerate(args) if arg["type"] == "tensor"}
+    for a, arg in enumerate(args):
+        for k, entry in enumerate(arg.get(grammar.ATTR_COPY, [])):
+            for attr, (dst, (src_arg, src_elem)) in entry.items():
+                where = f"{path}.args[{a}].{grammar.ATTR_COPY}[{k}].{attr}"
+                target, source = shapes[a], shapes[src_arg]
+                if not 0 <= dst < len(target):
+                    raise SpecError(where, f"element {dst} is outside shape {arg[attr]}")
+                if not 0 <= src_elem < len(source):
+                    raise SpecError(where, f"args[{src_arg}] has no shape element {src_elem}")
+                target[dst] = source[src_elem]
+    for a, shape in shapes.items():
+        for i, size in enumerate(shape):
+            if isinstance(size, int) and size < 0:
+                raise SpecError(f"{path}.args[{a}].shape[{i}]",
+                                f"expected a size >= 0, got {size!r}")

@@ -43,12 +43,6 @@ def seed(value: int = 0) -> None:
     random.seed(value)
 
 
-def check_op_info(info: Any) -> None:
-    """An operator's object as the run needs it (``precheck.check_op_info``): with
-    something to run in its config list."""
-    precheck.check_op_info(info, empty_ok=False)
-
-
 def to_meta(value: Any) -> Any:
     """The same values with every tensor replaced by a meta tensor of its shape."""
     if isinstance(value, torch.Tensor):
@@ -132,7 +126,7 @@ class Benchmark:
             self.error(op_name, None, f"{label}: {OP_SHAPE}, got {json_type(info)}")
             return
         try:
-            check_op_info(info)
+            precheck.check_op_info(info)
             factory = registry.resolve(op_name)
         except (SpecError, OpError) as exc:
             self.error(op_name, None, f"{label}: {exc}" if isinstance(exc, SpecError) else str(exc))
