@@ -50,12 +50,13 @@ def real_cell(system: str, framework: str, backend: str | None, threads: int,
 
 
 def synthetic_cell(system: str, model: str) -> dict:
-    """A synthetic-data cell: no wait for input, all of its measured time compute."""
+    """A synthetic-data cell as the PyTorch runner records one: its wait for the next
+    ready-made batch is measured too (tens of microseconds), yet no input pipeline ran."""
     res = model_result("io", model_cell(model, "training", "float32", 32))
     res["cell_id"] = f"synthetic_{model}"
     res["system"] = system
     (m,) = res["measurements"]
-    m.update(data_wait_s=None, compute_s=sum(m["times_s"]))
+    m.update(data_wait_s=4e-5, compute_s=sum(m["times_s"]) - 4e-5)
     return res
 
 
@@ -70,9 +71,9 @@ def expected(results: list[dict]) -> dict[tuple[str, str], tuple[float, float]]:
     out = {}
     for res in results:
         (m,) = res["measurements"]
-        if m["data_wait_s"] is None:
-            continue
         cell = res["cell"]
+        if cell["data"] == "synthetic":
+            continue
         storage = cell["data_backend"] or "recordio"  # MXNet reads RecordIO files
         source = " · ".join([cell["framework"], cell["data"], storage,
                              f"{cell['num_loader_threads']} loader threads"])

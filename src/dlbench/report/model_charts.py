@@ -690,13 +690,15 @@ def _dataset_format(params: dict) -> str | None:
 
 
 def input_frame(models: pd.DataFrame) -> pd.DataFrame:
-    """The model cells that read real data (those with a wait for input: synthetic data
-    has none), with the share of their measured time spent waiting (``wait_share``), the
-    storage format they read (``format``) and their input in words (``source``)."""
+    """The model cells that read real data, with the share of their measured time spent
+    waiting (``wait_share``), the storage format they read (``format``) and their input in
+    words (``source``). A synthetic cell is none, though PyTorch's records its wait for
+    the next ready-made batch: no input pipeline ran."""
     if models.empty or "data_wait_s" not in models:
         return models.iloc[:0]
     measured_s = models["data_wait_s"] + models["compute_s"]
-    rows = models[models["data_wait_s"].notna() & measured_s.gt(0)]
+    rows = models[models["data"].ne("synthetic") & models["data_wait_s"].notna()
+                  & measured_s.gt(0)]
     if rows.empty:
         return rows
     rows = rows.assign(wait_share=rows["data_wait_s"] / measured_s[rows.index],
