@@ -652,6 +652,55 @@ def test_sides_with_no_cell_in_common_name_the_setting_that_differs(tmp_path):
     assert str(info.value).endswith(": the sides differ in num_warmup_batches (1 vs 2)")
 
 
+def test_sides_with_no_setting_apart_but_no_cell_in_common_name_their_nearest_cells(tmp_path):
+    """resnet18 at batch 8 against batch 16, vgg11 of other phases and batches: no column
+    differs throughout, and the error named none ("no ok row of one has ...")."""
+    from dlbench.compare import InputError
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_result(a, "x", model_cell(batch_size=8), noisy(0.1, seed=1))
+    write_result(a, "x", model_cell("vgg11", batch_size=16), noisy(0.1, seed=2))
+    write_result(b, "x", model_cell(batch_size=16), noisy(0.1, seed=3))
+    write_result(b, "x", model_cell("vgg11", batch_size=8, phase="inference"),
+                 noisy(0.1, seed=4))
+    with pytest.raises(InputError) as info:
+        compare(str(a), str(b))
+    assert str(info.value).endswith(": the nearest cells differ in batch_size (8 vs 16)")
+
+
+def test_a_side_with_rows_of_empty_axes_still_matches_the_other_sides_cells(tmp_path):
+    """NEW also holds an unreadable result file, a failed row with every axis empty (as
+    calibration and operator rows leave the model axes empty): its batch_size column has
+    nulls, read as 8.0 beside BASE's 8, and no cell matched ("no common cells", exit 2)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_result(a, "x", model_cell(), noisy(0.1, seed=1))
+    write_result(b, "x", model_cell(), noisy(0.1, seed=2))
+    (b / "x" / "s" / "cells" / "resnet18_training_bs64_deadbeef.json").write_text("{\n")
+    comparison = compare(str(a), str(b))
+    row = verdict_of(comparison)
+    assert (row.verdict, row.batch_size) == ("same", 8)
+    assert comparison.counts["not compared"] == 1
+    assert main([str(a), str(b), "--out", str(tmp_path / "out")]) == 0
+
+
+def test_a_cell_without_an_interval_is_judged_on_its_ratio_against_the_single_run_threshold(
+        tmp_path):
+    """One iteration a side (ci_method none): a tenfold slowdown was "judged same whatever
+    the ratio" and passed the gate. Beyond the 25 % single-run threshold it is slower or
+    faster, within it the same; each says it has no interval."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for batch, base, new in ((8, 0.1, 1.0), (16, 0.1, 0.11), (32, 1.0, 0.1)):
+        write_result(a, "x", model_cell(batch_size=batch), [base])
+        write_result(b, "x", model_cell(batch_size=batch), [new])
+    cells = compare(str(a), str(b)).cells.set_index("batch_size")
+    assert list(cells["ci_method"]) == ["none"] * 3
+    assert dict(cells["verdict"]) == {8: "slower", 16: "same", 32: "faster"}
+    assert set(cells["note"]) == {"no confidence interval (fewer than 2 iterations on a "
+                                  "side): judged on its ratio alone against the 25 % "
+                                  "single-run threshold"}
+    assert main([str(a), str(b), "--out", str(tmp_path / "out")]) == EXIT_SLOWER
+
+
 def _with_energy(path, sources, samples_per_joule):
     """The result at ``path`` with a monitor summary whose energy counts ``sources``."""
     res = R.read(path)

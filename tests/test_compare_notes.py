@@ -201,3 +201,31 @@ def test_a_cell_base_measured_that_fails_in_new_fails_the_gate_one_failing_on_bo
         write_result(root, "x", model_cell("alexnet"), [], status="failed", error="boom")
         write_result(root, "x", model_cell("vgg11"), noisy(0.1, seed=4))
     assert main([str(c), str(d), "--out", str(out)]) == 0
+
+
+def _oom_runs(root, ooms):
+    """resnet18 run 3 times (repeats 0 to 2), those in ``ooms`` out of memory; repeat 0
+    written last, as each is first written where repeat 0's file goes."""
+    for k in (1, 2, 0):
+        oom = k in ooms
+        path = write_result(root, "x", model_cell(), [] if oom else noisy(0.1, seed=k),
+                            status="oom" if oom else "ok",
+                            error="CUDA out of memory" if oom else None)
+        if k:
+            _repeat(path, k)
+
+
+def test_the_same_oom_run_on_both_sides_is_not_newly_failing_one_more_is(tmp_path):
+    """BASE and NEW each ran out of memory in the second of three runs: an A/A comparison,
+    which exited 1 ("newly failing: 1 cell"). NEW out of memory in its third run as well
+    lost one run more than BASE: newly failing."""
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    _oom_runs(a, {1})
+    _oom_runs(b, {1})
+    _oom_runs(c, {1, 2})
+    out = tmp_path / "out"
+    same = compare(str(a), str(b))
+    assert (same.newly_failed, same.counts["not compared"], same.counts["same"]) == (0, 2, 1)
+    assert main([str(a), str(b), "--out", str(out)]) == 0
+    assert compare(str(a), str(c)).newly_failed == 1
+    assert main([str(a), str(c), "--out", str(out)]) == EXIT_SLOWER

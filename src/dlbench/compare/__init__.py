@@ -28,8 +28,10 @@ from dlbench.compare.match import (
     BASE_ONLY,
     NEW_ONLY,
     NOT_COMPARED,
+    Matching,
     disjoint_columns,
     match,
+    nearest_difference,
     result_table,
 )
 from dlbench.compare.ratios import (
@@ -61,7 +63,8 @@ class Comparison:
     summary: pd.DataFrame
     differences: list[Difference] = field(default_factory=list)
     alike: list[str] = field(default_factory=list)
-    # cells BASE measured that failed or ran out of memory in NEW (match.Matching)
+    # cells BASE measured of which more runs failed or ran out of memory in NEW than in
+    # BASE (match.newly_failing)
     newly_failed: int = 0
 
     @property
@@ -74,18 +77,27 @@ class Comparison:
         return self.counts[SLOWER] > 0
 
 
+def _why_apart(matching: Matching) -> str:
+    """What keeps two sides' cells apart: a setting that differs throughout, else the key
+    columns of their nearest cells that differ."""
+    differ = disjoint_columns(matching.base_only, matching.new_only)
+    if differ:
+        return f"the sides differ in {'; '.join(differ)}"
+    nearest = nearest_difference(matching.base_only, matching.new_only)
+    if nearest:
+        return f"the nearest cells differ in {'; '.join(nearest)}"
+    return "no ok row of one has the study, axes and measurement of an ok row of the other"
+
+
 def compare_sides(base: Side, new: Side, settings: Settings | None = None) -> Comparison:
     """Compare two loaded sides; InputError when they have no cell in common."""
     settings = settings or Settings()
     matching = match(without_unknown_sources(base.frame), without_unknown_sources(new.frame))
     if not matching.keys:
-        differ = disjoint_columns(matching.base_only, matching.new_only)
         raise InputError(
             f"no common cells between BASE {base.label} ({len(matching.base_only)} measured) "
             f"and NEW {new.label} ({len(matching.new_only)} measured): "
-            + (f"the sides differ in {'; '.join(differ)}" if differ else
-               "no ok row of one has the study, axes and measurement of an ok row of the "
-               "other"))
+            + _why_apart(matching))
     compared = compare_cells(matching.base, matching.new, matching.keys, settings)
     cells = result_table(matching, compared)
     base_facts, new_facts = environments.facts(base.frame), environments.facts(new.frame)

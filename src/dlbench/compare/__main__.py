@@ -3,9 +3,10 @@
     [--seed 0]  (also: python -m dlbench.compare ...)
 
 Exit status: 0 when nothing regressed, 1 when a cell is slower or a cell BASE measured
-failed or ran out of memory in NEW (``--fail-on slower``: slower cells only; ``none``:
-never), so that a CI job can gate on it, 2 when the inputs cannot be compared or the
-outputs cannot be written (one line on stderr naming the file or field).
+failed or ran out of memory in more of its runs in NEW than in BASE (``--fail-on slower``:
+slower cells only; ``none``: never), so that a CI job can gate on it, 2 when the inputs
+cannot be compared or the outputs cannot be written (one line on stderr naming the file or
+field).
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fail-on", choices=("regressed", "slower", "none"),
                         default="regressed",
                         help="exit 1 when a cell is slower or a cell BASE measured failed or "
-                             "ran out of memory in NEW (regressed, the default), when a cell "
-                             "is slower (slower), or never (none)")
+                             "ran out of memory in more of its runs in NEW than in BASE "
+                             "(regressed, the default), when a cell is slower (slower), or "
+                             "never (none)")
     parser.add_argument("--resamples", type=_resamples, default=2000,
                         help="bootstrap resamples (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0,
@@ -77,7 +79,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         description="Compare two runs of a benchmark study: throughput, latency, energy and "
                     "memory ratios NEW/BASE per cell with bootstrap confidence intervals, and a "
                     "verdict per cell (faster, slower, same). Exit 1 when a cell is slower or "
-                    "a cell BASE measured failed in NEW.")
+                    "a cell BASE measured failed in more of its runs in NEW than in BASE.")
     add_arguments(parser)
     return parser
 
@@ -104,7 +106,8 @@ def run(args: argparse.Namespace, prog: str = PROG) -> int:
     if comparison.newly_failed:
         print(f"  newly failing: {comparison.newly_failed} cell"
               f"{'s' if comparison.newly_failed != 1 else ''} measured in BASE failed or ran "
-              "out of memory in NEW (listed as not compared)")
+              "out of memory in NEW (in more of its runs than in BASE; listed as not "
+              "compared)")
     if comparison.any_slower and args.fail_on != "none":
         return EXIT_SLOWER
     if comparison.newly_failed and args.fail_on == "regressed":

@@ -23,8 +23,8 @@ import pandas as pd
 
 from dlbench import axes, run_to_run
 
-__all__ = ["AXIS_COLUMNS", "KEY_COLUMNS", "Matching", "cell_labels", "keys_of", "match",
-           "result_table"]
+__all__ = ["AXIS_COLUMNS", "KEY_COLUMNS", "Matching", "cell_labels", "disjoint_columns",
+           "keys_of", "match", "nearest_difference", "result_table"]
 
 AXIS_COLUMNS: list[str] = [name for name, _ in axes.columns()]
 MEASUREMENT_COLUMNS = ["name", "op_name", "pass"]
@@ -52,10 +52,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _objects(values: list[Any], index: pd.Index) -> pd.Series:
+    """``values`` as they are: ``Series.map`` infers a dtype from its results, so under
+    pandas 3 a column of 16 and None comes back as 16.0 and NaN, and a key of one side
+    would read "16.0" where the other's reads "16"."""
+    return pd.Series(values, index=index, dtype=object)
+
+
 def _column(frame: pd.DataFrame, name: str) -> pd.Series:
     if name in frame:
-        return frame[name].map(_plain, na_action=None).astype(object)
-    return pd.Series([None] * len(frame), index=frame.index, dtype=object)
+        return _objects([_plain(v) for v in frame[name].tolist()], frame.index)
+    return _objects([None] * len(frame), frame.index)
 
 
 # Axes added after the first release, and their defaults: a result made before one existed
@@ -67,7 +74,7 @@ def _key_column(frame: pd.DataFrame, name: str) -> pd.Series:
     column = _column(frame, name)
     if name in LATER_AXES:
         default = LATER_AXES[name]
-        column = column.map(lambda v: default if v is None else v).astype(object)
+        column = _objects([default if v is None else v for v in column], column.index)
     return column
 
 
@@ -91,8 +98,8 @@ class Matching:
     base_only: pd.DataFrame
     new_only: pd.DataFrame
     not_compared: pd.DataFrame
-    # Cells BASE measured that failed or ran out of memory in NEW (some run of theirs): what
-    # a gate on NEW must not pass as "nothing slower"
+    # Cells BASE measured of which more runs failed or ran out of memory in NEW than in
+    # BASE (``newly_failing``): what a gate on NEW must not pass as "nothing slower"
     newly_failed: int = 0
 
 
@@ -154,6 +161,26 @@ def _note_other_side(only: pd.DataFrame, other_skipped: pd.DataFrame, other_rows
     return only["_cell"].map(note)
 
 
+def failed_runs(skipped: pd.DataFrame) -> pd.Series:
+    """How many runs of each cell (``_cell``) of one side failed or ran out of memory: its
+    failed rows, one per repeat (a failed run has no measurements, so one row)."""
+    broken = skipped[skipped["reason"].isin(FAILURES)]
+    subset = ["_cell", REPEAT] if REPEAT in broken else ["_cell"]
+    return broken.drop_duplicates(subset=subset)["_cell"].value_counts()
+
+
+def newly_failing(base_rows: pd.DataFrame, base_skipped: pd.DataFrame,
+                  new_skipped: pd.DataFrame) -> int:
+    """The cells BASE measured (an ok row) of which NEW lost more runs to a failure or an
+    out-of-memory than BASE did: the same oom run on both sides is no regression, one more
+    is."""
+    base_failed = failed_runs(base_skipped)
+    new_failed = failed_runs(new_skipped)
+    measured = set(base_rows["_cell"])
+    return sum(1 for cell, count in new_failed.items()
+               if cell in measured and count > base_failed.get(cell, 0))
+
+
 def match(base: pd.DataFrame, new: pd.DataFrame) -> Matching:
     """Match BASE's rows with NEW's on their keys (see the module)."""
     base_rows, base_skipped = _split(base, "base")
@@ -164,11 +191,9 @@ def match(base: pd.DataFrame, new: pd.DataFrame) -> Matching:
     new_only = new_rows[~new_rows["_key"].isin(base_keys)].drop_duplicates("_key", keep="last")
     base_only = base_only.assign(note=_note_other_side(base_only, new_skipped, new_rows, "NEW"))
     new_only = new_only.assign(note=_note_other_side(new_only, base_skipped, base_rows, "BASE"))
-    broken = new_skipped[new_skipped["reason"].isin(FAILURES)]
-    newly_failed = broken.loc[broken["_cell"].isin(set(base_rows["_cell"])), "_cell"].nunique()
     return Matching(base=base_rows[base_rows["_key"].isin(keys)],
                     new=new_rows[new_rows["_key"].isin(keys)], keys=keys,
-                    newly_failed=int(newly_failed),
+                    newly_failed=newly_failing(base_rows, base_skipped, new_skipped),
                     base_only=base_only.reset_index(drop=True),
                     new_only=new_only.reset_index(drop=True),
                     not_compared=pd.concat([base_skipped, new_skipped]).reset_index(drop=True))
@@ -285,11 +310,44 @@ def disjoint_columns(base: pd.DataFrame, new: pd.DataFrame, limit: int = 3) -> l
     common, when a setting differs throughout."""
     found = []
     for column in KEY_COLUMNS:
-        ours = {_text(v) for v in _column(base, column)}
-        theirs = {_text(v) for v in _column(new, column)}
+        ours = {_text(v) for v in _key_column(base, column)}
+        theirs = {_text(v) for v in _key_column(new, column)}
         if ours and theirs and not ours & theirs:
             found.append(f"{column} ({', '.join(sorted(ours)[:3]) or 'none'} vs "
                          f"{', '.join(sorted(theirs)[:3]) or 'none'})")
+    return found[:limit]
+
+
+def _spelling(value: Any) -> str:
+    """A key value as the key spells it (16 and "16" apart)."""
+    return json.dumps(value, default=str)
+
+
+def nearest_difference(base: pd.DataFrame, new: pd.DataFrame, limit: int = 3,
+                       cells: int = 100) -> list[str]:
+    """The key columns in which the closest pair of a BASE and a NEW cell differ, each with
+    both values ("batch_size (16 vs 32)"): why two sides that share every setting still have
+    no cell in common. Of the first ``cells`` keys a side, so that it stays cheap."""
+    if base.empty or new.empty:
+        return []
+    sides = []
+    for frame in (base, new):
+        frame = frame.drop_duplicates("_key").head(cells) if "_key" in frame else frame.head(cells)
+        values = [_key_column(frame, c).tolist() for c in KEY_COLUMNS]
+        sides.append([(row, [_spelling(v) for v in row]) for row in zip(*values, strict=True)])
+
+    def apart(ours: list[str], theirs: list[str]) -> list[int]:
+        return [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]
+
+    pairs = ((a, b) for a in sides[0] for b in sides[1])
+    (ours, our_spelling), (theirs, their_spelling) = min(
+        pairs, key=lambda pair: len(apart(pair[0][1], pair[1][1])))
+    found = []
+    for i in apart(our_spelling, their_spelling):
+        a, b = _text(ours[i]) or "none", _text(theirs[i]) or "none"
+        if a == b:  # alike as text, not as values: show how each is spelt
+            a, b = our_spelling[i], their_spelling[i]
+        found.append(f"{KEY_COLUMNS[i]} ({a} vs {b})")
     return found[:limit]
 
 

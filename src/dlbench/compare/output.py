@@ -81,7 +81,8 @@ def rule_text(comparison: Comparison) -> str:
             f"interval of its throughput ratio NEW/BASE excludes 1 and one side is faster "
             f"by more than {percent_text(s.threshold)} (where both sides ran as repeats; "
             f"{percent_text(max(s.threshold, s.single_run_threshold))} where a side ran "
-            "once, since one run cannot show run-to-run variation); otherwise it is the same "
+            "once, since one run cannot show run-to-run variation; a cell without an "
+            "interval is judged on its ratio alone against that); otherwise it is the same "
             f"({s.resamples} resamples, seed {s.seed}).")
 
 

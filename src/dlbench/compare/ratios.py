@@ -384,24 +384,32 @@ def verdicts(cells: pd.DataFrame, threshold: float, single_run_threshold: float 
     """faster / slower only where the throughput interval excludes 1 AND the ratio is more
     than the threshold away from 1: ``threshold`` where both sides ran as repeats,
     ``single_run_threshold`` (if larger) where a side ran once; same otherwise, with a
-    note where no interval exists or a single run could not judge the change."""
+    note where a single run could not judge the change. A cell without an interval (fewer
+    than 2 iterations on a side) is judged on its ratio alone against the single-run
+    threshold, with a note saying so: a 10x slowdown must not pass for noise."""
     ratio = cells["throughput_ratio"].to_numpy(float)
     low = cells["throughput_ci_low"].to_numpy(float)
     high = cells["throughput_ci_high"].to_numpy(float)
     single = cells["ci_method"].to_numpy() != REPEATS
-    needed = np.where(single, max(threshold, single_run_threshold or 0.0), threshold)
-    faster = (low > 1) & (ratio > 1 + needed)
+    single_needed = max(threshold, single_run_threshold or 0.0)
+    needed = np.where(single, single_needed, threshold)
+    no_interval = ~(np.isfinite(low) & np.isfinite(high))
+    # no interval: as though it excluded 1 on the side the ratio lies (one run's change)
+    above = np.where(no_interval, ratio > 1, low > 1)
+    below = np.where(no_interval, ratio < 1, high < 1)
+    needed = np.where(no_interval, single_needed, needed)
+    faster = above & (ratio > 1 + needed)
     # 1 / (1 + needed), not 1 - needed: the same change either way round (BASE and NEW
     # swapped, 1.31x faster is 0.763x, which 1 - 0.25 did not call slower)
-    slower = (high < 1) & (ratio < 1 / (1 + needed))
+    slower = below & (ratio < 1 / (1 + needed))
     verdict = np.where(faster, FASTER, np.where(slower, SLOWER, SAME)).astype(object)
-    no_interval = ~(np.isfinite(low) & np.isfinite(high))
     unjudged = (single & ~no_interval & ((low > 1) | (high < 1))
                 & ((ratio > 1 + threshold) | (ratio < 1 / (1 + threshold)))
                 & (verdict == SAME))
     note = np.full(len(ratio), None, dtype=object)
-    note[no_interval & np.isfinite(ratio)] = ("no confidence interval (fewer than 2 iterations "
-                                              "on a side): judged same whatever the ratio")
+    note[no_interval & np.isfinite(ratio)] = (
+        "no confidence interval (fewer than 2 iterations on a side): judged on its ratio "
+        f"alone against the {single_needed * 100:g} % single-run threshold")
     note[unjudged] = (f"one run on a side: a change under {needed.max() * 100:g} % cannot be "
                       "told from run-to-run variation; run the study with repeats")
     return verdict, note
