@@ -34,11 +34,13 @@ def check_replaceable(out: str | os.PathLike[str]) -> None:
     if FILENAME not in names:
         why = f"no {FILENAME}"
     else:
-        # A user's tree may hold another tool's manifest.json: only ours makes it ours.
+        # A user's tree may hold another tool's manifest.json: only ours makes it ours. One
+        # no JSON reader reads is taken for ours damaged (written atomically, it is rare),
+        # so that a preparation of dlbench's own folder is not stopped by it.
         try:
             why = None if read(path) is not None else f"its {FILENAME} is another tool's"
         except DatasetError:
-            why = f"its {FILENAME} is not a readable one of dlbench's"
+            why = None
     if why:
         raise DatasetError(f"{out}: a folder that is not a prepared dataset ({why}) would "
                            "be replaced whole; give a new or empty folder, or remove it "

@@ -120,7 +120,9 @@ def run_cell(mx: ModuleType, args, res: dict[str, Any]) -> None:
     res["extra"]["precision_native"] = cpu.precision_native(plan.precision, args.device)
     common = {"kv_store": args.kv_store, "contexts": [str(c) for c in plan.ctxs],
               "rank": plan.rank, "num_workers": plan.workers,
-              "data_source": str(plan.record[0]) if plan.record else "synthetic"}
+              # The record file read, links resolved (as PyTorch's folder read).
+              "data_source": str(Path(plan.record[0]).resolve()) if plan.record
+              else "synthetic"}
     if plan.record:
         from dlbench.mxnet import data
 
