@@ -230,6 +230,30 @@ def test_num_gpus_of_a_cpu_cell_reads_as_processes_in_a_legend():
         "2 GPU(s)", "2 GPU(s)"]
 
 
+def test_num_gpus_is_titled_by_what_it_counts_in_legends_dropdowns_and_tables():
+    """A chart of CPU cells titles num_gpus "processes", of GPU cells "GPUs", of both
+    "GPUs or processes": in its line style's legend, its dropdown's caption note and its
+    numbers table alike."""
+    def encoding_of(devices):
+        frame = pd.DataFrame({"model": "m", "phase": "training", "device": devices,
+                              "num_gpus": [1, 2] * (len(devices) // 2)})
+        return encodings.choose(frame, candidates=["num_gpus"])
+
+    cpu, gpu, both = (encoding_of(d) for d in (["cpu"] * 2, ["gpu"] * 2,
+                                               ["gpu", "gpu", "cpu", "cpu"]))
+    assert cpu.series == ["num_gpus"]
+    assert (cpu.series_title(), gpu.series_title(), both.series_title()) == (
+        "processes", "GPUs", "GPUs or processes")
+    assert encodings.series_title(["framework", "num_gpus"], cpu.titles) == \
+        "framework · processes"
+    narrow = encodings.choose(pd.DataFrame({"model": "m", "phase": "training",
+                                            "device": "cpu", "num_gpus": range(1, 20)}),
+                              candidates=["num_gpus"], lines=False, max_panels=2)
+    assert narrow.filters == ["num_gpus"] and "Choose processes above" in narrow.note()
+    assert [c.title for c in model_charts.axis_columns(cpu) if c.field == "num_gpus"] == [
+        "processes"]
+
+
 def test_every_model_axis_of_the_axis_table_has_a_place():
     """A new axis needs no edit of the report: the candidates come from the axis table."""
     placed = set(encodings.model_axes()) | set(encodings.ROLES)

@@ -114,7 +114,7 @@ def _by_size(data: pd.DataFrame) -> tuple:
                             labelExpr=_BINARY_SIZE, labelAngle=-45))
     colour = alt.Color("ranks:O", title="processes", scale=alt.Scale(scheme="viridis"))
     tips = [alt.Tooltip("collective:N"), alt.Tooltip("ranks:Q", title="processes"),
-            *[alt.Tooltip(f"{a}:N", title=encodings.title(a)) for a in encoding.placed(())],
+            *[alt.Tooltip(f"{a}:N", title=encoding.title(a)) for a in encoding.placed(())],
             alt.Tooltip("size_bytes:Q", title="bytes", format=",d")]
     return data, panels, encoding, x, colour, tips
 
@@ -167,7 +167,7 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
         + encoding.note(), styled(chart), shows=encoding.defaults,
         table=NumbersTable([
             Column("collective", "collective"), Column("ranks", "processes", "d"),
-            *[Column(a, encodings.title(a)) for a in placed],
+            *[Column(a, encoding.title(a)) for a in placed],
             Column("size_bytes", "bytes", ",d"), Column("time_us", median, ",.1f"),
             Column("algbw_gbps", "algorithm GB/s", SIGNIFICANT_COLUMN),
             Column("busbw_gbps", "bus GB/s", SIGNIFICANT_COLUMN),
@@ -267,7 +267,7 @@ def overlap_figure(frame: pd.DataFrame) -> Figure | None:
         shows=encoding.defaults,
         table=NumbersTable([
             Column("collective", "collective"), Column("ranks", "processes", "d"),
-            *[Column(a, encodings.title(a)) for a in placed],
+            *[Column(a, encoding.title(a)) for a in placed],
             Column("size_bytes", "bytes", ",d"),
             Column("compute_us", titles["compute_us"], ",.1f"),
             Column("compute_p95_us", titles["compute_p95_us"], ",.1f"),

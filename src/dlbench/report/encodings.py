@@ -17,7 +17,7 @@ says which).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import altair as alt
@@ -28,6 +28,7 @@ from dlbench.comms.pt2pt import TESTS as PT2PT_TESTS
 from dlbench.comms.sizes import COLLECTIVES, measured_label
 from dlbench.efficiency import device_per_process
 from dlbench.report.data import PHASE_ORDER, PRECISION_ORDER, as_text, joined, ordered, varying
+from dlbench.report.style import counted
 
 # Model-cell axes besides model/phase/precision/batch that tell two cells apart, in the
 # order they take a line style: the derived ``mode`` stands for compile and memory_format.
@@ -72,10 +73,12 @@ def title(axis: str) -> str:
 LEGEND_TITLE_CHARS = 32
 
 
-def series_title(series: Iterable[str]) -> str | list[str]:
-    """The legend title of a line style standing for ``series`` ("framework · GPUs"); a
-    long one as lines, each but the last ending in the separator."""
-    names = [title(a) for a in series]
+def series_title(series: Iterable[str], titles: Mapping[str, str] | None = None
+                 ) -> str | list[str]:
+    """The legend title of a line style standing for ``series`` ("framework · GPUs"), with
+    ``titles`` for axes whose title depends on the rows; a long one as lines, each but the
+    last ending in the separator."""
+    names = [(titles or {}).get(a) or title(a) for a in series]
     text = " · ".join(names)
     if len(text) <= LEGEND_TITLE_CHARS or len(names) < 2:
         return text
@@ -97,6 +100,14 @@ def value_label(axis: str, value: object) -> str:
 
 
 NONE = "(none)"
+
+
+def axis_titles(frame: pd.DataFrame) -> dict[str, str]:
+    """Titles of axes that depend on the rows: num_gpus counts GPUs, processes sharing a
+    CPU, or both (``style.counted``)."""
+    if "num_gpus" not in frame or "device" not in frame:
+        return {}
+    return {"num_gpus": counted(frame.loc[frame["num_gpus"].notna(), "device"])[1]}
 
 
 def _processes(frame: pd.DataFrame) -> pd.Series:
@@ -163,6 +174,16 @@ class Encoding:
     filters: list[str] = field(default_factory=list)
     # First value shown by each filter (what the images show).
     defaults: dict[str, object] = field(default_factory=dict)
+    # Axis titles that depend on the rows (``axis_titles``: num_gpus counts processes on a
+    # CPU); the rest are ``title``'s.
+    titles: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def title(self, axis: str) -> str:
+        return self.titles.get(axis) or title(axis)
+
+    def series_title(self) -> str | list[str]:
+        """The legend title of the line style standing for this encoding's series."""
+        return series_title(self.series, self.titles)
 
     def params(self, frame: pd.DataFrame) -> list[alt.Parameter]:
         """A dropdown per filter axis, its first value shown first."""
@@ -171,7 +192,7 @@ class Encoding:
             options = [_json_value(v) for v in values(frame, axis)]
             out.append(alt.param(name=param_name(axis), value=self.defaults[axis],
                                  bind=alt.binding_select(options=options,
-                                                         name=f"{title(axis)}: ")))
+                                                         name=f"{self.title(axis)}: ")))
         return out
 
     def filter_expression(self) -> str | None:
@@ -190,9 +211,9 @@ class Encoding:
         """What a caption says of the dropdowns (empty without any)."""
         if not self.filters:
             return ""
-        firsts = ", ".join(f"{title(a)} {self.defaults[a]}" for a in self.filters)
-        return (f" Choose {', '.join(title(a) for a in self.filters)} above the chart; the "
-                f"images show {firsts}.")
+        firsts = ", ".join(f"{self.title(a)} {self.defaults[a]}" for a in self.filters)
+        chosen = ", ".join(self.title(a) for a in self.filters)
+        return f" Choose {chosen} above the chart; the images show {firsts}."
 
 
 def param_name(axis: str) -> str:
@@ -242,4 +263,5 @@ def choose(frame: pd.DataFrame, *, panels: Iterable[str] = ("model", "phase"),
             continue
         filters.append(axis)
     defaults = {a: _json_value(values(frame, a)[0]) for a in filters}
-    return Encoding(panels=panels, series=series, filters=filters, defaults=defaults)
+    return Encoding(panels=panels, series=series, filters=filters, defaults=defaults,
+                    titles=axis_titles(frame))

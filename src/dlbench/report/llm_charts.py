@@ -176,7 +176,7 @@ def _tooltip(data: pd.DataFrame, encoding: encodings.Encoding) -> list[alt.Toolt
             alt.Tooltip("batch_size:Q", title="batch size"),
             alt.Tooltip("prompt_length:Q", title="prompt tokens"),
             alt.Tooltip("output_length:Q", title="output tokens"),
-            *[alt.Tooltip(f"{a}:N", title=encodings.title(a))
+            *[alt.Tooltip(f"{a}:N", title=encoding.title(a))
               for a in encoding.placed(("output_length",))],
             alt.Tooltip("ttft_ms:Q", title="TTFT (ms)", format=",.3f"),
             alt.Tooltip("tpot_ms:Q", title=runs_title(data["repeats"], "TPOT p50 (ms)"),
@@ -193,7 +193,7 @@ def _numbers(data: pd.DataFrame, encoding: encodings.Encoding) -> NumbersTable:
     placed = encoding.placed(("model", "precision"))
     return NumbersTable([
         Column("model", "model"), Column("precision", "precision"),
-        *[Column(a, encodings.title(a)) for a in placed],
+        *[Column(a, encoding.title(a)) for a in placed],
         Column("batch_size", "batch", "d"), Column("prompt_length", "prompt", "d"),
         Column("output_length", "output", "d"), Column("ttft_ms", "TTFT (ms)", ",.3f"),
         Column("tpot_ms", runs_title(data["repeats"], "TPOT p50 (ms)"), ",.3f"),

@@ -192,7 +192,7 @@ def model_tooltip(frame: pd.DataFrame, extra: list[alt.Tooltip],
     named = ("model", "phase", "precision", "batch_size")
     shown = (encoding.placed(named, panels=True) if encoding is not None
              else [c for c in varying(frame, encodings.SERIES_FIRST) if c not in named])
-    tips += [alt.Tooltip(f"{c}:N", title=encodings.title(c)) for c in shown]
+    tips += [alt.Tooltip(f"{c}:N", title=(encoding or encodings).title(c)) for c in shown]
     return tips + extra
 
 
@@ -200,7 +200,7 @@ def axis_columns(encoding: Encoding) -> list[Column]:
     """The leading columns of a numbers table: what tells its rows apart."""
     placed = encoding.placed(("model", "phase", "precision", "batch_size"), panels=True)
     return [Column("model", "model"), Column("phase", "phase"),
-            *[Column(a, encodings.title(a)) for a in placed],
+            *[Column(a, encoding.title(a)) for a in placed],
             Column("precision", "precision"), Column("batch_size", "batch size", "d")]
 
 
@@ -256,7 +256,7 @@ def series_dash(encoding: Encoding) -> dict[str, object]:
     series: dict[str, object] = {"detail": "variant:N"}
     if encoding.series:
         series["strokeDash"] = alt.StrokeDash("variant:N",
-                                              title=encodings.series_title(encoding.series))
+                                              title=encoding.series_title())
     return series
 
 
@@ -298,7 +298,7 @@ def series_styles(base: alt.Chart, frame: pd.DataFrame, colour: alt.Color,
     series), where there are several; unchanged where there is one."""
     if frame["variant"].nunique() <= 1:
         return base
-    title = encodings.series_title(encoding.series) if encoding else ""
+    title = encoding.series_title() if encoding else ""
     # A line of one point shows no dash: where there are such, the point shapes get
     # a legend too (a study at one batch size told its systems apart by tooltip only).
     shape_legend = alt.Legend(title=_points_title(title)) \
@@ -487,7 +487,7 @@ def speedup_bars(frame: pd.DataFrame, panels: list[str], axis: str, baseline: st
 
 
 def ratio_table(encoding: Encoding, axis: str, reference: str, title: str) -> NumbersTable:
-    return NumbersTable([*axis_columns(encoding), Column(axis, encodings.title(axis)),
+    return NumbersTable([*axis_columns(encoding), Column(axis, encoding.title(axis)),
                          Column("throughput", "throughput", ",.1f"),
                          Column(reference, title, ",.1f"),
                          Column("speedup", "speed-up (×)", ",.2f")], required="speedup")
@@ -747,7 +747,7 @@ def _input_columns(frame: pd.DataFrame, encoding: Encoding, unit: str) -> list[C
     placed = encoding.placed(("model", "phase", "precision", "batch_size"), panels=True)
     system = [Column("system", "system")] if frame["system"].nunique() > 1 else []
     return [Column("model", "model"), Column("phase", "phase"),
-            *[Column(a, encodings.title(a)) for a in placed], *system,
+            *[Column(a, encoding.title(a)) for a in placed], *system,
             Column("source", "input"), Column("precision", "precision"),
             Column("batch_size", "batch size", "d"),
             Column("wait_share", WAIT_SHARE_TITLE, ".1%"),

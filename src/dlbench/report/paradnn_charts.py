@@ -48,7 +48,7 @@ def _lines(base: alt.Chart, encoding: Encoding) -> alt.Chart:
     if not encoding.series:
         return base
     return base.encode(strokeDash=alt.StrokeDash(
-        "variant:N", title=encodings.series_title(encoding.series)))
+        "variant:N", title=encoding.series_title()))
 
 
 def _formats(y: str) -> tuple[str, str]:
@@ -62,7 +62,7 @@ def _numbers(frame: pd.DataFrame, y: str, y_title: str, encoding: Encoding) -> N
     return NumbersTable([
         Column("model", "model"), Column("config", "options"),
         Column("phi", "Φ (parameters)", ",d"), Column("precision", "precision"),
-        *[Column(a, encodings.title(a)) for a in placed],
+        *[Column(a, encoding.title(a)) for a in placed],
         Column("batch_size", "batch size", "d"), Column(y, y_title, _formats(y)[1]),
         Column("time_ms", time_title(frame["repeats"], "ms"), ",.3f")], required=y)
 

@@ -171,7 +171,7 @@ def scaling_figure(frame: pd.DataFrame) -> Figure | None:
     if encoding.series:
         data = data.assign(style=joined(data[encoding.series]))
         dash = {"strokeDash": alt.StrokeDash(
-            "style:N", title=encodings.series_title(encoding.series))}
+            "style:N", title=encoding.series_title())}
     efficiency_tip = [alt.Tooltip("efficiency:Q", format=".0%")] if True in kinds else []
     base = alt.Chart().encode(
         x=alt.X("num_gpus:Q", title=" or ".join(X_TITLES[k] for k in kinds),
@@ -182,7 +182,7 @@ def scaling_figure(frame: pd.DataFrame) -> Figure | None:
                         legend=alt.Legend(labelLimit=320)),
         # A line per series: its number is enough (its name, long, is in the tooltip's axes).
         detail="series_id:N",
-        tooltip=["scaling:N", *[alt.Tooltip(f"{a}:N", title=encodings.title(a))
+        tooltip=["scaling:N", *[alt.Tooltip(f"{a}:N", title=encoding.title(a))
                                             for a in placed],
                  alt.Tooltip("num_gpus:Q", title=counts), "num_nodes:Q", "batch_size:Q",
                  "global_batch:Q", alt.Tooltip("throughput:Q", format=",.1f"),
@@ -203,7 +203,7 @@ def scaling_figure(frame: pd.DataFrame) -> Figure | None:
     efficiency_column = [Column("efficiency", "efficiency", ".0%")] if True in kinds else []
     numbers = NumbersTable([
         Column("scaling", "scaling"),
-        *[Column(a, encodings.title(a)) for a in placed],
+        *[Column(a, encoding.title(a)) for a in placed],
         *([Column("device", "device")] if len(kinds) > 1 else []),
         Column("num_gpus", counts, "d"), Column("num_nodes", "nodes", "d"),
         Column("batch_size", f"batch per {each}", "d"),
