@@ -171,3 +171,33 @@ def test_a_stop_signal_ignored_under_nohup_stays_ignored(tmp_path):
         proc.kill()
     assert proc.returncode == -signal.SIGTERM
     assert marker.read_text() == "SIGTERM"
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie waiting for a parent to reap it does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+
+
+def test_a_timed_out_child_is_killed_with_what_it_started_in_sessions_of_their_own(tmp_path):
+    """torchrun starts each rank in a session of its own (setsid), out of the runner's
+    process group: a runner stopped at its time limit takes those with it, else they keep
+    computing beside the next cell."""
+    from dlbench import subproc
+
+    pid_file = tmp_path / "rank.pid"
+    ran = subproc.supervised(["bash", "-c", f"setsid sleep 120 & echo $! > {pid_file}; wait"],
+                             timeout_s=3)
+    rank = int(pid_file.read_text())
+    try:
+        assert ran.timed_out
+        deadline = time.monotonic() + 5
+        while _running(rank) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(rank)
+    finally:
+        if _running(rank):
+            os.kill(rank, signal.SIGKILL)

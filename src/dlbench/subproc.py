@@ -1,12 +1,13 @@
 """Run a child process, pass its output through, and keep its last stderr lines.
 
 ``supervised`` is how a cell's runner runs: in a process group of its own (so that a
-timeout or an interrupt ends the runner's whole tree: DataLoader workers, torchrun's ranks),
-killed by the kernel if this process dies (``PR_SET_PDEATHSIG``: no orphan keeps measuring
-beside the next cell), and stopped after a time limit. ``run_tee`` runs a child that is
-part of this process's own work (torchrun under a runner, a conversion in MXNet's
-interpreter): SIGTERM or SIGHUP to us is passed on to it as SIGTERM, so that it stops in its
-own way, and once it has ended we take the signal ourselves.
+timeout or an interrupt ends the runner's whole tree: DataLoader workers, torchrun's ranks,
+which each start a session of their own, by ``kill_tree``), killed by the kernel if this
+process dies (``PR_SET_PDEATHSIG``: no orphan keeps measuring beside the next cell), and
+stopped after a time limit. ``run_tee`` runs a child that is part of this process's own
+work (torchrun under a runner, a conversion in MXNet's interpreter): SIGTERM or SIGHUP to
+us is passed on to it as SIGTERM, so that it stops in its own way, and once it has ended
+we take the signal ourselves.
 """
 
 from __future__ import annotations
@@ -92,12 +93,45 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         os.killpg(pid, sig)
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes ``pid`` started, and theirs, as /proc links them now (Linux; none
+    elsewhere). Read before ``pid`` is killed: orphans are adopted by another parent."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # it ended meanwhile
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], list(children.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, ()))
+    return found
+
+
+def kill_tree(pid: int, sig: int = signal.SIGKILL) -> None:
+    """``pid``'s process group and every process it started, those that left the group
+    too: torchrun starts each rank in a session of its own, which killing the runner's
+    group alone would leave measuring beside the next cell."""
+    below = descendants(pid)
+    kill_group(pid, sig)
+    for child in below:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(child, sig)
+
+
 @contextlib.contextmanager
 def _forwarding_signals(proc: subprocess.Popen) -> Iterator[None]:
     """While the child runs, SIGTERM/SIGHUP to us end its whole group first (Snakemake
     stops a job that way), then end us with the default action."""
     def handler(signum, frame):  # noqa: ARG001 (signal handler signature)
-        kill_group(proc.pid)
+        kill_tree(proc.pid)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
@@ -221,7 +255,7 @@ def _supervise(cmd: Sequence[str], env: Mapping[str, str] | None, keep: int,
 
     def stop() -> None:
         if own_group:
-            kill_group(proc.pid)
+            kill_tree(proc.pid)
         else:
             proc.kill()
 
