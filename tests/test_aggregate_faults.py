@@ -278,11 +278,18 @@ def test_another_systems_invalid_file_stays_a_failed_row_and_is_not_set_aside(tm
                        result("D", study="u"))
     run_script(tmp_path, monkeypatch, [other], beside=[ours, theirs, unnamed])
     assert ours.exists() and listing.read_text().splitlines() == [str(ours)]
-    # the next run with ours moves it; nothing is left listed
+    # the next run with ours moves it, and its job's log under the same stamp (the cell's
+    # next job would write over it); nothing is left listed
+    job_log = workflow_support.cell_log(ours)
+    job_log.parent.mkdir(parents=True, exist_ok=True)
+    job_log.write_text("the run that wrote the invalid file\n")
     (moved,) = workflow_support.set_aside_invalid([str(ours)], listing)
     assert moved.parent.name == "invalid" and moved.exists()
     assert theirs.exists() and unnamed.exists() and not ours.exists()
     assert not listing.exists()
+    stamp = moved.name[len(ours.stem):-len(".json")]
+    kept = job_log.parent / "invalid" / f"{job_log.stem}{stamp}.log"
+    assert not job_log.exists() and kept.read_text() == "the run that wrote the invalid file\n"
 
 
 def test_an_invalid_repeats_row_says_which_repeat(tmp_path):

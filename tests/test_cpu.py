@@ -245,6 +245,39 @@ def test_the_time_left_counts_each_cells_process_start_up_too(tmp_path):
     assert watcher.report() == "dlbench: 1/2 cells done, about 42 s left"
 
 
+def test_a_row_without_a_time_counts_as_done_but_is_no_reference(tmp_path):
+    """A failure row that records no time (a launcher's row from before they recorded
+    one) is no 0 s cell: the time left waits for a cell with a time."""
+    cells = {tmp_path / f"c{i}.json": model("resnet18", batch=8) for i in range(3)}
+    watcher = progress.Watcher(cells, tmp_path / "status.txt",
+                               stream=open(os.devnull, "w"))  # noqa: SIM115
+    (tmp_path / "c0.json").write_text(json.dumps({"wall_time_s": None, "status": "failed"}))
+    assert progress.read_wall_time(tmp_path / "c0.json") == (None, "failed")
+    assert watcher.poll()
+    assert watcher.report() == "dlbench: 1/3 cells done (1 not ok), time left unknown yet"
+    (tmp_path / "c1.json").write_text(json.dumps({"wall_time_s": 30.0, "status": "ok"}))
+    assert watcher.poll()
+    assert watcher.report() == "dlbench: 2/3 cells done (1 not ok), about 30 s left"
+
+
+def test_the_status_file_says_how_the_run_ended(tmp_path):
+    """After an interrupt or a failed job the status file must not read as a run going on;
+    after a successful run it says the run finished."""
+    cells = {tmp_path / f"c{i}.json": model("resnet18", batch=8) for i in range(3)}
+    status = tmp_path / "status.txt"
+    watcher = progress.Watcher(cells, status, stream=open(os.devnull, "w"))  # noqa: SIM115
+    (tmp_path / "c0.json").write_text(json.dumps({"wall_time_s": 30.0, "status": "ok"}))
+    assert watcher.stop(succeeded=False) == \
+        "dlbench: 1/3 cells done; run stopped: 2 cells without a result"
+    assert status.read_text().startswith(
+        "dlbench: 1/3 cells done; run stopped: 2 cells without a result (elapsed ")
+    for i in (1, 2):
+        (tmp_path / f"c{i}.json").write_text(json.dumps({"wall_time_s": 9.0, "status": "ok"}))
+    assert watcher.stop(succeeded=True) == "dlbench: 3/3 cells done; run finished"
+    assert status.read_text().startswith("dlbench: 3/3 cells done; run finished (elapsed ")
+    assert progress.ending(False, 1) == "run stopped: 1 cell without a result"
+
+
 # -- the MXNet environment on any host Python ----------------------------------------------
 
 

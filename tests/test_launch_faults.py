@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_result import parse_like_dlbs
 
-from dlbench import launch, oom_kills, study, subproc
+from dlbench import launch, oom_kills, progress, study, subproc
 from dlbench import result as R
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -168,6 +168,29 @@ def test_a_hung_runner_is_stopped_after_timeout_s_with_its_whole_group(tmp_path)
     assert res["error"].startswith("timed out after 1.5 s")
     runner, grandchild = map(int, pids.read_text().split())
     assert wait_for(lambda: not alive(runner) and not alive(grandchild), 5)
+    # Its cost is the launcher's time, at least timeout_s: no 0 s cell for the time left.
+    assert res["wall_time_s"] >= 1.5 and res["started_at"] < res["finished_at"]
+    wall, status = progress.read_wall_time(out)
+    assert wall == res["wall_time_s"] and status == "failed"
+
+
+def test_ctrl_c_leaves_one_line_in_the_cells_log_and_no_result(tmp_path):
+    """An interrupt stops the runner's group; the log ends in one line, no traceback."""
+    pids = tmp_path / "pids"
+    out = tmp_path / "c.json"
+    cell = one_cell()
+    proc = start_launcher(cell, out, fake_python(tmp_path, SLEEPER), env={"PIDS": str(pids)})
+    assert wait_for(pids.exists), proc.stderr.read()
+    time.sleep(0.2)
+    runner, grandchild = map(int, pids.read_text().split())
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (f"dlbench.launch: cell {cell['cell_id']}: "
+                                            "interrupted; runner stopped, no result")
+    assert wait_for(lambda: not alive(runner) and not alive(grandchild), 5)
+    assert not out.exists()
 
 
 def test_a_runner_killed_by_a_signal_is_named_by_it(tmp_path):

@@ -194,3 +194,35 @@ def test_the_results_of_cells_on_a_dataset_removed_to_prepare_again_are_found(tm
     assert sorted(found) == sorted(p for p, c in paths.items() if c.params["data"] == "tiny")
     assert len(found) == 2
     assert support.results_reading(config, made, "box", {"s": 2}, []) == []
+
+
+def test_a_result_set_aside_to_run_again_takes_its_log_along(tmp_path):
+    """retry_failed keeps the earlier run whole: the result and the job log its next job
+    would write over move aside under one stamp, and a second retry overwrites neither."""
+    study_dir = tmp_path / "results" / "box" / "s"
+    result = study_dir / "cells" / "pytorch_m_0123abcd_r1.json"
+    log = study_dir / "logs" / "pytorch_m_0123abcd_r1.log"
+    result.parent.mkdir(parents=True)
+    log.parent.mkdir()
+    assert support.cell_log(result) == log
+    moved = []
+    for run in ("first", "second"):
+        result.write_text(f'{{"status": "failed", "run": "{run}"}}')
+        log.write_text(f"{run} run's log\n")
+        moved.append(support.set_aside_run(result))
+        assert not result.exists() and not log.exists()
+    for run, where in zip(("first", "second"), moved, strict=True):
+        assert where.parent == study_dir / "cells" / "retried"
+        assert json.loads(where.read_text())["run"] == run
+        stamp = where.name.removeprefix("pytorch_m_0123abcd_r1.").removesuffix(".json")
+        kept = study_dir / "logs" / "retried" / f"pytorch_m_0123abcd_r1.{stamp}.log"
+        assert kept.read_text() == f"{run} run's log\n"
+
+
+def test_a_result_without_a_log_is_set_aside_alone(tmp_path):
+    result = tmp_path / "results" / "box" / "s" / "cells" / "pytorch_m_0123abcd.json"
+    result.parent.mkdir(parents=True)
+    result.write_text("{}")
+    where = support.set_aside_run(result)
+    assert where.read_text() == "{}" and not result.exists()
+    assert not (tmp_path / "results" / "box" / "s" / "logs").exists()

@@ -218,14 +218,15 @@ def _stamp() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
-def set_aside(path: str | os.PathLike[str], folder: str) -> Path:
-    """Move ``path`` into ``folder``/<stem>.<UTC stamp>.<suffix> beside it and return where.
+def set_aside(path: str | os.PathLike[str], folder: str, stamp: str | None = None) -> Path:
+    """Move ``path`` into ``folder``/<stem>.<UTC stamp>.<suffix> beside it and return where
+    (``stamp``: another file's, to keep files set aside together findable together).
     A hard link then an unlink rather than a rename: the link never replaces a file set
     aside earlier under the same name (a rename would, silently)."""
     path = Path(path)
     holder = path.parent / folder
     holder.mkdir(exist_ok=True)
-    stamp = _stamp()
+    stamp = stamp or _stamp()
     for n in range(1000):
         target = holder / f"{path.stem}.{stamp}{f'.{n}' if n else ''}{path.suffix}"
         try:

@@ -32,6 +32,7 @@ import signal
 import socket
 import stat
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -74,10 +75,18 @@ def stamped(res: dict[str, Any], output: Path) -> dict[str, Any]:
 
 
 def record_launch_failure(cell: dict[str, Any], output: Path, message: str,
-                          status: str = "failed") -> None:
+                          status: str = "failed", since: tuple[str, float] | None = None
+                          ) -> None:
+    """A row for a cell whose runner left none. ``since``: when the launch began (its UTC
+    time, its ``time.monotonic()``): the row's start and ``wall_time_s`` are then the
+    launcher's, so that the cell's cost is known (for a timed-out or killed runner, a lower
+    bound of what the cell would take) instead of missing."""
     res = R.new_result(kind=kinds.get(cell["kind"]).result_kind,
                        cell=axes.recorded(cell["kind"], cell["params"]), study=cell["study"],
                        cell_id=cell["cell_id"])
+    if since is not None:
+        res["started_at"] = since[0]
+        res["wall_time_s"] = round(time.monotonic() - since[1], 3)
     res["environment"] = environment.collect()
     R.write(stamped(R.finish(res, status, message), output), output)
     cellrun.print_dlbs_summary(res)  # the job log's last status line: what the row says
@@ -248,6 +257,7 @@ STDERR_LINES = 400
 def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None = None,
            env: dict[str, str] | None = None, gpu_lock_dir: Path | None = None,
            runner_options: list[str] | None = None, timeout_s: float | None = None) -> int:
+    since = (R.now_iso(), time.monotonic())  # a failure row's time: the launcher's
     output.unlink(missing_ok=True)  # a stale result must not pass for this run's
     for stale in staging.stale(output):  # left by a killed launcher: never accepted
         stale.unlink(missing_ok=True)
@@ -261,7 +271,7 @@ def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None
         # One label, one machine: a cell launched elsewhere under it fails in one line.
         problem = systems.check_machine(output.parents[2])
         if problem:
-            record_launch_failure(cell, output, problem)
+            record_launch_failure(cell, output, problem, since=since)
             print(f"dlbench.launch: {problem}", file=sys.stderr)
             return 1
     staged = staging.staging_path(output)
@@ -281,7 +291,7 @@ def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None
                                                **(env or {}), **gpu_env},
                                      timeout_s=timeout_s, keep=STDERR_LINES, on_exit=take)
     except gpus.GpuAllocationError as exc:
-        record_launch_failure(cell, output, f"dlbench.launch: {exc}")
+        record_launch_failure(cell, output, f"dlbench.launch: {exc}", since=since)
         print(f"dlbench.launch: {exc}", file=sys.stderr)
         return 1
     res, invalid = accepted_result(taken[0], cell, staged.name)
@@ -302,7 +312,7 @@ def launch(cell: dict[str, Any], output: Path, python: str, data_dir: str | None
                                             written), ran, oom_before)
     if written is not None and written["status"] == "oom":
         status = "oom"  # out of memory, then hung in its teardown: an oom row all the same
-    record_launch_failure(cell, output, why, status=status)
+    record_launch_failure(cell, output, why, status=status, since=since)
     return ran.rc
 
 
@@ -374,6 +384,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dlbench.launch: cell {cell['cell_id']}: no result written: "
               f"{subproc.errno_words(exc)}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C: the runner's group is stopped (dlbench.subproc) and the cell has no
+        # result, so the next run measures it; one line in its log, not a traceback.
+        print(f"dlbench.launch: cell {cell['cell_id']}: interrupted; runner stopped, "
+              "no result", file=sys.stderr)
+        return 130
     # The cell's outcome lives in its result file; a recorded failure is not a job failure.
     print(f"dlbench.launch: cell {cell['cell_id']}: {status} "
           f"(runner {subproc.exit_words(rc)})", file=sys.stderr)

@@ -8,7 +8,10 @@ Timed cells run one at a time, so the times add up.
 
 ``Watcher`` runs in the workflow's main process (started by ``onstart``): it polls the
 result files of the cells that had none at the start, prints one line to the terminal
-as cells finish and keeps ``results/status.txt`` up to date for users on a cluster.
+as cells finish and keeps ``results/status.txt`` up to date for users on a cluster; its
+last line says whether the run finished or stopped (``stop``). A row that records no time
+(a skipped cell's, a failure row from before they recorded one) counts as done but is no
+reference for the estimate.
 """
 
 from __future__ import annotations
@@ -54,8 +57,10 @@ class Planned:
         return tuple(json.dumps(values.get(f), sort_keys=True) for f in fields)
 
 
-def estimate(cell: Planned, finished: Sequence[tuple[Planned, float]]) -> float | None:
-    """Expected wall time of ``cell`` from finished (cell, wall seconds) pairs."""
+def estimate(cell: Planned, finished: Sequence[tuple[Planned, float | None]]) -> float | None:
+    """Expected wall time of ``cell`` from finished (cell, wall seconds) pairs; a pair
+    without a time (a row that records none) is no reference."""
+    finished = [(ref, wall) for ref, wall in finished if wall is not None]
     for fields in SIMILARITY:
         key = cell.key(fields)
         refs = [(ref, wall) for ref, wall in finished if ref.key(fields) == key]
@@ -66,10 +71,11 @@ def estimate(cell: Planned, finished: Sequence[tuple[Planned, float]]) -> float 
     return None
 
 
-def time_left(remaining: Sequence[Planned], finished: Sequence[tuple[Planned, float]]
+def time_left(remaining: Sequence[Planned], finished: Sequence[tuple[Planned, float | None]]
               ) -> float | None:
-    """Sum of the remaining cells' estimates; None before any cell has finished."""
-    if not finished:
+    """Sum of the remaining cells' estimates; None before any cell has finished with a
+    recorded time."""
+    if all(wall is None for _, wall in finished):
         return None
     return sum(estimate(cell, finished) or 0.0 for cell in remaining)
 
@@ -85,21 +91,34 @@ def duration(seconds: float) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
-def status_line(done: int, total: int, left: float | None, failed: int = 0) -> str:
+def ending(succeeded: bool, missing: int) -> str:
+    """How a run ended, in words: finished, or stopped with cells that have no result."""
+    cells = f"{missing} cell{'s' if missing != 1 else ''} without a result"
+    if succeeded:
+        return f"run finished: {cells}" if missing else "run finished"
+    return f"run stopped: {cells}"
+
+
+def status_line(done: int, total: int, left: float | None, failed: int = 0,
+                ended: str | None = None) -> str:
+    """The progress in one line; ``ended`` (``ending``) in place of the time left once the
+    run is over."""
     text = f"dlbench: {done}/{total} cells done"
     if failed:
         text += f" ({failed} not ok)"
-    if done < total:
+    if ended:
+        text += f"; {ended}"
+    elif done < total:
         text += ", time left unknown yet" if left is None else f", about {duration(left)} left"
     return text
 
 
-def read_wall_time(path: Path) -> tuple[float, str] | None:
-    """A finished result's time (its process's, start-up included: dlbench.stages) and
-    status; None while it is absent or partial."""
+def read_wall_time(path: Path) -> tuple[float | None, str] | None:
+    """A finished result's time (its process's, start-up included: dlbench.stages; None
+    where the row records none) and status; None while it is absent or partial."""
     try:
         data = json.loads(path.read_text())
-        return float(stages.total_s(data) or 0.0), str(data.get("status"))
+        return stages.total_s(data), str(data.get("status"))
     except (OSError, ValueError, TypeError, AttributeError):
         return None
 
@@ -116,7 +135,7 @@ class Watcher:
         self.interval_s = interval_s
         self.clock = clock
         self.started = clock()
-        self.finished: dict[Path, tuple[float, str]] = {}
+        self.finished: dict[Path, tuple[float | None, str]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -131,12 +150,12 @@ class Watcher:
                     new = True
         return new
 
-    def report(self) -> str:
+    def report(self, ended: str | None = None) -> str:
         finished = [(self.planned[p], wall) for p, (wall, _) in self.finished.items()]
         remaining = [c for p, c in self.planned.items() if p not in self.finished]
         failed = sum(1 for _, status in self.finished.values() if status != "ok")
         line = status_line(len(self.finished), len(self.planned), time_left(remaining, finished),
-                           failed)
+                           failed, ended)
         elapsed = duration(self.clock() - self.started)
         write_atomic(self.status_file, f"{line} (elapsed {elapsed}; updated "
                      f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n")
@@ -152,12 +171,16 @@ class Watcher:
         self._thread = threading.Thread(target=self._loop, name="dlbench-progress", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, succeeded: bool) -> str:
+        """The last line, saying how the run ended (``succeeded``: Snakemake's onsuccess,
+        else onerror: a failed job or an interrupt), so that the status file does not read
+        as if the run were still going."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
         self.poll()
-        self.report()
+        missing = len(self.planned) - len(self.finished)
+        return self.report(ending(succeeded, missing))
 
 
 # -- before a run: which pending cells run in a precision this CPU emulates -------------------

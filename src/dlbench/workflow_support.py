@@ -194,6 +194,28 @@ def result_path(cell: study.Cell, system: str, repeat: int = 0) -> Path:
     return systems.result_path(system, cell.study, cell.id, repeat=repeat)
 
 
+def cell_log(result_file: Path) -> Path:
+    """The job log of a result file's cell, as the benchmark rule names it:
+    results/<system>/<study>/logs/<cell>[_rK].log beside its cells/ folder."""
+    result_file = Path(result_file)
+    return result_file.parent.parent / "logs" / f"{result_file.stem}.log"
+
+
+def set_aside_run(result_file: Path, folder: str = "retried") -> Path:
+    """Move a cell's result into ``folder``/ beside it and its job log into logs/``folder``/
+    under the same stamp, so that the cell runs again and nothing of its earlier run is
+    lost (its next job would write over the log); where the result went."""
+    from dlbench import atomic
+
+    result_file = Path(result_file)
+    moved = atomic.set_aside(result_file, folder)
+    log = cell_log(result_file)
+    if log.is_file():
+        stamp = moved.name[len(result_file.stem) + 1:len(moved.name) - len(moved.suffix)]
+        atomic.set_aside(log, folder, stamp=stamp)
+    return moved
+
+
 def repeat_counts(config: Mapping[str, Any]) -> dict[str, int]:
     """Each study's repeats (dlbench.study.repeats), by study name."""
     return {name: study.repeats(name, spec, config)
@@ -709,7 +731,9 @@ def set_aside_invalid(planned: Collection[str], listing: Path = INVALID_LATER
     listed = [path for path in listing.read_text().splitlines()
               if path and Path(path).is_file()]
     wanted = set(planned)
-    moved = [aggregate.move_aside(path) for path in listed if path in wanted]
+    # Its job log with it: the cell's next job would write over it.
+    moved = [set_aside_run(Path(path), aggregate.INVALID_DIR) for path in listed
+             if path in wanted]
     left = [path for path in listed if path not in wanted]
     if left:
         atomic.write_text(listing, "".join(f"{p}\n" for p in left))

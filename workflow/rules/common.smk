@@ -15,7 +15,6 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
-from dlbench import atomic as dlbench_atomic
 from dlbench import config_schema
 from dlbench import cpu as dlbench_cpu
 from dlbench import frameworks as dlbench_frameworks
@@ -224,7 +223,8 @@ def pending_cells():
 
 def _run_again(paths, which, why=""):
     """The cells of these result files run again: each file moves to retried/ beside it
-    (kept, with the time), so the cells have none; a dry run only says how many would.
+    and its log to logs/retried/ (kept, with the time), so the cells have none; a dry run
+    only says how many would.
     ``which`` names them ("2 cell(s) recorded as failed"), ``why`` is the line's prefix.
     """
     if not paths:
@@ -233,7 +233,7 @@ def _run_again(paths, which, why=""):
         print(f"dlbench: {why}would run {which} again", file=sys.stderr)
         return
     for path in paths:
-        dlbench_atomic.set_aside(path, "retried")
+        support.set_aside_run(path, "retried")
     pending_cells.cache_clear()
     print(f"dlbench: {why}running {which} again", file=sys.stderr)
 
@@ -827,7 +827,7 @@ def say_failed_profiles():
 
 onsuccess:
     for watcher in PROGRESS:
-        watcher.stop()
+        watcher.stop(succeeded=True)
     say_failed_profiles()
 
 
@@ -855,6 +855,6 @@ def write_what_there_is():
 
 onerror:
     for watcher in PROGRESS:
-        watcher.stop()
+        watcher.stop(succeeded=False)
     write_what_there_is()
     say_failed_profiles()
