@@ -513,7 +513,7 @@ def test_gpu_efficiency_and_cpu_speed_up_share_a_chart_in_rows_of_their_own(tmp_
     assert lines["encoding"]["x"]["title"] == (
         "GPUs (on all nodes) or processes (sharing one CPU)")
     svg = vl_convert.vegalite_to_svg(spec)
-    assert "efficiency (GPUs)" in svg and "speed-up (processes sharing one CPU)" in svg
+    assert "efficiency (GPUs; 1 = perfect)" in svg and "speed-up (processes sharing one CPU)" in svg
     assert 'stroke-dasharray="4,3"' in svg
     assert "GPUs or processes" in [c.title for c in figure.table.columns]
 

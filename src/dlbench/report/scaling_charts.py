@@ -109,7 +109,7 @@ def _candidates(data: pd.DataFrame) -> list[str]:
 # What a series is drawn in: its efficiency where each process has a GPU, its speed-up
 # where the processes share one CPU (no perfect scaling to hold them to). Row headers when
 # a chart has both; the y axis's title when it has one.
-MEASURES = {True: ("efficiency (GPUs)", "efficiency X(n) / (n X(1))"),
+MEASURES = {True: ("efficiency (GPUs; 1 = perfect)", "efficiency X(n) / (n X(1))"),
             False: ("speed-up (processes sharing one CPU)", "speed-up X(n) / X(1)")}
 X_TITLES = {True: "GPUs (on all nodes)", False: "processes (sharing one CPU)"}
 
