@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dlbench import atomic, config_schema, study, workflow_support
 from dlbench import result as R
@@ -98,6 +99,41 @@ def test_a_timeout_that_is_not_finite_is_refused(value):
     # the workflow with a traceback when its jobs' time limits were rounded up
     config = {**grid(), "timeout_s": value}
     assert error_of(config) == f"study 's': timeout_s: must be a number >= 1, got {value!r}"
+
+
+@pytest.mark.parametrize("where", ["config", "study"])
+def test_a_timeout_below_one_second_is_refused_by_the_schema_as_by_the_study(where):
+    # the schema took anything above 0 while the study asks >= 1: 0.5 passed one, not both
+    config = grid()
+    (config if where == "config" else config["studies"]["s"])["timeout_s"] = 0.5
+    with pytest.raises(workflow_support.WorkflowConfigError) as info:
+        config_schema.validate_config(config, SCHEMA)
+    assert "timeout_s" in str(info.value) and "minimum of 1" in str(info.value)
+    assert error_of(config) == "study 's': timeout_s: must be a number >= 1, got 0.5"
+
+
+HINT = " (YAML reads it as text: write 1000000000 or 1.0e+9, unquoted)"
+
+
+def test_a_number_yaml_reads_as_text_says_how_to_write_it(tmp_path):
+    # PyYAML (YAML 1.1) reads 1e9 as a string: its floats need a dot and a signed exponent
+    path = tmp_path / "c.yaml"
+    path.write_text("timeout_s: 1e9\nstudies:\n  s:\n    grid: {model: deep_mnist}\n")
+    config = yaml.safe_load(path.read_text())
+    assert config["timeout_s"] == "1e9"
+    with pytest.raises(workflow_support.WorkflowConfigError) as info:
+        config_schema.validate_config(config, SCHEMA)
+    assert str(info.value) == f"timeout_s: must be a number, got '1e9'{HINT}"
+    assert error_of(config) == f"study 's': timeout_s: must be a number >= 1, got '1e9'{HINT}"
+
+
+def test_a_quoted_count_says_how_to_write_it():
+    config = {**grid(), "repeats": "3"}
+    hint = " (YAML reads it as text: write 3, unquoted)"
+    assert error_of(config) == f"study 's': repeats: must be a positive integer, got '3'{hint}"
+    with pytest.raises(workflow_support.WorkflowConfigError) as info:
+        config_schema.validate_config(config, SCHEMA)
+    assert str(info.value) == f"repeats: must be an integer, got '3'{hint}"
 
 
 def test_a_monitor_interval_that_is_not_finite_is_refused_before_any_cell_runs():
@@ -330,14 +366,15 @@ def schema_error_of(config) -> str:
 
 @pytest.mark.parametrize(("axes", "message"), [
     ({"batch_size": "8"}, "study 's': grid.batch_size: must be an integer or a list of "
-                          "integers, got '8'"),
+                          "integers, got '8' (YAML reads it as text: write 8, unquoted)"),
     ({"batch_size": 8.5}, "study 's': grid.batch_size: must be an integer or a list of "
                           "integers, got 8.5"),
     ({"batch_size": True}, "study 's': grid.batch_size: must be an integer or a list of "
                            "integers, got True"),
     ({"precision": 16}, "study 's': grid.precision: must be a string or a list of strings, "
                         "got 16"),
-    ({"batch_size": [1, "2"]}, "study 's': grid.batch_size[1]: must be an integer, got '2'"),
+    ({"batch_size": [1, "2"]}, "study 's': grid.batch_size[1]: must be an integer, got '2' "
+                               "(YAML reads it as text: write 2, unquoted)"),
     ({"model_opts": 3}, "study 's': grid.model_opts: must be a mapping or a list of "
                         "mappings, got 3")])
 def test_a_value_of_the_wrong_type_names_the_study_field_and_what_is_valid(axes, message):

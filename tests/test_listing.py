@@ -2,6 +2,7 @@
 
 import csv
 import io
+import json
 
 import yaml
 
@@ -58,6 +59,35 @@ def test_studies_count_done_failed_and_missing_runs_per_system(tmp_path, capsys)
     assert (first["box"], first["other"]) == ("ok", "-")
     assert (first["box s"], first["other s"]) == ("1.5", "")
 
+
+
+def test_skipped_runs_are_counted_apart_from_failed_ones_in_every_format(tmp_path, capsys):
+    # skipped: the framework is not installed on that system, which is no failure of the cell
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(CONFIG))
+    cells = study.expand_config(CONFIG)
+    sweep = [c for c in cells if c.study == "sweep"]
+    single = next(c for c in cells if c.study == "single")
+    results = tmp_path / "results"
+    write_status(results, "box", sweep[0], "skipped")
+    write_status(results, "box", sweep[0], "skipped", repeat=1)
+    write_status(results, "box", sweep[1], "oom")
+    write_status(results, "box", single, "failed")
+    rc, rows, _ = run_list(tmp_path, capsys, "studies")
+    assert rc == 0
+    by_study = {r["study"]: r for r in rows}
+    counts = [(r["box done"], r["box failed"], r["box skipped"], r["box missing"])
+              for r in (by_study["sweep"], by_study["single"])]
+    assert counts == [("0", "1", "2", "1"), ("0", "1", "0", "0")]
+    args = ["list", "studies", "--configfile", str(tmp_path / "config.yaml"),
+            "--results", str(results)]
+    assert command.main([*args, "--format", "json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [list(r) for r in records] == [list(r) for r in rows]
+    sweep_record = next(r for r in records if r["study"] == "sweep")
+    assert (sweep_record["box failed"], sweep_record["box skipped"]) == (1, 2)
+    assert command.main([*args, "--format", "text"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "box failed  box skipped  box missing" in header
 
 def test_models_lists_the_registry_with_its_frameworks(tmp_path, capsys):
     assert listing.main(["models", "--format", "csv"]) == 0

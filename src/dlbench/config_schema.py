@@ -6,6 +6,7 @@ as digits taken as their text. Used by the workflow (``common.smk``) and ``dlben
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -128,14 +129,30 @@ def _expected(schema: Any, plural: bool = False) -> str | None:
     return _either(words)
 
 
+def _types(schema: Any) -> set[str]:
+    """The JSON types a schema takes, its own and those of its anyOf/oneOf branches."""
+    if not isinstance(schema, Mapping):
+        return set()
+    own = schema.get("type", [])
+    types = set([own] if isinstance(own, str) else own)
+    for key in ("anyOf", "oneOf"):
+        for branch in schema.get(key, []):
+            types |= _types(branch)
+    return types
+
+
 def _schema_message(error: Any) -> str:
     """The problem of a schema error: for a value of the wrong type (alone or in every
     branch of an anyOf/oneOf) what is valid and what was given, as dlbench.study says it
-    ("must be an integer or a list of integers, got '8'"); else jsonschema's own words."""
+    ("must be an integer or a list of integers, got '8'"), with how to write text that
+    reads as a number (``number_text_hint``); else jsonschema's own words."""
     got = repr(error.instance)
     got = got if len(got) <= 80 else got[:80] + " ..."
     if isinstance(error.instance, bool) and "string" in str(error.schema):
         got += axes.YAML_BOOLEAN_HINT
+    types = _types(error.schema)
+    if types & {"number", "integer"}:
+        got += number_text_hint(error.instance, integer="number" not in types)
     if error.validator in ("anyOf", "oneOf"):
         branches = [_expected(sub) for sub in error.validator_value]
         if None not in branches:
@@ -147,6 +164,40 @@ def _schema_message(error: Any) -> str:
         if expected:
             return f"must be {expected}, got {got}"
     return error.message
+
+
+def number_text_hint(value: Any, integer: bool = False) -> str:
+    """For text that reads as a number (PyYAML, YAML 1.1, reads 1e9 as text: its floats need
+    a dot and a signed exponent; or a number quoted): how to write it so that YAML reads a
+    number, " (YAML reads it as text: write 1000000000 or 1.0e+9, unquoted)"; else "".
+    ``integer``: a field that takes integers only, so only an integer is offered."""
+    import yaml
+
+    if not isinstance(value, str):
+        return ""
+    try:
+        number = float(value)
+    except ValueError:
+        return ""
+    if not math.isfinite(number):  # nan, inf: refused as numbers too
+        return ""
+    mantissa, e, exponent = value.strip().replace("E", "e").partition("e")
+    if e and "." not in mantissa:
+        mantissa += ".0"
+    if e and exponent[:1] not in ("+", "-"):
+        exponent = "+" + exponent
+    plain = str(int(number)) if number.is_integer() and abs(number) < 1e16 else None
+    floats = () if integer else (mantissa + e + exponent, repr(number))
+    candidates = dict.fromkeys(f for f in (plain, *floats) if f)
+    # only the forms PyYAML itself reads back as this number
+    forms = [f for f in candidates if _yaml_number(yaml.safe_load(f)) == number]
+    if not forms:
+        return ""
+    return f" (YAML reads it as text: write {' or '.join(forms[:2])}, unquoted)"
+
+
+def _yaml_number(value: Any) -> float | None:
+    return None if isinstance(value, bool) or not isinstance(value, int | float) else value
 
 
 def duplicate_keys(path: Path) -> list[str]:

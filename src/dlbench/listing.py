@@ -4,8 +4,9 @@ much of it has run, per system, before anyone starts a long run.
 - ``models``: the model registry (dlbench.models): each model, the frameworks that have it,
   its input and its options.
 - ``studies``: each study of the config: its kind, cells, repeats, and per system the runs
-  done (ok), failed (failed, oom, skipped) and missing, and the seconds its recorded runs
-  took (``<system> s``: each cell's process, start-up included).
+  done (ok), failed (failed, oom, or a result that cannot be read), skipped (its framework
+  not installed there: not a failure) and missing, and the seconds its recorded runs took
+  (``<system> s``: each cell's process, start-up included).
 - ``cells``: one line per cell (and repeat): its study, id, the status of its result on
   each system (``-`` where it has none) and the seconds it took there.
 
@@ -31,7 +32,10 @@ from dlbench import config_schema, models, study, systems, workflow_support
 PROG = "dlbench list"
 DEFAULT_CONFIG = Path("config/config.yaml")
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
-FAILED = ("failed", "oom", "skipped")
+# A run out of memory failed at its size; a skipped one could not run there at all (its
+# framework not installed), which is no failure of the cell, so it is counted apart.
+FAILED = ("failed", "oom")
+SKIPPED = "skipped"
 MISSING = "-"
 
 
@@ -126,7 +130,8 @@ def cell_rows(cells: Iterable[study.Cell], repeats: Mapping[str, int], labels: l
 
 def study_rows(cells: list[study.Cell], repeats: Mapping[str, int], labels: list[str],
                rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per study: its cells and repeats, and per system runs done, failed and missing."""
+    """Per study: its cells and repeats, and per system runs done, failed, skipped and
+    missing."""
     out = []
     for name in dict.fromkeys(cell.study for cell in cells):
         mine = [r for r in rows if r["study"] == name]
@@ -137,6 +142,7 @@ def study_rows(cells: list[study.Cell], repeats: Mapping[str, int], labels: list
             counts = Counter(r[label] for r in mine)
             row[f"{label} done"] = counts["ok"]
             row[f"{label} failed"] = sum(counts[s] for s in (*FAILED, workflow_support.UNREADABLE))
+            row[f"{label} skipped"] = counts[SKIPPED]
             row[f"{label} missing"] = counts[MISSING]
             row[f"{label} s"] = round(sum(r[f"{label} s"] or 0.0 for r in mine))
         out.append(row)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlbench import axes, cpu, kinds, systems
+from dlbench import axes, config_schema, cpu, kinds, systems
 
 STUDY_KEYS = ("kind", "grid", "overrides", "exclude", "description", "precisions",
               "timeout_s", "repeats", "calibrate")
@@ -169,7 +169,8 @@ def _number(study: str, field: str, value: Any, minimum: float) -> float:
     # not finite: YAML's .inf and .nan pass a comparison with the minimum (nan < 1 is false)
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum
             or not math.isfinite(value)):
-        raise _fail(study, field, f"must be a number >= {minimum:g}, got {value!r}")
+        hint = config_schema.number_text_hint(value)  # 1e9 is text to YAML 1.1
+        raise _fail(study, field, f"must be a number >= {minimum:g}, got {value!r}{hint}")
     return value
 
 
@@ -185,7 +186,8 @@ def repeats(name: str, study: Mapping[str, Any], config: Mapping[str, Any]) -> i
     study's repeats, else the config's, else 1): dlbench.systems.result_path names them."""
     value = study.get("repeats", config.get("repeats", 1))
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _fail(name, "repeats", f"must be a positive integer, got {value!r}")
+        hint = config_schema.number_text_hint(value, integer=True)
+        raise _fail(name, "repeats", f"must be a positive integer, got {value!r}{hint}")
     if value > MAX_REPEATS:
         raise _fail(name, "repeats", f"at most {MAX_REPEATS}, got {value}")
     return value
@@ -194,7 +196,8 @@ def repeats(name: str, study: Mapping[str, Any], config: Mapping[str, Any]) -> i
 def max_cells(config: Mapping[str, Any]) -> int:
     value = config.get("max_cells", DEFAULT_MAX_CELLS)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"config: max_cells: must be a positive integer, got {value!r}")
+        hint = config_schema.number_text_hint(value, integer=True)
+        raise ConfigError(f"config: max_cells: must be a positive integer, got {value!r}{hint}")
     return value
 
 
