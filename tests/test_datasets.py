@@ -218,12 +218,16 @@ def test_a_folder_that_is_no_dataset_is_never_replaced(source, tmp_path, capsys)
     assert (mine / "important.txt").read_text() == "keep" and (mine / "sub").is_dir()
     assert cli_main(["lmdb", "--source", str(source), "--out", str(mine)]) == 2
     assert "not a prepared dataset" in capsys.readouterr().err
-    # Another tool's manifest.json does not make a user's tree a prepared dataset.
-    (mine / "manifest.json").write_text('{"format": "coco", "count": 3}')
-    with pytest.raises(DatasetError, match=r"mine: a folder that is not a prepared "
-                                           r"dataset \(its manifest.json is another tool's\)"):
-        lmdb_writer.write(source, mine)
-    assert (mine / "important.txt").read_text() == "keep"
+    # Another tool's manifest.json, or one no JSON reader reads that does not name our
+    # marker (JSONC, empty), does not make a user's tree a prepared dataset.
+    for text, why in (('{"format": "coco", "count": 3}', "is another tool's"),
+                      ('// notes\n{"a": 1}', "is not one dlbench wrote"),
+                      ("", "is not one dlbench wrote")):
+        (mine / "manifest.json").write_text(text)
+        with pytest.raises(DatasetError, match=rf"mine: a folder that is not a prepared "
+                                               rf"dataset \(its manifest.json {why}\)"):
+            lmdb_writer.write(source, mine)
+        assert (mine / "important.txt").read_text() == "keep"
     again = tmp_path / "again"
     lmdb_writer.write(source, again)
     assert lmdb_writer.write(source, again)["count"] == 32  # a dataset: replaced

@@ -35,16 +35,24 @@ def check_replaceable(out: str | os.PathLike[str]) -> None:
         why = f"no {FILENAME}"
     else:
         # A user's tree may hold another tool's manifest.json: only ours makes it ours. One
-        # no JSON reader reads is taken for ours damaged (written atomically, it is rare),
-        # so that a preparation of dlbench's own folder is not stopped by it.
+        # no JSON reader reads is ours damaged only where it names our marker (written
+        # atomically, ours rarely is); a JSONC file, an empty or unreadable one is not.
         try:
             why = None if read(path) is not None else f"its {FILENAME} is another tool's"
         except DatasetError:
-            why = None
+            why = None if _names_marker(path / FILENAME) else (
+                f"its {FILENAME} is not one dlbench wrote")
     if why:
         raise DatasetError(f"{out}: a folder that is not a prepared dataset ({why}) would "
                            "be replaced whole; give a new or empty folder, or remove it "
                            "first")
+
+
+def _names_marker(path: Path) -> bool:
+    try:
+        return f'"{MARKER}"'.encode() in path.read_bytes()
+    except OSError:
+        return False
 
 
 class ShapeRange:
