@@ -118,12 +118,23 @@ def descendants(pid: int) -> list[int]:
 def kill_tree(pid: int, sig: int = signal.SIGKILL) -> None:
     """``pid``'s process group and every process it started, those that left the group
     too: torchrun starts each rank in a session of its own, which killing the runner's
-    group alone would leave measuring beside the next cell."""
-    below = descendants(pid)
-    kill_group(pid, sig)
-    for child in below:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(child, sig)
+    group alone would leave measuring beside the next cell; a rank leading its own group
+    takes that group along (its DataLoader workers). Stop signals wait meanwhile: a
+    handler stopping us halfway would leave the ranks running, unseen once orphaned."""
+    blocked = threading.current_thread() is threading.main_thread()
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        below = descendants(pid)
+        for child in below:  # the escaped ones first, while they can still be found
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(child) == child:
+                    os.killpg(child, sig)
+                os.kill(child, sig)
+        kill_group(pid, sig)
+    finally:
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 @contextlib.contextmanager
@@ -131,7 +142,8 @@ def _forwarding_signals(proc: subprocess.Popen) -> Iterator[None]:
     """While the child runs, SIGTERM/SIGHUP to us end its whole group first (Snakemake
     stops a job that way), then end us with the default action."""
     def handler(signum, frame):  # noqa: ARG001 (signal handler signature)
-        kill_tree(proc.pid)
+        if proc.returncode is None:  # reaped, its pid may be another process's now
+            kill_tree(proc.pid)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
