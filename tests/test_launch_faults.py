@@ -179,7 +179,10 @@ def test_ctrl_c_leaves_one_line_in_the_cells_log_and_no_result(tmp_path):
     pids = tmp_path / "pids"
     out = tmp_path / "c.json"
     cell = one_cell()
-    proc = start_launcher(cell, out, fake_python(tmp_path, SLEEPER), env={"PIDS": str(pids)})
+    # As a terminal's Ctrl-C finds it: a run started in the background (nohup, &) would
+    # hand down SIGINT ignored.
+    proc = start_launcher(cell, out, fake_python(tmp_path, SLEEPER), env={"PIDS": str(pids)},
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert wait_for(pids.exists), proc.stderr.read()
     time.sleep(0.2)
     runner, grandchild = map(int, pids.read_text().split())
