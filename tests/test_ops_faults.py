@@ -250,7 +250,7 @@ def test_an_op_config_whose_path_starts_with_a_dash_is_the_config_not_an_option(
     from dlbench.ops.cli import build_parser
 
     monkeypatch.chdir(tmp_path)
-    Path("-ops.json").write_text('{"torch.add": {"config": []}}')
+    Path("-ops.json").write_text(json.dumps({"torch.add": GOOD_OP}))
     (cell,) = study.expand_config({"studies": {"o": {"kind": "ops", "grid": {
         "op_config": "-ops.json", "device": "cpu"}}}})
     argv = kinds.get("ops").command(cell.params, Path("x.json"), "python", None)
