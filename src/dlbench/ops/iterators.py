@@ -74,13 +74,8 @@ class RangeConfigIterator(ConfigIterator):
                 yield ConfigItem(f"{var_id}_*", None, path, str(exc))
                 continue
             count = count_combinations(spec)
-            if total + count > MAX_EXPANDED:
-                if count > MAX_EXPANDED:
-                    why = (f"its __range__ fields make more than {MAX_EXPANDED} combinations, "
-                           "the most one list may run")
-                else:
-                    why = (f"its {count} __range__ combinations and the {total} before it "
-                           f"exceed the {MAX_EXPANDED} one list may run")
+            why = past_limit(count, total)
+            if why:
                 yield ConfigItem(f"{var_id}_*", None, path, f"{path}: {why}")
                 continue
             total += count
@@ -103,6 +98,19 @@ ITERATORS: dict[str, type[ConfigIterator]] = {
 def normalized(spec: dict[str, Any]) -> dict[str, Any]:
     return {"args": copy.deepcopy(spec.get("args", [])),
             "kwargs": copy.deepcopy(spec.get("kwargs", {}))}
+
+
+def past_limit(count: int, total: int) -> str | None:
+    """Why a ranged spec of ``count`` combinations, after ``total`` in its list, takes the
+    list past ``MAX_EXPANDED``; None when it does not (the run's words and the driver's
+    check's, ``dlbench.ops.precheck``)."""
+    if total + count <= MAX_EXPANDED:
+        return None
+    if count > MAX_EXPANDED:
+        return (f"its __range__ fields make more than {MAX_EXPANDED} combinations, the most "
+                "one list may run")
+    return (f"its {count} __range__ combinations and the {total} before it exceed the "
+            f"{MAX_EXPANDED} one list may run")
 
 
 def count_combinations(spec: dict[str, Any]) -> int:

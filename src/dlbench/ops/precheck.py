@@ -171,13 +171,8 @@ def _check_expansion(spec: dict[str, Any], path: str, total: int) -> int:
     """What expanding a checked ranged spec would refuse, found without expanding it; the
     list's count of concrete specs with this one's added."""
     count = iterators.count_combinations(spec)  # capped just past the limit
-    if total + count > iterators.MAX_EXPANDED:
-        if count > iterators.MAX_EXPANDED:
-            why = (f"its __range__ fields make more than {iterators.MAX_EXPANDED} "
-                   "combinations, the most one list may run")
-        else:
-            why = (f"its {count} __range__ combinations and the {total} before it exceed "
-                   f"the {iterators.MAX_EXPANDED} one list may run")
+    why = iterators.past_limit(count, total)
+    if why:
         raise SpecError(path, why)
     _check_copies(spec.get("args", []), path)
     return total + count
