@@ -130,6 +130,32 @@ def test_sigterm_to_the_launcher_ends_the_runners_whole_group(tmp_path):
     assert not out.exists()
 
 
+RANK_OUTLIVES_ITS_RUNNER = """
+rank = subprocess.Popen(['sleep', '120'], start_new_session=True)  # as torchrun's ranks
+open(os.environ['PIDS'], 'w').write(f'{os.getpid()} {rank.pid}')
+os.kill(os.getpid(), signal.SIGKILL)  # the kernel ends the runner (out of memory)
+"""
+
+
+def test_a_process_left_in_a_session_of_its_own_by_a_killed_runner_is_ended(tmp_path):
+    """The runner is killed (here by itself, as the OOM killer would) while a process it
+    started in a session of its own runs on: neither its group nor its tree reaches that
+    process any more. The launcher adopts such orphans and ends them with the cell."""
+    pids = tmp_path / "pids"
+    out = tmp_path / "c.json"
+    proc = start_launcher(one_cell(), out, fake_python(tmp_path, RANK_OUTLIVES_ITS_RUNNER),
+                          env={"PIDS": str(pids)})
+    try:
+        assert proc.wait(60) == 0, proc.stderr.read()
+        _, rank = map(int, pids.read_text().split())
+        assert wait_for(lambda: not alive(rank), 5), "the rank outlived the cell"
+        assert R.read(out)["status"] == "failed"
+    finally:
+        proc.kill()
+        if pids.exists() and alive(rank := int(pids.read_text().split()[1])):
+            os.kill(rank, signal.SIGKILL)
+
+
 def test_a_result_written_late_by_an_escaped_process_is_never_accepted(tmp_path):
     """A runner whose process escapes (its own session) and writes an 'ok' result after the
     launcher has recorded the cell: the late write lands on the launcher's private staging

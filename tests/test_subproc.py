@@ -201,3 +201,30 @@ def test_a_timed_out_child_is_killed_with_what_it_started_in_sessions_of_their_o
     finally:
         if _running(rank):
             os.kill(rank, signal.SIGKILL)
+
+
+ADOPTS_WHAT_ITS_CHILD_LEFT = """
+import sys
+from dlbench import subproc
+assert subproc.adopt_orphans()
+subproc.supervised(["bash", "-c", "setsid sleep 120 & echo $! > " + sys.argv[1] + "; exit 0"])
+print(len(subproc.children(__import__("os").getpid())), flush=True)
+"""
+
+
+def test_an_adopting_supervisor_ends_what_its_child_left_in_a_session_of_its_own(tmp_path):
+    """A child that exits while a process it started in a session of its own runs on
+    leaves it to us once we adopt orphans (``adopt_orphans``): ``supervised`` ends it,
+    and reaps it, along with the child."""
+    pid_file = tmp_path / "left.pid"
+    out = subprocess.run([sys.executable, "-c", ADOPTS_WHAT_ITS_CHILD_LEFT, str(pid_file)],
+                         env={**os.environ, "PYTHONPATH": SRC}, capture_output=True,
+                         text=True, timeout=60)
+    left = int(pid_file.read_text())
+    try:
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "0"  # nothing left, not even a zombie
+        assert not _running(left)
+    finally:
+        if _running(left):
+            os.kill(left, signal.SIGKILL)

@@ -400,4 +400,7 @@ if __name__ == "__main__":
     # The job's shell execs us, so our parent is the Snakemake process running the job: if
     # it dies, we end (and our runner's group with us) instead of measuring on unseen.
     subproc.die_with_parent()
+    # What the runner starts in sessions of its own (torchrun's ranks) comes to us, not to
+    # init, should the runner end before it: ended with the cell (dlbench.subproc).
+    subproc.adopt_orphans()
     sys.exit(main())

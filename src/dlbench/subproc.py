@@ -4,7 +4,8 @@
 timeout or an interrupt ends the runner's whole tree: DataLoader workers, torchrun's ranks,
 which each start a session of their own, by ``kill_tree``), killed by the kernel if this
 process dies (``PR_SET_PDEATHSIG``: no orphan keeps measuring beside the next cell), and
-stopped after a time limit. ``run_tee`` runs a child that is part of this process's own
+stopped after a time limit; in a process that adopts orphans (``adopt_orphans``), what
+the runner left in sessions of their own ends with it too. ``run_tee`` runs a child that is part of this process's own
 work (torchrun under a runner, a conversion in MXNet's interpreter): SIGTERM or SIGHUP to
 us is passed on to it as SIGTERM, so that it stops in its own way, and once it has ended
 we take the signal ourselves.
@@ -21,11 +22,13 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def _load_prctl() -> Callable[..., int] | None:
@@ -45,6 +48,22 @@ def die_with_parent(sig: int = signal.SIGTERM) -> bool:
     """Ask the kernel to send ``sig`` to this process when its parent dies (Linux). The
     parent is the thread that started us: for a job, the Snakemake process running it."""
     return _PRCTL is not None and _PRCTL(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+
+
+# Set by ``adopt_orphans``: only then are the children we did not start our own to end.
+_ADOPTING = False
+
+
+def adopt_orphans() -> bool:
+    """Make this process adopt the orphans of everything it starts (Linux's child
+    subreaper), instead of init. A runner that ends, of its own or killed by the kernel
+    (out of memory), while processes it started in sessions of their own still run
+    (torchrun's ranks, once torchrun is gone) leaves them to us: ``supervised`` ends them
+    with the runner, where they would otherwise measure on beside the next cell. For a
+    process whose only work is supervising (the launcher): process-wide, and for good."""
+    global _ADOPTING
+    _ADOPTING = _PRCTL is not None and _PRCTL(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    return _ADOPTING
 
 
 def child_setup(parent: int | None = None) -> Callable[[], None]:
@@ -93,9 +112,8 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         os.killpg(pid, sig)
 
 
-def descendants(pid: int) -> list[int]:
-    """The processes ``pid`` started, and theirs, as /proc links them now (Linux; none
-    elsewhere). Read before ``pid`` is killed: orphans are adopted by another parent."""
+def _children_by_parent() -> dict[int, list[int]]:
+    """Every process's children, as /proc links them now (Linux; none elsewhere)."""
     children: dict[int, list[int]] = {}
     for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
         if not entry.name.isdigit():
@@ -107,6 +125,18 @@ def descendants(pid: int) -> list[int]:
         except (OSError, IndexError):
             continue  # it ended meanwhile
         children.setdefault(int(fields[1]), []).append(int(entry.name))
+    return children
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent ``pid`` is now."""
+    return _children_by_parent().get(pid, [])
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes ``pid`` started, and theirs, as /proc links them now (Linux; none
+    elsewhere). Read before ``pid`` is killed: orphans are adopted by another parent."""
+    children = _children_by_parent()
     found, todo = [], list(children.get(pid, ()))
     while todo:
         child = todo.pop()
@@ -135,6 +165,25 @@ def kill_tree(pid: int, sig: int = signal.SIGKILL) -> None:
     finally:
         if blocked:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def end_adopted(ours: set[int]) -> None:
+    """Kill, with all they started, this process's children other than ``ours`` (those it
+    started itself): the orphans it adopted (``adopt_orphans``). Nothing without that."""
+    if not _ADOPTING:
+        return
+    adopted = [pid for pid in children(os.getpid()) if pid not in ours]
+    for pid in adopted:
+        kill_tree(pid)
+    deadline = time.monotonic() + 2.0  # reaped, as their parent now must; bounded
+    for pid in adopted:
+        while time.monotonic() < deadline:
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    break
+            except ChildProcessError:
+                break
+            time.sleep(0.01)
 
 
 @contextlib.contextmanager
@@ -243,6 +292,7 @@ def _supervise(cmd: Sequence[str], env: Mapping[str, str] | None, keep: int,
                on_exit: Callable[[], None] | None, started: list[subprocess.Popen],
                received: list[int], signals: contextlib.ExitStack) -> Ran:
     """``supervised``'s work, inside its stop-signal handling (``signals``)."""
+    ours = set(children(os.getpid())) if own_group and _ADOPTING else set()
     try:
         proc = subprocess.Popen(
             list(cmd), env=dict(env) if env is not None else None,
@@ -288,6 +338,7 @@ def _supervise(cmd: Sequence[str], env: Mapping[str, str] | None, keep: int,
     finally:
         if own_group:
             kill_group(proc.pid)  # what the runner left behind must not measure on
+            end_adopted(ours)  # and what left its group, orphaned once the runner ended
         for t in threads:  # bounded where a process left behind may hold the pipes
             t.join(DRAIN_S if own_group or received else None)
     return Ran(rc, list(tail), timed_out)

@@ -18,6 +18,7 @@ import math
 import sys
 from pathlib import Path
 
+from dlbench import subproc
 from dlbench.profiling import registry, run
 from dlbench.profiling.base import Profiler
 from dlbench.profiling.config import ProfilingConfigError, settings
@@ -121,4 +122,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    subproc.adopt_orphans()  # the profiled runner's orphans end with it (dlbench.subproc)
     sys.exit(main())
