@@ -481,6 +481,13 @@ def test_without_energy_a_note_quotes_why_instead_of_charts(tmp_path):
     assert "peak-host-memory" in names and not {"energy-efficiency", "power"} & set(names)
 
 
+def test_every_section_says_what_it_shows(tmp_path):
+    frame = load(write_parquet(tmp_path, full_study()))
+    parts = sections(frame)
+    assert "tflops" in [s.id for s in parts]
+    assert [s.id for s in parts if not s.intro] == []
+
+
 def test_cells_without_energy_beside_cells_with_it_are_counted_in_the_note(tmp_path):
     frame = load(write_parquet(tmp_path, cpu_results(energy=True)))
     (part,) = [s for s in sections(frame) if s.id == "resources"]

@@ -173,6 +173,7 @@ def test_only_real_data_cells_bring_the_input_wait_chart(tmp_path):
     assert "loader" not in {s.id for s in sections(synthetic)}
     (loader,) = [s for s in sections(frame) if s.id == "loader"]
     assert [b.name for b in loader.blocks] == ["input-wait"]
+    assert "waiting" in loader.intro  # the section says what it shows
 
 
 def test_the_caption_says_a_data_parallel_cell_shows_its_longest_waiting_rank(tmp_path):

@@ -111,7 +111,9 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
         Section("execution", "Execution modes",
                 "What torch.compile, CUDA graphs and channels_last gain over eager.",
                 _present(model_charts.compile_speedup_figure(models))),
-        Section("tflops", "Achieved TFLOP/s", "",
+        Section("tflops", "Achieved TFLOP/s",
+                "The floating-point work each model cell did per second: its FLOPs per "
+                "iteration over its median iteration time.",
                 _present(model_charts.tflops_figure(models))),
         Section("hardware", "How close to the hardware",
                 "Measured ceilings (calibration cells) against the vendor's peaks, and each "
@@ -143,7 +145,9 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
         Section("operators", "Operators", "Operator microbenchmarks, one point per operator input.",
                 _present(op_charts.time_figure(ops), op_charts.tflops_figure(ops),
                          op_charts.gbps_figure(ops))),
-        Section("loader", "Input pipeline", "",
+        Section("loader", "Input pipeline",
+                "How fast the data loader alone delivers batches (loader cells), and how much "
+                "of the measured time model cells reading real data spent waiting for them.",
                 _present(model_charts.loader_figure(frame),
                          model_charts.input_wait_figure(models))),
         Section("failures", "Cells that did not finish",
