@@ -83,9 +83,10 @@ def test_unused_axes_are_blank_in_ids_and_records_as_before():
                                                              "framework": "mxnet"}}}})
     assert pt.params["kv_store"] is None and pt.params["data_backend"] is None
     # The first release kept PyTorch-only flags in MXNet cells' ids: they stay there...
-    assert mx.params["cudnn_benchmark"] is True and mx.params["kv_store"] == "device"
-    # ...but a result records what the runner used.
-    assert axes.recorded("model", mx.params)["cudnn_benchmark"] is None
+    assert mx.params["cudnn_fastest"] is False and mx.params["kv_store"] == "device"
+    # ...but a result records what the runner used (cudnn_benchmark: MXNet's autotune).
+    assert axes.recorded("model", mx.params)["cudnn_fastest"] is None
+    assert axes.recorded("model", mx.params)["cudnn_benchmark"] is True
 
 
 def test_a_test_only_axis_added_in_one_row_reaches_id_runner_and_parquet(monkeypatch, tmp_path):

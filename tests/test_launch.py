@@ -36,7 +36,9 @@ def test_mxnet_command_has_kv_store_and_data(tmp_path):
                                 data_dir="results/datasets/tiny/recordio")
     assert cmd[2] == "dlbench.mxnet"
     assert "--kv_store=nccl" in cmd and "--data_dir=results/datasets/tiny/recordio" in cmd
-    assert "--data_name=tiny" in cmd and not any(a.startswith("--cudnn") for a in cmd)
+    # cudnn_benchmark is MXNet's cuDNN autotune; cudnn_fastest is PyTorch's alone.
+    assert "--data_name=tiny" in cmd and "--cudnn_benchmark=true" in cmd
+    assert not any(a.startswith("--cudnn_fastest") for a in cmd)
 
 
 def test_model_opts_travel_as_one_json_argument(tmp_path):

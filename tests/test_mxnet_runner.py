@@ -228,12 +228,13 @@ def test_cell_writes_a_valid_result(mxnet_python, tmp_path, model, batch, forwar
         "batch_size": batch, "num_gpus": 1, "device": "cpu", "data": "synthetic",
         "num_batches": 2, "num_warmup_batches": 1, "kv_store": "device",
         "data_loader_only": False, "model_opts": {},
-        # Every model axis of the table: --preprocess_threads is num_loader_threads, the
-        # PyTorch-only axes are None.
-        "num_loader_threads": 4, "data_backend": None, "cudnn_benchmark": None,
+        # Every model axis of the table: --preprocess_threads is num_loader_threads,
+        # cudnn_benchmark MXNet's autotune, the PyTorch-only axes and a synthetic cell's
+        # data_reader are None.
+        "num_loader_threads": 4, "data_backend": None, "cudnn_benchmark": True,
         "cudnn_fastest": None, "data_shuffle": None, "compile": None,
         "memory_format": None, "num_nodes": 1, "nccl_env": None,
-        "warmup_until_steady": False}
+        "warmup_until_steady": False, "data_reader": None}
     env = res["environment"]
     assert env["framework"] == "mxnet" and env["framework_version"].startswith("1.")
     assert "MXNET_CUDNN_AUTOTUNE_DEFAULT" in env["library_flags"]
@@ -620,7 +621,9 @@ def test_loader_only_cell_records_its_reader(mxnet_python, tmp_path, flat_datase
                             "--data_reader", reader, "--preprocess_threads", threads,
                             "--num_batches", "5", "--num_warmup_batches", "1")
     assert done.returncode == 0, done.stderr[-3000:]
-    (m,) = read_valid(output)["measurements"]
+    res = read_valid(output)
+    assert res["cell"]["data_reader"] == reader  # the data_reader axis of the cell
+    (m,) = res["measurements"]
     assert m["iterations"] == 5 and m["items_per_iteration"] == 4 and m["throughput"] > 0
     assert m["extra"]["data_reader"] == reader
     assert m["extra"]["data_reader_requested"] == reader

@@ -50,6 +50,7 @@ from dlbench.comms.sizes import (
     split_problem,
 )
 from dlbench.comms.sizes import DATA_TYPES as COMMS_DATA_TYPES
+from dlbench.mxnet import reader_choice
 
 REQUIRED = object()  # default of an axis every study must set (model, op_config)
 
@@ -134,6 +135,9 @@ class Axis:
     aliases: Mapping[str, str] = field(default_factory=dict)
     # A check of a value's form beyond its type: why it is wrong, or None (nccl_env).
     form: Callable[[Any], str | None] | None = None
+    # Why the cell's other axes rule its value out, or None: a pair its runner always
+    # refuses (MXNet's float16 on a CPU) is a config error naming it, not a failed cell.
+    conflict: Callable[[Mapping[str, Any]], str | None] | None = None
     help: str = ""
 
     def normalise(self, value: Any) -> Any:
@@ -280,6 +284,41 @@ def _on_cpu(params: Mapping[str, Any]) -> bool:
     return params.get("device") == "cpu"  # cuDNN's settings are a GPU's
 
 
+def _loader_only(params: Mapping[str, Any]) -> bool:
+    return params.get("data_loader_only") is True  # the input pipeline alone: no pass
+
+
+def _no_kvstore(params: Mapping[str, Any]) -> bool:
+    """MXNet cells whose runner makes no kvstore (dlbench.mxnet.runner.kvstore): one
+    device updates in place, inference and loader cells aggregate no gradients. A dist_*
+    kvstore is made whatever the cell (its parameter servers)."""
+    if str(params.get("kv_store")).startswith("dist"):
+        return False
+    training = params.get("phase") == "training" and not params.get("data_loader_only")
+    return not training or (params.get("num_gpus") or 1) == 1
+
+
+def _mxnet_on_cpu(params: Mapping[str, Any]) -> bool:
+    return params.get("framework") == "mxnet" and params.get("device") == "cpu"
+
+
+def _mxnet_precision_conflict(params: Mapping[str, Any]) -> str | None:
+    """The MXNet runner's refusal of float16 on a CPU (a loader cell only converts its
+    batches, which the CPU does)."""
+    if _mxnet_on_cpu(params) and params.get("precision") == "float16" \
+            and not params.get("data_loader_only"):
+        return ("float16 needs device gpu on mxnet (pair mxnet/cpu/float16: its CPU "
+                "operators have no float16 GEMM or convolution)")
+    return None
+
+
+def _mxnet_kv_store_conflict(params: Mapping[str, Any]) -> str | None:
+    """The MXNet runner's refusal of the nccl kvstore on a CPU, for every cell."""
+    if _mxnet_on_cpu(params) and params.get("kv_store") == "nccl":
+        return "nccl needs device gpu (pair mxnet/cpu/nccl: NCCL reduces over GPUs)"
+    return None
+
+
 TABLE: tuple[Axis, ...] = (
     # Both kinds. The model kind's order below is also the Parquet's column order.
     Axis("framework", str, "pytorch", kinds=("model", "ops", "calibrate", _LLM, _COMMS),
@@ -287,11 +326,11 @@ TABLE: tuple[Axis, ...] = (
          help="the framework that runs the cell"),
     Axis("model", str, REQUIRED, kinds=("model", _LLM), choices=None, flags=_dlbs("--model"),
          help="a model of the registry (dlbench.models)"),
-    Axis("phase", str, "training", choices=("training", "inference"),
+    Axis("phase", str, "training", choices=("training", "inference"), ignored_by=_loader_only,
          flags=_dlbs("--forward_only", "bool",
                      values={"training": False, "inference": True})),
     Axis("precision", str, "float32", kinds=("model", _LLM), choices=_precisions,
-         flags=_dlbs("--dtype"),
+         conflict=_mxnet_precision_conflict, flags=_dlbs("--dtype"),
          aliases={"float": "float32", "f32": "float32", "f16": "float16",
                   "bf16": "bfloat16", "f64": "float64"}),
     Axis("batch_size", int, 32, kinds=("model", _LLM), minimum=1, flags=_dlbs("--batch_size"),
@@ -320,8 +359,11 @@ TABLE: tuple[Axis, ...] = (
          help="measured iterations (LLM inference: measured generations)"),
     Axis("num_warmup_batches", int, 10, kinds=("model", _LLM), minimum=0,
          flags=_dlbs("--num_warmup_batches")),
-    Axis("cudnn_benchmark", bool, True, frameworks=("pytorch",), blank_unused=False,
-         ignored_by=_on_cpu, flags=_dlbs("--cudnn_benchmark", "bool", runners=("pytorch",))),
+    # MXNet's cuDNN autotune too (MXNET_CUDNN_AUTOTUNE_DEFAULT, DLBS's mxnet.cudnn_autotune).
+    # MXNet cells kept the value in their ids (blank_unused=False), so they keep their ids.
+    Axis("cudnn_benchmark", bool, True, frameworks=("pytorch", "mxnet"), blank_unused=False,
+         ignored_by=_on_cpu,
+         flags=_dlbs("--cudnn_benchmark", "bool", runners=("pytorch", "mxnet"))),
     Axis("cudnn_fastest", bool, False, frameworks=("pytorch",), blank_unused=False,
          ignored_by=_on_cpu, flags=_dlbs("--cudnn_fastest", "bool", runners=("pytorch",))),
     Axis("data_shuffle", bool, False, frameworks=("pytorch",), blank_unused=False,
@@ -332,7 +374,21 @@ TABLE: tuple[Axis, ...] = (
     Axis("data_loader_only", bool, False, flags=_dlbs("--data_loader_only", "bool"),
          help="time the input pipeline alone (DLBS's --data_loader_only)"),
     Axis("kv_store", str, "device", choices=_KV_STORES, frameworks=("mxnet",),
+         ignored_by=_no_kvstore, conflict=_mxnet_kv_store_conflict,
          flags=_dlbs("--kv_store", runners=("mxnet",))),
+    # The MXNet runner's RecordIO reader (dlbench.mxnet.reader_choice), as data_backend is
+    # the PyTorch runner's; added in release 3: at auto it stays out of ids and jobs.
+    Axis("data_reader", str, reader_choice.AUTO, choices=reader_choice.CHOICES,
+         frameworks=("mxnet",), applies=_real_data, since=3,
+         flags=_dlbs("--data_reader", runners=("mxnet",),
+                     help="RecordIO reader: native (mx.io.ImageRecordIter), gluon "
+                          "(gluon.data.DataLoader worker processes, OpenCV), or auto: native "
+                          "when its decoding-thread cap (cpus/2 - 1, at least 1) covers "
+                          "--preprocess_threads, else gluon"),
+         help="how the MXNet runner reads a RecordIO dataset: native (its C++ parser), gluon "
+              "(num_loader_threads worker processes), or auto: native when its "
+              "decoding-thread cap (cpus/2 - 1, at least 1) covers num_loader_threads, "
+              "else gluon"),
     # Execution modes (PyTorch): added after the first release, so at their defaults they
     # leave ids unchanged. A framework without them refuses any other value (refuse_unused).
     Axis("compile", str, "eager", kinds=("model", "ops", _LLM), choices=_compile_choices,
@@ -627,6 +683,9 @@ def check(kind: str, params: Mapping[str, Any]) -> None:
         if valid is not None and value not in valid:
             raise AxisError(axis.name, f"unknown value {value!r} "
                                        f"(valid: {', '.join(map(str, valid))})")
+        problem = axis.conflict(params) if used and axis.conflict is not None else None
+        if problem:
+            raise AxisError(axis.name, problem)
 
 
 def blank_unused(kind: str, params: dict[str, Any]) -> dict[str, Any]:

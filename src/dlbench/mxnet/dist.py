@@ -14,9 +14,10 @@ node's ``num_gpus`` devices):
   srun starts on every node ``python -m dlbench.mxnet.dist`` (``node_main``), which runs
   that node's server and worker.
 
-Each worker writes its own result document (``parts``); ``merge`` makes the cell's: the
-slowest worker's time for every iteration (a synchronous step is as slow as its slowest
-worker), the samples of all workers, and every worker's host.
+Each worker writes its own result document (``parts``) and prints no DLBS lines; ``merge``
+makes the cell's: the slowest worker's time for every iteration (a synchronous step is as
+slow as its slowest worker), the samples of all workers, and every worker's host and
+kvstore rank, one node's too. ``launch`` prints the cell's DLBS lines, once.
 """
 
 from __future__ import annotations
@@ -37,14 +38,24 @@ from dlbench import result as R
 # After the workers end, the scheduler and servers get this long to follow (they exit when
 # the workers finalise); then they are stopped, so that a cell leaves no process behind.
 ROLE_EXIT_GRACE_S = 20.0
+# Set in the environment of the workers ``launch`` starts: a worker of this cell, whose
+# document is a part of the cell's result (a worker started by MXNet's own tools, without
+# it, prints its DLBS lines itself).
+PART_WORKER = "DLBENCH_MXNET_PART_WORKER"
 
 
 def role_env(role: str, root_uri: str, root_port: int, nodes: int,
              base: Mapping[str, str]) -> dict[str, str]:
     """The environment of one ps-lite process: its role and where the scheduler is."""
+    part = {PART_WORKER: "1"} if role == "worker" else {}
     return {**base, "DMLC_ROLE": role, "DMLC_PS_ROOT_URI": root_uri,
             "DMLC_PS_ROOT_PORT": str(root_port), "DMLC_NUM_SERVER": str(nodes),
-            "DMLC_NUM_WORKER": str(nodes)}
+            "DMLC_NUM_WORKER": str(nodes), **part}
+
+
+def writes_part(environ: Mapping[str, str]) -> bool:
+    """Whether this process is a worker ``launch`` started, writing a part."""
+    return environ.get("DMLC_ROLE") == "worker" and environ.get(PART_WORKER) == "1"
 
 
 def serve_command(python: str) -> list[str]:
@@ -150,7 +161,12 @@ def launch(args: argparse.Namespace, argv: Sequence[str], cell: dict[str, Any]) 
     if output:
         R.write(res, output)
     from dlbench import cellrun
+    from dlbench.mxnet.runner import print_dlbs_version
 
+    # The workers printed none of these: the cell's lines, once.
+    version = (res.get("environment") or {}).get("framework_version")
+    if version:
+        print_dlbs_version(version)
     cellrun.print_dlbs_summary(res)
     return rc if res["status"] != "ok" else 0
 
@@ -211,8 +227,6 @@ def merge(cell: dict[str, Any], args: argparse.Namespace, folder: Path, nodes: i
         return _failed(cell, args, errors[0] if errors else
                        f"the MXNet worker wrote no result (exit code {rc})")
     first = docs[0]
-    if nodes == 1:
-        return first
     measures = [d["measurements"][0] for d in docs]
     slowest = [max(times) for times in zip(*(m["times_s"] for m in measures), strict=True)]
     m0 = measures[0]

@@ -13,7 +13,8 @@ from dlbench.cellrun import CellError
 from dlbench.cpu import usable_cpus
 
 READERS = ("native", "gluon")
-CHOICES = ("auto", *READERS)
+AUTO = "auto"
+CHOICES = (AUTO, *READERS)  # the data_reader axis's values (dlbench.axes)
 
 
 def native_thread_cap(cpus: int) -> int:
@@ -26,7 +27,7 @@ def choose_reader(requested: str, threads: int, cpus: int | None = None) -> str:
     threads``, else gluon with ``threads`` worker processes."""
     if requested not in CHOICES:
         raise CellError(f"--data_reader {requested!r} is not one of {', '.join(CHOICES)}")
-    if requested != "auto":
+    if requested != AUTO:
         return requested
     cap = native_thread_cap(usable_cpus() if cpus is None else cpus)
     return "native" if cap >= threads else "gluon"

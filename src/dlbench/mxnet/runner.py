@@ -7,6 +7,7 @@ leaves a one-line error and, with ``--output``, a failed result.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -19,14 +20,17 @@ from typing import Any
 from dlbench import axes, cellrun, cli, cpu, environment, harness, models, monitor, stages
 from dlbench import result as R
 from dlbench.cellrun import CellError
-from dlbench.mxnet import reader_choice
+from dlbench.mxnet import dist, reader_choice
 
 PROG = "python -m dlbench.mxnet"
 ENV_HINT = ("create the MXNet environment with: make mxnet-env (python -m venv .venvs/mxnet && "
             ".venvs/mxnet/bin/pip install -r envs/mxnet.txt)")
+# cuDNN's autotune, which --cudnn_benchmark sets on a GPU cell (DLBS's mxnet.cudnn_autotune
+# sets it so: 1 or 0).
+CUDNN_AUTOTUNE = "MXNET_CUDNN_AUTOTUNE_DEFAULT"
 # Library settings worth recording, with MXNet's defaults where the variable is unset.
 _FLAG_DEFAULTS = {
-    "MXNET_CUDNN_AUTOTUNE_DEFAULT": "1",
+    CUDNN_AUTOTUNE: "1",
     "MXNET_ENGINE_TYPE": "ThreadedEnginePerDevice",
     "MXNET_GPU_WORKER_NTHREADS": "2",
     "MXNET_CPU_WORKER_NTHREADS": "1",
@@ -41,14 +45,8 @@ _SGD = {"learning_rate": 0.01, "momentum": 0.9}
 
 
 def build_parser():
-    # The axis flags (DLBS's, from dlbench.axes) and the monitor's; then this runner's own.
-    parser = harness.parser("mxnet", PROG)
-    parser.add_argument("--data_reader", choices=reader_choice.CHOICES, default="auto",
-                        help="RecordIO reader: native (mx.io.ImageRecordIter), gluon "
-                             "(gluon.data.DataLoader worker processes, OpenCV), or auto: "
-                             "native when its decoding-thread cap (cpus/2 - 1, at least 1) "
-                             "covers --preprocess_threads, else gluon (default: auto)")
-    return parser
+    # The axis flags (DLBS's, from dlbench.axes: --data_reader too) and the monitor's.
+    return harness.parser("mxnet", PROG)
 
 
 def cell_of(args) -> dict[str, Any]:
@@ -67,28 +65,58 @@ def main(argv: list[str] | None = None) -> int:
     if args.num_nodes > 1 and not args.kv_store.startswith("dist"):
         parser.error(f"--num_nodes {args.num_nodes} needs a distributed kvstore "
                      f"(--kv_store dist_sync, dist_device_sync or dist_async)")
+    # Before mxnet is imported (and inherited by a dist_* cell's worker).
+    set_cudnn_autotune(args, os.environ)
     if args.kv_store.startswith("dist") and "DMLC_ROLE" not in os.environ:
         # The parameter-server roles are started here (dlbench.mxnet.dist).
-        from dlbench.mxnet import dist
-
         return dist.launch(args, sys.argv[1:] if argv is None else argv, cell_of(args))
+    # A dist_* cell's worker writes its part; dist.launch prints the cell's lines once.
+    part = dist.writes_part(os.environ)
     try:
         import mxnet as mx
     except (ImportError, OSError) as exc:  # OSError: a CUDA build without its libraries
-        return _mxnet_missing(res, args.output, exc)
-    with cellrun.recorded(res, args.output or None):
+        return _mxnet_missing(res, args.output, exc, summary=not part)
+    if not part:
+        print_dlbs_version(mx.__version__)
+    with cellrun.recorded(res, args.output or None, write=not part):
         run_cell(mx, args, res)
+    if part and args.output:
+        R.write(res, args.output)
     return cellrun.exit_code(res)
 
 
-def _mxnet_missing(res: dict[str, Any], output: str, exc: BaseException) -> int:
+def set_cudnn_autotune(args, environ: dict[str, str]) -> str | None:
+    """MXNET_CUDNN_AUTOTUNE_DEFAULT as --cudnn_benchmark says, on a GPU cell (what was set
+    is recorded with the environment's library_flags); None on a CPU, which has no cuDNN.
+    An autotune the environment already turns on (2: MXNet's fastest algorithms, whatever
+    their workspace) is kept: --cudnn_benchmark, on by default, only says "autotune"."""
+    if args.device != "gpu":
+        return None
+    if not args.cudnn_benchmark:
+        environ[CUDNN_AUTOTUNE] = "0"
+    elif environ.get(CUDNN_AUTOTUNE, "0") in ("", "0"):
+        environ[CUDNN_AUTOTUNE] = "1"
+    return environ[CUDNN_AUTOTUNE]
+
+
+def print_dlbs_version(version: str) -> None:
+    """The lines DLBS's MXNet backend starts with: the version under both of its keys."""
+    for key in ("mxnet.version", "exp.framework_ver"):
+        print(f"__{key}__={json.dumps(version)}")
+    sys.stdout.flush()
+
+
+def _mxnet_missing(res: dict[str, Any], output: str, exc: BaseException, *,
+                   summary: bool) -> int:
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     message = f"dlbench.mxnet: mxnet is not importable by {sys.executable} ({reason}); {ENV_HINT}"
     print(message, file=sys.stderr)
+    R.finish(res, "failed", message)
     if output:
         res["environment"] = {**environment.collect(), "framework": "mxnet"}
-        R.finish(res, "failed", message)
         R.write(res, output)
+    if summary:
+        cellrun.print_dlbs_summary(res)
     return 1
 
 
