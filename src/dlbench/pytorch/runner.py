@@ -117,14 +117,16 @@ def precision_native(precision: str, device: Any) -> bool | None:
                                 capability)
 
 
-def count_flops(step: Callable[..., None], batch: Any) -> float | None:
+def count_flops(step: Callable[..., None], batch: Any) -> tuple[float | None, list[str]]:
+    """One step's FLOPs (None: none counted), and the operators with matrix products it ran
+    that the counter has no formula for: the count misses their work."""
     from dlbench import flop_counter
 
     counter = flop_counter.counter()
     with counter:
         step(*batch)
     total = counter.get_total_flops()
-    return float(total) if total else None
+    return (float(total) if total else None), sorted(counter.uncounted)
 
 
 def compile_warmup(mode: str, step: Callable[..., None], batches: Any,
@@ -273,16 +275,22 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             return steps.inference_step(module, mode, device_type)
         return steps.training_step(module, built, mode, device_type)
 
-    flops = None
+    flops, uncounted = None, []
     if args.count_flops:  # on the eager model: compiled or not, the arithmetic is the same
         with stages.stage("flop_count"):
-            flops = count_flops(make_step(model), next(batches))
+            flops, uncounted = count_flops(make_step(model), next(batches))
             sync()
     extra = dict(built.facts)
     if built.flops_per_sample is not None:
         # The model's standard formula per rank's batch (MFU's numerator), the count beside.
         extra["counted_flops_per_iteration"] = flops * topo.world_size if flops else None
         flops = built.flops_per_sample(not args.forward_only) * args.batch_size
+    elif uncounted:
+        # A count without those operators' work would make a TFLOP/s too low: none, and why.
+        extra["flops_note"] = (f"not available: FlopCounterMode has no formula for "
+                               f"{', '.join(uncounted)} (it counted {flops or 0:.0f} FLOPs "
+                               f"without them)")
+        flops = None
     elif args.count_flops and not flops:
         # FlopCounterMode sees PyTorch's operators only (deepwave's propagator is its own).
         extra["flops_note"] = "not available: FlopCounterMode counted no FLOPs in this model"

@@ -102,7 +102,10 @@ def model_frame(frame: pd.DataFrame, *, paradnn: bool = False) -> pd.DataFrame:
         "device": rows["device"].fillna("?"),
         "num_gpus": rows["num_gpus"].fillna(0).astype(int),
         "data": rows["data"].fillna("synthetic"),
-        "phi": rows["phi"].fillna(rows["parameters"]).astype(float),
+        # Every model's parameter count, biases included: one definition on one scale.
+        "parameters": numeric(rows, "parameters"),
+        # ParaDnn's Φ counts an FC model's weights only (no biases); null for the others.
+        "phi": numeric(rows, "phi"),
         "config": model_opts_label(rows) if paradnn else "",
         "study": rows["study"],
         "cell": rows["cell"],

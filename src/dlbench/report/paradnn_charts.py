@@ -1,4 +1,8 @@
-"""ParaDnn's parameterized families: achieved TFLOP/s against batch size and model size."""
+"""ParaDnn's parameterized families: achieved TFLOP/s against batch size and model size.
+
+Model size is the parameter count, biases included, for every family: ParaDnn's Φ (an FC
+model's weights, no biases) is shown beside it where a cell has one, never on its scale.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ from dlbench.report.style import (
 # The schemes without their palest end, which would vanish on white.
 _VIRIDIS = alt.SchemeParams(name="viridis", extent=[0.0, 0.85])
 _PLASMA = alt.SchemeParams(name="plasma", extent=[0.0, 0.8])
+PARAMETERS = "parameters"
+PHI = "Φ (FC weights)"
 
 
 def _metric(frame: pd.DataFrame) -> tuple[str, str]:
@@ -61,7 +67,8 @@ def _numbers(frame: pd.DataFrame, y: str, y_title: str, encoding: Encoding) -> N
     placed = encoding.placed(("model", "precision"))
     return NumbersTable([
         Column("model", "model"), Column("config", "options"),
-        Column("phi", "Φ (parameters)", ",d"), Column("precision", "precision"),
+        Column("parameters", PARAMETERS, ",d"), Column("phi", PHI, ",d"),
+        Column("precision", "precision"),
         *[Column(a, encoding.title(a)) for a in placed],
         Column("batch_size", "batch size", "d"), Column(y, y_title, _formats(y)[1]),
         Column("time_ms", time_title(frame["repeats"], "ms"), ",.3f")], required=y)
@@ -69,7 +76,8 @@ def _numbers(frame: pd.DataFrame, y: str, y_title: str, encoding: Encoding) -> N
 
 def _tooltip(frame: pd.DataFrame, y: str) -> list[alt.Tooltip]:
     return [alt.Tooltip("model:N"), alt.Tooltip("config:N", title="options"),
-            alt.Tooltip("phi:Q", title="Φ (parameters)", format=",d"),
+            alt.Tooltip("parameters:Q", title=PARAMETERS, format=",d"),
+            alt.Tooltip("phi:Q", title=PHI, format=",d"),
             alt.Tooltip("precision:N"), alt.Tooltip("batch_size:Q", title="batch size"),
             alt.Tooltip(f"{y}:Q", format=_formats(y)[0]),
             alt.Tooltip("time_ms:Q", title=time_title(frame["repeats"], "ms"), format=",.3f")]
@@ -80,10 +88,11 @@ def by_batch_figure(paradnn: pd.DataFrame) -> Figure | None:
         return None
     y, y_title = _metric(paradnn)
     frame, panels, encoding = _panels(paradnn[paradnn[y].notna()])
-    has_phi = frame["phi"].notna().all()
-    colour = (alt.Color("phi:Q", title="Φ (parameters)", scale=alt.Scale(type="log", scheme=_VIRIDIS),
+    sized = frame["parameters"].notna().all()
+    colour = (alt.Color("parameters:Q", title=PARAMETERS,
+                        scale=alt.Scale(type="log", scheme=_VIRIDIS),
                         legend=alt.Legend(format="~s", type="gradient", gradientLength=140))
-              if has_phi else alt.Color("config:N", title="options"))
+              if sized else alt.Color("config:N", title="options"))
     base = alt.Chart().encode(
         x=alt.X("batch_size:Q", title="batch size", axis=batch_axis(frame["batch_size"].unique()),
                 scale=alt.Scale(type="log", base=2, nice=False, padding=12)),
@@ -92,14 +101,15 @@ def by_batch_figure(paradnn: pd.DataFrame) -> Figure | None:
         tooltip=_tooltip(frame, y),
     )
     base = _lines(base, encoding)
-    # Hollow points: with colour on stroke only, Vega draws the Φ legend as a gradient
+    # Hollow points: with colour on stroke only, Vega draws the size legend as a gradient
     # (a legend fed by both stroke and fill becomes a long list of symbols).
     points = base.mark_point(filled=False, fill="white", strokeWidth=1.6, opacity=1)
     layered = filtered(alt.layer(base.mark_line(strokeWidth=1.6), points, data=frame), None,
                        encoding).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT)
     chart = faceted(layered, panels, encoding, frame).resolve_scale(y="independent")
     return Figure("paradnn-by-batch", f"ParaDnn: {y_title} against batch size",
-                  "One line per model configuration, coloured by its parameter count Φ."
+                  "One line per model configuration, coloured by its parameter count "
+                  "(biases included; ParaDnn's Φ, an FC model's weights, in the tooltip)."
                   + encoding.note(), styled(chart), shows=encoding.defaults,
                   table=_numbers(frame, y, y_title, encoding))
 
@@ -108,16 +118,16 @@ def by_size_figure(paradnn: pd.DataFrame) -> Figure | None:
     if paradnn.empty:
         return None
     y, y_title = _metric(paradnn)
-    frame = paradnn[paradnn[y].notna() & paradnn["phi"].notna()]
-    if frame.empty or frame["phi"].nunique() < 2:
+    frame = paradnn[paradnn[y].notna() & paradnn["parameters"].notna()]
+    if frame.empty or frame["parameters"].nunique() < 2:
         return None
     frame, panels, encoding = _panels(frame)
     base = alt.Chart().encode(
-        x=alt.X("phi:Q", title="Φ (parameters)", scale=alt.Scale(type="log", nice=False, padding=12),
-                axis=alt.Axis(format="~s")),
+        x=alt.X("parameters:Q", title=PARAMETERS,
+                scale=alt.Scale(type="log", nice=False, padding=12), axis=alt.Axis(format="~s")),
         y=alt.Y(f"{y}:Q", title=y_title),
         color=alt.Color("batch_size:O", title="batch size", scale=alt.Scale(scheme=_PLASMA)),
-        detail=[alt.Detail("batch_size:O"), alt.Detail("variant:N")], order="phi:Q",
+        detail=[alt.Detail("batch_size:O"), alt.Detail("variant:N")], order="parameters:Q",
         tooltip=_tooltip(frame, y),
     )
     base = _lines(base, encoding)
@@ -125,6 +135,7 @@ def by_size_figure(paradnn: pd.DataFrame) -> Figure | None:
                        None, encoding).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT)
     chart = faceted(layered, panels, encoding, frame).resolve_scale(y="independent")
     return Figure("paradnn-by-size", f"ParaDnn: {y_title} against model size",
-                  "One line per batch size over the models' parameter counts Φ."
+                  "One line per batch size over the models' parameter counts (biases "
+                  "included; ParaDnn's Φ, an FC model's weights, in the tooltip)."
                   + encoding.note(), styled(chart), shows=encoding.defaults,
                   table=_numbers(frame, y, y_title, encoding))

@@ -3,6 +3,17 @@
 The shapes follow ParaDnn's TensorFlow code (fc.py, cnn.py with resnet_model.py, rnn.py);
 the option checks and size arithmetic are shared with the driver through
 ``dlbench.models.paradnn``.
+
+FLOPs: all three families are counted (``dlbench.flop_counter``), none has a standard
+formula (``flops_per_sample``) as the language models do. The count is exact for these
+models: matrix products and convolutions, which the counter knows, forward and backward.
+The RNN's recurrent layers run as one fused kernel (cuDNN's on a GPU, oneDNN's for an LSTM
+on a CPU) that the counter counts by formulas equal to what the same layers count as
+matrix products elsewhere: per layer 2·tokens·(gates·E² + gates·E²) forward, gates 1, 3
+and 4 for rnn, gru and lstm, and twice that backward, less the initial state's gradient
+(zeros, which need none). A formula of our own would make the RNN the one family whose
+figure is not counted; ParaDnn's own figure, 6·Φ for training, is kept for FC cells only
+(``phi``, ``phi_tflops``), Φ being defined for them alone.
 """
 
 from __future__ import annotations
