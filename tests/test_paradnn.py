@@ -55,6 +55,14 @@ def test_fc_weights_sum_to_phi(layers: int, nodes: int, input_size: int,
     assert built.num_classes == output_size
 
 
+def test_the_options_a_model_was_built_with_are_recorded_defaults_too() -> None:
+    """A cell holds only the options its study gave; the result's extra says the rest."""
+    built = zoo.build("paradnn_fc", {"nodes": 8, "input_size": 5, "output_size": 4})
+    assert built.facts["model_opts"] == {**models.get("paradnn_fc").default_opts,
+                                         "nodes": 8, "input_size": 5, "output_size": 4}
+    assert "model_opts" not in zoo.build("deep_mnist").facts  # no options to speak of
+
+
 def test_fc_relu_after_every_hidden_layer_and_not_after_output() -> None:
     module = zoo.build("paradnn_fc", {"layers": 3, "nodes": 8, "input_size": 5,
                                       "output_size": 4}).module

@@ -1,6 +1,6 @@
 import pytest
 
-from dlbench import axes, study
+from dlbench import axes, models, study
 
 
 def cfg(grid, **extra):
@@ -102,6 +102,19 @@ def test_a_sweep_of_an_axis_the_runner_ignores_is_warned_of_once(capsys):
     assert "study 's': 3 of its 4 cells repeat another's measurement" in err[0]
     assert "only in cudnn_benchmark, num_loader_threads," in err[0]
     assert cells[0].id in err[0]
+
+
+def test_model_opts_that_only_spell_out_defaults_are_warned_of_as_repeats(capsys):
+    """``{}``, ``{nodes: 64}`` and the same with ParaDnn's default optimizer build one
+    model under three ids (ids are forever: they stay three); other options differ."""
+    nodes = models.get("paradnn_fc").default_opts["nodes"]
+    cells = study.expand_config(cfg({"model": "paradnn_fc", "device": "cpu", "model_opts": [
+        {}, {"nodes": nodes}, {"nodes": nodes, "optimizer": "rmsprop"}, {"nodes": nodes * 2}]}))
+    assert len({c.id for c in cells}) == 4
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "study 's': 2 of its 4 cells repeat another's measurement" in line
+    assert "only in model_opts, which their runner ignores for them or which only spell " \
+        "out a default" in line
 
 
 def test_a_sweep_the_runner_measures_is_not_warned_of(capsys):

@@ -22,6 +22,7 @@ before it existed keep their ids and are not run again.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -699,12 +700,20 @@ def blank_unused(kind: str, params: dict[str, Any]) -> dict[str, Any]:
 
 def measured_params(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """What a cell's runner measures by: its parameters less the axes it does not use or
-    ignores (``ignored_by``). Two cells alike here measure the same thing under two ids."""
+    ignores (``ignored_by``), its model_opts with the model's defaults filled in (``{}``
+    and ParaDnn's defaults spelled out build one model). Two cells alike here measure the
+    same thing under two ids."""
     out = dict(params)
     for axis in of_kind(kind):
         if axis.name in out and (not axis.used_by(params) or
                                  (axis.ignored_by is not None and axis.ignored_by(params))):
             out[axis.name] = None
+    if isinstance(out.get("model_opts"), dict) and isinstance(out.get("model"), str):
+        from dlbench import models
+
+        # Not a registry model's options: compared as written.
+        with contextlib.suppress(KeyError, ValueError):
+            out["model_opts"] = models.get(out["model"]).opts(out["model_opts"])
     return out
 
 

@@ -334,7 +334,8 @@ def _warn_repeated_measurements(study: str, kind: str, cells: list[Cell]) -> Non
         names = ", ".join(sorted(axes_named))
         warn(f"study '{study}': {repeated} of its {len(cells)} cells repeat another's "
              f"measurement: they differ from it only in {names}, which their runner "
-             f"ignores for them (e.g. cells {example[0].id} and {example[1].id}); an "
+             f"ignores for them or which only spell out a default (e.g. cells "
+             f"{example[0].id} and {example[1].id}); an "
              "exclude rule would save their time")
 
 

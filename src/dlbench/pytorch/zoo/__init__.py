@@ -54,7 +54,11 @@ class BuiltModel:
 
 def build(name: str, opts: dict[str, Any] | None = None) -> BuiltModel:
     spec = models.get(name)
-    return spec.builder("pytorch")(spec, spec.opts(opts))
+    full = spec.opts(opts)
+    built = spec.builder("pytorch")(spec, full)
+    if full:  # the options it was built with, defaults too: the cell holds only those given
+        built.facts.setdefault("model_opts", full)
+    return built
 
 
 def parameter_count(module: torch.nn.Module) -> int:
