@@ -123,6 +123,7 @@ def test_a_study_given_twice_is_a_warning_as_in_the_workflow(tmp_path, capsys):
         "studies:\n"
         "  s:\n    grid: {model: resnet18, device: cpu}\n"
         "  s:\n    grid: {model: alexnet, device: cpu}\n")
+    (tmp_path / "results").mkdir()  # nothing run yet, in a results folder that exists
     rc, rows, err = run_list(tmp_path, capsys, "cells")
     assert rc == 0 and [r["cell_id"].split("_")[1] for r in rows] == ["alexnet"]
     assert err == (f"dlbench config warning: {tmp_path / 'config.yaml'}: line 4: key 's' is "
@@ -164,3 +165,19 @@ def test_a_system_label_of_digits_is_its_text(tmp_path, capsys):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({**CONFIG, "system": 2024}))
     rc, rows, err = run_list(tmp_path, capsys, "studies")
     assert rc == 0 and "2024 missing" in rows[0], err
+
+
+def test_a_results_folder_that_does_not_exist_is_said_in_one_line(tmp_path, capsys):
+    """A mistyped --results read as "nothing has run": every cell missing, exit 0, without
+    a word. Now a warning names the folder (before the first run there is none, so the
+    cells are still listed); a file given as the folder is an error."""
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(CONFIG))
+    rc, rows, err = run_list(tmp_path, capsys, "studies")
+    assert rc == 0 and {r["study"]: r["box missing"] for r in rows} == {"sweep": "4",
+                                                                        "single": "1"}
+    assert err == (f"dlbench list warning: --results {tmp_path / 'results'}: no such folder; "
+                   "every cell is listed as missing\n")
+    (tmp_path / "results").write_text("")
+    rc, rows, err = run_list(tmp_path, capsys, "studies")
+    assert (rc, rows) == (2, [])
+    assert err == f"dlbench list: --results {tmp_path / 'results'}: not a folder\n"

@@ -809,13 +809,13 @@ def test_where_the_time_went_sums_each_studys_cells_once_by_stage(tmp_path):
     assert seconds[("b", "measured")] == 2.0 and seconds[("b", "start-up")] == 3.0
     assert not any(study == "c" for study, _ in seconds)
     assert set(long.loc[long["study"] == "a", "cells"]) == {2}
-    assert set(long.loc[long["study"] == "a", "label"]) == {"a · 2 cell(s), 48% measured"}
+    assert set(long.loc[long["study"] == "a", "label"]) == {"a · 2 cells, 48% measured"}
     assert long.loc[long["study"] == "a", "share"].sum() == pytest.approx(1.0)
     # Stages in the order a cell goes through them, within each study.
     assert long.loc[long["study"] == "a", "stage"].tolist() == [
         "start-up", "build", "warm-up", "measured", "other"]
     line = time_charts.summary_line(long)
-    assert line.startswith("The cells' own time: 28 s in 3 cell(s), of which the measured "
+    assert line.startswith("The cells' own time: 28 s in 3 cells, of which the measured "
                            "iterations took 12 s (43%).")
     assert "The largest other part: start-up, 7 s." in line
     outdir = tmp_path / "out"
@@ -1238,9 +1238,9 @@ def test_where_the_time_went_counts_a_cell_of_three_runs_as_one_cell(tmp_path):
     res["stages_s"] = {"startup": 2.0, "measure": 4.0, "other": 1.0}
     long = time_charts.stage_frame(load(write_parquet(tmp_path, runs_of(res))))
     assert set(long["cells"]) == {1} and set(long["runs"]) == {3}
-    assert set(long["label"]) == {"a · 1 cell(s) in 3 runs, 57% measured"}
+    assert set(long["label"]) == {"a · 1 cell in 3 runs, 57% measured"}
     assert time_charts.summary_line(long).startswith(
-        "The cells' own time: 21 s in 1 cell(s) in 3 runs, of which")
+        "The cells' own time: 21 s in 1 cell in 3 runs, of which")
 
 
 def test_one_cell_drifting_on_two_systems_is_drawn_as_two_measurements(tmp_path):

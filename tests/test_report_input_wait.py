@@ -76,7 +76,8 @@ def expected(results: list[dict]) -> dict[tuple[str, str], tuple[float, float]]:
             continue
         storage = cell["data_backend"] or "recordio"  # MXNet reads RecordIO files
         source = " · ".join([cell["framework"], cell["data"], storage,
-                             f"{cell['num_loader_threads']} loader threads"])
+                             f"{cell['num_loader_threads']} loader thread"
+                             + ("s" if cell["num_loader_threads"] != 1 else "")])
         share = m["data_wait_s"] / (m["data_wait_s"] + m["compute_s"])
         out[res["system"], source] = (share, m["throughput"])
     return out

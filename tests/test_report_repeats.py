@@ -299,7 +299,7 @@ def test_host_memory_is_the_processes_pss_where_cells_have_it(tmp_path):
     models = model_charts.model_frame(load(write_parquet(tmp_path, [*runs, older])))
     host = resource_charts.host_memory_figure(models)
     assert "peak host PSS (bytes)" + MEAN in titles(host)
-    assert "1 cell(s) recorded only the RSS sum" in host.caption
+    assert "1 cell recorded only the RSS sum" in host.caption
     pss = models.loc[models["batch_size"] == 64, "peak_host_pss_bytes"]
     assert pss.tolist() == [pytest.approx(2 * GIB)]  # the mean of the runs'
 

@@ -222,12 +222,13 @@ def test_text_values_that_say_nothing_alone_carry_their_axis_in_a_legend():
 
 def test_num_gpus_of_a_cpu_cell_reads_as_processes_in_a_legend():
     """On a CPU a cell's num_gpus counts processes sharing it (efficiency's one rule): a
-    legend or panel title says "2 process(es)" there, "2 GPU(s)" on a GPU."""
-    frame = pd.DataFrame({"num_gpus": [2, 2, 1, None], "device": ["gpu", "cpu", "cpu", "cpu"]})
+    legend or panel title says "2 processes" there, "2 GPUs" on a GPU, one in the singular."""
+    frame = pd.DataFrame({"num_gpus": [2, 2, 1, None, 1],
+                          "device": ["gpu", "cpu", "cpu", "cpu", "gpu"]})
     assert encodings.labels(frame, ["num_gpus"]).tolist() == [
-        "2 GPU(s)", "2 process(es)", "1 process(es)", "(none)"]
+        "2 GPUs", "2 processes", "1 process", "(none)", "1 GPU"]
     assert encodings.labels(frame[["num_gpus"]], ["num_gpus"]).tolist()[:2] == [
-        "2 GPU(s)", "2 GPU(s)"]
+        "2 GPUs", "2 GPUs"]
 
 
 def test_num_gpus_is_titled_by_what_it_counts_in_legends_dropdowns_and_tables():

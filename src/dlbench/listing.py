@@ -112,6 +112,17 @@ def system_labels(config: Mapping[str, Any], results: Path, chosen: str | None) 
     return [here, *others]
 
 
+def check_results(results: Path) -> None:
+    """A results folder that is a file is an error; one that does not exist is said in a
+    warning (a mistyped path would otherwise read as nothing run yet), the cells listed
+    as missing: before the first run there is none."""
+    if results.exists() and not results.is_dir():
+        raise ListError(f"--results {results}: not a folder")
+    if not results.exists():
+        print(f"{PROG} warning: --results {results}: no such folder; every cell is listed "
+              "as missing", file=sys.stderr)
+
+
 def cell_rows(cells: Iterable[study.Cell], repeats: Mapping[str, int], labels: list[str],
               results: Path) -> list[dict[str, Any]]:
     """One row per cell and repeat, with its status on each system."""
@@ -210,6 +221,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     # A label of digits (system: 2024) is its text, as in the workflow, schema or not.
     config = dict(config_schema.label_text(load_config(args.configfile or [DEFAULT_CONFIG])))
     cells, repeats = expand(config)
+    check_results(args.results)
     labels = system_labels(config, args.results, args.system)
     rows = cell_rows(cells, repeats, labels, args.results)
     return study_rows(cells, repeats, labels, rows) if args.what == "studies" else rows

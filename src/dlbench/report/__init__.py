@@ -42,7 +42,7 @@ from dlbench.report.data import ReportError, load, ordered
 from dlbench.report.export import javascript_bundle
 from dlbench.report.output import WriteError, publish
 from dlbench.report.page import PageTable, Section, chart_id, page_html
-from dlbench.report.style import Figure, NumbersTable
+from dlbench.report.style import Figure, NumbersTable, nouns
 
 log = logging.getLogger("dlbench.report")
 
@@ -67,6 +67,12 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
     models = model_charts.model_frame(frame)
     paradnn = model_charts.model_frame(frame, paradnn=True)
     ops = op_charts.op_frame(frame)
+    # Said under each chart of model cells against batch size: the cells it leaves out.
+    unfinished = tables.unfinished_note(frame)
+    throughput = model_charts.throughput_figure(models)
+    tflops = model_charts.tflops_figure(models)
+    host_memory = resource_charts.host_memory_figure(models)
+    device_memory = resource_charts.device_memory_figure(models)
     candidates = [
         Section("cells", "Cells", "Cells of each study by kind and outcome.",
                 [tables.study_table(frame)]),
@@ -75,8 +81,8 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
                 _present(time_charts.time_figure(frame))),
         Section("throughput", "Model throughput",
                 "How many samples per second each model processes as the batch grows.",
-                _present(model_charts.throughput_figure(models),
-                         model_charts.framework_figure(models))),
+                _present(throughput, model_charts.framework_figure(models),
+                         unfinished if throughput else None)),
         Section("systems", "Systems side by side", model_charts.systems_intro(models),
                 _present(model_charts.systems_figure(models, baseline_system))),
         Section("stability", "Run-to-run variation",
@@ -103,8 +109,8 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
                 _present(resource_charts.energy_figure(models),
                          resource_charts.power_figure(models),
                          resource_charts.energy_note(models),
-                         resource_charts.host_memory_figure(models),
-                         resource_charts.device_memory_figure(models))),
+                         host_memory, device_memory,
+                         unfinished if host_memory or device_memory else None)),
         Section("precision", "Precision speed-up", "What lower precisions gain over float32.",
                 _present(cpu_precision.emulation_note(models),
                          model_charts.speedup_figure(models))),
@@ -114,7 +120,7 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
         Section("tflops", "Achieved TFLOP/s",
                 "The floating-point work each model cell did per second: its FLOPs per "
                 "iteration over its median iteration time.",
-                _present(model_charts.tflops_figure(models))),
+                _present(tflops, unfinished if tflops else None)),
         Section("hardware", "How close to the hardware",
                 "Measured ceilings (calibration cells) against the vendor's peaks, and each "
                 "model cell's share of them: MFU is achieved FLOP/s over the vendor's dense "
@@ -217,7 +223,7 @@ def render(parquet_path: str | Path, outdir: str | Path,
     html = page_html(
         title=TITLE, studies=[str(s) for s in ordered(frame["study"])],
         meta=f"Generated {generated} from {Path(parquet_path).name} "
-             f"({len(frame)} rows).",
+             f"({nouns(len(frame), 'row')}).",
         cards=tables.status_cards(frame, incomplete.missing if incomplete else 0),
         sections=parts, specs=specs,
         bundle=javascript_bundle() if specs else "", data=packed, uses=uses, tables=numbers)
@@ -243,7 +249,7 @@ def page_data(parts: list[Section], figures: list[Figure]) -> tuple[
     store: dict[str, datasets.Rows]
     store, uses = datasets.hoist(specs)
     store.update(converted.frames)
-    numbers = page_tables(parts, specs, store)
+    numbers = page_tables(parts, specs, store, converted)
     needed: dict[str, set[str]] = {name: set() for name in store}
     for key, names in uses.items():
         for name in names:
@@ -262,17 +268,29 @@ def shown(rows: list[dict], first: dict[str, object]) -> list[dict]:
 
 
 def page_tables(parts: list[Section], specs: dict[str, dict],
-                store: dict[str, datasets.Rows]) -> dict[str, PageTable]:
-    """Every numbers table of the page by name: a figure's reads its chart's rows, a table
-    of its own gets a dataset of its own in ``store`` (added here)."""
+                store: dict[str, datasets.Rows],
+                converted: datasets.Store | None = None) -> dict[str, PageTable]:
+    """Every numbers table of the page by name: a figure's reads its chart's rows (or its
+    table's frame, the chart's dataset where a chart of it draws that frame: ``converted``
+    names them), a table of its own gets a dataset of its own in ``store`` (added here)."""
     out: dict[str, PageTable] = {}
     for section in parts:
         for block in section.blocks:
             if isinstance(block, Figure) and block.table is not None:
-                data = datasets.main_dataset(specs[chart_id(block)])
-                if data is None:
-                    continue
                 table, name = block.table, block.name
+                if table.frame is None:
+                    data = datasets.main_dataset(specs[chart_id(block)])
+                else:
+                    data = converted.name_of(table.frame) if converted is not None else None
+                    if data is None:
+                        data = f"table-{name}"
+                        store[data] = table.frame
+                if data is None:
+                    # A chart without rows at its top (charts stacked) whose table has no
+                    # frame: said, not dropped without a word.
+                    log.warning("chart %s: its numbers table has no rows to read (its "
+                                "charts are stacked and it names no frame); left out", name)
+                    continue
             elif isinstance(block, NumbersTable) and block.frame is not None:
                 data = f"table-{block.name}"
                 store[data] = block.frame

@@ -173,7 +173,9 @@ def bandwidth_figure(frame: pd.DataFrame) -> Figure | None:
             Column("busbw_gbps", "bus GB/s", SIGNIFICANT_COLUMN),
             *([Column("pct_of_link", "% of link", ".1f"), Column("link", "link")]
               if linked else [])],
-            required="time_us"))
+            # the time's panels' rows: with the bus bandwidth's above them, the chart has
+            # none at its top for the table to read
+            required="time_us", frame=data))
 
 
 def _bus_panels(data: pd.DataFrame, panels: list[str], encoding: encodings.Encoding, *,

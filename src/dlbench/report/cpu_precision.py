@@ -55,12 +55,15 @@ def _times(value: float) -> str:
 def sentence(fact: dict) -> str:
     cpu = fact["cpu_model"] + (f" ({fact['cpu_capability']})" if fact["cpu_capability"] else "")
     median, precision = fact["slowdown_median"], fact["precision"]
+    low, high = fact["slowdown_min"], fact["slowdown_max"]
     if median >= 1:
         cost = f"its {precision} steps took {_times(median)} as long as float32"
     else:
         cost = f"its {precision} steps ran {_times(1 / median)} faster than float32"
-    spread = (f"median of {fact['pairs']} cell pairs, {_times(fact['slowdown_min'])}–"
-              f"{_times(fact['slowdown_max'])}" if fact["pairs"] > 1 else "one cell pair")
+        # The range in the headline's terms: speed-ups, the least first.
+        low, high = 1 / high, 1 / low
+    spread = (f"median of {fact['pairs']} cell pairs, {_times(low)}–{_times(high)}"
+              if fact["pairs"] > 1 else "one cell pair")
     if fact["native"] == "emulated":
         state = (f"{precision} is emulated on this CPU (it lacks {MISSING_ISA[precision]}): ")
     elif fact["native"] == "native":

@@ -47,6 +47,11 @@ class Store:
             hit = self._named[id(data)] = (data, name)
         return {"name": hit[1]}
 
+    def name_of(self, data: pd.DataFrame) -> str | None:
+        """The name a chart's frame was given, if a chart was given it."""
+        hit = self._named.get(id(data))
+        return hit[1] if hit is not None and hit[0] is data else None
+
 
 def data_names(spec: Any) -> set[str]:
     """The names of the datasets a spec refers to (``"data": {"name": ...}``)."""

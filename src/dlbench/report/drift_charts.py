@@ -10,7 +10,7 @@ import pandas as pd
 
 from dlbench import drift
 from dlbench.report.data import DRIFT_TIMES, joined, measurement_names, names_runs
-from dlbench.report.style import Figure, styled
+from dlbench.report.style import Column, Figure, NumbersTable, nouns, styled
 from dlbench.report.tables import table
 
 # The chart draws this many measurements, those that drifted most; the table lists all.
@@ -136,11 +136,15 @@ def drift_figure(frame: pd.DataFrame) -> Figure | None:
         strokeDash=[4, 3], color="#9aa5b1").encode(y="relative:Q")
     chart = alt.layer(lines, median).properties(width=560, height=260)
     drawn = long["measurement"].nunique()
-    caption = (f"The {drawn} measurement(s) that drifted most, each iteration's time over "
+    which = "measurement" if drawn == 1 else nouns(drawn, "measurement")
+    caption = (f"The {which} that drifted most, each iteration's time over "
                "its measurement's median (the dashed line): a rising line is a run that "
                "slowed down (a GPU lowering its clocks as it heats, memory filling up), a "
                "falling one a run still warming up. Drift is Sen's slope over the measured "
                f"iterations as a share of the median, flagged at {drift.NOTABLE:.0%} or more "
                f"with Mann-Kendall's p below {drift.SIGNIFICANCE:g}.")
+    # The frame: the chart's dashed line is rows of its own, so it has none at its top.
     return Figure("drift", "Iteration times of the runs that drifted", caption,
-                  styled(chart))
+                  styled(chart), table=NumbersTable([
+                      Column("measurement", "measurement"), Column("iteration", "iteration", ",g"),
+                      Column("relative", "time ÷ median", ",.3f")], frame=long))

@@ -28,7 +28,7 @@ from dlbench.comms.pt2pt import TESTS as PT2PT_TESTS
 from dlbench.comms.sizes import COLLECTIVES, measured_label
 from dlbench.efficiency import device_per_process
 from dlbench.report.data import PHASE_ORDER, PRECISION_ORDER, as_text, joined, ordered, varying
-from dlbench.report.style import counted
+from dlbench.report.style import COUNTED, counted, nouns
 
 # Model-cell axes besides model/phase/precision/batch that tell two cells apart, in the
 # order they take a line style: the derived ``mode`` stands for compile and memory_format.
@@ -55,9 +55,11 @@ def model_axes() -> list[str]:
         [*SERIES_FIRST, *(a for a in rest if a not in ROLES and a not in SERIES_FIRST)]))
 
 
-# How a value of a numeric axis reads in a legend or a panel title ("pytorch · 2 GPUs").
-VALUE_LABELS = {"num_gpus": "{} GPU(s)", "num_batches": "{} iterations",
-                "num_warmup_batches": "{} warm-up", "num_loader_threads": "{} loader threads"}
+# How a value of a numeric axis reads in a legend or a panel title ("pytorch · 2 GPUs"):
+# a count of what it counts (singular, plural), or a text to put it in.
+VALUE_NOUNS = {"num_gpus": COUNTED[True], "num_batches": ("iteration", "iterations"),
+               "num_loader_threads": ("loader thread", "loader threads")}
+VALUE_LABELS = {"num_warmup_batches": "{} warm-up"}
 # Text values that say nothing without their axis ("0,1" of src_ranks): with its name.
 TEXT_LABELS = {"src_ranks": "src {}", "dst_ranks": "dst {}", "mm_shape": "shape {}",
                "in_split": "in split {}", "out_split": "out split {}",
@@ -95,6 +97,8 @@ def value_label(axis: str, value: object) -> str:
         return f"{title(axis)} {'on' if value else 'off'}"
     if pd.api.types.is_number(value):
         number = int(value) if float(value).is_integer() else value
+        if axis in VALUE_NOUNS and isinstance(number, int):
+            return nouns(number, *VALUE_NOUNS[axis])
         return VALUE_LABELS.get(axis, f"{title(axis)} {{}}").format(number)
     return TEXT_LABELS.get(axis, "{}").format(value)
 
@@ -118,9 +122,9 @@ def _processes(frame: pd.DataFrame) -> pd.Series:
 
 
 def _process_words(frame: pd.DataFrame) -> pd.Series:
-    """num_gpus in words as processes ("2 process(es)")."""
+    """num_gpus in words as processes ("2 processes")."""
     return frame["num_gpus"].map(
-        lambda n: "" if pd.isna(n) else f"{int(n)} process(es)").astype(object)
+        lambda n: "" if pd.isna(n) else nouns(int(n), *COUNTED[False])).astype(object)
 
 
 def labels(frame: pd.DataFrame, columns: Iterable[str]) -> pd.Series:

@@ -189,13 +189,18 @@ def _tooltip(data: pd.DataFrame, encoding: encodings.Encoding) -> list[alt.Toolt
             alt.Tooltip("decode_gbps:Q", title="decode GB/s (floor)", format=SIGNIFICANT_TIP)]
 
 
-def _numbers(data: pd.DataFrame, encoding: encodings.Encoding) -> NumbersTable:
+def _cell_columns(encoding: encodings.Encoding) -> list[Column]:
+    """A numbers table's columns that tell its cells apart."""
     placed = encoding.placed(("model", "precision"))
+    return [Column("model", "model"), Column("precision", "precision"),
+            *[Column(a, encoding.title(a)) for a in placed],
+            Column("batch_size", "batch", "d"), Column("prompt_length", "prompt", "d"),
+            Column("output_length", "output", "d")]
+
+
+def _numbers(data: pd.DataFrame, encoding: encodings.Encoding) -> NumbersTable:
     return NumbersTable([
-        Column("model", "model"), Column("precision", "precision"),
-        *[Column(a, encoding.title(a)) for a in placed],
-        Column("batch_size", "batch", "d"), Column("prompt_length", "prompt", "d"),
-        Column("output_length", "output", "d"), Column("ttft_ms", "TTFT (ms)", ",.3f"),
+        *_cell_columns(encoding), Column("ttft_ms", "TTFT (ms)", ",.3f"),
         Column("tpot_ms", runs_title(data["repeats"], "TPOT p50 (ms)"), ",.3f"),
         Column("tpot_p90_ms", runs_title(data["repeats"], "p90 (ms)"), ",.3f"),
         Column("tpot_p99_ms", runs_title(data["repeats"], "p99 (ms)"), ",.3f"),
@@ -275,4 +280,8 @@ def tradeoff_figure(frame: pd.DataFrame) -> Figure | None:
     return Figure("llm-tradeoff", "Throughput against latency",
                   "Each point a batch size (labelled): larger batches raise output tokens/s "
                   "and the time each token takes." + encoding.note(), styled(chart),
-                  shows=encoding.defaults)
+                  shows=encoding.defaults, table=NumbersTable([
+                      *_cell_columns(encoding),
+                      Column("output_tokens_per_s", "output tokens/s", ",.1f"),
+                      Column("tpot_ms", runs_title(data["repeats"], "TPOT p50 (ms)"), ",.3f")],
+                      required="tpot_ms"))

@@ -360,13 +360,15 @@ def throughput_figure(models: pd.DataFrame) -> Figure | None:
     if models.empty:
         return None
     frame, panels, encoding = by_batch(models)
+    # The run-to-run CV where some cell ran more than once: without, the line read "NaN%".
+    cv = ([alt.Tooltip("run_to_run_cv:Q", title="run-to-run CV", format=".1%")]
+          if frame["run_to_run_cv"].notna().any() else [])
     tips = model_tooltip(frame, [alt.Tooltip("throughput:Q", format=",.1f"),
                             alt.Tooltip("unit:N"),
                             alt.Tooltip("throughput_low:Q", title="95 % CI from", format=",.1f"),
                             alt.Tooltip("throughput_high:Q", title="95 % CI to", format=",.1f"),
                             alt.Tooltip("ci_method:N", title="CI over"),
-                            alt.Tooltip("repeats:Q", title="runs"),
-                            alt.Tooltip("run_to_run_cv:Q", title="run-to-run CV", format=".1%"),
+                            alt.Tooltip("repeats:Q", title="runs"), *cv,
                             alt.Tooltip("time_ms:Q", title=time_title(frame["repeats"], "ms"),
                                         format=",.3f")],
                          encoding)
@@ -645,7 +647,8 @@ def loader_figure(frame: pd.DataFrame) -> Figure | None:
         # At the cell's time across its runs, as a model's throughput is (not its last run's).
         "throughput": numeric(rows, "cell_throughput").fillna(numeric(rows, "throughput")),
         "unit": rows["throughput_unit"].fillna(""),
-        "threads": threads.map(lambda n: f"{int(n)} threads" if pd.notna(n) else "default"),
+        "threads": threads.map(lambda n: encodings.value_label("num_loader_threads", n)
+                               if pd.notna(n) else "default"),
     })
     several = several_runs(numeric(rows, "repeats"))
     data, panels = with_panel(data, ["framework", "data"])
@@ -659,7 +662,12 @@ def loader_figure(frame: pd.DataFrame) -> Figure | None:
     return Figure("loader-throughput", "Input pipeline throughput",
                   "The data loader alone, without a model"
                   + (" (at the mean of each cell's runs' medians)" if several else "") + ".",
-                  styled(chart))
+                  styled(chart), table=NumbersTable([
+                      Column("framework", "framework"), Column("data", "data"),
+                      Column("threads", "loader threads"),
+                      Column("batch_size", "batch size", "d"),
+                      Column("throughput", f"throughput ({throughput_unit(data)})", ",.1f")],
+                      required="throughput"))
 
 
 # What tells one real-data cell's input from another's (the input-wait chart's bars, its

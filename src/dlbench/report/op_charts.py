@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import PurePath
 
 import altair as alt
@@ -19,7 +20,16 @@ from dlbench.report.data import (
     time_title,
     varying,
 )
-from dlbench.report.style import PASS_COLOURS, SIGNIFICANT_TIP, Figure, colour_scale, styled
+from dlbench.report.style import (
+    PASS_COLOURS,
+    SIGNIFICANT_COLUMN,
+    SIGNIFICANT_TIP,
+    Column,
+    Figure,
+    NumbersTable,
+    colour_scale,
+    styled,
+)
 
 # The axis with its own place in these charts: the op config (panels). Not backward: a
 # cell with backward on times the forward pass too, so an input's forward is measured by
@@ -67,15 +77,66 @@ def _input_label(op_name: object, name: object) -> str:
     return name
 
 
+def _argument(spec: object) -> str:
+    """One argument spec of an operator input (dlbench.ops.grammar) in words: a tensor as
+    its dtype and shape (``float[128, 256]``), a list or tuple as its items, a scalar as its
+    value, a random one as its range."""
+    if not isinstance(spec, dict):
+        return "?"
+    kind = spec.get("type")
+    if kind == "tensor":
+        shape = spec.get("shape")
+        dims = ", ".join(str(d) for d in shape) if isinstance(shape, list) else "?"
+        return f"{spec.get('dtype', '?')}[{dims}]"
+    if kind in ("genericlist", "tuple"):
+        items = spec.get("value")
+        inner = ", ".join(_argument(i) for i in items) if isinstance(items, list) else "?"
+        return f"[{inner}]" if kind == "genericlist" else f"({inner})"
+    if kind == "none":
+        return "None"
+    if "value" in spec:
+        return str(spec["value"])
+    if isinstance(spec.get("value_range"), list):
+        return f"{kind} in [{', '.join(str(v) for v in spec['value_range'])}]"
+    return str(kind)
+
+
+def _arguments(config: object) -> str:
+    """A call's ``{"args", "kwargs"}`` in words; empty without any."""
+    if not isinstance(config, dict):
+        return ""
+    args = config.get("args") if isinstance(config.get("args"), list) else []
+    kwargs = config.get("kwargs") if isinstance(config.get("kwargs"), dict) else {}
+    return ", ".join([_argument(a) for a in args]
+                     + [f"{k}={_argument(v)}" for k, v in kwargs.items()])
+
+
+def input_arguments(extra: object) -> tuple[str, str]:
+    """What an operator input is, from its row's ``extra`` (JSON, the input's PARAM
+    config): its arguments' dtypes and shapes, and the arguments its module was built with
+    (``torch.nn.Conv2d(32, 32, kernel_size=3)``; empty for a function). The input's id
+    (``0|0|1``) says only where it stands in the op config."""
+    try:
+        config = json.loads(extra).get("config") if isinstance(extra, str) and extra else None
+    except (ValueError, AttributeError):
+        config = None
+    if not isinstance(config, dict):
+        return "", ""
+    return _arguments(config.get("input")), _arguments(config.get("build"))
+
+
 def op_frame(frame: pd.DataFrame) -> pd.DataFrame:
     rows = measured(frame, "op")
     if rows.empty:
         return rows
     rows = rows[rows["time_median_s"].notna()]
+    arguments = [input_arguments(e) for e in rows.get("extra", pd.Series(None, index=rows.index))]
     out = pd.DataFrame({
         "config": rows["op_config"].map(lambda p: PurePath(p).stem if isinstance(p, str) else "?"),
         "op": rows["op_name"].fillna(rows["name"]),
         "input": [_input_label(o, n) for o, n in zip(rows["op_name"], rows["name"], strict=True)],
+        "shapes": [a for a, _ in arguments],
+        "build": [b for _, b in arguments],
         "pass": rows["pass"].fillna("?"),
         # The cell's time (the mean of its runs' medians) and its rates at it; the spread
         # the mean of the runs' p5s and p95s (data.measured).
@@ -97,6 +158,26 @@ def op_frame(frame: pd.DataFrame) -> pd.DataFrame:
         [op_variants(group) for _, group in rows.groupby(out["config"], sort=False)]
     ).reindex(out.index)
     return out
+
+
+def _input_fields(frame: pd.DataFrame) -> list[tuple[str, str]]:
+    """The fields that say what each input is beside its id (field, title): its arguments,
+    and its module's where some input is a module's."""
+    fields = [("input", "input")]
+    if frame["shapes"].ne("").any():
+        fields.append(("shapes", "arguments"))
+    if frame["build"].ne("").any():
+        fields.append(("build", "module built with"))
+    return fields
+
+
+def _leading_columns(frame: pd.DataFrame) -> list[Column]:
+    """A numbers table's columns that tell its rows apart: the op config where there are
+    several, the operator, the input, the pass and the cell where cells differ."""
+    return [*([Column("config", "op config")] if frame["config"].nunique() > 1 else []),
+            Column("op", "operator"), *[Column(f, t) for f, t in _input_fields(frame)],
+            Column("pass", "pass"),
+            *([Column("variant", "cell")] if frame["variant"].ne("").any() else [])]
 
 
 def _time_unit(seconds: pd.Series) -> tuple[str, float]:
@@ -140,7 +221,8 @@ def time_figure(ops: pd.DataFrame) -> Figure | None:
                 + ("mean of the runs' medians, bar from the mean of their p5s to that of "
                    "their p95s" if several else "median, bar from p5 to p95"),
                 scale=alt.Scale(type="log", nice=False, padding=14)),
-        tooltip=[alt.Tooltip("op:N", title="operator"), alt.Tooltip("input:N"),
+        tooltip=[alt.Tooltip("op:N", title="operator"),
+                 *[alt.Tooltip(f"{f}:N", title=t) for f, t in _input_fields(frame)],
                  alt.Tooltip("pass:N"), alt.Tooltip("config:N", title="op config"),
                  alt.Tooltip("variant:N", title="cell"),
                  alt.Tooltip("median:Q", title=median, format=",.3f"),
@@ -159,7 +241,12 @@ def time_figure(ops: pd.DataFrame) -> Figure | None:
                   "Median time of one call of each operator input, per pass"
                   + (" (with repeats, the mean of the runs' medians; the bar from the mean "
                      "of the runs' p5s to that of their p95s)" if several else "") + ".",
-                  styled(chart))
+                  styled(chart),
+                  table=NumbersTable([
+                      *_leading_columns(frame), Column("median", median, ",.3f"),
+                      Column("p5", runs_title(frame["repeats"], f"p5 ({unit})"), ",.3f"),
+                      Column("p95", runs_title(frame["repeats"], f"p95 ({unit})"), ",.3f"),
+                      Column("repeats", "runs", "d")], required="median"))
 
 
 def _rate_figure(ops: pd.DataFrame, *, rate: str, work: str, name: str, title: str,
@@ -173,7 +260,8 @@ def _rate_figure(ops: pd.DataFrame, *, rate: str, work: str, name: str, title: s
         y=alt.Y(f"{rate}:Q", title=rate_title),
         color=alt.Color("op:N", title="operator", scale=alt.Scale(scheme="tableau10")),
         shape=alt.Shape("pass:N", title="pass", sort=ordered(frame["pass"], ("forward", "backward"))),
-        tooltip=[alt.Tooltip("op:N", title="operator"), alt.Tooltip("input:N"),
+        tooltip=[alt.Tooltip("op:N", title="operator"),
+                 *[alt.Tooltip(f"{f}:N", title=t) for f, t in _input_fields(frame)],
                  alt.Tooltip("pass:N"), alt.Tooltip("variant:N", title="cell"),
                  alt.Tooltip(f"{work}:Q", title=work_title, format=".3~s"),
                  alt.Tooltip(f"{rate}:Q", title=rate_title, format=SIGNIFICANT_TIP)],
@@ -185,7 +273,9 @@ def _rate_figure(ops: pd.DataFrame, *, rate: str, work: str, name: str, title: s
             symbolType="stroke", symbolStrokeWidth=1.6, symbolSize=300,
             labelLimit=CELL_LEGEND_LIMIT)))
     chart = alt.layer(lines, base.mark_point(filled=True, size=70)).properties(width=400, height=260)
-    return Figure(name, title, caption, styled(chart))
+    return Figure(name, title, caption, styled(chart), table=NumbersTable([
+        *_leading_columns(frame), Column(work, work_title, ",d"),
+        Column(rate, rate_title, SIGNIFICANT_COLUMN)], required=rate))
 
 
 def tflops_figure(ops: pd.DataFrame) -> Figure | None:

@@ -11,7 +11,7 @@ from html import escape
 from typing import Any
 
 from dlbench.report.datasets import UNPACK_SCRIPT
-from dlbench.report.style import Figure, NumbersTable
+from dlbench.report.style import Figure, NumbersTable, nouns
 
 CSS = """
 :root { --ink:#1f2933; --muted:#616e7c; --line:#e4e7eb; --bg:#f5f7fa; --accent:#4c78a8; }
@@ -191,7 +191,7 @@ def table_id(name: str) -> str:
 
 def numbers_html(name: str, rows: int, summary: str = "The numbers") -> str:
     """The place of a numbers table (built by the page's script when opened)."""
-    return (f'<details class="numbers"><summary>{escape(summary)}: {rows:,} rows '
+    return (f'<details class="numbers"><summary>{escape(summary)}: {nouns(rows, "row")} '
             f'(click a heading to sort)</summary>'
             f'<div class="table-host" id="{escape(table_id(name))}"></div></details>')
 

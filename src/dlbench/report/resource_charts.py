@@ -44,6 +44,7 @@ from dlbench.report.style import (
     Figure,
     NumbersTable,
     batch_axis,
+    nouns,
     precision_scale,
     styled,
 )
@@ -126,10 +127,6 @@ def _sources_column(frame: pd.DataFrame) -> list[Column]:
     return [Column(ENERGY_SOURCES, SOURCES_TITLE)] if ENERGY_SOURCES in frame else []
 
 
-def _count(cells: int) -> str:
-    return f"{cells} cell" + ("s" if cells != 1 else "")
-
-
 def _who_counted(sources: pd.Series, systems: pd.Series) -> str:
     """Each system's sources, e.g. "a: gpu:nvml_total_energy+host:rapl; b:
     gpu:nvml_total_energy"; a system whose cells differ gives each value's cells."""
@@ -137,7 +134,7 @@ def _who_counted(sources: pd.Series, systems: pd.Series) -> str:
     for system in sorted(systems.unique()):
         counts = sources[systems == system].value_counts()
         what = (str(counts.index[0]) if len(counts) == 1 else
-                ", ".join(f"{value} ({_count(n)})" for value, n in sorted(counts.items())))
+                ", ".join(f"{value} ({nouns(n, 'cell')})" for value, n in sorted(counts.items())))
         parts.append(f"{system}: {what}" if system else what)
     return "; ".join(parts)
 
@@ -153,7 +150,7 @@ def sources_note(cells: pd.DataFrame, models: pd.DataFrame) -> str:
         mixed = models[ENERGY_SOURCES].map(
             lambda v: isinstance(v, str) and RUNS_DIFFER in v).astype(bool)
         if mixed.any():
-            notes.append(f"{_count(int(mixed.sum()))} without a figure: their runs counted "
+            notes.append(f"{nouns(int(mixed.sum()), 'cell')} without a figure: their runs counted "
                          "different energy sources (a mean of them would be of neither).")
     sources = cells[ENERGY_SOURCES].dropna().astype(str) if ENERGY_SOURCES in cells \
         else pd.Series(dtype=str)
@@ -295,7 +292,7 @@ def host_memory_figure(models: pd.DataFrame) -> Figure | None:
             caption="Largest resident set of the runner and its loader processes, summed "
                     "(a page they share counts once per process that maps it).")
     older = frame.loc[~with_pss & frame["peak_host_rss_bytes"].notna(), "cell"].nunique()
-    left_out = (f" {older} cell(s) recorded only the RSS sum (results older than PSS), not "
+    left_out = (f" {nouns(older, 'cell')} recorded only the RSS sum (results older than PSS), not "
                 "shown." if older else "")
     return _memory_figure(
         models, "peak_host_pss_bytes", name="peak-host-memory",
@@ -327,7 +324,7 @@ def energy_note(models: pd.DataFrame) -> str | None:
         return None
     counts = notes.value_counts()
     most = str(counts.index[0])
-    others = f" (and {len(counts) - 1} other reason(s))" if len(counts) > 1 else ""
+    others = f" (and {nouns(len(counts) - 1, 'other reason')})" if len(counts) > 1 else ""
     if len(lacking) == len(frame):
         lead = "No energy was measured"
     else:

@@ -19,7 +19,7 @@ from dlbench import peaks
 from dlbench.efficiency import BANDWIDTH_BENCHMARKS, CALIBRATION_KIND, devices
 from dlbench.report import llm_charts  # its decode steps count the bytes they read
 from dlbench.report.data import PRECISION_ORDER, at_cell_time, measured, model_opts_label
-from dlbench.report.op_charts import op_variants
+from dlbench.report.op_charts import input_arguments, op_variants
 from dlbench.report.style import Figure, styled
 
 # Model families placed on the roofline besides operators (those whose runner counts bytes).
@@ -50,6 +50,10 @@ def points(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "panel": _panel(ok), "family": family.astype(str), "config": op_configs(ok),
         "name": _names(ok, family),
+        # An operator input's arguments, its dtypes and shapes (empty for other points).
+        "shapes": [input_arguments(e)[0] if k == "op" else ""
+                   for k, e in zip(ok["kind"], ok.get("extra", pd.Series(None, index=ok.index)),
+                                   strict=True)],
         "pass": ok["pass"].fillna("?"),
         "precision": ok["efficiency_precision"].fillna("?"),
         "intensity": ok["flops_per_iteration"] / ok["bytes_per_iteration"],
@@ -141,7 +145,8 @@ def placed(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, tuple[pd.DataFr
         used = sorted(set(group["precision"]) & set(compute), key=_precision_rank)
         roof = (roofs(compute, bandwidth, lo, hi, used or sorted(compute, key=_precision_rank))
                 if bandwidth else pd.DataFrame())
-        panels[panel] = (roof, source)
+        # No roof drawn (a vendor's compute peaks without its bandwidth): no ceilings.
+        panels[panel] = (roof, source if not roof.empty else "none")
         if bandwidth:
             for i in group.index:
                 peak = compute.get(group.at[i, "precision"])
@@ -151,21 +156,34 @@ def placed(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, tuple[pd.DataFr
     return pts, panels
 
 
+# A panel's title by where its ceilings come from (ceilings()).
+CEILING_TITLES = {"measured": "measured ceilings", "vendor": "vendor ceilings",
+                  "none": "no ceilings"}
+
+
 def roofline_figure(frame: pd.DataFrame) -> Figure | None:
     pts, panels = placed(frame)
     if pts.empty:
         return None
-    charts = [_panel_chart(pts[pts["panel"] == panel], roof, f"{panel} ({source} ceilings)")
+    charts = [_panel_chart(pts[pts["panel"] == panel], roof,
+                           f"{panel} ({CEILING_TITLES[source]})")
               for panel, (roof, source) in panels.items()]
     chart = alt.vconcat(*charts) if len(charts) > 1 else charts[0]
-    return Figure("roofline", "Roofline",
-                  "Arithmetic intensity against achieved TFLOP/s (log-log), one point per "
-                  "operator input, ParaDnn cell or language model's decode (its bytes the "
-                  "weights and KV cache a step reads at least, so its intensity is at most "
-                  "where it is drawn); lines: each precision's roof, min(compute "
-                  "ceiling, bandwidth x intensity). Measured ceilings come from the study's "
-                  "calibration cells (calibrate: true), vendor ceilings from the peak table.",
-                  styled(chart))
+    roofless = [panel for panel, (roof, _) in panels.items() if roof.empty]
+    caption = ("Arithmetic intensity against achieved TFLOP/s (log-log), one point per "
+               "operator input, ParaDnn cell or language model's decode (its bytes the "
+               "weights and KV cache a step reads at least, so its intensity is at most "
+               "where it is drawn)")
+    if len(roofless) < len(panels):
+        caption += ("; lines: each precision's roof, min(compute ceiling, bandwidth x "
+                    "intensity). Measured ceilings come from the study's calibration cells "
+                    "(calibrate: true), vendor ceilings from the peak table")
+    if roofless:
+        # Without a roof the chart is only where the points lie: say why, and how to get one.
+        caption += (f". No roof for {', '.join(roofless)}: the study has no calibration "
+                    "cells for that device and the peak table has no peaks for it (it has "
+                    "none for a CPU); calibrate: true in the study measures its ceilings")
+    return Figure("roofline", "Roofline", caption + ".", styled(chart))
 
 
 def _precision_rank(precision: str) -> int:
@@ -181,16 +199,21 @@ def _panel_chart(group: pd.DataFrame, roof: pd.DataFrame, title: str) -> alt.Cha
     # (0.11, 0.12, ...) rather than the few log ticks that fall inside (Vega's choice).
     y = alt.Y("tflops:Q", title="TFLOP/s per device", scale=alt.Scale(type="log", nice=False, padding=12),
               axis=alt.Axis(tickCount=12))
+    # Fields some point of the panel has: a tooltip line without a value reads "NaN".
+    shapes = ([alt.Tooltip("shapes:N", title="arguments")]
+              if group["shapes"].ne("").any() else [])
+    of_roof = ([alt.Tooltip("pct_of_roof:Q", title="% of roof", format=".1f")]
+               if group["pct_of_roof"].notna().any() else [])
     dots = alt.Chart(group).mark_point(filled=True, size=70).encode(
         x=x, y=y, color=alt.Color("family:N", title="operator / model",
                                   scale=alt.Scale(scheme="tableau10")),
         shape=alt.Shape("pass:N", title="pass"),
         tooltip=[alt.Tooltip("family:N", title="operator / model"),
                  alt.Tooltip("config:N", title="op config"), alt.Tooltip("name:N", title="input"),
-                 alt.Tooltip("pass:N"), alt.Tooltip("precision:N"),
+                 *shapes, alt.Tooltip("pass:N"), alt.Tooltip("precision:N"),
                  alt.Tooltip("intensity:Q", title="FLOP/byte", format=".3~s"),
                  alt.Tooltip("tflops:Q", title="TFLOP/s per device", format=".3~g"),
-                 alt.Tooltip("pct_of_roof:Q", title="% of roof", format=".1f")])
+                 *of_roof])
     layers = [dots]
     if not roof.empty:
         lines = alt.Chart(roof).mark_line(strokeWidth=1.6, opacity=0.8).encode(
@@ -215,9 +238,14 @@ def roofline_table(frame: pd.DataFrame) -> str | None:
     # The op config's column where there are operator points: one input id of one operator
     # in two configs would read as two identical rows without it.
     configs = (pts["config"] != "").any()
-    rows = [[r.panel, r.family, *([r.config] if configs else []), r.name, r.pass_,
+    shapes = pts["shapes"].ne("").any()
+    of_roof = pts["pct_of_roof"].notna().any()  # none where no panel has a roof
+    rows = [[r.panel, r.family, *([r.config] if configs else []), r.name,
+             *([r.shapes] if shapes else []), r.pass_,
              r.precision, f"{r.intensity:.3g}", f"{r.tflops:.4g}",
-             "" if pd.isna(r.pct_of_roof) else f"{r.pct_of_roof:.1f}"]
+             *(["" if pd.isna(r.pct_of_roof) else f"{r.pct_of_roof:.1f}"] if of_roof else [])]
             for r in pts.rename(columns={"pass": "pass_"}).itertuples()]
     return table(["system · device", "operator / model", *(["op config"] if configs else []),
-                  "input", "pass", "precision", "FLOP/byte", "TFLOP/s per device", "% of roof"], rows)
+                  "input", *(["arguments"] if shapes else []), "pass", "precision",
+                  "FLOP/byte", "TFLOP/s per device", *(["% of roof"] if of_roof else [])],
+                 rows)

@@ -48,6 +48,11 @@ def counted(devices: Iterable[object]) -> tuple[str, str]:
     return singular, plural
 
 
+def nouns(count: int, singular: str, plural: str | None = None) -> str:
+    """A count with its noun, singular for one: "1 cell", "2 cells", "1,234 rows"."""
+    return f"{count:,} " + (singular if count == 1 else plural or singular + "s")
+
+
 @dataclass(frozen=True)
 class Column:
     """A column of a numbers table: the data field, its heading and, for numbers, a
@@ -61,8 +66,9 @@ class Column:
 @dataclass
 class NumbersTable:
     """A sortable table the page builds from data it holds once: the rows of ``frame``,
-    or, beside a figure, its chart's rows. ``required``: rows where this field is null
-    are left out (those the chart does not draw)."""
+    or, beside a figure, its chart's rows (``frame`` where the chart has no rows at its
+    top, as charts stacked one above the other). ``required``: rows where this field is
+    null are left out (those the chart does not draw)."""
 
     columns: list[Column]
     required: str | None = None

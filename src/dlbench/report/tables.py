@@ -27,6 +27,8 @@ from dlbench.report.data import (
     run_counts,
     time_title,
 )
+from dlbench.report.model_charts import PARADNN_PREFIX
+from dlbench.report.style import nouns
 
 
 def _text(value: Any) -> str:
@@ -113,8 +115,44 @@ def _run_labels(frame: pd.DataFrame, failed_run: pd.Series) -> pd.Series:
     return (which + "; the cell is ok").where(failed_run, every)
 
 
-def _counted(n: int, word: str) -> str:
-    return f"{n} {word}" + ("s" if n != 1 else "")
+# How many cells a note on the charts names (the failures list names every one).
+UNFINISHED_NAMED = 6
+STATUS_WORDS = {"oom": "out of memory", "failed": "failed", "skipped": "skipped"}
+
+
+def unfinished_note(frame: pd.DataFrame) -> str | None:
+    """Model cells that did not finish (out of memory, failed, skipped), which the charts
+    against batch size leave out: counted by status, the first named, with a link to the
+    list of them all; None without any. A reader looking for how large a batch fits
+    would otherwise take a missing point for one not measured."""
+    per_cell = cells(frame)
+    if per_cell.empty or "model" not in per_cell or "batch_size" not in per_cell:
+        return None
+    rows = per_cell[per_cell["kind"].eq("model") & per_cell["status"].ne("ok")
+                    & per_cell["batch_size"].notna()
+                    & ~per_cell["model"].fillna("").astype(str).str.startswith(PARADNN_PREFIX)]
+    if rows.empty:
+        return None
+    rank = {s: i for i, s in enumerate(STATUS_ORDER)}
+    rows = rows.sort_values(["status", "model", "phase", "precision", "batch_size"],
+                            key=lambda c: c.map(rank) if c.name == "status" else c,
+                            kind="stable")
+    systems = frame["system"].nunique() > 1 if "system" in frame else False
+    counts = rows["status"].value_counts()
+    by_status = ", ".join(f"{nouns(int(counts[s]), 'cell')} {STATUS_WORDS.get(s, s)}"
+                          for s in ordered(list(counts.index), STATUS_ORDER))
+    if len(counts) > 1:
+        by_status = f"{nouns(len(rows), 'cell')} that did not finish ({by_status})"
+    named = [" · ".join(v for v in (
+        r.model, r.phase, r.precision, f"batch {int(r.batch_size)}",
+        *([r.system] if systems else [])) if isinstance(v, str) and v)
+        + (f", {STATUS_WORDS.get(r.status, r.status)}" if len(counts) > 1 else "")
+        for r in rows.head(UNFINISHED_NAMED).itertuples()]
+    more = len(rows) - len(named)
+    text = (f"Not drawn in the charts against batch size: {by_status}: "
+            + "; ".join(named) + (f"; and {more} more" if more else "") + ". ")
+    return (f'<p class="note unfinished">{escape(text)}Why each stopped: '
+            '<a href="#failures">Cells that did not finish</a>.</p>')
 
 
 def _cell_count(rows: pd.DataFrame) -> int:
@@ -129,10 +167,10 @@ def _failed_runs_note(bad: pd.DataFrame) -> str:
         return ""
     # an ok cell's failed operator inputs are listed too, but the cell counts as ok
     not_ok = _cell_count(bad[~of_ok & ~bad["_cell_ok"].astype(bool)])
-    lead = (f"{_counted(not_ok, 'cell')} did not finish (counted at the top)" if not_ok
+    lead = (f"{nouns(not_ok, 'cell')} did not finish (counted at the top)" if not_ok
             else "Every cell has a run that finished")
-    text = (f"{lead}; {_counted(int(of_ok.sum()), 'run')} failed in "
-            f"{_counted(_cell_count(bad[of_ok]), 'cell')} whose other runs finished: such a "
+    text = (f"{lead}; {nouns(int(of_ok.sum()), 'run')} failed in "
+            f"{nouns(_cell_count(bad[of_ok]), 'cell')} whose other runs finished: such a "
             "cell counts as ok, with the figures of its ok runs.")
     return f'<p class="note">{escape(text)}</p>'
 
@@ -218,8 +256,24 @@ def _revision(env: dict[str, Any]) -> str:
     return " @ ".join(p for p in (version, revision) if p)
 
 
-_ENVIRONMENT_HEADERS = ["host", "CPU", "GPUs", "driver", "CUDA", "cuDNN", "NCCL", "framework",
-                        "Python", "dlbench", "container"]
+# The system label every chart names a run's machine by, beside its host name.
+_ENVIRONMENT_HEADERS = ["system", "host", "CPU", "GPUs", "driver", "CUDA", "cuDNN", "NCCL",
+                        "framework", "Python", "dlbench", "container"]
+# A GPU library version read on a host without a GPU: the one the framework was built with
+# (a PyTorch wheel's CUDA, cuDNN and NCCL), installed but never run there.
+BUILD_ONLY = " (build)"
+
+
+def cudnn_text(version: object) -> str:
+    """cuDNN's version as it is released ("9.1.0"), from the number torch gives (91000:
+    major × 10000 + minor × 100 + patch since cuDNN 9, major × 1000 + ... before); any
+    other text as it is."""
+    text = "" if version is None else str(version)
+    if not text.isdigit():
+        return text
+    number = int(text)
+    major, rest = divmod(number, 10000) if number >= 90000 else divmod(number, 1000)
+    return f"{major}.{rest // 100}.{rest % 100}" if major else text
 
 
 def _environment_key(row: Any) -> tuple[str, ...]:
@@ -227,9 +281,14 @@ def _environment_key(row: Any) -> tuple[str, ...]:
     env = _environment(row)
     framework = env.get("framework") or (row.framework if isinstance(row.framework, str) else "")
     framework = " ".join(p for p in (framework, env.get("framework_version") or "") if p)
-    key = (env.get("hostname") or "", _cpu(env), _gpus(env, row.gpu_model),
-           env.get("gpu_driver") or "", env.get("cuda_version") or "",
-           env.get("cudnn_version") or "", env.get("nccl_version") or "", framework,
+    gpus = _gpus(env, row.gpu_model)
+    libraries = [env.get("cuda_version") or "", cudnn_text(env.get("cudnn_version")),
+                 env.get("nccl_version") or ""]
+    if not gpus:
+        libraries = [f"{v}{BUILD_ONLY}" if v else "" for v in libraries]
+    system = getattr(row, "system", None)
+    key = (system if isinstance(system, str) else "", env.get("hostname") or "", _cpu(env),
+           gpus, env.get("gpu_driver") or "", *libraries, framework,
            env.get("python_version") or "", _revision(env), env.get("container") or "")
     return tuple(str(v) for v in key)
 
@@ -242,8 +301,8 @@ def environment_rows(frame: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     environment of its own per cell: a study spread over a cluster's nodes would list
     thousands)."""
     headers = _ENVIRONMENT_HEADERS
-    fields = [c for c in ("environment", "framework", "gpu_model", *_ENVIRONMENT_COLUMNS)
-              if c in frame]
+    fields = [c for c in ("environment", "framework", "gpu_model", "system",
+                          *_ENVIRONMENT_COLUMNS) if c in frame]
     runs = cell_rows(frame).drop_duplicates(
         subset=[c for c in ("study", "cell", "source") if c in frame], keep="last")
     values = runs[fields].astype(object)
@@ -266,7 +325,11 @@ def environment_table(frame: pd.DataFrame) -> str | None:
     headers, rows = environment_rows(frame)
     if len(headers) <= 1:
         return None
-    return table(headers, rows, css="environment")
+    built = any(str(v).endswith(BUILD_ONLY) for row in rows for v in row)
+    note = (f'<p class="note">{escape(BUILD_ONLY.strip())}: on a host without a GPU, the '
+            "version the framework was built with, not a library its cells ran.</p>"
+            if built else "")
+    return table(headers, rows, css="environment") + note
 
 
 def held_back_table(frame: pd.DataFrame) -> str | None:
