@@ -228,3 +228,78 @@ def test_an_adopting_supervisor_ends_what_its_child_left_in_a_session_of_its_own
     finally:
         if _running(left):
             os.kill(left, signal.SIGKILL)
+
+
+LEAVES_A_RANK_UNDER_A_DYING_TORCHRUN = """
+import os, sys
+from dlbench import subproc
+assert subproc.adopt_orphans()
+RUNNER = '''
+import os, signal, subprocess, sys, time
+torchrun = subprocess.Popen([sys.executable, "-c",
+    "import subprocess, sys, time; r = subprocess.Popen(['setsid', 'sleep', '120']); "
+    "open(sys.argv[1], 'w').write(str(r.pid)); time.sleep(120)", sys.argv[1]])
+while not os.path.exists(sys.argv[1]) or not open(sys.argv[1]).read():
+    time.sleep(0.02)
+os.kill(os.getpid(), signal.SIGKILL)  # the runner, killed (out of memory)
+'''
+for i in range(3):
+    subproc.supervised([sys.executable, "-c", RUNNER, f"{sys.argv[1]}.{i}"])
+    print(len(subproc.children(os.getpid())), flush=True)
+"""
+
+
+def test_ranks_handed_over_by_a_dying_torchrun_are_ended_and_reaped(tmp_path):
+    """The runner is killed; torchrun, in its group, is killed with it, and hands its rank
+    (a session of its own) to us only as it dies: the rank is ended all the same, and
+    nothing is left, not even a zombie."""
+    base = tmp_path / "rank"
+    out = subprocess.run([sys.executable, "-c", LEAVES_A_RANK_UNDER_A_DYING_TORCHRUN,
+                          str(base)], env={**os.environ, "PYTHONPATH": SRC},
+                         capture_output=True, text=True, timeout=120)
+    ranks = [int(p.read_text()) for p in sorted(tmp_path.glob("rank.*"))]
+    try:
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == ["0", "0", "0"]
+        assert len(ranks) == 3 and not any(map(_running, ranks))
+    finally:
+        for rank in ranks:
+            if _running(rank):
+                os.kill(rank, signal.SIGKILL)
+
+
+STOPPED_WHILE_ITS_RUNNER_LIVES = """
+import sys
+from dlbench import subproc
+assert subproc.adopt_orphans()
+subproc.supervised([sys.executable, "-c", '''
+import subprocess, sys, time
+subprocess.run(["bash", "-c", "setsid sleep 120 & echo $! > " + sys.argv[1]])
+time.sleep(120)
+''', sys.argv[1]])
+"""
+
+
+def test_a_stop_ends_what_was_adopted_while_the_runner_still_ran(tmp_path):
+    """torchrun died, handing its rank to us, while the runner runs on; a SIGTERM then
+    ends the runner's tree, which the rank is no longer part of, and us: the rank too."""
+    pid_file = tmp_path / "rank.pid"
+    proc = _python(STOPPED_WHILE_ITS_RUNNER_LIVES.replace("sys.argv[1]", repr(str(pid_file))))
+    try:
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text().strip()):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
+        rank = int(pid_file.read_text())
+        time.sleep(0.3)  # bash has exited: the rank is ours now
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == -signal.SIGTERM
+        deadline = time.monotonic() + 5
+        while _running(rank) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(rank)
+    finally:
+        proc.kill()
+        if pid_file.exists() and pid_file.read_text().strip() and \
+                _running(rank := int(pid_file.read_text())):
+            os.kill(rank, signal.SIGKILL)

@@ -167,32 +167,37 @@ def kill_tree(pid: int, sig: int = signal.SIGKILL) -> None:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
-def end_adopted(ours: set[int]) -> None:
+def end_adopted(ours: set[int], settle_s: float = 2.0) -> None:
     """Kill, with all they started, this process's children other than ``ours`` (those it
-    started itself): the orphans it adopted (``adopt_orphans``). Nothing without that."""
+    started itself): the orphans it adopted (``adopt_orphans``); nothing without that.
+    Scanned again until none is left, each reaped, for at most ``settle_s``: a process
+    dying meanwhile (torchrun, killed with the runner's group) hands its children (the
+    ranks) to us only as it dies, after a scan may have read them as its own."""
     if not _ADOPTING:
         return
-    adopted = [pid for pid in children(os.getpid()) if pid not in ours]
-    for pid in adopted:
-        kill_tree(pid)
-    deadline = time.monotonic() + 2.0  # reaped, as their parent now must; bounded
-    for pid in adopted:
-        while time.monotonic() < deadline:
-            try:
-                if os.waitpid(pid, os.WNOHANG)[0]:
-                    break
-            except ChildProcessError:
-                break
-            time.sleep(0.01)
+    deadline = time.monotonic() + settle_s
+    while True:
+        adopted = [pid for pid in children(os.getpid()) if pid not in ours]
+        if not adopted:
+            return
+        for pid in adopted:
+            kill_tree(pid)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # a zombie now, or at the next scan
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.01)
 
 
 @contextlib.contextmanager
-def _forwarding_signals(proc: subprocess.Popen) -> Iterator[None]:
+def _forwarding_signals(proc: subprocess.Popen, ours: set[int]) -> Iterator[None]:
     """While the child runs, SIGTERM/SIGHUP to us end its whole group first (Snakemake
-    stops a job that way), then end us with the default action."""
+    stops a job that way), and what we adopted of its tree (``end_adopted``; ``ours``:
+    the children we started before it), then end us with the default action."""
     def handler(signum, frame):  # noqa: ARG001 (signal handler signature)
         if proc.returncode is None:  # reaped, its pid may be another process's now
             kill_tree(proc.pid)
+        end_adopted(ours | {proc.pid})
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
@@ -305,7 +310,7 @@ def _supervise(cmd: Sequence[str], env: Mapping[str, str] | None, keep: int,
     if received:  # stopped while it started
         proc.send_signal(signal.SIGTERM)
     if own_group:
-        signals.enter_context(_forwarding_signals(proc))
+        signals.enter_context(_forwarding_signals(proc, ours))
     tail: collections.deque[str] = collections.deque(maxlen=keep)
     threads = [threading.Thread(target=_pump, args=(proc.stdout, sys.stdout, None),
                                 daemon=True),
