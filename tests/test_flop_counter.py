@@ -73,3 +73,40 @@ def test_the_backward_counts_five_matmuls_of_every_query_head(torch_2_11):
 def test_heads_that_do_not_group_are_refused_in_one_line():
     with pytest.raises(ValueError, match="8 query heads are not a multiple of 3 key/value"):
         flop_counter.attention_flops((B, 8, S, D), (B, 3, S, D), (B, 3, S, D))
+
+
+def test_cpu_flash_attention_is_counted_as_attention():
+    """PyTorch's CPU kernel of scaled_dot_product_attention, forward and backward."""
+    q, k, v = (torch.rand(2, 4, 16, 8, requires_grad=True) for _ in range(3))
+    with flop_counter.counter() as counter:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v).sum().backward()
+    ops = {str(op) for op in counter.get_flop_counts()["Global"]}
+    assert "aten._scaled_dot_product_flash_attention_for_cpu" in ops
+    shape = (2, 4, 16, 8)
+    assert counter.get_total_flops() == (torch_flops.sdpa_flop_count(shape, shape, shape)
+                                         + torch_flops.sdpa_backward_flop_count(
+                                             shape, shape, shape, shape))
+    assert not counter.uncounted
+
+
+def test_bert_inference_is_counted_through_its_fused_encoder_layers():
+    """In eval mode nn.TransformerEncoderLayer runs each layer as one fused kernel
+    (_transformer_encoder_layer_fwd) the counter cannot see into: the count runs on the
+    path it fuses, and equals a count with the fast path turned off."""
+    from dlbench.pytorch import precision, runner, steps, zoo
+
+    built = zoo.build("bert_base", {"sequence_length": 16})
+    ids = torch.randint(0, 1000, (1, 16))
+    step = steps.inference_step(built.module, precision.setup("float32", "cpu"), "cpu")
+    fast = torch.backends.mha.get_fastpath_enabled()
+    assert fast  # the default, restored after the count
+    counted, uncounted = runner.count_flops(step, (ids, ids))
+    assert torch.backends.mha.get_fastpath_enabled() is fast and uncounted == []
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        expected, _ = runner.count_flops(step, (ids, ids))
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fast)
+    assert counted == expected
+    # Every encoder layer's weights multiply every token: 12 layers of 7.1M weights.
+    assert counted > 2 * 16 * 12 * 7_000_000

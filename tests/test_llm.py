@@ -110,8 +110,9 @@ def test_a_training_cell_through_the_runner_counts_tokens_and_uses_the_formula(t
     assert m["parameters"] == L.parameter_count(full)
     extra = m["extra"]
     assert extra["attention"] == "sdpa" and extra["sequence_length"] == 64
-    # The count misses CPU flash attention: below the formula, recorded beside it.
-    assert 0 < extra["counted_flops_per_iteration"] < m["flops_per_iteration"]
+    # The count, CPU flash attention included, recorded beside the formula it agrees with.
+    assert extra["counted_flops_per_iteration"] == pytest.approx(m["flops_per_iteration"],
+                                                                 rel=0.05)
     assert extra["loss_finite"]
 
 

@@ -182,6 +182,7 @@ def test_the_runner_reports_no_flops_where_a_kernel_was_not_counted(monkeypatch,
     ("aten._cudnn_rnn", True), ("aten.miopen_rnn_backward", True), ("aten.quantized_lstm", True),
     ("aten.addbmm", True), ("aten._weight_int8pack_mm", True), ("aten.slow_conv3d_forward", True),
     ("aten._scaled_dot_product_flash_attention_for_cpu", True),
+    ("aten._transformer_encoder_layer_fwd", True), ("aten._cudnn_rnn_flatten_weight", False),
     ("aten._thnn_fused_lstm_cell", False), ("aten.cummax", False), ("aten.lgamma", False),
     ("aten._convert_weight_to_int4pack", False), ("aten.embedding_dense_backward", False),
 ])

@@ -125,17 +125,21 @@ def mkldnn_rnn_layer_backward_flops(input: Any, w_ih: Any, w_hh: Any, _b_ih: Any
 mkldnn_rnn_layer_backward_flops._get_raw = True  # type: ignore[attr-defined]
 
 # Name parts of operators whose work is matrix products: recurrent layers, convolutions,
-# matrix products, attention. A ``cell`` kernel (``_thnn_fused_lstm_cell``) is only the
-# gates' elementwise arithmetic; its products run, and are counted, as their own ``mm``.
+# matrix products, attention, fused transformer layers (``_transformer_encoder_layer_fwd``,
+# nn.TransformerEncoderLayer's inference fast path). A ``cell`` kernel
+# (``_thnn_fused_lstm_cell``) is only the gates' elementwise arithmetic, its products run,
+# and counted, as their own ``mm``; a ``flatten`` one (``_cudnn_rnn_flatten_weight``)
+# copies weights.
 _HEAVY_PARTS = frozenset({"rnn", "lstm", "gru", "conv", "conv1d", "conv2d", "conv3d",
                           "convolution", "mm", "bmm", "addmm", "addbmm", "baddbmm", "matmul",
-                          "attention"})
+                          "attention", "transformer"})
+_LIGHT_PARTS = frozenset({"cell", "flatten"})
 
 
 def known_heavy(name: str) -> bool:
     """Whether the operator ``name`` (``aten._cudnn_rnn``) does matrix products."""
     parts = set(name.rsplit(".", 1)[-1].split("_"))
-    return bool(parts & _HEAVY_PARTS) and "cell" not in parts
+    return bool(parts & _HEAVY_PARTS) and not parts & _LIGHT_PARTS
 
 
 def formulas() -> dict[Any, Any]:
@@ -145,7 +149,8 @@ def formulas() -> dict[Any, Any]:
 
     aten = torch.ops.aten
     forward = ("_scaled_dot_product_efficient_attention",
-               "_scaled_dot_product_flash_attention", "_scaled_dot_product_cudnn_attention")
+               "_scaled_dot_product_flash_attention", "_scaled_dot_product_cudnn_attention",
+               "_scaled_dot_product_flash_attention_for_cpu")
     pairs = [(op, formula) for name in forward
              for op, formula in ((name, attention_flops),
                                  (f"{name}_backward", attention_backward_flops))]
