@@ -494,6 +494,19 @@ def test_processes_sharing_one_cpu_show_their_speed_up_and_no_perfect_scaling(tm
     assert figure.table.required == "speedup"  # the rows without an efficiency stay
 
 
+def test_mxnet_cpu_contexts_of_one_process_are_no_scaling_series(tmp_path):
+    """On a CPU, MXNet's num_gpus makes contexts in one process sharing one thread pool:
+    neither processes nor devices, so they make no scaling series; PyTorch's processes
+    beside them still do."""
+    docs = cpu_scaling_docs()
+    for doc in docs:
+        doc["cell"]["framework"] = "mxnet"
+        doc["cell_id"] = doc["cell_id"].replace("pytorch", "mxnet")
+    assert scaling_charts.scaling_frame(table(tmp_path / "mx", docs)).empty
+    data = scaling_charts.scaling_frame(table(tmp_path / "both", docs + cpu_scaling_docs()))
+    assert set(data["framework"]) == {"pytorch"}
+
+
 def test_gpu_efficiency_and_cpu_speed_up_share_a_chart_in_rows_of_their_own(tmp_path):
     """GPU and CPU series in one study: the GPUs' efficiency above the CPU processes'
     speed-up, each with its own y axis; the perfect-scaling line is the GPUs' only."""

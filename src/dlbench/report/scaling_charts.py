@@ -44,6 +44,12 @@ def scaling_frame(frame: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame()
     nodes = (rows["num_nodes"].fillna(1) if "num_nodes" in rows else pd.Series(1, rows.index))
+    # An MXNet CPU cell's num_gpus counts contexts of one process on one thread pool
+    # (docs/mxnet.md): more of them add neither devices nor processes, so no scaling.
+    contexts = (rows["framework"].eq("mxnet") & rows["device"].eq("cpu") & nodes.eq(1))
+    rows, nodes = rows[~contexts], nodes[~contexts]
+    if rows.empty:
+        return pd.DataFrame()
     # The one rule of dlbench.efficiency: GPUs add devices, a CPU's processes share one.
     cells = rows.reindex(columns=["device", "num_gpus", "num_nodes"]).to_dict("records")
     rows = rows.assign(per_device=[device_per_process(c) for c in cells],
