@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from dlbench import systems
+from dlbench import slurm_nodes, systems
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "slurm"))
 from cluster import SingleNodeSlurm, missing_requirements  # noqa: E402
@@ -31,6 +31,9 @@ REPO = Path(__file__).resolve().parents[1]
 SLURM_PROFILE = REPO / "profiles" / "slurm"
 GENERIC_PROFILE = REPO / "profiles" / "cluster-generic"
 STATUS_SCRIPT = GENERIC_PROFILE / "status-slurm.sh"
+# Where a refusal says to lower a setting: in the profile (slurm_nodes.change_hint).
+LOWER_CPUS = f"({slurm_nodes.change_hint('lower it', 'set-threads', 'set-resources')})"
+LOWER_MEMORY = f"({slurm_nodes.change_hint('lower it', 'set-resources', 'default-resources')})"
 FAST = ["--resources", "benchmark_slot=4"]  # cells run side by side: each has its own job
 
 STUDY = {
@@ -260,8 +263,7 @@ def test_repeat_rounds_ask_slurm_what_the_first_round_asks_and_too_many_cpus_are
     assert proc.returncode == 1
     assert ("dlbench config error: study 'fat': benchmark_pytorch threads: 32 asks 32 CPUs "
             "on a node, but no node of this Slurm cluster has more than 16 (sinfo); the job "
-            "would wait in the queue for ever (lower it, e.g. --set-threads or "
-            "--set-resources on the command line)") in proc.stderr.splitlines()
+            f"would wait in the queue for ever {LOWER_CPUS}") in proc.stderr.splitlines()
     assert slurm.queue() == [] and not (workdir / "results").exists()
 
 
@@ -279,8 +281,7 @@ def test_memory_a_partition_or_a_time_slurm_would_refuse_is_refused_before_any_s
         ("--default-resources", "mem_mb=70000", "runtime=60"):
             "dlbench config error: study 'big': default-resources mem_mb: 70000 asks 70000 MB "
             "of memory on a node, but no node of this Slurm cluster has more than 64000 MB "
-            "(sinfo); Slurm would refuse the job (lower it, e.g. --set-resources or "
-            "--default-resources on the command line)",
+            f"(sinfo); Slurm would refuse the job {LOWER_MEMORY}",
         ("--set-resources", "benchmark_pytorch:slurm_partition=gpu"):
             "dlbench config error: study 'big': benchmark_pytorch slurm_partition asks for "
             "partition 'gpu', but this Slurm cluster has no such partition (sinfo lists "
@@ -292,8 +293,7 @@ def test_memory_a_partition_or_a_time_slurm_would_refuse_is_refused_before_any_s
         refusals[()] = (
             "dlbench config error: study 'big': benchmark_pytorch runtime asks 120 minutes, "
             "but no partition of this Slurm cluster allows more than 60 (sinfo); the job "
-            "would wait in the queue for ever (lower it, e.g. --set-resources or "
-            "--default-resources on the command line)")
+            f"would wait in the queue for ever {LOWER_MEMORY}")
         for args, line in refusals.items():
             proc = subprocess.run(
                 snakemake_cmd(workdir, "--profile", str(SLURM_PROFILE), *args),
@@ -319,14 +319,12 @@ def test_cpus_or_memory_beyond_the_partitions_limits_are_refused_before_any_subm
         "MaxCPUsPerNode=8": (
             "dlbench config error: study 'held': benchmark_pytorch threads: 16 asks 16 CPUs "
             "on a node, but partition 'debug' allows at most 8 (MaxCPUsPerNode, scontrol show "
-            "partition); the job would wait in the queue for ever (lower it, e.g. "
-            "--set-threads or --set-resources on the command line)"),
+            f"partition); the job would wait in the queue for ever {LOWER_CPUS}"),
         "MaxMemPerNode=8000": (
             "dlbench config error: study 'held': default-resources mem_mb: 16000 asks 16000 "
             "MB of memory on a node, but partition 'debug' allows at most 8000 "
             "(MaxMemPerNode, scontrol show partition); the job would wait in the queue for "
-            "ever (lower it, e.g. --set-resources or --default-resources on the command "
-            "line)"),
+            f"ever {LOWER_MEMORY}"),
     }
     try:
         for setting, line in refusals.items():
@@ -347,26 +345,38 @@ def test_cpus_or_memory_beyond_the_partitions_limits_are_refused_before_any_subm
 @pytest.mark.slow
 def test_a_cell_outliving_its_jobs_runtime_is_a_failed_row_not_a_lost_job(slurm,
                                                                           tmp_path_factory):
-    """Jobs of one minute (runtime: 1): Slurm would end the job at its time limit, and the
-    cell with it, without a result, on every run. The launcher stops the cell a minute
-    earlier (here after 1 s): a failed row naming its limit, and a line before the run."""
+    """Jobs of three minutes (runtime: 3): Slurm would end the job at its time limit, and
+    the cell with it, without a result, on every run. The launcher stops the cell a minute
+    earlier (after 120 s): a failed row naming its limit, and a line before the run. A
+    runtime of one minute would leave the cell nothing: refused before any submission."""
     workdir = new_workdir(tmp_path_factory, "short-jobs", {"studies": {"endless": {
         "grid": {"model": "deep_mnist", "device": "cpu", "batch_size": 6,
                  "num_batches": 10**6, "num_warmup_batches": 1}}}})
     proc = subprocess.run(
         snakemake_cmd(workdir, "--profile", str(SLURM_PROFILE), "--set-resources",
-                      "benchmark_pytorch:runtime=1",
+                      "benchmark_pytorch:runtime=1"),
+        env=slurm.env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert any(line.startswith(
+        "dlbench config error: study 'endless': benchmark_pytorch runtime: 1 minutes leaves "
+        "its cells 0 s") for line in proc.stderr.splitlines()), proc.stderr[-3000:]
+    assert slurm.queue() == [] and not (workdir / "results").exists()
+    proc = subprocess.run(
+        snakemake_cmd(workdir, "--profile", str(SLURM_PROFILE), "--set-resources",
+                      "benchmark_pytorch:runtime=3",
                       "--slurm-init-seconds-before-status-checks", "2"),
         env=slurm.env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:] + slurm.logs()
+    raise_it = slurm_nodes.change_hint(
+        "to give them longer, raise benchmark_pytorch's runtime", "set-resources")
     assert ("dlbench config warning: study 'endless': timeout_s 3600 s is longer than its "
-            "cluster jobs may run (benchmark_pytorch runtime: 1 minutes): its cells are "
-            "stopped after 1 s (raise the runtime to give them longer, e.g. --set-resources "
-            "benchmark_pytorch:runtime=MINUTES)") in proc.stderr.splitlines()
+            "cluster jobs may run (benchmark_pytorch runtime: 3 minutes): its cells are "
+            f"stopped after 120 s ({raise_it})") in proc.stderr.splitlines()
     ((study_name, _, status),) = cells_and_statuses(workdir)
     assert (study_name, status) == ("endless", "failed")
     row = pq.read_table(workdir / "results" / "benchmarks.parquet").to_pylist()[0]
-    assert row["error"].startswith("timed out after 1 s (timeout_s)"), row["error"]
+    assert row["error"].startswith("timed out after 120 s (timeout_s, or its cluster job's "
+                                   "runtime less a margin where shorter)"), row["error"]
 
 
 def processes_mentioning(text):

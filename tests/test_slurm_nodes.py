@@ -59,6 +59,18 @@ def test_no_answer_from_sinfo_checks_nothing():
 
 NODES = [Node("g1", 4, 64), Node("g2", 4, 64), Node("c1", 0, 128)]
 
+# Where a refusal says to change a setting: the profile, not the command line, whose
+# --set-resources (or --set-threads, --default-resources) replaces the profile's whole
+# entry and silently drops every other setting in it (cpus_per_gpu, runtime, partition).
+LOWER_CPUS = (
+    "(lower it in the profile's set-threads or set-resources, in a copy of the profile: on "
+    "the command line, --set-threads or --set-resources would replace the profile's whole "
+    "entry, every rule's other settings in it)")
+LOWER_MEMORY = (
+    "(lower it in the profile's set-resources or default-resources, in a copy of the "
+    "profile: on the command line, --set-resources or --default-resources would replace "
+    "the profile's whole entry, every rule's other settings in it)")
+
 
 def test_refusal_names_the_study_and_the_field():
     assert slurm_nodes.refusal([Request("s", 2, 4), Request("t", 3, 0)], NODES) is None
@@ -68,6 +80,16 @@ def test_refusal_names_the_study_and_the_field():
     assert slurm_nodes.refusal([Request("wide", 3, 2)], NODES) == (
         "study 'wide': num_nodes: 3 nodes with 2 GPUs each, but this Slurm cluster has 2 "
         "such nodes (sinfo); Slurm would refuse the job")
+
+
+def test_a_cpu_cell_on_too_few_nodes_is_refused_without_a_gpu_phrase_in_the_singular():
+    """A CPU cell asks for no GPU: its refusal counts nodes alone, and one node is a node."""
+    assert slurm_nodes.refusal([Request("cpu", 2, 0)], [Node("n1", 0, 8)]) == (
+        "study 'cpu': num_nodes: 2 nodes, but this Slurm cluster has 1 such node (sinfo); "
+        "Slurm would refuse the job")
+    assert slurm_nodes.refusal([Request("gpu", 2, 1)], [Node("n1", 1, 8)]) == (
+        "study 'gpu': num_nodes: 2 nodes with 1 GPUs each, but this Slurm cluster has 1 such "
+        "node (sinfo); Slurm would refuse the job")
 
 
 def test_distinct_requests_keep_the_first_study_and_put_the_largest_first():
@@ -98,7 +120,7 @@ def test_a_job_asking_more_cpus_on_a_node_than_any_node_has_is_refused():
     assert slurm_nodes.refusal([asked], NODES) == (
         "study 'cpu': benchmark_pytorch threads: 256 asks 256 CPUs on a node, but no node of "
         "this Slurm cluster has more than 128 (sinfo); the job would wait in the queue for "
-        "ever (lower it, e.g. --set-threads or --set-resources on the command line)")
+        f"ever {LOWER_CPUS}")
     per_gpu = Request("gpu", 1, 4, 96, "benchmark_pytorch cpus_per_gpu: 24 x 4 GPU(s)")
     assert "no node with 4 GPUs of this Slurm cluster has more than 64" in (
         slurm_nodes.refusal([per_gpu], NODES))
@@ -151,13 +173,12 @@ def test_a_job_asking_more_memory_on_a_node_than_any_node_has_is_refused():
     wide = Request("wide", 2, 4, 16, "t", 300000, "default-resources mem_mb: 300000")
     assert slurm_nodes.refusal([wide], PARTITIONED) == (
         "study 'wide': num_nodes: 2 nodes with 4 GPUs each, but this Slurm cluster has 1 "
-        "such nodes (sinfo); Slurm would refuse the job")
+        "such node (sinfo); Slurm would refuse the job")
     fat = Request("fat", 1, 4, 16, "t", 600000, "benchmark_pytorch mem_mb: 600000")
     assert slurm_nodes.refusal([fat], PARTITIONED) == (
         "study 'fat': benchmark_pytorch mem_mb: 600000 asks 600000 MB of memory on a node, "
         "but no node with 4 GPUs of this Slurm cluster has more than 512000 MB (sinfo); "
-        "Slurm would refuse the job (lower it, e.g. --set-resources or --default-resources "
-        "on the command line)")
+        f"Slurm would refuse the job {LOWER_MEMORY}")
     # c2's memory is unknown: a CPU job of any size may go there.
     assert slurm_nodes.refusal([Request("cpu", 1, 0, 8, "t", 10**7, "m")], PARTITIONED) is None
 
@@ -177,8 +198,8 @@ def test_a_partition_the_cluster_lacks_is_refused_and_a_named_one_limits_the_nod
         "than 0 (sinfo); Slurm would refuse the job")
     assert slurm_nodes.refusal(
         [Request("s", 2, 0, 8, "t", 600000, "m", ("all",))], PARTITIONED) == (
-        "study 's': num_nodes: 2 nodes with 0 GPUs each, but partition 'all' has 1 such "
-        "nodes (sinfo); Slurm would refuse the job")
+        "study 's': num_nodes: 2 nodes, but partition 'all' has 1 such node (sinfo); Slurm "
+        "would refuse the job")
     assert slurm_nodes.refusal([Request("s", 2, 0, partitions=("cpu", "gpu"))],
                                PARTITIONED) is None
     assert slurm_nodes.refusal([Request("s", 1, 0, partitions=("x",))], NODES) is None
@@ -195,15 +216,13 @@ def test_a_job_asking_more_time_than_its_partitions_allow_is_refused():
     assert slurm_nodes.refusal([asking(10**6)], PARTITIONED) is None  # 'all' has no limit
     assert slurm_nodes.refusal([asking(120, "cpu")], PARTITIONED) == (
         "study 's': benchmark_pytorch runtime asks 120 minutes, but partition 'cpu' allows "
-        "at most 60 (sinfo); the job would wait in the queue for ever (lower it, e.g. "
-        "--set-resources or --default-resources on the command line)")
+        f"at most 60 (sinfo); the job would wait in the queue for ever {LOWER_MEMORY}")
     # A GPU job can only go to 'gpu' nodes, whose partition allows two days.
     assert slurm_nodes.refusal([asking(2880, gpus=1)], PARTITIONED) is None
     assert slurm_nodes.refusal([asking(2881, gpus=1)], PARTITIONED) == (
         "study 's': benchmark_pytorch runtime asks 2881 minutes, but no partition with nodes "
         "of 1 GPUs of this Slurm cluster allows more than 2880 (sinfo); the job would wait "
-        "in the queue for ever (lower it, e.g. --set-resources or --default-resources on the "
-        "command line)")
+        f"in the queue for ever {LOWER_MEMORY}")
     limited = [Node("a", 0, 8, 0, {"short": 30}), Node("b", 0, 8, 0, {"long": 240})]
     assert "no partition of this Slurm cluster allows more than 240 (sinfo)" in (
         slurm_nodes.refusal([asking(241)], limited))
@@ -300,8 +319,7 @@ def test_a_job_beyond_every_partition_limit_is_refused_naming_the_setting_and_th
                          ("gpu",))) == (
         "study 's': benchmark_pytorch mem_mb: 300000 asks 300000 MB of memory on a node, but "
         "partition 'gpu' allows at most 256000 (MaxMemPerNode, scontrol show partition)"
-        f"{wait} (lower it, e.g. --set-resources or --default-resources on the command "
-        "line)")
+        f"{wait} {LOWER_MEMORY}")
     # 100 CPUs, on c1 or c2 only: 'cpu' allows 32 on a node, 'all' takes only jobs of two
     # nodes or more.
     fat = Request("s", 1, 0, 100, "benchmark_pytorch threads: 100")
@@ -313,7 +331,7 @@ def test_a_job_beyond_every_partition_limit_is_refused_naming_the_setting_and_th
                          partitions=("cpu",), partition_from="p")) == (
         "study 's': benchmark_pytorch threads: 100 asks 100 CPUs on a node, but partition "
         "'cpu' allows at most 32 (MaxCPUsPerNode, scontrol show partition)"
-        f"{wait} (lower it, e.g. --set-threads or --set-resources on the command line)")
+        f"{wait} {LOWER_CPUS}")
     assert check(Request("s", 2, 0, 100, "t")) is None  # 'all' takes two nodes
     # Two hours: not in 'cpu' (an hour at most), and 'all' wants two nodes.
     assert check(Request("s", 1, 0, 100, "t", minutes=120, minutes_from="r")) == (

@@ -113,10 +113,29 @@ def test_a_cluster_jobs_runtime_bounds_its_cells_time_limit():
     assert limits == {"short": 600.0, "long": 7140}
     assert lowered == {"long": (
         "study 'long': timeout_s 14400 s is longer than its cluster jobs may run "
-        "(benchmark_pytorch runtime: 120 minutes): its cells are stopped after 7140 s (raise "
-        "the runtime to give them longer, e.g. --set-resources "
-        "benchmark_pytorch:runtime=MINUTES)")}
-    assert support.job_timeouts(timeouts, 1, "r")[0] == {"short": 1, "long": 1}
+        "(benchmark_pytorch runtime: 120 minutes): its cells are stopped after 7140 s (to "
+        "give them longer, raise benchmark_pytorch's runtime in the profile's set-resources, "
+        "in a copy of the profile: on the command line, --set-resources would replace the "
+        "profile's whole entry, every rule's other settings in it)")}
+    assert support.job_timeouts(timeouts, 3, "r")[0] == {"short": 120, "long": 120}
+
+
+def test_a_runtime_leaving_cells_too_little_time_is_refused_before_any_job():
+    """runtime: 1 left every cell 1 s, runtime: 2 a minute: each a failed row, not run
+    again. Less than MIN_CELL_S for a study whose timeout_s it lowers is one line naming
+    the rule, the runtime and what it leaves; a study whose own timeout_s is as short, or
+    a runtime leaving the minimum, is not refused."""
+    for minutes, left in ((1, 0), (2, 60)):
+        with pytest.raises(support.WorkflowConfigError) as caught:
+            support.job_timeouts({"b": 3600.0}, minutes, "benchmark_pytorch")
+        assert str(caught.value) == (
+            f"study 'b': benchmark_pytorch runtime: {minutes} minutes leaves its cells "
+            f"{left} s (the job's time less 60 s to record a failed row), less than the "
+            "120 s a cell needs (raise it to 3 minutes or more in the profile's "
+            "set-resources, in a copy of the profile: on the command line, --set-resources "
+            "would replace the profile's whole entry, every rule's other settings in it)")
+    assert support.job_timeouts({"quick": 60.0}, 2, "r") == ({"quick": 60.0}, {})
+    assert support.job_timeouts({"a": 3600.0}, 3, "r")[0] == {"a": 120}
 
 
 def test_the_interpreter_running_snakemake_has_one_name_whatever_started_it(tmp_path):

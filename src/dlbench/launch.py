@@ -186,8 +186,10 @@ def runner_failure(ran: subproc.Ran, timeout_s: float | None, module: str,
             error = f": {written['error']}" if written.get("error") else ""
             wrote = (f": it had written its result ({written['status']}{error}) but did not "
                      "exit")
-        return (f"timed out after {timeout_s:g} s (timeout_s){wrote}; the runner's process "
-                "group was killed")
+        # The limit is the study's timeout_s, or on a cluster its job's runtime less a
+        # margin where that is shorter: the launcher is given the limit, not which it is.
+        return (f"timed out after {timeout_s:g} s (timeout_s, or its cluster job's runtime "
+                f"less a margin where shorter){wrote}; the runner's process group was killed")
     line = subproc.last_error_line(ran.tail)
     if ran.rc < 0:
         words = subproc.exit_words(ran.rc)

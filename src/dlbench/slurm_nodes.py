@@ -124,10 +124,21 @@ class Limits:
     max_mem_per_node_mb: int = 0
 
 
+def change_hint(change: str, *keys: str) -> str:
+    """Where to change what a cell's job asks: the profile's ``keys`` (set-threads,
+    set-resources, default-resources), in a copy of the profile. Not those options on the
+    command line: Snakemake 9 reads a profile's keys as their defaults, so a --set-resources
+    replaces the profile's whole set-resources, and every rule's other settings there
+    (cpus_per_gpu, runtime, slurm_partition) are silently dropped from its jobs."""
+    return (f"{change} in the profile's {' or '.join(keys)}, in a copy of the profile: on the "
+            f"command line, {' or '.join(f'--{key}' for key in keys)} would replace the "
+            "profile's whole entry, every rule's other settings in it")
+
+
 class _PartitionLimit(NamedTuple):
     """One limit of Limits: the Request's field it bounds and the field naming its setting
     (None: num_nodes), the Limits' field and its scontrol key, the unit, whether it is the
-    least the partition takes, the command-line options that change it."""
+    least the partition takes, where to lower it (change_hint)."""
 
     asked: str
     asked_from: str | None
@@ -143,11 +154,11 @@ _PARTITION_LIMITS = (
     _PartitionLimit("nodes", None, "max_nodes", "MaxNodes", "nodes"),
     _PartitionLimit("nodes", None, "min_nodes", "MinNodes", "nodes", least=True),
     _PartitionLimit("cpus", "cpus_from", "max_cpus_per_node", "MaxCPUsPerNode",
-                    "CPUs on a node", lower=" (lower it, e.g. --set-threads or "
-                    "--set-resources on the command line)"),
+                    "CPUs on a node",
+                    lower=f" ({change_hint('lower it', 'set-threads', 'set-resources')})"),
     _PartitionLimit("mem_mb", "mem_from", "max_mem_per_node_mb", "MaxMemPerNode",
-                    "MB of memory on a node", lower=" (lower it, e.g. --set-resources or "
-                    "--default-resources on the command line)"),
+                    "MB of memory on a node",
+                    lower=f" ({change_hint('lower it', 'set-resources', 'default-resources')})"),
 )
 # Memory as scontrol may print it: megabytes, or with a unit.
 _MEGABYTES = {"": 1, "M": 1, "G": 1024, "T": 1024 ** 2}
@@ -213,12 +224,12 @@ def _fits(asked: int, has: int) -> bool:
 
 # What a job asks of each node beyond GPUs, checked in turn: the Request's field and the
 # field naming its setting, the Node's field, the unit, what Slurm does with a job no node
-# can hold, the command-line options that lower it.
+# can hold, the profile's keys that lower it.
 _PER_NODE = (
     ("cpus", "cpus_from", "cpus", "CPUs", "the job would wait in the queue for ever",
-     "--set-threads or --set-resources"),
+     ("set-threads", "set-resources")),
     ("mem_mb", "mem_from", "memory_mb", "MB of memory", "Slurm would refuse the job",
-     "--set-resources or --default-resources"),
+     ("set-resources", "default-resources")),
 )
 
 
@@ -303,8 +314,8 @@ def _refusal(request: Request, nodes: Sequence[Node],
             most = max(getattr(node, has) for node in fitting)
             return (f"{getattr(request, asked_from)} asks {amount} {unit} on a node, but "
                     f"no node {holding}of {where} has more than {most}"
-                    f"{' MB' if unit.startswith('MB') else ''} (sinfo); {outcome} (lower it, "
-                    f"e.g. {settings} on the command line)")
+                    f"{' MB' if unit.startswith('MB') else ''} (sinfo); {outcome} "
+                    f"({change_hint('lower it', *settings)})")
         fitting = fits
     if request.minutes and known:  # in a partition whose time limit allows the job's
         times = {name: limit for node in fitting for name, limit in node.partitions.items()
@@ -317,13 +328,17 @@ def _refusal(request: Request, nodes: Sequence[Node],
                       "allows more than")
             return (f"{request.minutes_from} asks {request.minutes} minutes, but {allows} "
                     f"{max(times.values())} (sinfo); the job would wait in the queue for "
-                    "ever (lower it, e.g. --set-resources or --default-resources on the "
-                    "command line)")
+                    f"ever ({change_hint('lower it', 'set-resources', 'default-resources')})")
         fitting = [node for node in fitting if longest & set(node.partitions)]
     if len(fitting) < request.nodes:
-        return (f"num_nodes: {request.nodes} nodes with {request.gpus} GPUs each, but "
-                f"{where} has {len(fitting)} such nodes (sinfo); Slurm would refuse the job")
+        each = f" with {request.gpus} GPUs each" if request.gpus else ""
+        return (f"num_nodes: {_count(request.nodes, 'node')}{each}, but {where} has "
+                f"{_count(len(fitting), 'such node')} (sinfo); Slurm would refuse the job")
     return _limit_refusal(request, fitting, limits)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def distinct(requests: Iterable[Request]) -> list[Request]:

@@ -49,6 +49,10 @@ def timeouts(config: Mapping[str, Any]) -> dict[str, float]:
 # Seconds a cluster job keeps after its launcher's time limit: to stop the cell's runner and
 # record its failed row before the scheduler's own time limit ends the job.
 JOB_END_MARGIN_S = 60
+# The least time a job's runtime may leave a cell whose timeout_s it lowers: less leaves no
+# time to start the framework, warm up and measure, and every cell would be a failed row
+# (a result: the cell is not run again).
+MIN_CELL_S = 120
 
 
 def job_timeouts(timeouts: Mapping[str, float], runtime_min: float | None,
@@ -57,16 +61,26 @@ def job_timeouts(timeouts: Mapping[str, float], runtime_min: float | None,
     (``rule``'s runtime on a cluster; None: no limit): its timeout_s, or the job's time
     less JOB_END_MARGIN_S where that is shorter. A cell the scheduler stops at its time
     limit leaves no result (it would run again on every run); one its launcher stops is a
-    failed row. Also a line for each study whose limit was lowered."""
+    failed row. Also a line for each study whose limit was lowered; a runtime that leaves
+    such a study's cells less than MIN_CELL_S is a WorkflowConfigError."""
     if not runtime_min or runtime_min <= 0:
         return dict(timeouts), {}
-    cap = max(runtime_min * 60 - JOB_END_MARGIN_S, 1)
-    lowered = {name: (f"study '{name}': timeout_s {value:g} s is longer than its cluster "
-                      f"jobs may run ({rule} runtime: {runtime_min:g} minutes): its cells "
-                      f"are stopped after {cap:g} s (raise the runtime to give them longer, "
-                      f"e.g. --set-resources {rule}:runtime=MINUTES)")
-               for name, value in timeouts.items() if value > cap}
-    return {name: min(value, cap) for name, value in timeouts.items()}, lowered
+    cap = runtime_min * 60 - JOB_END_MARGIN_S
+    lowered = sorted(name for name, value in timeouts.items() if value > cap)
+    if lowered and cap < MIN_CELL_S:
+        least = math.ceil((MIN_CELL_S + JOB_END_MARGIN_S) / 60)
+        raise WorkflowConfigError(
+            f"study '{lowered[0]}': {rule} runtime: {runtime_min:g} minutes leaves its cells "
+            f"{max(cap, 0):g} s (the job's time less {JOB_END_MARGIN_S} s to record a failed "
+            f"row), less than the {MIN_CELL_S} s a cell needs (" + slurm_nodes.change_hint(
+                f"raise it to {least} minutes or more", "set-resources") + ")")
+    longer = slurm_nodes.change_hint(f"to give them longer, raise {rule}'s runtime",
+                                     "set-resources")
+    lines = {name: (f"study '{name}': timeout_s {timeouts[name]:g} s is longer than its "
+                    f"cluster jobs may run ({rule} runtime: {runtime_min:g} minutes): its "
+                    f"cells are stopped after {cap:g} s ({longer})")
+             for name in lowered}
+    return {name: min(value, cap) for name, value in timeouts.items()}, lines
 
 
 RETRY_STATUSES = ("failed", "oom", "skipped")

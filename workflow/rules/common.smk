@@ -302,7 +302,15 @@ def job_timeouts(framework):
     name = first_round_rule(framework)
     runtime, _ = profile_settings(name).setting("runtime", name)
     minutes = runtime if isinstance(runtime, (int, float)) else None
-    return support.job_timeouts(TIMEOUTS, minutes, name)
+    # Only the studies with cells of this framework run in its jobs: a runtime too short
+    # for their cells is refused before any job, naming one of them.
+    studies = {cell.study for cell in CELLS if cell.params["framework"] == framework}
+    try:
+        return support.job_timeouts(
+            {study: TIMEOUTS[study] for study in sorted(studies)}, minutes, name
+        )
+    except support.WorkflowConfigError as exc:
+        _config_error(exc)
 
 
 def cell_timeout(framework):
