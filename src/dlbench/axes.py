@@ -136,9 +136,6 @@ class Axis:
     aliases: Mapping[str, str] = field(default_factory=dict)
     # A check of a value's form beyond its type: why it is wrong, or None (nccl_env).
     form: Callable[[Any], str | None] | None = None
-    # Why the cell's other axes rule its value out, or None: a pair its runner always
-    # refuses (MXNet's float16 on a CPU) is a config error naming it, not a failed cell.
-    conflict: Callable[[Mapping[str, Any]], str | None] | None = None
     help: str = ""
 
     def normalise(self, value: Any) -> Any:
@@ -299,27 +296,6 @@ def _no_kvstore(params: Mapping[str, Any]) -> bool:
     return not training or (params.get("num_gpus") or 1) == 1
 
 
-def _mxnet_on_cpu(params: Mapping[str, Any]) -> bool:
-    return params.get("framework") == "mxnet" and params.get("device") == "cpu"
-
-
-def _mxnet_precision_conflict(params: Mapping[str, Any]) -> str | None:
-    """The MXNet runner's refusal of float16 on a CPU (a loader cell only converts its
-    batches, which the CPU does)."""
-    if _mxnet_on_cpu(params) and params.get("precision") == "float16" \
-            and not params.get("data_loader_only"):
-        return ("float16 needs device gpu on mxnet (pair mxnet/cpu/float16: its CPU "
-                "operators have no float16 GEMM or convolution)")
-    return None
-
-
-def _mxnet_kv_store_conflict(params: Mapping[str, Any]) -> str | None:
-    """The MXNet runner's refusal of the nccl kvstore on a CPU, for every cell."""
-    if _mxnet_on_cpu(params) and params.get("kv_store") == "nccl":
-        return "nccl needs device gpu (pair mxnet/cpu/nccl: NCCL reduces over GPUs)"
-    return None
-
-
 TABLE: tuple[Axis, ...] = (
     # Both kinds. The model kind's order below is also the Parquet's column order.
     Axis("framework", str, "pytorch", kinds=("model", "ops", "calibrate", _LLM, _COMMS),
@@ -331,7 +307,7 @@ TABLE: tuple[Axis, ...] = (
          flags=_dlbs("--forward_only", "bool",
                      values={"training": False, "inference": True})),
     Axis("precision", str, "float32", kinds=("model", _LLM), choices=_precisions,
-         conflict=_mxnet_precision_conflict, flags=_dlbs("--dtype"),
+         flags=_dlbs("--dtype"),
          aliases={"float": "float32", "f32": "float32", "f16": "float16",
                   "bf16": "bfloat16", "f64": "float64"}),
     Axis("batch_size", int, 32, kinds=("model", _LLM), minimum=1, flags=_dlbs("--batch_size"),
@@ -375,7 +351,7 @@ TABLE: tuple[Axis, ...] = (
     Axis("data_loader_only", bool, False, flags=_dlbs("--data_loader_only", "bool"),
          help="time the input pipeline alone (DLBS's --data_loader_only)"),
     Axis("kv_store", str, "device", choices=_KV_STORES, frameworks=("mxnet",),
-         ignored_by=_no_kvstore, conflict=_mxnet_kv_store_conflict,
+         ignored_by=_no_kvstore,
          flags=_dlbs("--kv_store", runners=("mxnet",))),
     # The MXNet runner's RecordIO reader (dlbench.mxnet.reader_choice), as data_backend is
     # the PyTorch runner's; added in release 3: at auto it stays out of ids and jobs.
@@ -684,9 +660,6 @@ def check(kind: str, params: Mapping[str, Any]) -> None:
         if valid is not None and value not in valid:
             raise AxisError(axis.name, f"unknown value {value!r} "
                                        f"(valid: {', '.join(map(str, valid))})")
-        problem = axis.conflict(params) if used and axis.conflict is not None else None
-        if problem:
-            raise AxisError(axis.name, problem)
 
 
 def blank_unused(kind: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -98,6 +98,16 @@ def check_gpu_only(params: Mapping[str, Any]) -> None:
         raise AxisError("precision", "tf32 exists on device gpu only")
     if params.get("compile") == "cudagraphs" and params["device"] != "gpu":
         raise AxisError("compile", "cudagraphs captures CUDA graphs: device gpu only")
+    if params.get("framework") == "mxnet" and params["device"] == "cpu":
+        # What the MXNet runner refuses on a CPU, for every cell: a config error, not a
+        # failed cell (a loader cell only converts its batches, which the CPU does).
+        if params["precision"] == "float16" and not params.get("data_loader_only"):
+            raise AxisError("precision", "float16 needs device gpu on mxnet (pair "
+                                         "mxnet/cpu/float16: its CPU operators have no "
+                                         "float16 GEMM or convolution)")
+        if params.get("kv_store") == "nccl":
+            raise AxisError("kv_store", "nccl needs device gpu (pair mxnet/cpu/nccl: NCCL "
+                                        "reduces over GPUs)")
 
 
 # MXNet's kvstores that reach across processes: parameter servers (dlbench.mxnet.dist).
