@@ -182,6 +182,14 @@ def _running(pid: int) -> bool:
     return stat.rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
 
 
+def _ends(pid: int, within_s: float = 5.0) -> bool:
+    """Whether ``pid`` stops running within ``within_s`` (a kill takes a moment)."""
+    deadline = time.monotonic() + within_s
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _running(pid)
+
+
 def test_a_timed_out_child_is_killed_with_what_it_started_in_sessions_of_their_own(tmp_path):
     """torchrun starts each rank in a session of its own (setsid), out of the runner's
     process group: a runner stopped at its time limit takes those with it, else they keep
@@ -194,10 +202,7 @@ def test_a_timed_out_child_is_killed_with_what_it_started_in_sessions_of_their_o
     rank = int(pid_file.read_text())
     try:
         assert ran.timed_out
-        deadline = time.monotonic() + 5
-        while _running(rank) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _running(rank)
+        assert _ends(rank)
     finally:
         if _running(rank):
             os.kill(rank, signal.SIGKILL)
@@ -294,10 +299,7 @@ def test_a_stop_ends_what_was_adopted_while_the_runner_still_ran(tmp_path):
         time.sleep(0.3)  # bash has exited: the rank is ours now
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == -signal.SIGTERM
-        deadline = time.monotonic() + 5
-        while _running(rank) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _running(rank)
+        assert _ends(rank)
     finally:
         proc.kill()
         if pid_file.exists() and pid_file.read_text().strip() and \
