@@ -402,6 +402,24 @@ def test_results_and_parquet_carry_the_cpu_capabilities_and_the_report_says_emul
             "(one cell pair).") in note
 
 
+def test_results_and_parquet_carry_the_usable_cpus_and_the_slurm_job(tmp_path, monkeypatch):
+    """A job given a node's cpuset and run under Slurm: its CPUs, job id and partition
+    are recorded and become columns; outside a job they are null."""
+    from dlbench import aggregate, cpu
+
+    monkeypatch.setattr(cpu, "usable_cpus", lambda: 3)
+    monkeypatch.setenv("SLURM_JOB_ID", "4711")
+    monkeypatch.setenv("SLURM_JOB_PARTITION", "gpu-h100")
+    inside = cpu_result(tmp_path, "float32", 0.01, True)
+    for name in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_PARTITION"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "o").mkdir()
+    outside = cpu_result(tmp_path / "o", "float32", 0.01, True)
+    rows = aggregate.write([inside, outside], tmp_path / "t.parquet").to_pylist()
+    assert [(r["cpus_usable"], r["slurm_job_id"], r["slurm_partition"]) for r in rows] \
+        == [(3, "4711", "gpu-h100"), (3, None, None)]
+
+
 @pytest.mark.parametrize(("environ", "usable", "processes", "each"), [
     ({"OMP_NUM_THREADS": "16"}, 16, 8, {"OMP_NUM_THREADS": "2"}),  # the job's, shared
     ({"OMP_NUM_THREADS": "16"}, 8, 2, {"OMP_NUM_THREADS": "4"}),   # capped at the cpuset

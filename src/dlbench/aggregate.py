@@ -35,12 +35,13 @@ CELL_COLUMNS: list[tuple[str, pa.DataType]] = [(name, _ARROW[kind])
 ENV_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("hostname", pa.string()), ("cpu_model", pa.string()), ("cpu_capability", pa.string()),
     ("cpu_features", pa.string()), ("cpu_count", pa.int64()), ("cpu_cores", pa.int64()),
-    ("cpu_sockets", pa.int64()), ("gpu_model", pa.string()),
+    ("cpu_sockets", pa.int64()), ("cpus_usable", pa.int64()), ("gpu_model", pa.string()),
     ("gpu_driver", pa.string()), ("cuda_version", pa.string()), ("cudnn_version", pa.string()),
     ("nccl_version", pa.string()),
     ("framework_version", pa.string()), ("python_version", pa.string()),
     ("dlbench_version", pa.string()), ("dlbench_git_revision", pa.string()),
     ("container", pa.string()), ("container_digest", pa.string()),
+    ("slurm_job_id", pa.string()), ("slurm_partition", pa.string()),
 ]
 # The resource monitor's summary (result extra "monitor"), and PyTorch's own peak.
 # energy_j is null with energy_note saying why when the host has no energy counter.

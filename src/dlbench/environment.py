@@ -10,6 +10,7 @@ import os
 import platform
 import socket
 import subprocess
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -95,12 +96,28 @@ def cpu_facts() -> dict[str, Any]:
             if key not in ("model", "logical_cpus")}
 
 
+# The batch job a cell ran in, so that a result can be matched with the scheduler's own
+# records (sacct, job logs) and a partition's nodes told apart from another's.
+SCHEDULER_FACTS = {"slurm_job_id": ("SLURM_JOB_ID", "SLURM_JOBID"),
+                   "slurm_partition": ("SLURM_JOB_PARTITION",)}
+
+
+def scheduler_facts(environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """The Slurm job and partition this process runs in; null where it runs in none."""
+    environ = os.environ if environ is None else environ
+    return {key: next((environ[n] for n in names if environ.get(n)), None)
+            for key, names in SCHEDULER_FACTS.items()}
+
+
 def collect() -> dict[str, Any]:
     env: dict[str, Any] = {
         "hostname": socket.gethostname(),
         "os": platform.platform(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
+        # The CPUs this process may run on (a Slurm job's cpuset, taskset): a job given 8
+        # of a node's 64 cores runs its threads on 8, whatever cpu_count says.
+        "cpus_usable": cpu.usable_cpus(),
         **cpu_facts(),
         "memory_gib": memory_gib(),
         "python_version": platform.python_version(),
@@ -111,6 +128,7 @@ def collect() -> dict[str, Any]:
         "container": (os.environ.get("DLBENCH_CONTAINER_IMAGE") or os.environ.get("APPTAINER_CONTAINER")
                       or os.environ.get("SINGULARITY_CONTAINER")),
         "container_digest": os.environ.get("DLBENCH_CONTAINER_DIGEST") or None,
+        **scheduler_facts(),
         "framework": None,
         "framework_version": None,
         "library_flags": {},
