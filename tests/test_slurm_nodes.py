@@ -324,7 +324,7 @@ def test_a_job_beyond_every_partition_limit_is_refused_naming_the_setting_and_th
     # nodes or more.
     fat = Request("s", 1, 0, 100, "benchmark_pytorch threads: 100")
     assert check(fat) == (
-        "study 's': num_nodes: 1 asks 1 nodes, but partition 'all' takes at least 2 "
+        "study 's': num_nodes: 1, but partition 'all' takes at least 2 nodes "
         "(MinNodes, scontrol show partition), nor does any other partition take it ('cpu' "
         f"MaxCPUsPerNode 32){wait}")
     assert check(Request("s", 1, 0, 100, "benchmark_pytorch threads: 100",
@@ -335,13 +335,14 @@ def test_a_job_beyond_every_partition_limit_is_refused_naming_the_setting_and_th
     assert check(Request("s", 2, 0, 100, "t")) is None  # 'all' takes two nodes
     # Two hours: not in 'cpu' (an hour at most), and 'all' wants two nodes.
     assert check(Request("s", 1, 0, 100, "t", minutes=120, minutes_from="r")) == (
-        "study 's': num_nodes: 1 asks 1 nodes, but partition 'all' takes at least 2 "
+        "study 's': num_nodes: 1, but partition 'all' takes at least 2 nodes "
         f"(MinNodes, scontrol show partition){wait}")
     assert check(fat, {**LIMITS, "all": Limits()}) is None
     assert check(fat, {"cpu": LIMITS["cpu"]}) is None  # 'all' not described: not checked
     assert check(fat, {}) is None
     assert check(Request("s", 3, 4, partitions=("gpu",))) is not None  # the nodes first
-    with pytest.raises(support.WorkflowConfigError, match="'gpu' allows at most 2 .MaxNodes"):
+    with pytest.raises(support.WorkflowConfigError,
+                       match="num_nodes: 3, but partition 'gpu' allows at most 2 nodes .MaxNodes"):
         support.check_cluster_nodes(
             study.expand_config({"studies": {"s": {"grid": {
                 "model": "resnet50", "num_gpus": 4, "num_nodes": 3}}}}),

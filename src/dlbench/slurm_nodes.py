@@ -279,10 +279,13 @@ def _limit_refusal(request: Request, fitting: Sequence[Node],
         return None
     first, row = beyond[0], beyond[0].row
     others = ", ".join(b.short(name) for name, b in zip(names[1:], beyond[1:], strict=True))
-    asked_by = getattr(request, row.asked_from) if row.asked_from else \
-        f"num_nodes: {first.asked}"
-    return (f"{asked_by} asks {first.asked} {row.unit}, but partition '{names[0]}' "
-            f"{'takes at least' if row.least else 'allows at most'} {first.limit} "
+    if row.asked_from:  # a resource: what asks it, how much and of what
+        asked, limit = f"{getattr(request, row.asked_from)} asks {first.asked} {row.unit}", \
+            first.limit
+    else:  # the axis itself is the count of nodes
+        asked, limit = f"num_nodes: {first.asked}", _count(first.limit, "node")
+    return (f"{asked}, but partition '{names[0]}' "
+            f"{'takes at least' if row.least else 'allows at most'} {limit} "
             f"({row.key}, scontrol show partition)"
             + (f", nor does any other partition take it ({others})" if others else "")
             + f"; the job would wait in the queue for ever{row.lower}")
