@@ -244,6 +244,9 @@ def test_cell_writes_a_valid_result(mxnet_python, tmp_path, model, batch, forwar
     assert m["parameters"] == {**TORCHVISION_COUNTS, **DLBS_COUNTS}[model]
     assert all(t > 0 for t in m["times_s"]) and m["throughput"] > 0
     assert m["extra"]["contexts"] == ["cpu(0)"]
+    # No FLOPs, and why (the report names such cells under its TFLOP/s chart).
+    assert m["flops_per_iteration"] is None
+    assert m["extra"]["flops_note"] == "not available: MXNet has no FLOP counter"
     # Where its time went, from the MXNet environment too (dlbench.stages is stdlib only).
     stages = res["stages_s"]
     assert {"startup", "environment", "build", "warmup", "measure", "other"} <= set(stages)

@@ -205,6 +205,42 @@ def test_the_note_counts_statuses_and_names_only_the_first_cells(tmp_path):
     assert tables.unfinished_note(load(write_parquet(tmp_path / "ok", ok_only))) is None
 
 
+def uncounted(cell: dict, note: str | None) -> dict:
+    res = model_result("s", cell)
+    m = res["measurements"][0]
+    m["flops_per_iteration"] = m["tflops"] = None
+    if note:
+        m["extra"]["flops_note"] = note
+    return res
+
+
+def test_cells_without_a_flop_count_are_named_under_the_tflops_chart_with_the_reason(tmp_path):
+    cells = [model_result("s", model_cell("resnet50", "training", "float32", 8))]
+    cells += [uncounted(model_cell("resnet50", "training", "float32", b, framework="mxnet"),
+                        "not available: MXNet has no FLOP counter") for b in (8, 16, 32, 64)]
+    cells.append(uncounted(model_cell("alexnet", "inference", "float32", 4), None))
+    cells += [uncounted(model_cell("alexnet", "training", "float32", b),
+                        "not available: FlopCounterMode has no formula for aten::_fused "
+                        f"(it counted {b * 1000} FLOPs without them)") for b in (4, 8)]
+    render(write_parquet(tmp_path, cells), tmp_path / "report")
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert ('<p class="note uncounted">Without TFLOP/s, their FLOPs not counted: 4 cells '
+            "(MXNet has no FLOP counter): resnet50 · mxnet · training · float32 · batch 8, "
+            "resnet50 · mxnet · training · float32 · batch 16, resnet50 · mxnet · training · "
+            "float32 · batch 32 and 1 more; 2 cells (FlopCounterMode has no formula for "
+            "aten::_fused): alexnet · pytorch · training · float32 · batch 4, alexnet · "
+            "pytorch · training · float32 · batch 8; 1 cell (no FLOP count recorded): "
+            "alexnet · pytorch · inference · float32 · batch 4.</p>") in section_of(page, "tflops")
+    counted = [model_result("s", model_cell("resnet50", "training", "float32", 8))]
+    assert tables.uncounted_note(model_charts.model_frame(
+        load(write_parquet(tmp_path / "all", counted)))) is None
+    # A study of MXNet cells alone has the section for the note: why there is no chart.
+    render(write_parquet(tmp_path / "mx", cells[1:5]), tmp_path / "mx" / "report")
+    alone = section_of((tmp_path / "mx" / "report" / "index.html").read_text(), "tflops")
+    assert "model-tflops" not in alone and ("4 cells (MXNet has no FLOP counter): resnet50 · "
+                                            "training · float32 · batch 8") in alone
+
+
 # -- tooltips without NaN -----------------------------------------------------------------
 
 

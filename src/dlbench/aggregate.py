@@ -140,6 +140,8 @@ def build_schema() -> pa.Schema:
             ("precision_native", pa.bool_()),
             ("parameters", pa.int64()), ("phi", pa.int64()), ("phi_tflops", pa.float64()),
             ("flops_per_iteration", pa.float64()), ("tflops", pa.float64()),
+            # Why a measurement has no FLOPs (a kernel without a formula, no counter).
+            ("flops_note", pa.string()),
             ("bytes_per_iteration", pa.float64()), ("gbps", pa.float64()),
             ("bus_gbps", pa.float64()),  # collectives: nccl-tests' bus bandwidth
             # collectives: the link that limits them (dlbench.links), its GB/s, and the
@@ -284,6 +286,7 @@ def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
             "parameters": m.get("parameters"), "phi": extra.get("phi"),
             "phi_tflops": extra.get("phi_tflops"),
             "flops_per_iteration": m.get("flops_per_iteration"), "tflops": m.get("tflops"),
+            "flops_note": extra.get("flops_note"),
             "bytes_per_iteration": m.get("bytes_per_iteration"), "gbps": m.get("gbps"),
             "bus_gbps": extra.get("bus_gbps"),
             **link_values(extra),

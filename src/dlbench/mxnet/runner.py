@@ -28,6 +28,8 @@ ENV_HINT = ("create the MXNet environment with: make mxnet-env (python -m venv .
 # cuDNN's autotune, which --cudnn_benchmark sets on a GPU cell (DLBS's mxnet.cudnn_autotune
 # sets it so: 1 or 0).
 CUDNN_AUTOTUNE = "MXNET_CUDNN_AUTOTUNE_DEFAULT"
+# extra.flops_note of every model measurement: FLOPs are counted by PyTorch's counter only.
+NO_FLOP_COUNT = "not available: MXNet has no FLOP counter"
 # Library settings worth recording, with MXNet's defaults where the variable is unset.
 _FLAG_DEFAULTS = {
     CUDNN_AUTOTUNE: "1",
@@ -365,7 +367,9 @@ def _model_measurement(mx: ModuleType, args, plan: Plan, common: dict,
         times_s=loop.times_s, items_per_iteration=plan.batch, parameters=parameters,
         data_wait_s=loop.data_wait_s if real else None,
         compute_s=loop.compute_s if real else sum(loop.times_s),
-        extra={**common, **built.facts, "hybridize": "static_alloc,static_shape",
+        # No counter sees into MXNet's operators: no TFLOP/s, and the result says why.
+        extra={**common, **built.facts, "flops_note": NO_FLOP_COUNT,
+               "hybridize": "static_alloc,static_shape",
                "optimizer": None if args.forward_only else "sgd",
                **(_reader_facts(args, reader) if real else {"preprocess_threads": None}),
                **harness.warmup_facts(loop)})

@@ -120,7 +120,8 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
         Section("tflops", "Achieved TFLOP/s",
                 "The floating-point work each model cell did per second: its FLOPs per "
                 "iteration over its median iteration time.",
-                _present(tflops, unfinished if tflops else None)),
+                _present(tflops, unfinished if tflops else None,
+                         tables.uncounted_note(models))),
         Section("hardware", "How close to the hardware",
                 "Measured ceilings (calibration cells) against the vendor's peaks, and each "
                 "model cell's share of them: MFU is achieved FLOP/s over the vendor's dense "

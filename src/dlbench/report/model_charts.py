@@ -89,6 +89,8 @@ def model_frame(frame: pd.DataFrame, *, paradnn: bool = False) -> pd.DataFrame:
         "unit": rows["throughput_unit"].fillna(""),
         # At the cell's time, as its throughput is: one tooltip, one time.
         "tflops": at_cell_time(rows, "tflops"),
+        # Why a cell has none (a table older than the column: none said).
+        "flops_note": rows.get("flops_note"),
         "system": rows["system"].fillna("") if "system" in rows else "",
         "framework": rows["framework"].fillna("?"),
         "mode": execution_mode(rows),

@@ -155,6 +155,46 @@ def unfinished_note(frame: pd.DataFrame) -> str | None:
             '<a href="#failures">Cells that did not finish</a>.</p>')
 
 
+# How many cells of each reason uncounted_note names.
+UNCOUNTED_NAMED = 3
+
+
+def uncounted_note(models: pd.DataFrame) -> str | None:
+    """The model cells the TFLOP/s chart leaves out because their FLOPs were not counted
+    (an MXNet cell, a kernel the counter has no formula for), by reason, the first few
+    named; None where every cell has its TFLOP/s, or where none has and none says why (a
+    table without FLOPs at all has no TFLOP/s section). A reader comparing frameworks would
+    otherwise take a missing line for a missing run, and an MXNet study's reader a missing
+    section for a missing feature."""
+    if models.empty:
+        return None
+    rows = models[models["tflops"].isna()].drop_duplicates(["study", "cell"])
+    if rows.empty or (len(rows) == len(models.drop_duplicates(["study", "cell"]))
+                      and rows["flops_note"].isna().all()):
+        return None
+    systems = models["system"].nunique() > 1
+    frameworks = models["framework"].nunique() > 1
+    # A note's closing parenthesis is its cell's own figure ("it counted 6.1e9 FLOPs
+    # without them"): the reason is what precedes it, shared by the cells it stopped.
+    reasons = (rows["flops_note"].fillna("no FLOP count recorded").astype(str)
+               .str.removeprefix("not available: ")
+               .str.replace(r"\s*\([^()]*\)$", "", regex=True))
+    parts = []
+    groups = sorted(rows.groupby(reasons, sort=True), key=lambda g: -len(g[1]))  # most first
+    for reason, group in groups:
+        named = [" · ".join(str(v) for v in (r.model, *([r.framework] if frameworks else []),
+                                              r.phase, r.precision,
+                                              f"batch {r.batch_size}",
+                                              *([r.system] if systems else [])) if v)
+                 for r in group.head(UNCOUNTED_NAMED).itertuples()]
+        more = len(group) - len(named)
+        parts.append(f"{nouns(len(group), 'cell')} ({reason}): " + ", ".join(named)
+                     + (f" and {more} more" if more else ""))
+    return ('<p class="note uncounted">'
+            + escape("Without TFLOP/s, their FLOPs not counted: " + "; ".join(parts) + ".")
+            + "</p>")
+
+
 def _cell_count(rows: pd.DataFrame) -> int:
     return len(rows[["study", "cell"]].drop_duplicates())
 
