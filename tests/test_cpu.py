@@ -4,6 +4,7 @@ interpreter search on a machine whose only Python is 3.12."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -230,6 +231,38 @@ def test_watcher_reads_finished_results_and_writes_the_status_file(tmp_path):
     (tmp_path / "c1.json").write_text(json.dumps({"wall_time_s": 10.0, "status": "failed"}))
     assert watcher.poll() and not watcher.poll()
     assert watcher.report() == "dlbench: 2/3 cells done (1 not ok), about 20 s left"
+
+
+def test_the_status_says_which_cells_run_and_stays_fresh_while_cells_wait(tmp_path):
+    """A cell whose job log this run wrote and which has no result is running (on a
+    cluster: out of the queue); a log an earlier run left is not. While nothing changes,
+    the status file is still rewritten every refresh_s, so its time says the run lives."""
+    now = [1000.0]
+    cells = {tmp_path / f"c{i}.json": model("resnet18", batch=8) for i in range(3)}
+    status = tmp_path / "status.txt"
+    stream = io.StringIO()
+    watcher = progress.Watcher(cells, status, stream=stream, clock=lambda: now[0],
+                               log_of=lambda p: p.with_suffix(".log"), refresh_s=60)
+    old = tmp_path / "c2.log"  # an earlier run's log
+    old.write_text("x")
+    os.utime(old, (900.0, 900.0))
+    watcher.report()
+    written = status.read_text()
+    watcher.tick()
+    assert status.read_text() == written  # nothing new, not yet refresh_s later
+    (tmp_path / "c0.log").write_text("started")
+    os.utime(tmp_path / "c0.log", (1001.0, 1001.0))
+    now[0] = 1002.0
+    watcher.tick()
+    assert status.read_text().startswith("dlbench: 0/3 cells done, 1 running, time left ")
+    assert stream.getvalue() == ""  # a start is no line in the terminal
+    now[0] = 1070.0
+    watcher.tick()  # no change, but a minute on: rewritten
+    assert "(elapsed 1 min 10 s;" in status.read_text()
+    (tmp_path / "c0.json").write_text(json.dumps({"wall_time_s": 30.0, "status": "ok"}))
+    watcher.tick()
+    assert stream.getvalue() == "dlbench: 1/3 cells done, about 1 min 00 s left\n"
+    assert watcher.stop(succeeded=True).endswith("run finished: 2 cells without a result")
 
 
 def test_the_time_left_counts_each_cells_process_start_up_too(tmp_path):

@@ -100,12 +100,15 @@ def ending(succeeded: bool, missing: int) -> str:
 
 
 def status_line(done: int, total: int, left: float | None, failed: int = 0,
-                ended: str | None = None) -> str:
+                ended: str | None = None, running: int = 0) -> str:
     """The progress in one line; ``ended`` (``ending``) in place of the time left once the
-    run is over."""
+    run is over; ``running``: cells started and not done (the rest wait for their turn or
+    in a cluster's queue)."""
     text = f"dlbench: {done}/{total} cells done"
     if failed:
         text += f" ({failed} not ok)"
+    if running and not ended:
+        text += f", {running} running"
     if ended:
         text += f"; {ended}"
     elif done < total:
@@ -124,18 +127,29 @@ def read_wall_time(path: Path) -> tuple[float | None, str] | None:
 
 
 class Watcher:
-    """Polls the planned cells' result files; says progress as they appear."""
+    """Polls the planned cells' result files; says progress as they appear.
+
+    ``log_of`` gives a result file's job log: a cell whose log was written during this run
+    and which has no result yet is running (its job has started: on a cluster, it has left
+    the queue). A job the scheduler ended without a result counts so until the run ends.
+    The status file is rewritten as cells start and finish, and at least every
+    ``refresh_s``, so that its time says the run is alive while cells wait in a queue."""
 
     def __init__(self, planned: Mapping[Path, Planned], status_file: Path,
                  stream: TextIO | None = None, interval_s: float = 2.0,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time,
+                 log_of: Callable[[Path], Path] | None = None, refresh_s: float = 60.0):
         self.planned = dict(planned)
         self.status_file = status_file
         self.stream = stream or sys.stderr
         self.interval_s = interval_s
         self.clock = clock
+        self.log_of = log_of
+        self.refresh_s = refresh_s
         self.started = clock()
+        self.written = self.started
         self.finished: dict[Path, tuple[float | None, str]] = {}
+        self.running = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -150,21 +164,46 @@ class Watcher:
                     new = True
         return new
 
+    def poll_running(self) -> bool:
+        """Count the cells running now; True when the count changed."""
+        if self.log_of is None:
+            return False
+        running = sum(1 for path in self.planned
+                      if path not in self.finished and self._started(self.log_of(path)))
+        changed, self.running = running != self.running, running
+        return changed
+
+    def _started(self, log: Path) -> bool:
+        try:  # a log left by an earlier run is older than this run
+            return log.stat().st_mtime >= self.started - 1
+        except OSError:
+            return False
+
     def report(self, ended: str | None = None) -> str:
         finished = [(self.planned[p], wall) for p, (wall, _) in self.finished.items()]
         remaining = [c for p, c in self.planned.items() if p not in self.finished]
         failed = sum(1 for _, status in self.finished.values() if status != "ok")
         line = status_line(len(self.finished), len(self.planned), time_left(remaining, finished),
-                           failed, ended)
-        elapsed = duration(self.clock() - self.started)
+                           failed, ended, self.running)
+        self.written = self.clock()
+        elapsed = duration(self.written - self.started)
         write_atomic(self.status_file, f"{line} (elapsed {elapsed}; updated "
                      f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n")
         return line
 
+    def tick(self) -> None:
+        """One poll: a line where cells finished; the status file alone where cells
+        started, or where it is older than refresh_s."""
+        finished = self.poll()
+        started = self.poll_running()
+        if finished:
+            print(self.report(), file=self.stream, flush=True)
+        elif started or self.clock() - self.written >= self.refresh_s:
+            self.report()
+
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
-            if self.poll():
-                print(self.report(), file=self.stream, flush=True)
+            self.tick()
 
     def start(self) -> None:
         self.report()

@@ -808,7 +808,7 @@ def start_progress():
         path: dlbench_progress.Planned(cell.kind, dict(cell.params))
         for path, cell in pending.items()
     }
-    watcher = dlbench_progress.Watcher(planned, STATUS_FILE)
+    watcher = dlbench_progress.Watcher(planned, STATUS_FILE, log_of=support.cell_log)
     watcher.start()
     return watcher
 
