@@ -241,6 +241,19 @@ def test_cells_without_a_flop_count_are_named_under_the_tflops_chart_with_the_re
                                             "training · float32 · batch 8") in alone
 
 
+def test_dlbench_report_renders_a_table_by_hand_and_refuses_a_bad_one_in_one_line(
+        tmp_path, capsys):
+    from dlbench import command
+
+    parquet = write_parquet(tmp_path, [model_result("s", model_cell("alexnet", "training",
+                                                                    "float32", 8))])
+    assert command.main(["report", str(parquet), "--outdir", str(tmp_path / "out")]) == 0
+    assert "alexnet" in (tmp_path / "out" / "index.html").read_text()
+    assert command.main(["report", str(tmp_path / "none.parquet")]) == 2
+    assert capsys.readouterr().err == (f"dlbench report: {tmp_path / 'none.parquet'}: no such "
+                                       "aggregate Parquet file\n")
+
+
 # -- tooltips without NaN -----------------------------------------------------------------
 
 

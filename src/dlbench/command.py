@@ -27,6 +27,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("list", "dlbench.listing",
             "what a config expands to (models, studies, cells) and how much of it has run "
             "on each system"),
+    Command("report", "dlbench.report.__main__",
+            "render a results table (results/benchmarks.parquet) as the offline HTML report "
+            "with PNG and SVG charts"),
 )
 
 

@@ -1,5 +1,8 @@
-"""python -m dlbench.report results/benchmarks.parquet --outdir results/report
-    [--profiles_dir results/profiles]"""
+"""dlbench report results/benchmarks.parquet --outdir results/report
+    [--profiles_dir results/profiles]   (also python -m dlbench.report ...)
+
+The workflow's report rule renders the same; this renders a table by hand: one copied
+from a cluster, or the workflow's again into another folder."""
 
 from __future__ import annotations
 
@@ -9,10 +12,12 @@ import sys
 from dlbench.cli import output_folder
 from dlbench.report import ReportError, WriteError, render
 
+PROG = "python -m dlbench.report"
 
-def main(argv: list[str] | None = None) -> int:
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dlbench.report",
+        prog=prog,
         description="Render the aggregate table as an offline HTML report with PNG/SVG charts.")
     parser.add_argument("parquet", help="aggregate Parquet written by dlbench.aggregate")
     parser.add_argument("--outdir", default="results/report", type=output_folder,
@@ -27,10 +32,10 @@ def main(argv: list[str] | None = None) -> int:
         files = render(args.parquet, args.outdir, profiles_dir=args.profiles_dir,
                        baseline_system=args.baseline_system)
     except ReportError as exc:
-        print(f"dlbench.report: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     except WriteError as exc:  # a full disk: the file, and the previous report is kept
-        print(f"dlbench.report: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 1
     for path in files:
         print(path)
