@@ -680,6 +680,41 @@ def test_gluon_reader_names_an_undecodable_record_in_one_line(mxnet_python, tmp_
 
 
 @pytest.mark.mxnet
+def test_an_undecodable_record_stops_the_gluon_workers_before_it_is_raised(
+        mxnet_python, tmp_path):
+    """A record no worker can decode reaches the reader as a value, not as the worker's
+    exception: Gluon would terminate its pool at once on it, while other workers may be
+    sending prefetched batches back, and such a terminate can wait for ever on the pool's
+    locked result queue (a cell that hangs until its timeout). The reader stops its
+    workers itself, the batches in flight waited for, then raises the record's error."""
+    out = run_helper(mxnet_python, f"""
+        import io
+        from PIL import Image
+        from mxnet import recordio
+        from dlbench.datasets.errors import DatasetError
+        from dlbench.mxnet.record_loader import GluonRecordReader
+        rec, idx = {str(tmp_path / "bad.rec")!r}, {str(tmp_path / "bad.idx")!r}
+        out = recordio.MXIndexedRecordIO(idx, rec, "w")
+        for i in range(16):
+            buf = io.BytesIO()
+            Image.new("RGB", (40, 40), (i * 10, 0, 0)).save(buf, format="JPEG")
+            payload = b"not an image" if i == 5 else buf.getvalue()
+            out.write_idx(i, recordio.pack(recordio.IRHeader(0, float(i), i, 0), payload))
+        out.close()
+        reader = GluonRecordReader(rec, idx, batch_size=2, input_shape=(3, 32, 32), workers=2,
+                                   shuffle=False)
+        try:
+            for _ in range(8):
+                reader.next()
+        except DatasetError as exc:
+            print(exc)
+        print(reader.loader._worker_pool)
+    """)
+    assert out.splitlines() == [f"{tmp_path / 'bad.rec'} record 5: unreadable image "
+                                "(OpenCV cannot decode it)", "None"]
+
+
+@pytest.mark.mxnet
 def test_failed_preparation_marker_is_the_error_for_either_reader(mxnet_python, tmp_path):
     folder = tmp_path / "prepared"
     folder.mkdir()

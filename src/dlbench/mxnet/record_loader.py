@@ -184,15 +184,27 @@ class RingImages(gluon.data.Dataset):
     def __len__(self) -> int:
         return len(self.images)
 
-    def __getitem__(self, key: tuple[int, int, int, int]) -> tuple[int, float]:
+    def __getitem__(self, key: tuple[int, int, int, int]) -> tuple[int, float | str]:
         record, draw, batch, position = key
-        image, label = self.images[(record, draw)]
+        try:
+            image, label = self.images[(record, draw)]
+        except DatasetError as exc:
+            # Returned, not raised: on a worker's exception Gluon terminates its pool at
+            # once, and a worker stopped while it sends a prefetched batch back leaves the
+            # pool's result queue locked, so that terminate waits for ever (see close).
+            # GluonRecordReader.next raises it once the pool has stopped cleanly.
+            return batch, str(exc)
         self.ring.slot(batch)[position] = image
         return batch, label
 
 
-def ring_batchify(samples: list[tuple[int, float]]) -> tuple[int, int, np.ndarray]:
-    """(batch number, images in it, float32 labels): the images are already in the ring."""
+def ring_batchify(samples: list[tuple[int, float | str]]
+                  ) -> tuple[int, int, np.ndarray | str]:
+    """(batch number, images in it, float32 labels): the images are already in the ring.
+    A batch with a record that could not be read is (batch number, -1, the first error)."""
+    errors = [s[1] for s in samples if isinstance(s[1], str)]
+    if errors:
+        return samples[0][0], -1, errors[0]
     return samples[0][0], len(samples), np.array([s[1] for s in samples], dtype=np.float32)
 
 
@@ -282,6 +294,9 @@ class GluonRecordReader:
     def next(self) -> tuple[np.ndarray, np.ndarray]:
         """The next host batch; raises StopIteration only when ``epochs`` were given."""
         number, count, labels = next(self._batches)
+        if count < 0:  # a record a worker could not read: stop the workers, then say which
+            self.close()
+            raise DatasetError(labels)
         return self.ring.slot(number)[:count], labels
 
     def to_devices(self, batch: tuple[np.ndarray, np.ndarray], ctxs: list[mx.Context],
