@@ -651,23 +651,28 @@ def test_training_cell_on_the_gluon_reader(mxnet_python, tmp_path, flat_dataset)
     assert res["extra"]["data_manifest"]["count"] == 15
 
 
+def write_records_with_one_bad(python: Path, folder: Path, count: int, bad: int) -> None:
+    """bad.rec/bad.idx in ``folder``: ``count`` small JPEG records, record ``bad`` no image."""
+    run_helper(python, f"""
+        import io
+        from PIL import Image
+        from mxnet import recordio
+        out = recordio.MXIndexedRecordIO({str(folder / "bad.idx")!r},
+                                         {str(folder / "bad.rec")!r}, "w")
+        for i in range({count}):
+            buf = io.BytesIO()
+            Image.new("RGB", (40, 40), (i * 10, 0, 0)).save(buf, format="JPEG")
+            payload = b"not an image" if i == {bad} else buf.getvalue()
+            out.write_idx(i, recordio.pack(recordio.IRHeader(0, float(i), i, 0), payload))
+        out.close()
+    """)
+
+
 @pytest.mark.mxnet
 def test_gluon_reader_names_an_undecodable_record_in_one_line(mxnet_python, tmp_path):
     """A record whose payload is no image fails in a worker process; the cell fails with the
     worker's one-line error naming the file and record."""
-    run_helper(mxnet_python, f"""
-        import io
-        from PIL import Image
-        from mxnet import recordio
-        out = recordio.MXIndexedRecordIO({str(tmp_path / "bad.idx")!r},
-                                         {str(tmp_path / "bad.rec")!r}, "w")
-        for i in range(4):
-            buf = io.BytesIO()
-            Image.new("RGB", (40, 40), (i * 50, 0, 0)).save(buf, format="JPEG")
-            payload = b"not an image" if i == 2 else buf.getvalue()
-            out.write_idx(i, recordio.pack(recordio.IRHeader(0, float(i), i, 0), payload))
-        out.close()
-    """)
+    write_records_with_one_bad(mxnet_python, tmp_path, count=4, bad=2)
     done, output = run_cell(mxnet_python, tmp_path, "--model", "resnet18", "--batch_size", "2",
                             "--data_dir", str(tmp_path / "bad.rec"), "--data_loader_only=true",
                             "--data_reader", "gluon", "--preprocess_threads", "1",
@@ -687,20 +692,11 @@ def test_an_undecodable_record_stops_the_gluon_workers_before_it_is_raised(
     sending prefetched batches back, and such a terminate can wait for ever on the pool's
     locked result queue (a cell that hangs until its timeout). The reader stops its
     workers itself, the batches in flight waited for, then raises the record's error."""
+    write_records_with_one_bad(mxnet_python, tmp_path, count=16, bad=5)
     out = run_helper(mxnet_python, f"""
-        import io
-        from PIL import Image
-        from mxnet import recordio
         from dlbench.datasets.errors import DatasetError
         from dlbench.mxnet.record_loader import GluonRecordReader
         rec, idx = {str(tmp_path / "bad.rec")!r}, {str(tmp_path / "bad.idx")!r}
-        out = recordio.MXIndexedRecordIO(idx, rec, "w")
-        for i in range(16):
-            buf = io.BytesIO()
-            Image.new("RGB", (40, 40), (i * 10, 0, 0)).save(buf, format="JPEG")
-            payload = b"not an image" if i == 5 else buf.getvalue()
-            out.write_idx(i, recordio.pack(recordio.IRHeader(0, float(i), i, 0), payload))
-        out.close()
         reader = GluonRecordReader(rec, idx, batch_size=2, input_shape=(3, 32, 32), workers=2,
                                    shuffle=False)
         try:
