@@ -168,7 +168,8 @@ def uncounted_note(models: pd.DataFrame) -> str | None:
     section for a missing feature."""
     if models.empty:
         return None
-    rows = models[models["tflops"].isna()].drop_duplicates(["study", "cell"])
+    rows = models[models["tflops"].isna()].drop_duplicates(["study", "cell"]).sort_values(
+        ["model", "framework", "phase", "precision", "batch_size", "system"], kind="stable")
     if rows.empty or (len(rows) == len(models.drop_duplicates(["study", "cell"]))
                       and rows["flops_note"].isna().all()):
         return None
