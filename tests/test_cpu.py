@@ -309,6 +309,7 @@ def test_the_status_file_says_how_the_run_ended(tmp_path):
     assert watcher.stop(succeeded=True) == "dlbench: 3/3 cells done; run finished"
     assert status.read_text().startswith("dlbench: 3/3 cells done; run finished (elapsed ")
     assert progress.ending(False, 1) == "run stopped: 1 cell without a result"
+    assert progress.ending(False, 0) == "run stopped"  # after its cells (a SIGTERM)
 
 
 # -- the MXNet environment on any host Python ----------------------------------------------

@@ -2,6 +2,7 @@
 (dlbench.incomplete_run). Through a real Snakemake run whose launcher is killed:
 tests/test_workflow_faults.py."""
 
+import os
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -34,6 +35,27 @@ def test_nothing_is_written_when_every_planned_result_exists(tmp_path):
     incomplete_run.write(planned, [], str(parquet), str(tmp_path / "t.csv"),
                          str(tmp_path / "report"), say=said.append)
     assert said == [] and not parquet.exists()
+
+
+def test_a_run_stopped_after_its_cells_and_before_its_table_writes_it(tmp_path):
+    """A SIGTERM lets the running cells finish and starts nothing more: every result is
+    there and the table's job never ran. The table is written then, without a note of
+    missing cells; once it is as new as every result, nothing is written again."""
+    planned = [result_file(tmp_path, "pytorch_a_00000001")]
+    parquet, report, said = tmp_path / "t.parquet", tmp_path / "report", []
+    incomplete_run.write(planned, [], str(parquet), str(tmp_path / "t.csv"), str(report),
+                         table_job_ran=False, say=said.append)
+    assert said == ["dlbench: the run stopped before its table; writing the table and "
+                    "report of the 1 results there are (Ctrl-C to skip)",
+                    f"dlbench: {parquet} (1 rows) and {report} hold every result"]
+    assert "Incomplete run" not in (report / "index.html").read_text()
+    said.clear()
+    incomplete_run.write(planned, [], str(parquet), str(tmp_path / "t.csv"), str(report),
+                         table_job_ran=False, say=said.append)
+    assert said == []  # the table is as new as every result
+    os.utime(planned[0])  # a result newer than the table
+    os.utime(parquet, (1, 1))
+    assert incomplete_run.table_behind(planned, parquet)
 
 
 def test_the_results_there_are_make_the_table_and_the_report_names_the_missing(tmp_path):

@@ -29,6 +29,21 @@ def missing(planned: Sequence[str | Path]) -> list[str]:
     return [str(path) for path in planned if not Path(path).exists()]
 
 
+def table_behind(planned: Sequence[str | Path], parquet: str | Path) -> bool:
+    """Whether the table is missing or older than one of the planned results."""
+    try:
+        made = Path(parquet).stat().st_mtime
+    except OSError:
+        return True
+    for path in planned:
+        try:
+            if Path(path).stat().st_mtime > made:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def cell_name(path: str) -> str:
     """``results/<system>/<study>/cells/<cell>.json`` -> ``<study>/<cell>``."""
     result = Path(path)
@@ -55,20 +70,25 @@ def write(planned: Sequence[str], others: Sequence[str], parquet: str, csv: str,
           profiles_kept: Callable[[Path], bool] | None = None,
           baseline_system: str | None = None,
           unstable_cv: float = run_to_run.DEFAULT_UNSTABLE_CV,
+          table_job_ran: bool = True,
           say: Callable[[str], None] = _to_stderr) -> None:
     """Write the table and the report of the results there are where some of ``planned``
     (this run's result files) are missing; ``others``: the other result files the table
     keeps (dlbench.workflow_support.results_beside). ``say``
-    gets a line before the work and one after it. Nothing is done (or said) when no
-    planned result is missing: the run failed elsewhere, and the failed job's own log says
-    why. With no result at all, nothing is written. It follows an interrupt as often as
-    not: a second Ctrl-C stops it, leaving each file whole (old or new)."""
+    gets a line before the work and one after it. Where no planned result is missing,
+    nothing is done (or said) when the table's own job ran (``table_job_ran``: it failed,
+    and its log says why) or the table is as new as every result; otherwise the run
+    stopped after its cells and before its table (a SIGTERM lets running cells finish and
+    starts nothing more), which is written then. With no result at all, nothing is
+    written. It follows an interrupt as often as not: a second Ctrl-C stops it, leaving
+    each file whole (old or new)."""
     absent = missing(planned)
-    if not absent:
+    if not absent and (table_job_ran or not table_behind(planned, parquet)):
         return
     # Failed, or stopped by an interrupt: the lines above say which.
     lacking = (f"dlbench: {len(absent)} of {len(planned)} cell results are missing (their "
-               "jobs failed or were stopped: see above)")
+               "jobs failed or were stopped: see above)" if absent else
+               "dlbench: the run stopped before its table")
     gone = set(absent)  # each planned file is looked at once; others were just found
     present = [*(str(path) for path in planned if str(path) not in gone), *others]
     if not present:
@@ -91,7 +111,8 @@ def write(planned: Sequence[str], others: Sequence[str], parquet: str, csv: str,
         report.render(parquet, report_dir, profiles_dir=profiles_dir,
                       profiles_kept=profiles_kept,
                       baseline_system=baseline_system,
-                      incomplete=report.Incomplete(len(absent), note(absent, len(planned))))
+                      incomplete=report.Incomplete(len(absent), note(absent, len(planned)))
+                      if absent else None)
         written.append(report_dir)
     except KeyboardInterrupt:
         say(f"dlbench: interrupted; written: {', '.join(written) or 'nothing'}")
@@ -101,4 +122,5 @@ def write(planned: Sequence[str], others: Sequence[str], parquet: str, csv: str,
             f"(written: {', '.join(written) or 'nothing'}): {type(exc).__name__}: {exc}")
         return
     say(f"dlbench: {' and '.join(written)} hold the results there are; the next run "
-        "measures the missing cells")
+        "measures the missing cells" if absent else
+        f"dlbench: {' and '.join(written)} hold every result")

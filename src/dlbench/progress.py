@@ -96,7 +96,7 @@ def ending(succeeded: bool, missing: int) -> str:
     cells = f"{missing} cell{'s' if missing != 1 else ''} without a result"
     if succeeded:
         return f"run finished: {cells}" if missing else "run finished"
-    return f"run stopped: {cells}"
+    return f"run stopped: {cells}" if missing else "run stopped"
 
 
 def status_line(done: int, total: int, left: float | None, failed: int = 0,

@@ -15,7 +15,7 @@ rule aggregate:
         parquet=update("results/benchmarks.parquet"),
         csv=update("results/benchmarks.csv"),
     log:
-        "results/logs/aggregate.log",
+        str(AGGREGATE_LOG),
     conda:
         "../../envs/driver.yaml"
     params:

@@ -839,9 +839,13 @@ onsuccess:
     say_failed_profiles()
 
 
+AGGREGATE_LOG = Path("results/logs/aggregate.log")
+
+
 def write_what_there_is():
     """At the end of a failed run with cells lacking a result (a job refused or stopped by
-    the scheduler, an interrupt), the table and the report of the results there are, which
+    the scheduler, an interrupt), or stopped after its cells and before its table (a
+    SIGTERM), the table and the report of the results there are, which
     Snakemake would not make: they wait for every cell (dlbench.incomplete_run). Only after
     a run that started jobs (onstart), in the main process."""
     if not (PROGRESS and workflow.is_main_process):
@@ -858,7 +862,16 @@ def write_what_there_is():
         ),
         baseline_system=config.get("baseline_system"),
         unstable_cv=UNSTABLE_CV,
+        # The aggregate job's log written during this run: it ran (and failed).
+        table_job_ran=_written_since(AGGREGATE_LOG, PROGRESS[0].started),
     )
+
+
+def _written_since(path, started):
+    try:
+        return path.stat().st_mtime >= started
+    except OSError:
+        return False
 
 
 onerror:
