@@ -190,7 +190,8 @@ def test_each_op_config_panel_names_only_what_varies_within_it(tmp_path):
     assert "torch.mm|0|0  [cuda_l2_cache off]" in spec
     assert "torch.mm|0|0  [compile inductor]" in spec
     assert "[compile eager · cuda_l2_cache off]" not in spec
-    legend = op_charts.tflops_figure(ops).chart.to_dict()["layer"][0]["encoding"]["strokeDash"]
+    legend = op_charts.tflops_figure(ops).chart.to_dict()["spec"]["layer"][0]["encoding"][
+        "strokeDash"]
     assert legend["legend"]["labelLimit"] == op_charts.CELL_LEGEND_LIMIT
 
 

@@ -125,6 +125,25 @@ def input_arguments(extra: object) -> tuple[str, str]:
     return _arguments(config.get("input")), _arguments(config.get("build"))
 
 
+def config_labels(paths: pd.Series) -> pd.Series:
+    """Each op config's label, unique among the configs in ``paths``: its file's stem where
+    no other config has that stem, else the shortest trailing part of its path that no
+    other config's ends with (``h100/mm`` beside ``a100/mm``: two files of one name are
+    two configs); "?" where a row has none."""
+    tails = {p: PurePath(p).parts[:-1] + (PurePath(p).stem,)
+             for p in pd.unique(paths.dropna()) if isinstance(p, str)}
+
+    def label(path: str) -> str:
+        parts = tails[path]
+        for k in range(1, len(parts) + 1):
+            if sum(other[-k:] == parts[-k:] for other in tails.values()) == 1:
+                return str(PurePath(*parts[-k:]))
+        return path  # one path written two ways ("/c/mm.json", "c/mm.json"): as given
+
+    labels = {path: label(path) for path in tails}
+    return paths.map(lambda p: labels.get(p, "?") if isinstance(p, str) else "?")
+
+
 def op_frame(frame: pd.DataFrame) -> pd.DataFrame:
     rows = measured(frame, "op")
     if rows.empty:
@@ -132,7 +151,7 @@ def op_frame(frame: pd.DataFrame) -> pd.DataFrame:
     rows = rows[rows["time_median_s"].notna()]
     arguments = [input_arguments(e) for e in rows.get("extra", pd.Series(None, index=rows.index))]
     out = pd.DataFrame({
-        "config": rows["op_config"].map(lambda p: PurePath(p).stem if isinstance(p, str) else "?"),
+        "config": config_labels(rows["op_config"]),
         "op": rows["op_name"].fillna(rows["name"]),
         "input": [_input_label(o, n) for o, n in zip(rows["op_name"], rows["name"], strict=True)],
         "shapes": [a for a, _ in arguments],
@@ -194,6 +213,19 @@ def _pass_colour(frame: pd.DataFrame) -> alt.Color:
     return alt.Color("pass:N", title="pass", scale=colour_scale(passes, PASS_COLOURS))
 
 
+def _config_panels(chart: alt.LayerChart, frame: pd.DataFrame,
+                   **independent: str) -> alt.LayerChart | alt.FacetChart:
+    """``chart`` with a panel per op config where there are several, its name above it:
+    an input id, or a size, of one config is another input than that of another, so no
+    row or line may hold both. ``independent``: the scales each panel has its own of
+    (``y="independent"``)."""
+    if frame["config"].nunique() <= 1:
+        return chart
+    panels = chart.facet(row=alt.Row("config:N", title=None, header=alt.Header(
+        labelAngle=0, labelAlign="left", labelOrient="top", labelAnchor="start")))
+    return panels.resolve_scale(**independent) if independent else panels
+
+
 def time_figure(ops: pd.DataFrame) -> Figure | None:
     if ops.empty:
         return None
@@ -232,11 +264,8 @@ def time_figure(ops: pd.DataFrame) -> Figure | None:
                              format=",.3f")],
     )
     step = 10 * len(passes) + 6
-    chart = alt.layer(spread, points, data=frame).properties(width=520, height=alt.Step(step))
-    if frame["config"].nunique() > 1:
-        chart = chart.facet(row=alt.Row("config:N", title=None, header=alt.Header(
-            labelAngle=0, labelAlign="left", labelOrient="top", labelAnchor="start")),
-        ).resolve_scale(y="independent")
+    chart = _config_panels(alt.layer(spread, points, data=frame)
+                           .properties(width=520, height=alt.Step(step)), frame, y="independent")
     return Figure("op-time", "Time per operator input",
                   "Median time of one call of each operator input, per pass"
                   + (" (with repeats, the mean of the runs' medians; the bar from the mean "
@@ -254,7 +283,7 @@ def _rate_figure(ops: pd.DataFrame, *, rate: str, work: str, name: str, title: s
     frame = ops[ops[rate].notna() & ops[work].notna()] if not ops.empty else ops
     if frame.empty:
         return None
-    base = alt.Chart(frame).encode(
+    base = alt.Chart().encode(
         x=alt.X(f"{work}:Q", title=work_title, axis=alt.Axis(format=".3~s"),
                 scale=alt.Scale(type="log", nice=False, padding=14)),
         y=alt.Y(f"{rate}:Q", title=rate_title),
@@ -262,17 +291,19 @@ def _rate_figure(ops: pd.DataFrame, *, rate: str, work: str, name: str, title: s
         shape=alt.Shape("pass:N", title="pass", sort=ordered(frame["pass"], ("forward", "backward"))),
         tooltip=[alt.Tooltip("op:N", title="operator"),
                  *[alt.Tooltip(f"{f}:N", title=t) for f, t in _input_fields(frame)],
-                 alt.Tooltip("pass:N"), alt.Tooltip("variant:N", title="cell"),
+                 alt.Tooltip("pass:N"), alt.Tooltip("config:N", title="op config"),
+                 alt.Tooltip("variant:N", title="cell"),
                  alt.Tooltip(f"{work}:Q", title=work_title, format=".3~s"),
                  alt.Tooltip(f"{rate}:Q", title=rate_title, format=SIGNIFICANT_TIP)],
     )
     lines = base.mark_line(strokeWidth=1.2, opacity=0.5).encode(
-        detail=alt.Detail(["op:N", "pass:N", "variant:N"]), order=f"{work}:Q")
+        detail=alt.Detail(["config:N", "op:N", "pass:N", "variant:N"]), order=f"{work}:Q")
     if frame["variant"].nunique() > 1:  # which line is which cell's, in the legend too
         lines = lines.encode(strokeDash=alt.StrokeDash("variant:N", title="cell", legend=alt.Legend(
             symbolType="stroke", symbolStrokeWidth=1.6, symbolSize=300,
             labelLimit=CELL_LEGEND_LIMIT)))
-    chart = alt.layer(lines, base.mark_point(filled=True, size=70)).properties(width=400, height=260)
+    chart = _config_panels(alt.layer(lines, base.mark_point(filled=True, size=70), data=frame)
+                           .properties(width=400, height=260), frame)
     return Figure(name, title, caption, styled(chart), table=NumbersTable([
         *_leading_columns(frame), Column(work, work_title, ",d"),
         Column(rate, rate_title, SIGNIFICANT_COLUMN)], required=rate))

@@ -9,8 +9,6 @@ One panel per system and device."""
 
 from __future__ import annotations
 
-from pathlib import PurePath
-
 import altair as alt
 import numpy as np
 import pandas as pd
@@ -19,7 +17,7 @@ from dlbench import peaks
 from dlbench.efficiency import BANDWIDTH_BENCHMARKS, CALIBRATION_KIND, devices
 from dlbench.report import llm_charts  # its decode steps count the bytes they read
 from dlbench.report.data import PRECISION_ORDER, at_cell_time, measured, model_opts_label
-from dlbench.report.op_charts import input_arguments, op_variants
+from dlbench.report.op_charts import config_labels, input_arguments, op_variants
 from dlbench.report.style import Figure, styled
 
 # Model families placed on the roofline besides operators (those whose runner counts bytes).
@@ -64,10 +62,11 @@ def points(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def op_configs(ok: pd.DataFrame) -> pd.Series:
-    """An operator point's op config, by its file's stem as the operator charts name it
-    (two configs may hold one operator at one input id); empty for other points."""
-    stems = ok["op_config"].map(lambda p: PurePath(p).stem if isinstance(p, str) else "")
-    return stems.where(ok["kind"] == "op", "").astype(str)
+    """An operator point's op config, labelled as the operator charts label it
+    (``config_labels``: two configs may hold one operator at one input id, and two
+    folders a file of one name); empty for other points."""
+    ops = ok["kind"] == "op"
+    return config_labels(ok["op_config"].where(ops)).where(ops, "").astype(str)
 
 
 def _names(ok: pd.DataFrame, family: pd.Series) -> pd.Series:
