@@ -9,6 +9,7 @@ from html import escape
 
 import pandas as pd
 
+from dlbench import run_to_run
 from dlbench.efficiency import CALIBRATION_KIND, devices
 from dlbench.report import encodings
 from dlbench.report.data import (
@@ -40,7 +41,8 @@ def _device(row: pd.Series) -> str:
 def calibration_table(frame: pd.DataFrame) -> str | None:
     """Each calibration kernel's best figure per device, beside the vendor's peak: the best
     of its sizes and, where it ran more than once, of its runs, as the measured ceilings of
-    the cells' shares are (dlbench.efficiency)."""
+    the cells' shares are (dlbench.efficiency), with the spread of that figure: its measured
+    iterations and their CV, "unsteady" beyond the unstable_cv threshold."""
     rows = frame[(frame["kind"] == CALIBRATION_KIND) & (frame["status"] == "ok")]
     if rows.empty:
         return None
@@ -48,17 +50,54 @@ def calibration_table(frame: pd.DataFrame) -> str | None:
                        rate=rows["tflops"].fillna(rows["gbps"]))
     best = rows.sort_values("rate").groupby(["where", "op_name", "efficiency_precision"],
                                             dropna=False).tail(1)
+    best = best.sort_values(["where", "op_name", "efficiency_precision"])
+    iterations, cv = numeric(best, "iterations"), _iteration_cv(best)
     out = []
-    for r in best.sort_values(["where", "op_name", "efficiency_precision"]).itertuples():
+    for i, r in enumerate(best.itertuples()):
         gemm = r.op_name == "gemm"
         out.append([r.where, r.op_name, r.efficiency_precision or "", r.name,
                     f"{_num(r.tflops)} TFLOP/s" if gemm else f"{_num(r.gbps)} GB/s",
+                    _num(iterations.iloc[i], ",.0f"), _spread(cv.iloc[i]),
                     _num(r.peak_tflops if gemm else r.peak_gbps),
                     _pct(r.pct_of_peak if gemm else r.pct_of_peak_gbps)])
     several = several_runs(numeric(rows, "repeats"))
     return table(["system · device", "kernel", "precision", "best size",
                   "measured: best run" if several else "measured",
-                  "vendor peak", "% of peak"], out) + _calibration_notes(rows)
+                  "iterations", "CV of iterations", "vendor peak", "% of peak"], out) \
+        + _unsteady_note(cv) + _calibration_notes(rows)
+
+
+def _iteration_cv(rows: pd.DataFrame) -> pd.Series:
+    """Each row's CV of its measured iterations: the aggregate's ``within_run_cv``, else
+    (a table older than that column) from its time summary; empty without either."""
+    own = rows.reindex(columns=["time_mean_s", "time_std_s"]).to_dict("records")
+    summary = pd.Series([run_to_run.within_run_cv(r) for r in own], index=rows.index,
+                        dtype=float)
+    return numeric(rows, "within_run_cv").fillna(summary)
+
+
+def _unsteady(cv: object) -> bool:
+    # The threshold the aggregate flags runs that disagree by: a ceiling whose own
+    # iterations vary more is no steadier a figure than such a cell's.
+    return cv is not None and pd.notna(cv) and float(cv) > run_to_run.DEFAULT_UNSTABLE_CV
+
+
+def _spread(cv: object) -> str:
+    """The CV as a percentage, with "unsteady" in words beyond the threshold."""
+    if cv is None or pd.isna(cv):
+        return ""
+    return _pct(100 * float(cv)) + (", unsteady" if _unsteady(cv) else "")
+
+
+def _unsteady_note(cv: pd.Series) -> str:
+    """A line under the table when a ceiling's iterations vary beyond the threshold: the
+    shares of it (% of measured) inherit its spread."""
+    if not any(_unsteady(v) for v in cv):
+        return ""
+    threshold = f"{100 * run_to_run.DEFAULT_UNSTABLE_CV:g} %"
+    return ('<p class="note">unsteady: the ceiling\'s iteration times vary by more than '
+            f"{threshold} of their mean (the default unstable_cv), so its figure, and the "
+            "shares of it, are less certain than the digits say.</p>")
 
 
 # Precisions a calibration names but did not measure (dlbench.calibrate.runner), and why.
