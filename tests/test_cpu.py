@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -235,34 +236,48 @@ def test_watcher_reads_finished_results_and_writes_the_status_file(tmp_path):
 
 def test_the_status_says_which_cells_run_and_stays_fresh_while_cells_wait(tmp_path):
     """A cell whose job log this run wrote and which has no result is running (on a
-    cluster: out of the queue); a log an earlier run left is not. While nothing changes,
-    the status file is still rewritten every refresh_s, so its time says the run lives."""
+    cluster: out of the queue); a log an earlier run left is not. Logs are stamped by the
+    clock of the file server or node that wrote them, here an hour behind this host's: a
+    log counts as written when its stamp changed since the start, whatever its time says.
+    While nothing changes, the status file is still rewritten every refresh_s, so its time
+    says the run lives."""
     now = [1000.0]
     cells = {tmp_path / f"c{i}.json": model("resnet18", batch=8) for i in range(3)}
+    for i, size in ((1, "x"), (2, "earlier run")):  # logs earlier runs left
+        (tmp_path / f"c{i}.log").write_text(size)
+        os.utime(tmp_path / f"c{i}.log", (900.0 - 3600, 900.0 - 3600))
     status = tmp_path / "status.txt"
     stream = io.StringIO()
     watcher = progress.Watcher(cells, status, stream=stream, clock=lambda: now[0],
                                log_of=lambda p: p.with_suffix(".log"), refresh_s=60)
-    old = tmp_path / "c2.log"  # an earlier run's log
-    old.write_text("x")
-    os.utime(old, (900.0, 900.0))
     watcher.report()
     written = status.read_text()
     watcher.tick()
     assert status.read_text() == written  # nothing new, not yet refresh_s later
     (tmp_path / "c0.log").write_text("started")
-    os.utime(tmp_path / "c0.log", (1001.0, 1001.0))
+    os.utime(tmp_path / "c0.log", (1001.0 - 3600, 1001.0 - 3600))
     now[0] = 1002.0
     watcher.tick()
     assert status.read_text().startswith("dlbench: 0/3 cells done, 1 running, time left ")
+    (tmp_path / "c1.log").write_text("started again")  # an earlier run's log, rewritten
+    os.utime(tmp_path / "c1.log", (1002.0 - 3600, 1002.0 - 3600))
+    watcher.tick()
+    assert status.read_text().startswith("dlbench: 0/3 cells done, 2 running, time left ")
+    assert watcher.written_during_run(tmp_path / "c1.log")
+    assert not watcher.written_during_run(tmp_path / "c2.log")
     assert stream.getvalue() == ""  # a start is no line in the terminal
     now[0] = 1070.0
     watcher.tick()  # no change, but a minute on: rewritten
     assert "(elapsed 1 min 10 s;" in status.read_text()
     (tmp_path / "c0.json").write_text(json.dumps({"wall_time_s": 30.0, "status": "ok"}))
     watcher.tick()
-    assert stream.getvalue() == "dlbench: 1/3 cells done, about 1 min 00 s left\n"
+    assert stream.getvalue() == "dlbench: 1/3 cells done, 1 running, about 1 min 00 s left\n"
     assert watcher.stop(succeeded=True).endswith("run finished: 2 cells without a result")
+    ended = status.read_text()
+    (tmp_path / "c1.json").write_text(json.dumps({"wall_time_s": 30.0, "status": "ok"}))
+    now[0] = 2000.0
+    watcher.tick()  # a poll still running as the run ended writes nothing after it
+    assert status.read_text() == ended and stream.getvalue().count("\n") == 1
 
 
 def test_the_time_left_counts_each_cells_process_start_up_too(tmp_path):
@@ -306,6 +321,7 @@ def test_the_status_file_says_how_the_run_ended(tmp_path):
         "dlbench: 1/3 cells done; run stopped: 2 cells without a result (elapsed ")
     for i in (1, 2):
         (tmp_path / f"c{i}.json").write_text(json.dumps({"wall_time_s": 9.0, "status": "ok"}))
+    watcher = progress.Watcher(cells, status, stream=open(os.devnull, "w"))  # noqa: SIM115
     assert watcher.stop(succeeded=True) == "dlbench: 3/3 cells done; run finished"
     assert status.read_text().startswith("dlbench: 3/3 cells done; run finished (elapsed ")
     assert progress.ending(False, 1) == "run stopped: 1 cell without a result"
@@ -452,6 +468,25 @@ def test_results_and_parquet_carry_the_usable_cpus_and_the_slurm_job(tmp_path, m
     rows = aggregate.write([inside, outside], tmp_path / "t.parquet").to_pylist()
     assert [(r["cpus_usable"], r["slurm_job_id"], r["slurm_partition"]) for r in rows] \
         == [(3, "4711", "gpu-h100"), (3, None, None)]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 or more CPUs")
+def test_usable_cpus_is_the_process_cpu_set_after_openmp_binds_the_main_thread():
+    """OMP_PROC_BIND makes the OpenMP runtime pin the main thread to one CPU as torch loads
+    it; a runner (which imports dlbench before its framework) still records every CPU its
+    process was given, not the one its main thread was pinned to."""
+    script = ("import os, dlbench, torch\n"
+              "torch.ones(64, 64) @ torch.ones(64, 64)\n"
+              "from dlbench import cpu, environment\n"
+              "print(len(os.sched_getaffinity(0)), cpu.usable_cpus(),"
+              " environment.collect()['cpus_usable'])\n")
+    env = {**os.environ, "OMP_PROC_BIND": "close", "OMP_PLACES": "threads",
+           "OMP_NUM_THREADS": "2"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, check=True, timeout=120).stdout.split()
+    pinned, usable, recorded = map(int, out)
+    assert pinned == 1  # the runtime did pin the main thread: else this tests nothing
+    assert usable == recorded == len(os.sched_getaffinity(0))
 
 
 @pytest.mark.parametrize(("environ", "usable", "processes", "each"), [

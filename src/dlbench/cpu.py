@@ -219,13 +219,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def usable_cpus() -> int:
-    """Processors this process may run on: its affinity mask (a Slurm job's cpuset,
-    taskset), what ``omp_get_num_procs`` counts; ``os.cpu_count()`` where there is none."""
+def _affinity() -> frozenset[int] | None:
     try:
-        return len(os.sched_getaffinity(0)) or 1
+        return frozenset(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # no affinity call on this platform
-        return os.cpu_count() or 1
+        return None
+
+
+# The process's CPU set as it started, read when dlbench is first imported (the package
+# imports this module) and so before any framework: an OpenMP runtime told to bind its
+# threads (OMP_PROC_BIND) pins the main thread to one CPU as the framework loads it, after
+# which the thread's own mask says 1 however many CPUs the job was given.
+PROCESS_AFFINITY = _affinity()
+
+
+def usable_cpus() -> int:
+    """Processors this process may run on: its affinity mask as it started (a Slurm job's
+    cpuset, taskset), what ``omp_get_num_procs`` counts; ``os.cpu_count()`` where there is
+    none."""
+    cpus = PROCESS_AFFINITY or _affinity()
+    return len(cpus) if cpus else (os.cpu_count() or 1)
 
 
 # The thread counts Snakemake sets to a job's threads (snakemake.shell), which the

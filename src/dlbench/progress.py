@@ -126,19 +126,34 @@ def read_wall_time(path: Path) -> tuple[float | None, str] | None:
         return None
 
 
+def stamp(path: Path) -> tuple[int, int, int] | None:
+    """What changes when a file is written (its mtime, size and inode); None where there is
+    none. Comparing stamps, not mtimes with this host's clock, tells a file written during a
+    run from one left by an earlier run whatever the clock of the file server or node that
+    wrote it says."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_mtime_ns, info.st_size, info.st_ino
+
+
 class Watcher:
     """Polls the planned cells' result files; says progress as they appear.
 
     ``log_of`` gives a result file's job log: a cell whose log was written during this run
-    and which has no result yet is running (its job has started: on a cluster, it has left
-    the queue). A job the scheduler ended without a result counts so until the run ends.
-    The status file is rewritten as cells start and finish, and at least every
-    ``refresh_s``, so that its time says the run is alive while cells wait in a queue."""
+    (its stamp differs from the one it had at the start) and which has no result yet is
+    running (its job has started: on a cluster, it has left the queue). A job the scheduler
+    ended without a result counts so until the run ends. ``also_watch`` names more files
+    whose writing during the run ``written_during_run`` tells. The status file is rewritten
+    as cells start and finish, and at least every ``refresh_s``, so that its time says the
+    run is alive while cells wait in a queue; after ``stop`` it is not written again."""
 
     def __init__(self, planned: Mapping[Path, Planned], status_file: Path,
                  stream: TextIO | None = None, interval_s: float = 2.0,
                  clock: Callable[[], float] = time.time,
-                 log_of: Callable[[Path], Path] | None = None, refresh_s: float = 60.0):
+                 log_of: Callable[[Path], Path] | None = None, refresh_s: float = 60.0,
+                 also_watch: Sequence[Path] = ()):
         self.planned = dict(planned)
         self.status_file = status_file
         self.stream = stream or sys.stderr
@@ -150,8 +165,18 @@ class Watcher:
         self.written = self.started
         self.finished: dict[Path, tuple[float | None, str]] = {}
         self.running = 0
+        logs = [log_of(p) for p in self.planned] if log_of is not None else []
+        self.stamps_at_start = {path: stamp(path) for path in [*logs, *also_watch]}
         self._stop = threading.Event()
+        self._ended = False
+        self._write_lock = threading.Lock()
         self._thread: threading.Thread | None = None
+
+    def written_during_run(self, path: Path) -> bool:
+        """Whether ``path`` (a cell's log or one of ``also_watch``) was written since the
+        watcher was made."""
+        now = stamp(path)
+        return now is not None and now != self.stamps_at_start.get(path)
 
     def poll(self) -> bool:
         """Read newly finished cells; True when any finished since the last poll."""
@@ -169,15 +194,10 @@ class Watcher:
         if self.log_of is None:
             return False
         running = sum(1 for path in self.planned
-                      if path not in self.finished and self._started(self.log_of(path)))
+                      if path not in self.finished
+                      and self.written_during_run(self.log_of(path)))
         changed, self.running = running != self.running, running
         return changed
-
-    def _started(self, log: Path) -> bool:
-        try:  # a log left by an earlier run is older than this run
-            return log.stat().st_mtime >= self.started - 1
-        except OSError:
-            return False
 
     def report(self, ended: str | None = None) -> str:
         finished = [(self.planned[p], wall) for p, (wall, _) in self.finished.items()]
@@ -185,10 +205,15 @@ class Watcher:
         failed = sum(1 for _, status in self.finished.values() if status != "ok")
         line = status_line(len(self.finished), len(self.planned), time_left(remaining, finished),
                            failed, ended, self.running)
-        self.written = self.clock()
-        elapsed = duration(self.written - self.started)
-        write_atomic(self.status_file, f"{line} (elapsed {elapsed}; updated "
-                     f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n")
+        # A poll still running when the run ended must not write over its last line.
+        with self._write_lock:
+            if self._ended:
+                return line
+            self._ended = ended is not None
+            self.written = self.clock()
+            elapsed = duration(self.written - self.started)
+            write_atomic(self.status_file, f"{line} (elapsed {elapsed}; updated "
+                         f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n")
         return line
 
     def tick(self) -> None:
@@ -196,6 +221,8 @@ class Watcher:
         started, or where it is older than refresh_s."""
         finished = self.poll()
         started = self.poll_running()
+        if self._stop.is_set():  # the run ended while this poll ran: stop says the rest
+            return
         if finished:
             print(self.report(), file=self.stream, flush=True)
         elif started or self.clock() - self.written >= self.refresh_s:

@@ -808,12 +808,16 @@ def start_progress():
         path: dlbench_progress.Planned(cell.kind, dict(cell.params))
         for path, cell in pending.items()
     }
-    watcher = dlbench_progress.Watcher(planned, STATUS_FILE, log_of=support.cell_log)
+    watcher = dlbench_progress.Watcher(
+        planned, STATUS_FILE, log_of=support.cell_log, also_watch=[AGGREGATE_LOG]
+    )
     watcher.start()
     return watcher
 
 
 PROGRESS = []
+# The aggregate job's log: written during a run that failed, the table job ran (and failed).
+AGGREGATE_LOG = Path("results/logs/aggregate.log")
 
 
 onstart:
@@ -839,9 +843,6 @@ onsuccess:
     say_failed_profiles()
 
 
-AGGREGATE_LOG = Path("results/logs/aggregate.log")
-
-
 def write_what_there_is():
     """At the end of a failed run with cells lacking a result (a job refused or stopped by
     the scheduler, an interrupt), or stopped after its cells and before its table (a
@@ -862,16 +863,8 @@ def write_what_there_is():
         ),
         baseline_system=config.get("baseline_system"),
         unstable_cv=UNSTABLE_CV,
-        # The aggregate job's log written during this run: it ran (and failed).
-        table_job_ran=_written_since(AGGREGATE_LOG, PROGRESS[0].started),
+        table_job_ran=PROGRESS[0].written_during_run(AGGREGATE_LOG),
     )
-
-
-def _written_since(path, started):
-    try:
-        return path.stat().st_mtime >= started
-    except OSError:
-        return False
 
 
 onerror:
