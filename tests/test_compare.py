@@ -169,6 +169,20 @@ def test_what_the_sides_recorded_differently_is_listed_with_the_verdicts(tmp_pat
             "2.9.0).") in (out / "compare.md").read_text()
 
 
+def test_sides_run_in_other_cpusets_and_partitions_list_it_among_what_differs(tmp_path):
+    """The same node type through two Slurm partitions, NEW's jobs given 8 of its 64 CPUs:
+    both are listed; the Slurm job id, which differs on every run, is not."""
+    base = {**ENV, "cpu_count": 64, "cpus_usable": 64, "slurm_partition": "full",
+            "slurm_job_id": "11"}
+    new = {**base, "cpus_usable": 8, "slurm_partition": "shared", "slurm_job_id": "12"}
+    write_result(tmp_path / "a", "sysA", model_cell(), noisy(0.1, seed=1), env=base)
+    write_result(tmp_path / "b", "sysB", model_cell(), noisy(0.14, seed=2), env=new)
+    comparison = compare(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert [(d.field, d.base, d.new) for d in comparison.differences] == [
+        ("CPUs usable", "64", "8"), ("Slurm partition", "full", "shared")]
+    assert "CPUs 64" in comparison.alike
+
+
 def test_two_runs_of_the_same_distribution_are_judged_the_same(tmp_path):
     for i, model in enumerate(["resnet18", "alexnet", "vgg11", "resnet50", "googlenet"]):
         write_result(tmp_path / "a", "x", model_cell(model), noisy(0.05 * (i + 1), seed=10 + i))

@@ -241,6 +241,36 @@ def test_cells_without_a_flop_count_are_named_under_the_tflops_chart_with_the_re
                                             "training · float32 · batch 8") in alone
 
 
+def test_uncounted_cells_are_told_apart_by_every_axis_the_chart_tells_them_by(tmp_path):
+    """Cells alike but for their GPU count or data source are two points of the chart and
+    two names in the note; ParaDnn cells drawn in TFLOP/s get their note in their section,
+    named by their options."""
+    reason = "not available: FlopCounterMode has no formula for aten::_fused"
+    cells = [model_result("s", model_cell("resnet50", "training", "float32", 8))]
+    for gpus, data in ((1, "synthetic"), (2, "synthetic"), (1, "imagenet")):
+        cells.append(uncounted(model_cell("alexnet", "training", "float32", 8, num_gpus=gpus,
+                                          data=data), reason))
+        cells[-1]["cell_id"] = f"alexnet_{gpus}_{data}"
+    for layers, counted in ((4, True), (8, False)):
+        res = model_result("s", model_cell("resnet50", "training", "float32", 16))
+        res["cell"].update(model="paradnn_fc", model_opts={"layers": layers, "nodes": 64})
+        res["cell_id"] = f"paradnn_fc_{layers}"
+        if not counted:
+            res["measurements"][0]["flops_per_iteration"] = None
+            res["measurements"][0]["tflops"] = None
+            res["measurements"][0]["extra"]["flops_note"] = reason
+        cells.append(res)
+    render(write_parquet(tmp_path, cells), tmp_path / "report")
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert ("3 cells (FlopCounterMode has no formula for aten::_fused): alexnet · training · "
+            "float32 · batch 8 · 1 GPU · imagenet, alexnet · training · float32 · batch 8 · "
+            "1 GPU · synthetic, alexnet · training · float32 · batch 8 · 2 GPUs · "
+            "synthetic.") in section_of(page, "tflops")
+    assert ("Without TFLOP/s, their FLOPs not counted: 1 cell (FlopCounterMode has no formula "
+            "for aten::_fused): paradnn_fc · layers=8 · training · float32 · batch 16."
+            ) in section_of(page, "paradnn")
+
+
 def test_dlbench_report_renders_a_table_by_hand_and_refuses_a_bad_one_in_one_line(
         tmp_path, capsys):
     from dlbench import command
@@ -249,6 +279,9 @@ def test_dlbench_report_renders_a_table_by_hand_and_refuses_a_bad_one_in_one_lin
                                                                     "float32", 8))])
     assert command.main(["report", str(parquet), "--outdir", str(tmp_path / "out")]) == 0
     assert "alexnet" in (tmp_path / "out" / "index.html").read_text()
+    # By default beside the table, named after it: never the workflow's results/report.
+    assert command.main(["report", str(parquet)]) == 0
+    assert "alexnet" in (parquet.with_name(f"{parquet.stem}-report") / "index.html").read_text()
     assert command.main(["report", str(tmp_path / "none.parquet")]) == 2
     assert capsys.readouterr().err == (f"dlbench report: {tmp_path / 'none.parquet'}: no such "
                                        "aggregate Parquet file\n")

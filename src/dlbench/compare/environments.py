@@ -21,10 +21,13 @@ FIELDS = (("gpu_model", "GPU"), ("gpu_power_limit_w", "GPU power limit (W)"),
           ("gpu_driver", "GPU driver"), ("cuda_version", "CUDA"), ("cudnn_version", "cuDNN"),
           ("nccl_version", "NCCL"), ("cpu_model", "CPU"), ("cpu_count", "CPUs"),
           ("cpu_cores", "CPU cores"), ("cpu_sockets", "CPU sockets"),
+          # A job given 8 of a node's 64 cores runs on 8, whatever the node's CPU count.
+          ("cpus_usable", "CPUs usable"),
           ("cpu_capability", "CPU capability"), ("cpu_features", "CPU features"),
           ("python_version", "Python"), ("container", "container"),
           ("container_digest", "container digest"), ("dlbench_version", "dlbench"),
-          ("dlbench_git_revision", "dlbench revision"), ("hostname", "host"))
+          ("dlbench_git_revision", "dlbench revision"), ("hostname", "host"),
+          ("slurm_partition", "Slurm partition"))
 VERSION = "framework_version"
 # A side with more values than this is told by the first ones and a count of the rest.
 SHOWN = 3

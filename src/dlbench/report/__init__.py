@@ -150,7 +150,10 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
         Section("paradnn", "ParaDnn",
                 "Parameterized fully-connected, convolutional and recurrent models.",
                 _present(paradnn_charts.by_batch_figure(paradnn),
-                         paradnn_charts.by_size_figure(paradnn))),
+                         paradnn_charts.by_size_figure(paradnn),
+                         # Drawn in TFLOP/s where any cell counted its FLOPs: say which not.
+                         tables.uncounted_note(paradnn)
+                         if not paradnn.empty and paradnn["tflops"].notna().any() else None)),
         Section("operators", "Operators", "Operator microbenchmarks, one point per operator input.",
                 _present(op_charts.time_figure(ops), op_charts.tflops_figure(ops),
                          op_charts.gbps_figure(ops))),

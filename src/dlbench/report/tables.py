@@ -15,6 +15,7 @@ import pandas as pd
 
 from dlbench import gpu_clocks
 from dlbench.profiling.summary import of_row
+from dlbench.report import encodings
 from dlbench.report.data import (
     STATUS_ORDER,
     cell_rows,
@@ -26,6 +27,7 @@ from dlbench.report.data import (
     ordered,
     run_counts,
     time_title,
+    varying,
 )
 from dlbench.report.model_charts import PARADNN_PREFIX
 from dlbench.report.style import nouns
@@ -168,13 +170,19 @@ def uncounted_note(models: pd.DataFrame) -> str | None:
     section for a missing feature."""
     if models.empty:
         return None
+    # Named by every axis that tells the chart's cells apart (framework, GPUs, device,
+    # data, execution mode, system, ...), as its legend and panels do; a ParaDnn cell by
+    # its options too.
+    told = varying(models, encodings.model_axes())
     rows = models[models["tflops"].isna()].drop_duplicates(["study", "cell"]).sort_values(
-        ["model", "framework", "phase", "precision", "batch_size", "system"], kind="stable")
+        ["model", "config", "framework", "phase", "precision", "batch_size",
+         *(a for a in told if a != "framework")], kind="stable")
     if rows.empty or (len(rows) == len(models.drop_duplicates(["study", "cell"]))
                       and rows["flops_note"].isna().all()):
         return None
-    systems = models["system"].nunique() > 1
-    frameworks = models["framework"].nunique() > 1
+    front = encodings.labels(rows, [a for a in told if a == "framework"])
+    rest = encodings.labels(rows, [a for a in told if a != "framework"])
+    config = rows["config"]
     # A note's closing parenthesis is its cell's own figure ("it counted 6.1e9 FLOPs
     # without them"): the reason is what precedes it, shared by the cells it stopped.
     reasons = (rows["flops_note"].fillna("no FLOP count recorded").astype(str)
@@ -183,11 +191,10 @@ def uncounted_note(models: pd.DataFrame) -> str | None:
     parts = []
     groups = sorted(rows.groupby(reasons, sort=True), key=lambda g: -len(g[1]))  # most first
     for reason, group in groups:
-        named = [" · ".join(str(v) for v in (r.model, *([r.framework] if frameworks else []),
-                                              r.phase, r.precision,
-                                              f"batch {r.batch_size}",
-                                              *([r.system] if systems else [])) if v)
-                 for r in group.head(UNCOUNTED_NAMED).itertuples()]
+        named = [" · ".join(str(v) for v in (r.model, config[i], front[i], r.phase, r.precision,
+                                              f"batch {r.batch_size}", rest[i]) if v)
+                 for i, r in zip(group.index[:UNCOUNTED_NAMED],
+                                 group.head(UNCOUNTED_NAMED).itertuples(), strict=True)]
         more = len(group) - len(named)
         parts.append(f"{nouns(len(group), 'cell')} ({reason}): " + ", ".join(named)
                      + (f" and {more} more" if more else ""))
