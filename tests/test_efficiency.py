@@ -130,6 +130,35 @@ def test_a_calibration_study_written_out_is_not_doubled_and_a_bad_flag_is_one_li
         study.expand_config(config)
 
 
+def test_a_calibration_study_sets_its_own_sizes_and_its_devices_are_not_calibrated_twice():
+    """A large CPU node reaches its best GEMM beyond the default n = 1024: a study named
+    calibration gives the sizes; the runner gets them, the cell's id says so, and
+    calibrate: true adds a default cell only for a device the study does not list. A bad
+    size list is one line naming the study and the field."""
+    from dlbench import kinds
+
+    config = {"studies": {
+        "calibration": {"kind": "calibrate", "grid": {
+            "device": "cpu", "gemm_sizes": "2048,4096", "stream_elements": 2**27}},
+        "a": {"calibrate": True, "grid": {"model": "deep_mnist", "device": ["cpu", "gpu"]}},
+    }}
+    calibration = {c.params["device"]: c for c in study.expand_config(config)
+                   if c.kind == "calibrate"}
+    assert sorted(calibration) == ["cpu", "gpu"]
+    cpu_cell, gpu_cell = calibration["cpu"], calibration["gpu"]
+    assert kinds.get("calibrate").command(cpu_cell.params, Path("o.json"), "py", None)[3:] == [
+        "--device=cpu", "--gemm_sizes=2048,4096", f"--stream_elements={2**27}"]
+    assert kinds.get("calibrate").command(gpu_cell.params, Path("o.json"), "py", None)[3:] == [
+        "--device=gpu"]
+    default = study.Cell(study.CALIBRATION_STUDY, "calibrate",
+                         {"framework": "pytorch", "device": "cpu"})
+    assert cpu_cell.id != default.id  # other sizes: another measurement
+    config["studies"]["calibration"]["grid"]["gemm_sizes"] = "2048,4k"
+    with pytest.raises(study.ConfigError, match=r"^study 'calibration': gemm_sizes: '4k' is "
+                                                r"no GEMM size"):
+        study.expand_config(config)
+
+
 # -- the calibration runner on this CPU ---------------------------------------------------
 
 
@@ -149,6 +178,7 @@ def test_calibration_runner_measures_gemm_and_stream_on_this_cpu(tmp_path):
     res = R.read(out)
     R.validate(res)
     assert res["kind"] == "calibration" and res["status"] == "ok"
+    assert (res["cell"]["gemm_sizes"], res["cell"]["stream_elements"]) == ("48,96", 2**20)
     by_name = {m["name"]: m for m in res["measurements"]}
     info = cpu.this_cpu()
     native = [p for p in ("float64", "float32", "bfloat16", "float16")

@@ -250,6 +250,22 @@ _KV_STORES = ("local", "device", "nccl", "dist_sync", "dist_device_sync", "dist_
 _DATA_BACKENDS = ("caffe_lmdb", "image_folder")
 _EXEC_MODES = ("discrete", "continuous", "continuous_events")
 _EVERY = ("*",)
+_CALIBRATE = "calibrate"  # the calibration cells' kind, and their runner's name
+MAX_GEMM_SIZES = 16
+
+
+def gemm_sizes_problem(text: str) -> str | None:
+    """Why a calibration's list of GEMM sizes cannot run; None when it can (or is empty:
+    the device's sizes)."""
+    if not text:
+        return None
+    items = [item.strip() for item in text.split(",")]
+    bad = next((item for item in items if not item.isdigit() or int(item) == 0), None)
+    if bad is not None:
+        return f"{bad!r} is no GEMM size (whole n above 0, separated by commas: '2048,4096')"
+    if len(items) > MAX_GEMM_SIZES:
+        return f"{len(items)} GEMM sizes (at most {MAX_GEMM_SIZES})"
+    return None
 COMPILE_MODES = ("eager", "inductor", "inductor-reduce-overhead", "inductor-max-autotune",
                  "cudagraphs")
 # Operator cells have one more: PARAM's --pt2-model and --cuda-graph together.
@@ -398,6 +414,17 @@ TABLE: tuple[Axis, ...] = (
          help="measured iterations"),
     Axis("cuda_l2_cache", str, "on", kinds=("ops",), choices=("on", "off"),
          flags={"ops": Flag("--cuda-l2-cache", "pair")}),
+    # Calibration cells (dlbench.calibrate): the sweep's sizes, by device where not given.
+    # A large CPU node reaches its best GEMM only beyond the CPU's default n = 1024, and
+    # a GPU's plateau may lie past 16384. Added in release 3: by default in no id or job.
+    Axis("gemm_sizes", str, "", kinds=(_CALIBRATE,), since=3, form=gemm_sizes_problem,
+         flags={_CALIBRATE: Flag("--gemm_sizes", values={"": None})},
+         help="n of the n x n GEMMs, comma-separated (default: by device, GPU 2048 to 16384, "
+              "CPU 256 to 1024)"),
+    Axis("stream_elements", int, 0, kinds=(_CALIBRATE,), minimum=0, since=3,
+         flags={_CALIBRATE: Flag("--stream_elements", values={0: None})},
+         help="float32 elements per STREAM array (0, the default: by device, 2^28 on a GPU, "
+              "2^26 on a CPU; an array must be far larger than the last-level cache)"),
     # Collective communication (dlbench.comms; PARAM's comms.py flags): one collective over
     # message sizes begin_size, x step_factor, ... up to end_size bytes.
     Axis("collective", str, "all_reduce", kinds=(_COMMS,), choices=COLLECTIVES,

@@ -436,18 +436,15 @@ def expand_config(config: Mapping[str, Any]) -> list[Cell]:
 
 def calibration_cells(studies: Mapping[str, Any], cells: list[Cell]) -> list[Cell]:
     """One calibration cell per device that the studies with ``calibrate: true`` use, in
-    the study CALIBRATION_STUDY (a study of that name with kind calibrate may list them
-    itself: they are not made twice)."""
+    the study CALIBRATION_STUDY. A study of that name with kind calibrate may list them
+    itself, with sizes of its own (gemm_sizes, stream_elements): a device it calibrates
+    is not calibrated again at the default sizes."""
     for name, study in studies.items():
         value = study.get("calibrate", False) if isinstance(study, Mapping) else False
         if not isinstance(value, bool):
             raise _fail(str(name), "calibrate", f"must be true or false, got {value!r}")
     asking = {name for name, study in studies.items() if study.get("calibrate")}
     devices = sorted({c.params.get("device") for c in cells if c.study in asking} - {None})
-    have = {c.id for c in cells if c.study == CALIBRATION_STUDY}
-    out = []
-    for device in devices:
-        cell = Cell(CALIBRATION_STUDY, "calibrate", {"framework": "pytorch", "device": device})
-        if cell.id not in have:
-            out.append(cell)
-    return out
+    have = {c.params.get("device") for c in cells if c.study == CALIBRATION_STUDY}
+    return [Cell(CALIBRATION_STUDY, "calibrate", {"framework": "pytorch", "device": device})
+            for device in devices if device not in have]

@@ -150,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
     args = parser().parse_args(argv)
     cell = {"framework": args.framework, "device": args.device}
+    if args.gemm_sizes:  # sizes of the study's own (dlbench.axes), else the device's
+        cell["gemm_sizes"] = ",".join(str(n) for n in args.gemm_sizes)
+    if args.stream_elements:
+        cell["stream_elements"] = args.stream_elements
     res = R.new_result(kind="calibration", cell=cell, study=args.study, cell_id=args.cell_id)
     with cellrun.recorded(res, args.output):
         run(args, res)
