@@ -85,3 +85,19 @@ def test_a_table_without_within_run_cv_takes_the_cv_from_its_time_summary(tmp_pa
     rows = rows_of(efficiency_tables.calibration_table(report_data.load(parquet)))
     cv = statistics.stdev(SPREAD_TIMES) / statistics.fmean(SPREAD_TIMES)
     assert rows["gemm"]["CV of iterations"] == f"{100 * cv:.1f} %, unsteady"
+
+
+def test_unsteady_is_judged_by_the_unstable_cv_the_table_was_written_with(tmp_path):
+    """A study that set unstable_cv: 0.5 accepts a 20 % spread in its cells' runs, and so
+    in its ceilings' iterations; one of 0.01 calls it unsteady and says its threshold."""
+    from dlbench import aggregate
+
+    path = tmp_path / "results" / "cell.json"
+    R.write(spread_doc(), path)
+    for threshold, unsteady in ((0.5, False), (0.01, True)):
+        parquet = tmp_path / f"t{threshold}.parquet"
+        aggregate.write([path], parquet, move_invalid=False, unstable_cv=threshold)
+        html = efficiency_tables.calibration_table(report_data.load(parquet))
+        assert rows_of(html)["gemm"]["CV of iterations"].endswith(", unsteady") is unsteady
+        assert (f"vary by more than {100 * threshold:g} % of their mean (unstable_cv)"
+                in html) is unsteady

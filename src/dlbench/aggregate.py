@@ -169,6 +169,7 @@ def build_schema() -> pa.Schema:
 TABLE_VERSION = 1
 TABLE_VERSION_KEY = b"dlbench.table_version"
 SCHEMA = build_schema().with_metadata({TABLE_VERSION_KEY: str(TABLE_VERSION).encode()})
+UNSTABLE_CV_KEY = b"dlbench.unstable_cv"
 
 
 class TableError(ValueError):
@@ -470,16 +471,27 @@ def build_table(paths: Iterable[str | Path], *, move_invalid: bool = False,
     run_to_run.add_columns(every_row, unstable_cv)
     efficiency.add_columns(every_row)
     try:  # all rows at once: a table per file would cost some 2 ms a file
-        return table_of_rows([row for _, rows in files for row in rows])
-    except InvalidResult:
-        pass  # a value no column can hold: find the files that hold one
-    tables = []
-    for path, rows in files:
-        try:
-            tables.append(table_of_rows(rows))
-        except InvalidResult as exc:
-            tables.append(table_of_rows([invalid(path, str(exc))]))
-    return pa.concat_tables(tables).combine_chunks()
+        table = table_of_rows([row for _, rows in files for row in rows])
+    except InvalidResult:  # a value no column can hold: find the files that hold one
+        tables = []
+        for path, rows in files:
+            try:
+                tables.append(table_of_rows(rows))
+            except InvalidResult as exc:
+                tables.append(table_of_rows([invalid(path, str(exc))]))
+        table = pa.concat_tables(tables).combine_chunks()
+    # The threshold the unstable column was judged by, for a reader to judge other spreads
+    # by the same (the report's calibration table).
+    return table.replace_schema_metadata(
+        {**(table.schema.metadata or {}), UNSTABLE_CV_KEY: repr(unstable_cv).encode()})
+
+
+def unstable_cv_of(table: pa.Table) -> float:
+    """The unstable_cv a table was written with; the default for a table older than that."""
+    try:
+        return float((table.schema.metadata or {})[UNSTABLE_CV_KEY])
+    except (KeyError, ValueError):
+        return run_to_run.DEFAULT_UNSTABLE_CV
 
 
 class SystemConflict(ValueError):

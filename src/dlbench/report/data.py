@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dlbench import aggregate, run_to_run
-from dlbench.aggregate import TableError, read_table, with_every_column
+from dlbench.aggregate import TableError, read_table, unstable_cv_of, with_every_column
 from dlbench.stats import SUMMARY_KEYS
 
 # The columns every section relies on; the others are used where present.
@@ -46,7 +46,13 @@ def load(path: str | Path) -> pd.DataFrame:
     with_every_column(frame)
     frame = frame.drop(columns=["times_s"])
     frame[DRIFT_TIMES] = drifting_times if drifting_times is not None else None
-    return prepare(frame)
+    frame = prepare(frame)
+    frame.attrs[UNSTABLE_CV] = unstable_cv_of(table)
+    return frame
+
+
+# The unstable_cv the table was written with (dlbench.aggregate), in the frame's attrs.
+UNSTABLE_CV = "unstable_cv"
 
 
 # The per-iteration times of the measurements that drifted (dlbench.drift), which the

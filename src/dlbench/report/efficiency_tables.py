@@ -13,6 +13,7 @@ from dlbench import run_to_run
 from dlbench.efficiency import CALIBRATION_KIND, devices
 from dlbench.report import encodings
 from dlbench.report.data import (
+    UNSTABLE_CV,
     at_cell_time,
     measured,
     numeric,
@@ -52,19 +53,22 @@ def calibration_table(frame: pd.DataFrame) -> str | None:
                                             dropna=False).tail(1)
     best = best.sort_values(["where", "op_name", "efficiency_precision"])
     iterations, cv = numeric(best, "iterations"), _iteration_cv(best)
+    # The threshold the table's runs were judged by (config unstable_cv): a ceiling whose
+    # own iterations vary more is no steadier a figure than such a cell's.
+    threshold = frame.attrs.get(UNSTABLE_CV, run_to_run.DEFAULT_UNSTABLE_CV)
     out = []
     for i, r in enumerate(best.itertuples()):
         gemm = r.op_name == "gemm"
         out.append([r.where, r.op_name, r.efficiency_precision or "", r.name,
                     f"{_num(r.tflops)} TFLOP/s" if gemm else f"{_num(r.gbps)} GB/s",
-                    _num(iterations.iloc[i], ",.0f"), _spread(cv.iloc[i]),
+                    _num(iterations.iloc[i], ",.0f"), _spread(cv.iloc[i], threshold),
                     _num(r.peak_tflops if gemm else r.peak_gbps),
                     _pct(r.pct_of_peak if gemm else r.pct_of_peak_gbps)])
     several = several_runs(numeric(rows, "repeats"))
     return table(["system · device", "kernel", "precision", "best size",
                   "measured: best run" if several else "measured",
                   "iterations", "CV of iterations", "vendor peak", "% of peak"], out) \
-        + _unsteady_note(cv) + _calibration_notes(rows)
+        + _unsteady_note(cv, threshold) + _calibration_notes(rows)
 
 
 def _iteration_cv(rows: pd.DataFrame) -> pd.Series:
@@ -76,27 +80,24 @@ def _iteration_cv(rows: pd.DataFrame) -> pd.Series:
     return numeric(rows, "within_run_cv").fillna(summary)
 
 
-def _unsteady(cv: object) -> bool:
-    # The threshold the aggregate flags runs that disagree by: a ceiling whose own
-    # iterations vary more is no steadier a figure than such a cell's.
-    return cv is not None and pd.notna(cv) and float(cv) > run_to_run.DEFAULT_UNSTABLE_CV
+def _unsteady(cv: object, threshold: float) -> bool:
+    return cv is not None and pd.notna(cv) and float(cv) > threshold
 
 
-def _spread(cv: object) -> str:
+def _spread(cv: object, threshold: float) -> str:
     """The CV as a percentage, with "unsteady" in words beyond the threshold."""
     if cv is None or pd.isna(cv):
         return ""
-    return _pct(100 * float(cv)) + (", unsteady" if _unsteady(cv) else "")
+    return _pct(100 * float(cv)) + (", unsteady" if _unsteady(cv, threshold) else "")
 
 
-def _unsteady_note(cv: pd.Series) -> str:
+def _unsteady_note(cv: pd.Series, threshold: float) -> str:
     """A line under the table when a ceiling's iterations vary beyond the threshold: the
     shares of it (% of measured) inherit its spread."""
-    if not any(_unsteady(v) for v in cv):
+    if not any(_unsteady(v, threshold) for v in cv):
         return ""
-    threshold = f"{100 * run_to_run.DEFAULT_UNSTABLE_CV:g} %"
     return ('<p class="note">unsteady: the ceiling\'s iteration times vary by more than '
-            f"{threshold} of their mean (the default unstable_cv), so its figure, and the "
+            f"{100 * threshold:g} % of their mean (unstable_cv), so its figure, and the "
             "shares of it, are less certain than the digits say.</p>")
 
 
