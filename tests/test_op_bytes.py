@@ -45,6 +45,16 @@ def test_an_in_place_op_counts_its_write(device):
 
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])
+@pytest.mark.parametrize("name", ["t_", "unsqueeze_", "transpose_"])
+def test_an_in_place_view_changes_a_shape_and_moves_no_bytes(device, name):
+    """t_ and unsqueeze_ bump the tensor's version counter as a write does, but change
+    only its shape and strides: no bytes, where add_ (above) writes its tensor."""
+    args = {"t_": (), "unsqueeze_": (0,), "transpose_": (0, 1)}[name]
+    op = CallableOp(name, lambda x: getattr(x, name)(*args))
+    assert forward_bytes(op, [tensor(device)]) is None
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
 def test_an_ordinary_op_counts_its_inputs_and_new_output(device):
     op = resolve("torch.add")()
     assert forward_bytes(op, [tensor(device), tensor(device)]) == 3 * SIZE

@@ -9,7 +9,8 @@ tensor is written, not read) plus the tensors written: inputs written in place (
 reads a and b and writes a, three tensors as STREAM's add) and outputs that do not alias
 an input's storage. An operator that writes nothing and whose every output aliases an
 input (a view such as ``reshape``'s, or the input itself) moves no data: its bytes are
-None, not its input size, so it gets no GB/s. Backward, the output gradients fed in plus
+None, not its input size, so it gets no GB/s; so does one that only changes a tensor's
+shape in place (``t_``, ``unsqueeze_``). Backward, the output gradients fed in plus
 the gradients produced for leaves. FLOPs of 0 (ops FlopCounterMode has no formula for, such
 as elementwise ops) are reported as None: undefined, not free.
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from dlbench import flop_counter
 from dlbench.ops.grammar import tensors_in
@@ -57,6 +59,22 @@ def forward_bytes(inputs: list[torch.Tensor], outputs: list[torch.Tensor],
     return sum(nbytes(t) for t in reads.values()) + sum(nbytes(t) for t in writes.values())
 
 
+class DataMovers(TorchDispatchMode):
+    """Whether a call ran any kernel that touches data: every aten op but views and
+    in-place views (``t_``, ``unsqueeze_``, ``resize_``: they change a tensor's shape or
+    strides, and its version counter, without moving a byte)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.moved = False
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        if not (func.is_view or torch.Tag.inplace_view in func.tags):
+            self.moved = True
+        return func(*args, **(kwargs or {}))
+
+
 def count(op: Operator, args: list[Any], kwargs: dict[str, Any], backward: bool
           ) -> dict[str, dict[str, float | None]]:
     """``{"forward": {"flops", "bytes"}, "backward": {...}}`` for one call on these
@@ -70,11 +88,13 @@ def count(op: Operator, args: list[Any], kwargs: dict[str, Any], backward: bool
     result: dict[str, dict[str, float | None]] = {}
     with grad_mode(op):
         versions = [t._version for t in inputs]
-        with flop_counter.counter() as counter:
+        with flop_counter.counter() as counter, DataMovers() as movers:
             out = fn(*fargs, **fkwargs)
         # A bumped version counter marks an in-place write (add_, a module's running
         # stats); an input returned unchanged (contiguous() of a contiguous one) keeps it.
-        written = [t for t, v in zip(inputs, versions, strict=True) if t._version != v]
+        # An in-place view bumps it too, and writes nothing.
+        written = [t for t, v in zip(inputs, versions, strict=True)
+                   if t._version != v and movers.moved]
         moved = forward_bytes(inputs, tensors_in([out]), written)
         result["forward"] = {"flops": float(counter.get_total_flops()) or None,
                              "bytes": float(moved) if moved else None}
