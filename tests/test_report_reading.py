@@ -243,13 +243,15 @@ def test_cells_without_a_flop_count_are_named_under_the_tflops_chart_with_the_re
 
 def test_uncounted_cells_are_told_apart_by_every_axis_the_chart_tells_them_by(tmp_path):
     """Cells alike but for their GPU count or data source are two points of the chart and
-    two names in the note; ParaDnn cells drawn in TFLOP/s get their note in their section,
+    two names in the note; an axis that differs only between models (their iteration
+    counts) is not said. ParaDnn cells drawn in TFLOP/s get their note in their section,
     named by their options."""
     reason = "not available: FlopCounterMode has no formula for aten::_fused"
-    cells = [model_result("s", model_cell("resnet50", "training", "float32", 8))]
+    cells = [model_result("s", model_cell("resnet50", "training", "float32", 8,
+                                          num_batches=50))]
     for gpus, data in ((1, "synthetic"), (2, "synthetic"), (1, "imagenet")):
         cells.append(uncounted(model_cell("alexnet", "training", "float32", 8, num_gpus=gpus,
-                                          data=data), reason))
+                                          data=data, num_batches=100), reason))
         cells[-1]["cell_id"] = f"alexnet_{gpus}_{data}"
     for layers, counted in ((4, True), (8, False)):
         res = model_result("s", model_cell("resnet50", "training", "float32", 16))

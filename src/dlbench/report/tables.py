@@ -170,9 +170,6 @@ def uncounted_note(models: pd.DataFrame) -> str | None:
     section for a missing feature."""
     if models.empty:
         return None
-    # Named by every axis that tells the chart's cells apart (framework, GPUs, device,
-    # data, execution mode, system, ...), as its legend and panels do; a ParaDnn cell by
-    # its options too.
     told = varying(models, encodings.model_axes())
     rows = models[models["tflops"].isna()].drop_duplicates(["study", "cell"]).sort_values(
         ["model", "config", "framework", "phase", "precision", "batch_size",
@@ -180,8 +177,7 @@ def uncounted_note(models: pd.DataFrame) -> str | None:
     if rows.empty or (len(rows) == len(models.drop_duplicates(["study", "cell"]))
                       and rows["flops_note"].isna().all()):
         return None
-    front = encodings.labels(rows, [a for a in told if a == "framework"])
-    rest = encodings.labels(rows, [a for a in told if a != "framework"])
+    front, rest = _telling_apart(models, rows, told)
     config = rows["config"]
     # A note's closing parenthesis is its cell's own figure ("it counted 6.1e9 FLOPs
     # without them"): the reason is what precedes it, shared by the cells it stopped.
@@ -201,6 +197,26 @@ def uncounted_note(models: pd.DataFrame) -> str | None:
     return ('<p class="note uncounted">'
             + escape("Without TFLOP/s, their FLOPs not counted: " + "; ".join(parts) + ".")
             + "</p>")
+
+
+def _telling_apart(models: pd.DataFrame, rows: pd.DataFrame, told: list[str]
+                   ) -> tuple[pd.Series, pd.Series]:
+    """Words for what tells each of ``rows`` apart from the chart's other cells of its
+    model, options, phase, precision and batch size: the framework where frameworks vary
+    (said after the model), and each other axis (GPUs, device, data, execution mode,
+    system, ...) that takes more than one value among such cells. An axis that varies only
+    between models (their iteration counts) says nothing about which point is missing."""
+    base = ["model", "config", "phase", "precision", "batch_size"]
+    front = encodings.labels(rows, [a for a in told if a == "framework"])
+    words = pd.Series("", index=rows.index, dtype=object)
+    keys = models[base].astype(str).agg("|".join, axis=1)
+    row_keys = rows[base].astype(str).agg("|".join, axis=1)
+    for axis in (a for a in told if a != "framework"):
+        spread = models[axis].astype(str).groupby(keys).nunique()
+        telling = row_keys.map(spread).fillna(0) > 1
+        label = encodings.labels(rows, [axis]).where(telling, "")
+        words = words.str.cat(label, sep=" · ").str.strip(" ·")
+    return front, words
 
 
 def _cell_count(rows: pd.DataFrame) -> int:
