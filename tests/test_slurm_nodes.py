@@ -82,13 +82,26 @@ def test_refusal_names_the_study_and_the_field():
         "such nodes (sinfo); Slurm would refuse the job")
 
 
+def test_every_refused_job_is_counted_with_its_study_beside_the_first():
+    """A run that would be refused for several job shapes says so at once: the worst is
+    named, the others counted with their studies, so that one edit fixes them all."""
+    requests = slurm_nodes.distinct([Request("big", 1, 8), Request("ok", 1, 2),
+                                     Request("wide", 3, 2), Request("big", 1, 16)])
+    assert slurm_nodes.refusal(requests, NODES) == (
+        "study 'big': num_gpus: 16 GPUs on a node, but no node of this Slurm cluster has "
+        "more than 4 (sinfo); Slurm would refuse the job (and 2 other job shapes would be "
+        "refused too, of studies 'big', 'wide')")
+    assert slurm_nodes.refusal(requests[:2], NODES).endswith(
+        "(and 1 other job shape would be refused too, of study 'big')")
+
+
 def test_a_cpu_cell_on_too_few_nodes_is_refused_without_a_gpu_phrase_in_the_singular():
     """A CPU cell asks for no GPU: its refusal counts nodes alone, and one node is a node."""
     assert slurm_nodes.refusal([Request("cpu", 2, 0)], [Node("n1", 0, 8)]) == (
         "study 'cpu': num_nodes: 2 nodes, but this Slurm cluster has 1 such node (sinfo); "
         "Slurm would refuse the job")
     assert slurm_nodes.refusal([Request("gpu", 2, 1)], [Node("n1", 1, 8)]) == (
-        "study 'gpu': num_nodes: 2 nodes with 1 GPUs each, but this Slurm cluster has 1 such "
+        "study 'gpu': num_nodes: 2 nodes with 1 GPU each, but this Slurm cluster has 1 such "
         "node (sinfo); Slurm would refuse the job")
 
 
@@ -221,7 +234,7 @@ def test_a_job_asking_more_time_than_its_partitions_allow_is_refused():
     assert slurm_nodes.refusal([asking(2880, gpus=1)], PARTITIONED) is None
     assert slurm_nodes.refusal([asking(2881, gpus=1)], PARTITIONED) == (
         "study 's': benchmark_pytorch runtime asks 2881 minutes, but no partition with nodes "
-        "of 1 GPUs of this Slurm cluster allows more than 2880 (sinfo); the job would wait "
+        "of 1 GPU of this Slurm cluster allows more than 2880 (sinfo); the job would wait "
         f"in the queue for ever {LOWER_MEMORY}")
     limited = [Node("a", 0, 8, 0, {"short": 30}), Node("b", 0, 8, 0, {"long": 240})]
     assert "no partition of this Slurm cluster allows more than 240 (sinfo)" in (

@@ -236,12 +236,19 @@ _PER_NODE = (
 def refusal(requests: Iterable[Request], nodes: Sequence[Node],
             limits: Mapping[str, Limits] | None = None) -> str | None:
     """One line for the first request no set of the cluster's nodes can hold, or no
-    partition's ``limits`` allow (read_partition_limits), else None."""
-    for request in requests:
-        why = _refusal(request, nodes, limits or {})
-        if why:
-            return f"study '{request.study}': {why}"
-    return None
+    partition's ``limits`` allow (read_partition_limits), else None; where more would be
+    refused, it counts them and names their studies, so that one run finds them all."""
+    refused = [(request, why) for request in requests
+               if (why := _refusal(request, nodes, limits or {}))]
+    if not refused:
+        return None
+    (first, why), rest = refused[0], refused[1:]
+    line = f"study '{first.study}': {why}"
+    if rest:
+        studies = ", ".join(f"'{name}'" for name in dict.fromkeys(r.study for r, _ in rest))
+        line += (f" (and {_count(len(rest), 'other job shape')} would be refused too, of "
+                 f"{'study' if ',' not in studies else 'studies'} {studies})")
+    return line
 
 
 @dataclass(frozen=True)
@@ -308,7 +315,7 @@ def _refusal(request: Request, nodes: Sequence[Node],
         most = max(node.gpus for node in pool)
         return (f"num_gpus: {request.gpus} GPUs on a node, but no node of {where} has more "
                 f"than {most} (sinfo); Slurm would refuse the job")
-    holding = f"with {request.gpus} GPUs " if request.gpus else ""
+    holding = f"with {_count(request.gpus, 'GPU')} " if request.gpus else ""
     fitting = with_gpus
     for asked, asked_from, has, unit, outcome, settings in _PER_NODE:
         amount = getattr(request, asked)
@@ -334,7 +341,7 @@ def _refusal(request: Request, nodes: Sequence[Node],
                     f"ever ({change_hint('lower it', 'set-resources', 'default-resources')})")
         fitting = [node for node in fitting if longest & set(node.partitions)]
     if len(fitting) < request.nodes:
-        each = f" with {request.gpus} GPUs each" if request.gpus else ""
+        each = f" with {_count(request.gpus, 'GPU')} each" if request.gpus else ""
         return (f"num_nodes: {_count(request.nodes, 'node')}{each}, but {where} has "
                 f"{_count(len(fitting), 'such node')} (sinfo); Slurm would refuse the job")
     return _limit_refusal(request, fitting, limits)
