@@ -490,6 +490,11 @@ def sampled_until(nvml, gpus, reading, calls):
     return mon, mon.summary(items=100)
 
 
+def failed_readings(summary):
+    """The notes but the one on a phase under a second (these phases are short)."""
+    return [n for n in summary["notes"] if not n.startswith("GPU energy over a ")]
+
+
 def test_one_failed_nvml_reading_is_missing_from_that_sample_only_with_an_nvml_test_double():
     """NVML answered Unknown once (as it can under heavy load): GPU 0's energy counter and
     GPU 1's power reading lack that sample and no other, and neither GPU loses its energy.
@@ -510,7 +515,7 @@ def test_one_failed_nvml_reading_is_missing_from_that_sample_only_with_an_nvml_t
     assert gpu1["energy_j"] == pytest.approx(300 * (t[-1] - t[0]))
     assert s["energy_j"] == pytest.approx(gpu0["energy_j"] + gpu1["energy_j"])
     assert s["energy_note"] == "partial: no readable RAPL counters"
-    assert s["notes"] == [  # not GPU 1's counter and utilisation: never supported there
+    assert failed_readings(s) == [  # not GPU 1's counter and utilisation: never supported there
         f"GPU 0 energy_mj: 1 of {count} samples missing (FakeNvmlError: Unknown Error)",
         f"GPU GPU-1111 power_w: 1 of {count} samples missing (FakeNvmlError: Unknown Error)"]
     mon.close()
@@ -571,7 +576,7 @@ def test_a_reading_is_given_up_after_three_failures_in_a_row_or_a_permanent_erro
     assert nvml.calls_of[("clock", 0)] == count
     assert nvml.calls_of[("memory", 0)] == 3
     assert mon.series()["gpu0_memory_used_bytes"][:2] == [2**30, 2**30]
-    assert s["notes"] == [
+    assert failed_readings(s) == [
         f"GPU 0 memory_used_bytes: {count - 2} of {count} samples missing (FakeNvmlError: "
         "Insufficient Permissions; not asked again)",
         f"GPU 0 sm_clock_mhz: {(count + 1) // 2} of {count} samples missing (FakeNvmlError: "
@@ -789,3 +794,40 @@ def test_the_hosts_peak_power_is_over_a_tenth_of_a_second_at_least():
     assert mon._peak_power(False) == pytest.approx((300.6 - 150.0) / 0.502)  # 300 W
     mon._columns = {"t_s": [0.0, 0.5, 1.0, 1.5], "host_energy_j": [0.0, 100.0, None, 400.0]}
     assert mon._peak_power(False) == pytest.approx(300.0)  # a gap bridged
+
+
+class SteppingNvml(FakeNvml):
+    """GPU 0's energy counter moves in steps of 10 s (a real one's are far finer, but move
+    in steps too): over a phase of a few ms it does not move while the GPU draws power."""
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        if h == 1:
+            raise FakeNvmlError(NOT_SUPPORTED)
+        steps = int((time.perf_counter() - self.born) // 10.0)
+        return int(1_000_000 + self.WATTS * steps * 10.0 * 1000)  # mJ
+
+
+def test_a_counter_that_did_not_move_while_its_gpu_drew_power_gives_no_energy():
+    """0 J from a counter that measured no step of a 0.05 s phase is no figure: the cell
+    has no energy and no samples per joule (never a zero, nor the other GPU's or the
+    host's energy alone), and says why; the GPU's power comes from its readings."""
+    mon, s = sampled(SteppingNvml(), 0.05, 1000)
+    gpu0 = s["gpus"][0]
+    assert gpu0["energy_j"] is None and gpu0["energy_method"] is None
+    assert gpu0["power_mean_w"] == pytest.approx(200)  # its (lagging) readings
+    assert s["energy_j"] is None and s["samples_per_joule"] is None
+    assert s["energy_note"] == (
+        f"not measured: the energy counter of GPU 0 did not move over the "
+        f"{s['duration_s']:.2f} s phase (NVML's counter moves in steps; more measured "
+        "iterations give a figure)")
+    mon.close()
+
+
+def test_energy_over_a_phase_under_a_second_is_said_to_be_uncertain():
+    """A counter's figure over 0.25 s stands, with a line in the notes: one step of the
+    counter can be a large share of it."""
+    mon, s = sampled(FakeNvml(), 0.25, 1000)
+    assert s["energy_j"] > 0
+    assert any(n.startswith(f"GPU energy over a {s['duration_s']:.2f} s phase: NVML's energy "
+                            "counter moves in steps") for n in s["notes"])
+    mon.close()

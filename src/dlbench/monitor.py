@@ -54,6 +54,10 @@ DEFAULT_INTERVAL_MS = 500.0
 # An energy counter's power is taken over intervals no shorter than this: the counter moves
 # in steps, so a few ms between two readings would give a spike or a zero.
 SHORTEST_POWER_INTERVAL_S = 0.1
+# A GPU energy counter's figure over a phase shorter than this is said to be uncertain:
+# the counter moves in steps (NVML does not document their size; one of 0.1 s would be a
+# tenth of a phase of one second).
+SHORT_COUNTER_S = 1.0
 # psutil walks /proc to find descendants; they rarely change during a measurement, so the
 # list is refreshed at most this often to keep each sample cheap.
 CHILDREN_REFRESH_S = 1.0
@@ -453,6 +457,7 @@ class ResourceMonitor:
         self._pss_next = 0.0  # when the sampler next reads the tree's PSS (PSS_SHARE)
         self._rapl_j: float | None = None
         self._rapl_s = 0.0  # the time _rapl_j covers, from the phase's start
+        self._still: list[int | str] = []  # GPUs whose energy counter did not move
         if not self.enabled:
             return
         try:
@@ -621,6 +626,15 @@ class ResourceMonitor:
         energies = [gpu_energy(cols.get("t_s", []), cols.get(f"gpu{i}_energy_mj", []),
                                cols.get(f"gpu{i}_power_w", []))
                     for i in range(len(self.gpus.handles))] if self.gpus else []
+        # A counter that did not move while its GPU drew power measured no step of it:
+        # its 0 J is no figure (the GPU's power comes from its readings instead).
+        self._still = [self.gpus.ids[i] for i, e in enumerate(energies)
+                       if e.method == "nvml_total_energy" and e.joules == 0
+                       and any((p or 0) > 0 for p in cols.get(f"gpu{i}_power_w", []))]
+        energies = [GpuEnergy(None, None, e.seconds, None)
+                    if e.method == "nvml_total_energy" and e.joules == 0
+                    and self.gpus.ids[i] in self._still else e
+                    for i, e in enumerate(energies)]
         out["gpus"] = [self._gpu_summary(cols, i, e) for i, e in enumerate(energies)]
         out["peak_host_rss_bytes"] = out["host"].get("rss_peak_bytes")
         out["peak_host_pss_bytes"] = out["host"].get("pss_peak_bytes")
@@ -633,7 +647,8 @@ class ResourceMonitor:
         if self.window != MEASURED_WINDOW:  # said with every figure, in the table too
             out["energy_note"] = "; ".join(filter(None, [f"over {self.window}",
                                                          out["energy_note"]]))
-        out["notes"] = [*self.notes, *self._pss_unread(), *self._missing_readings()]
+        out["notes"] = [*self.notes, *self._pss_unread(), *self._missing_readings(),
+                        *_short_phase(duration, energies)]
         return out
 
     def _pss_unread(self) -> list[str]:
@@ -750,6 +765,14 @@ class ResourceMonitor:
 
     def _energy_summary(self, out: Mapping[str, Any], duration: float, items: float | None,
                         energies: Sequence[GpuEnergy]) -> dict[str, Any]:
+        if self._still:
+            gpus = ", ".join(str(g) for g in self._still)
+            return {"energy_j": None, "energy_sources": [],
+                    "energy_note": f"not measured: the energy counter of GPU {gpus} did not "
+                                   f"move over the {duration:.2f} s phase (NVML's counter "
+                                   "moves in steps; more measured iterations give a figure)",
+                    "power_mean_w": None, "power_max_w": None,
+                    "items": items, "samples_per_joule": None}
         uncounted = self._uncounted(energies)
         parts, sources, missing = [], [], list(uncounted)
         gpu_energies = [g["energy_j"] for g in out["gpus"]]
@@ -829,6 +852,17 @@ class ResourceMonitor:
         totals = [sum(source[k] for source in sources) for k in range(len(t))
                   if sources and all(source[k] is not None for source in sources)]
         return max(totals) if totals and any(totals) else None
+
+
+def _short_phase(duration: float, energies: Sequence[GpuEnergy]) -> list[str]:
+    """A line where a GPU's energy counter measured a phase shorter than SHORT_COUNTER_S:
+    the counter moves in steps, and its figure can be off by one, a large share of it."""
+    if duration >= SHORT_COUNTER_S or not any(e.method == "nvml_total_energy"
+                                             for e in energies):
+        return []
+    return [f"GPU energy over a {duration:.2f} s phase: NVML's energy counter moves in "
+            f"steps, and over less than {SHORT_COUNTER_S:g} s one step can be a large share "
+            "of the figure (more measured iterations make it firmer)"]
 
 
 class GpuEnergy(NamedTuple):
