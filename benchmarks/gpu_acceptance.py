@@ -119,10 +119,17 @@ def run_all(plan: Plan, gpus: int, budget: float,
     checks = checks_of(results, plan.commands, plan.out, gpus, not_run)
     cells = sorted(str(plan.cells / f"{name}.json") for name in timings
                    if name not in not_run and (plan.cells / f"{name}.json").is_file())
-    agg = [*plan.commands["aggregate"], *cells]
-    rc, _ = run(agg, logs / "aggregate.log", timeout=REPORT_TIMEOUT)
-    checks.append(aggregate_check(rc, len(cells), plan.cells, logs / "aggregate.log"))
-    if rc == 0 and shutil.which(plan.python) and _has("altair", plan.python):
+    if not cells:  # only parts that write no cell ran (--only honesty): nothing to table
+        for title in ("results aggregate", "report renders"):
+            checks.append(Check(title, "skip", "no cell results in this call"))
+        rc = None
+    else:
+        agg = [*plan.commands["aggregate"], *cells]
+        rc, _ = run(agg, logs / "aggregate.log", timeout=REPORT_TIMEOUT)
+        checks.append(aggregate_check(rc, len(cells), plan.cells, logs / "aggregate.log"))
+    if rc is None:
+        pass
+    elif rc == 0 and shutil.which(plan.python) and _has("altair", plan.python):
         rc, _ = run(plan.commands["report"], logs / "report.log", timeout=REPORT_TIMEOUT)
         checks.append(Check("report renders", verdict(
             rc == 0 and (plan.out / "report" / "index.html").is_file()), f"rc {rc}"))
@@ -160,12 +167,22 @@ def archive(out: Path, largest: int = ARCHIVE_FILE_LIMIT) -> Path:
     return target
 
 
+class NoTorch(RuntimeError):
+    """This interpreter cannot import torch (one line: its last error line)."""
+
+
 def cuda_device() -> tuple[str | None, int]:
     """The GPU's name and count, or (None, 0) with no CUDA device (checked in a child, so
-    that this process initialises no CUDA context the runners would share)."""
+    that this process initialises no CUDA context the runners would share). NoTorch where
+    the interpreter cannot import torch: that is no word on the machine's GPUs."""
     probe = ("import torch, json; ok = torch.cuda.is_available(); print(json.dumps("
              "[torch.cuda.get_device_name(0) if ok else None, torch.cuda.device_count()]))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        why = lines[-1] if lines else f"rc {proc.returncode}"
+        raise NoTorch(f"{sys.executable} cannot import torch ({why}); run it with the "
+                      "interpreter that has torch (make gpu-check GPU_PYTHON=...)")
     try:
         name, count = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -200,7 +217,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.dry:
         plan = build_plan(args.out, sys.executable, gpus=2, autotune=True)
-        problems = check_plan_parses(plan)
+        try:  # the runners' own parsers, which import torch
+            problems = check_plan_parses(plan)
+        except ImportError as exc:
+            print(f"gpu_acceptance: --dry checks the commands with the runners' parsers, "
+                  f"which need torch: {exc} (run it with the interpreter that has torch)",
+                  file=sys.stderr)
+            return 2
         (args.out / "plan.json").write_text(json.dumps(plan.commands, indent=1))
         for name, cmd in plan.commands.items():
             print(f"{name}: {' '.join(cmd)}")
@@ -209,7 +232,11 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 1
         return 0
-    device, count = cuda_device()
+    try:
+        device, count = cuda_device()
+    except NoTorch as exc:
+        print(f"gpu_acceptance: {exc}", file=sys.stderr)
+        return 2
     if device is None:
         print("gpu_acceptance: no CUDA device: torch sees no GPU on this machine (run it "
               "where one is, or add --dry to check the plan)", file=sys.stderr)

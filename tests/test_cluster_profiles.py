@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from dlbench import cpu, launch
+from dlbench import cpu, launch, study
 from dlbench import workflow_support as support
 
 REPO = Path(__file__).resolve().parents[1]
@@ -211,3 +211,36 @@ def test_arguments_that_clear_the_environment_are_named(args, option):
     else:
         assert warning.startswith(f"apptainer-args: {option} starts each cell's container "
                                   "without CUDA_VISIBLE_DEVICES")
+
+
+def test_a_missing_local_image_and_gpu_cells_started_without_nv_are_one_line_each(tmp_path):
+    """What would fail every pending cell of a framework in an image is refused before any
+    job (Apptainer itself is not run here): a local image that is not there, and GPU cells
+    whose containers would start without the host's GPUs. A registry image is Apptainer's
+    to pull, and CPU cells need no --nv."""
+    cells = study.expand_config({"studies": {
+        "gpu": {"grid": {"model": "deep_mnist", "device": "gpu"}},
+        "cpu": {"grid": {"model": "deep_mnist", "device": "cpu", "framework": "mxnet"}}}})
+    (tmp_path / "pytorch.sif").write_bytes(b"image")
+    images = {"pytorch": "pytorch.sif", "mxnet": "docker://example.org/mxnet:1.9"}
+    assert support.check_container_images(cells, "--nv --bind /scratch", images.get,
+                                          tmp_path) == [
+        "frameworks.mxnet.container: docker://example.org/mxnet:1.9 names a tag, not a "
+        "digest: its results record the URI alone, which a rebuilt image under the tag keeps; "
+        "pin it (...@sha256:<digest>) to tell images apart"]
+    pinned = {**images, "mxnet": "docker://example.org/mxnet@sha256:" + "0" * 64}
+    assert support.check_container_images(cells, "--nv", pinned.get, tmp_path) == []
+    with pytest.raises(support.WorkflowConfigError) as refused:
+        support.check_container_images(cells, "--bind /scratch", images.get, tmp_path)
+    assert str(refused.value) == (
+        "apptainer-args: no --nv (nor --nvccli, --rocm): the GPU cells of study 'gpu' would "
+        "see no GPU in framework 'pytorch''s image; add --nv (the workflow profile's "
+        "apptainer-args have it, a command line's replace them)")
+    cpu_only = [c for c in cells if c.params["device"] == "cpu"]
+    support.check_container_images(cpu_only, "", images.get, tmp_path)
+    with pytest.raises(support.WorkflowConfigError,
+                       match=rf"^frameworks.pytorch.container: missing.sif: no such image "
+                             rf"\(relative to {tmp_path}\)$"):
+        support.check_container_images(cells, "--nv", {"pytorch": "missing.sif"}.get,
+                                       tmp_path)
+    support.check_container_images(cells, "--nv", lambda fw: "", tmp_path)  # on the host

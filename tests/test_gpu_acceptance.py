@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import time
@@ -70,6 +71,27 @@ def test_without_a_gpu_it_refuses_in_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("gpu_acceptance: no CUDA device: ")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_an_interpreter_without_torch_is_named_not_taken_for_a_machine_without_gpus(
+        tmp_path):
+    """torch that cannot be imported (here a stand-in module that raises) is no word on the
+    machine's GPUs: the line says which interpreter lacks it; --dry, whose check of the
+    commands uses the runners' parsers, says so in one line too."""
+    fake = tmp_path / "site"
+    fake.mkdir()
+    (fake / "torch.py").write_text("raise ImportError('No module named torch (stand-in)')\n")
+    env = {**os.environ, "PYTHONPATH": str(fake)}
+    for extra, said in (([], f"gpu_acceptance: {sys.executable} cannot import torch "
+                              "(ImportError: No module named torch (stand-in)); run it with "
+                              "the interpreter that has torch (make gpu-check GPU_PYTHON=...)"),
+                        (["--dry"], "gpu_acceptance: --dry checks the commands with the "
+                                    "runners' parsers, which need torch: No module named "
+                                    "torch (stand-in) (run it with the interpreter that has "
+                                    "torch)")):
+        proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "o"),
+                               *extra], capture_output=True, text=True, timeout=300, env=env)
+        assert (proc.returncode, proc.stderr.strip()) == (2, said), proc.stderr[-2000:]
 
 
 def result(tput, loss=1.0, status="ok", compile_facts=None):
@@ -412,7 +434,10 @@ def test_a_spent_budget_skips_the_rest_saying_so_and_everything_is_archived(
                  "monitor: NVML power and energy", "DDP ddp1"):
         assert checks[name].verdict == "skip", name
         assert checks[name].figure == settings.BUDGET_SPENT, name
-    assert [c.name for c in checks.values() if c.verdict == "fail"] == ["report renders"]
+    assert [c.name for c in checks.values() if c.verdict == "fail"] == []
+    for name in ("results aggregate", "report renders"):  # no command left a cell result
+        assert (checks[name].verdict, checks[name].figure) == (
+            "skip", "no cell results in this call"), name
     assert (tmp_path / "logs" / "resnet50_training_float32.log").read_text() == "started\n"
     assert not (tmp_path / "logs" / "honesty.log").exists()
 
@@ -447,8 +472,7 @@ def test_only_runs_the_commands_named_and_skips_the_other_checks(gpu_acceptance,
     checks = {c.name: c for c in gpu_acceptance.run_all(plan, gpus=1, budget=600,
                                                          only=("honesty", "llm_serve"))}
     assert sorted(p.stem for p in (tmp_path / "logs").glob("*.log")) == [
-        "aggregate", "honesty", "llm_serve_b1", "llm_serve_b1_cudagraphs", "llm_serve_b32",
-        "report"]
+        "honesty", "llm_serve_b1", "llm_serve_b1_cudagraphs", "llm_serve_b32"]
     assert checks["timing honesty"].figure == "the honesty part left no figures"
     assert checks["timing honesty"].verdict == "fail"  # it ran and left nothing
     for name in ("resnet50_training_float32 runs", "bf16 8192^3 matmul", "profile torch",

@@ -548,6 +548,47 @@ def check_multi_node_outside_containers(cells: Iterable[study.Cell],
                 "--use-apptainer")
 
 
+# Apptainer options that give a container the host's GPUs (NVIDIA's, and AMD's).
+GPU_OPTIONS = ("--nv", "--nvccli", "--rocm")
+
+
+def check_container_images(cells: Iterable[study.Cell], args: str,
+                           image_of: Callable[[str], str], workdir: Path) -> list[str]:
+    """Refuse, in one line, what would fail every pending cell of a framework that runs in
+    an image (``image_of``: its image, '' on the host): a local image that is not there
+    (Apptainer would fail each cell's job with its own error block), and GPU cells whose
+    containers ``args`` would start without the host's GPUs (no --nv: each would record
+    a failed row, not measured again until retry_failed). Returns a warning per registry
+    image named by a tag, not a digest: its results record the URI, which stays the same
+    when the image behind the tag is rebuilt (and Snakemake keeps the copy it pulled)."""
+    given = {word.partition("=")[0] for word in _apptainer_words(args)}
+    seen: set[str] = set()
+    warnings = []
+    for cell in cells:
+        framework = cell.params.get("framework", "")
+        image = image_of(framework)
+        if not image:
+            continue
+        if framework not in seen:
+            seen.add(framework)
+            if "://" not in image and not (workdir / image).exists():
+                raise WorkflowConfigError(
+                    f"frameworks.{framework}.container: {image}: no such image (relative to "
+                    f"{workdir})")
+            if "://" in image and "@sha256:" not in image:
+                warnings.append(
+                    f"frameworks.{framework}.container: {image} names a tag, not a digest: "
+                    "its results record the URI alone, which a rebuilt image under the tag "
+                    "keeps; pin it (...@sha256:<digest>) to tell images apart")
+        if cell.params.get("device") == "gpu" and not given & set(GPU_OPTIONS):
+            raise WorkflowConfigError(
+                f"apptainer-args: no --nv (nor --nvccli, --rocm): the GPU cells of study "
+                f"'{cell.study}' would see no GPU in framework '{framework}''s image; add "
+                "--nv (the workflow profile's apptainer-args have it, a command line's "
+                "replace them)")
+    return warnings
+
+
 def _apptainer_words(args: str) -> list[str]:
     import shlex
 

@@ -682,8 +682,9 @@ def _bind_into_containers():
 
 
 def _check_apptainer_args():
-    """In the main process: a multi-node cell in an image is refused, and arguments that
-    start containers without the host's environment are named (one line each)."""
+    """In the main process: a multi-node cell in an image is refused, and so are a missing
+    local image and GPU cells in images started without --nv; arguments that start
+    containers without the host's environment are named (one line each)."""
     if not workflow.is_main_process:
         return
     try:
@@ -693,6 +694,14 @@ def _check_apptainer_args():
         if warning:
             print(f"dlbench config warning: {warning}", file=sys.stderr)
         support.check_multi_node_outside_containers(CELLS, in_container)
+        if uses_deployment(DeploymentMethod.APPTAINER):
+            for line in support.check_container_images(
+                pending_cells().values(),
+                workflow.deployment_settings.apptainer_args or "",
+                container_image_of,
+                Path.cwd(),
+            ):
+                print(f"dlbench config warning: {line}", file=sys.stderr)
     except support.WorkflowConfigError as exc:
         _config_error(exc)
 
