@@ -664,3 +664,28 @@ def test_links_verdict_needs_each_gpus_readings_and_on_two_gpus_a_ceiling():
                                 ).verdict == "fail"
     assert verdicts.links_check({"status": "ok", "extra": {}}).verdict == "fail"
     assert verdicts.links_check(None).verdict == "skip"
+
+
+def test_ours_far_faster_than_the_reference_fails_as_time_left_out(tmp_path):
+    """The ratios against a reference have a ceiling too: a runner much faster than a bare
+    loop, or a matmul much faster than torch.utils.benchmark.Timer, has left time out of
+    its own (a missing synchronisation), which a lower bound alone would pass."""
+    def honesty(bare_ratio):
+        (tmp_path / "honesty.json").write_text(json.dumps({
+            "events_disagreement": 0.001, "runner_median_ms": 10.0, "events_median_ms": 10.0,
+            "bare_ratio": bare_ratio}))
+        return {c.name: c.verdict for c in verdicts.honesty_checks(tmp_path)}
+    assert honesty(1.0)["runner against a bare loop"] == "pass"
+    assert honesty(3.0)["runner against a bare loop"] == "fail"
+    assert honesty(0.95)["runner against a bare loop"] == "fail"
+
+    def matmul(ours_ms, timer_ms):
+        (tmp_path / "timer.json").write_text(json.dumps({"median_ms": timer_ms}))
+        results = {"op_matmul": {"status": "ok", "measurements": [
+            {"time_s": {"median": ours_ms / 1e3}}]}}
+        (check,) = [c for c in verdicts.op_checks(results, tmp_path)
+                    if c.name.startswith("bf16 8192^3 matmul")]
+        return check.verdict
+    assert matmul(1.40, 1.41) == "pass"
+    assert matmul(0.20, 1.41) == "fail"  # seven times the Timer's speed: not measured
+    assert matmul(1.50, 1.41) == "fail"

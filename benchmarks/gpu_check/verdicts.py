@@ -25,6 +25,7 @@ from gpu_check.settings import (
     NOTHING_SKIPPED,
     PEAK_OVER_MEAN,
     PRECISIONS,
+    RATIO_CEILING,
     TIMER_RATIO,
 )
 
@@ -404,7 +405,8 @@ def op_checks(results: dict[str, dict | None], out: Path,
         tflops = 2 * MATMUL_N ** 3 / (matmul / 1e3) / 1e12
         ratio = timer.get("median_ms", 0) / matmul if timer.get("median_ms") else None
         checks.append(Check("bf16 8192^3 matmul against torch.utils.benchmark.Timer",
-                            verdict(None if ratio is None else ratio >= TIMER_RATIO),
+                            verdict(None if ratio is None
+                                    else TIMER_RATIO <= ratio <= RATIO_CEILING),
                             f"{tflops:,.0f} TFLOP/s, ratio "
                             + (f"{ratio:.3f}" if ratio else timer.get("error", "?"))
                             + (f"; normal data {timer['normal_data']['tflops']:,.0f} TFLOP/s"
@@ -468,7 +470,8 @@ def llm_checks(results: dict[str, dict | None], out: Path,
     facts = facts_of(out / "llm_bare.json", "llm_bare", not_run) or {}
     ratio = facts.get("ratio")
     checks.append(Check("gpt2_xl training: runner against a bare loop",
-                        verdict(ratio >= LLM_BARE_RATIO) if ratio else "fail",
+                        verdict(LLM_BARE_RATIO <= ratio <= RATIO_CEILING)
+                        if ratio else "fail",
                         f"ratio {ratio:.4f}" if ratio else facts.get("error", "no figures"),
                         facts))
     return checks
@@ -513,7 +516,8 @@ def honesty_checks(out: Path, not_run: Mapping[str, str] = NOTHING_SKIPPED) -> l
             facts["events_disagreement"] <= EVENTS_AGREEMENT),
             f"{facts['events_disagreement']:.2%} (runner {facts['runner_median_ms']:.2f} ms, "
             f"events {facts['events_median_ms']:.2f} ms)", facts),
-        Check("runner against a bare loop", verdict(facts["bare_ratio"] >= BARE_RATIO),
+        Check("runner against a bare loop",
+              verdict(BARE_RATIO <= facts["bare_ratio"] <= RATIO_CEILING),
               f"ratio {facts['bare_ratio']:.4f}", facts),
     ]
 
