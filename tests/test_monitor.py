@@ -149,7 +149,8 @@ def test_rapl_sums_packages_and_dram_and_handles_wraparound(tmp_path):
 
 
 def test_host_energy_power_and_samples_per_joule_from_rapl(tmp_path):
-    root = powercap_tree(tmp_path, {"intel-rapl:0": ("package-0", 10_000_000, 2**40)})
+    root = powercap_tree(tmp_path, {"intel-rapl:0": ("package-0", 10_000_000, 2**40),
+                                    "intel-rapl:0:0": ("dram", 5_000_000, 2**40)})
     mon = monitor.ResourceMonitor(10, powercap_root=root)
     mon.start()
     time.sleep(0.1)
@@ -215,9 +216,27 @@ def test_a_failed_last_rapl_reading_keeps_the_host_energy_up_to_the_last_good_on
     assert s["host"]["energy_j"] == pytest.approx(30.0)
     assert s["power_mean_w"] == pytest.approx(30.0 / series["t_s"][last])
     assert s["energy_j"] is None and s["samples_per_joule"] is None
-    assert s["energy_sources"] == ["host:rapl"]
+    assert s["energy_sources"] == ["host:rapl-package"]  # a package zone alone
     assert s["energy_note"].startswith("partial: ") and "RAPL counters unread at the " \
         "phase's end" in s["energy_note"]
+
+
+def test_a_host_without_a_dram_zone_counts_its_packages_and_says_so(tmp_path):
+    """Many AMD hosts have package zones and no DRAM zone: the source says so
+    (host:rapl-package, not host:rapl, which dlbench compare would take for the same
+    sources as a host counting its memory too) and the note names what is left out."""
+    root = powercap_tree(tmp_path, {"intel-rapl:0": ("package-0", 10_000_000, 2**40)})
+    mon = monitor.ResourceMonitor(10, powercap_root=root)
+    mon.start()
+    time.sleep(0.05)
+    set_energy(root, "intel-rapl:0", 40_000_000)  # +30 J
+    time.sleep(0.05)
+    mon.stop()
+    s = mon.summary(items=600)
+    assert s["energy_j"] == pytest.approx(30.0) and s["samples_per_joule"] == pytest.approx(20)
+    assert s["energy_sources"] == ["host:rapl-package"]
+    assert s["energy_note"] == ("partial: no DRAM RAPL zone (the memory's energy is not "
+                                "counted)")
 
 
 def test_rapl_read_at_the_phases_start_alone_counts_nothing(tmp_path):
