@@ -1052,6 +1052,8 @@ def test_two_processes_sweep_sizes_and_record_both_bandwidths(tmp_path, monkeypa
     assert res["status"] == "ok" and res["kind"] == "comms"
     assert res["cell"]["collective"] == "reduce_scatter" and res["cell"]["num_gpus"] == 2
     assert res["extra"]["ranks"] == 2 and res["extra"]["backend"] == "gloo"
+    # The host's memory and CPU are every rank's on the node: torchrun's agent's tree.
+    assert res["extra"]["monitor"]["host"]["processes_max"] >= 3
     # The runner's environment and the cell's own setting (nccl_env), in every process.
     assert res["environment"]["nccl_env"] == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}
     assert res["cell"]["nccl_env"] == "NCCL_PROTO=Simple"

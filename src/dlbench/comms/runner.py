@@ -303,7 +303,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     from dlbench import harness
     from dlbench.comms import pt2pt
     from dlbench.pytorch import distributed, torch_environment
-    from dlbench.pytorch.runner import monitored_gpus
+    from dlbench.pytorch.runner import monitored_gpus, monitored_process
 
     topo = distributed.topology()
     if args.device == "gpu" and not torch.cuda.is_available():
@@ -374,11 +374,12 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     table = topo.rank == 0 and not point_to_point  # PARAM's COMMS-RES lines (stdout)
     if table:
         print(param_output.header(), flush=True)
-    # The resource monitor (rank 0, every GPU of the cell on its node) covers the whole
-    # sweep: each size's warmup and measured iterations, and its validation.
+    # The resource monitor (rank 0, every GPU of the cell on its node, and the memory and
+    # CPU of every rank's process on it: torchrun's agent's tree) covers the whole sweep:
+    # each size's warmup and measured iterations, and its validation.
     mon = monitor.ResourceMonitor(args.monitor_interval_ms if topo.rank == 0 else 0,
                                   gpus=monitored_gpus(device, args.num_gpus),
-                                  window=MONITOR_WINDOW)
+                                  pid=monitored_process(), window=MONITOR_WINDOW)
     with mon:
         for i, count in enumerate(counts):
             splits = _rank_splits(args.collective, given, count, rank, ranks,
