@@ -99,8 +99,16 @@ def test_container_binds_cover_inputs_outside_the_working_directory(tmp_path):
     bad.mkdir()
     (bad / "c.json").write_text(OPS)
     config["studies"]["o"]["grid"]["op_config"] = str(bad / "c.json")
-    with pytest.raises(support.WorkflowConfigError, match="cannot be bound"):
+    with pytest.raises(support.WorkflowConfigError) as refused:
         support.container_binds(config, cells(config), work, None)
+    assert str(refused.value) == (
+        f"study 'o' reads {bad / 'c.json'}: {bad}: a path with ':' or ',' cannot be bound "
+        "into a container (Apptainer's --bind splits there); move it, or bind a folder above "
+        "it in --apptainer-args")
+    # A folder above it bound by the user's arguments: nothing to bind, nothing refused.
+    args = f"--nv --bind {tmp_path}"
+    assert support.container_binds(config, cells(config), work, None,
+                                   bound=lambda p: support.bound_in_container(args, p)) == []
 
 
 def test_a_cluster_jobs_runtime_bounds_its_cells_time_limit():

@@ -705,24 +705,28 @@ def synthetic_args(config: Mapping[str, Any], name: str) -> list[str]:
 
 
 def container_binds(config: Mapping[str, Any], cells: Iterable[study.Cell], here: Path,
-                    gpu_lock_dir: Path | None) -> list[Path]:
+                    gpu_lock_dir: Path | None,
+                    bound: Callable[[Path], bool] = lambda path: False) -> list[Path]:
     """Host folders that containerised cells read and Snakemake does not bind (it binds
-    the working directory ``here``): datasets and op configs elsewhere, and the GPU lock
-    folder when a cell uses GPUs."""
-    wanted = []
+    the working directory ``here``) nor the user's arguments do (``bound``): datasets and
+    op configs elsewhere, and the GPU lock folder when a cell uses GPUs."""
+    wanted: list[tuple[Path, str]] = []
     for cell in cells:
         for path in inputs(config, cell):
-            wanted.append(Path(path) if Path(path).is_dir() else Path(path).parent)
+            wanted.append((Path(path) if Path(path).is_dir() else Path(path).parent,
+                           f"study '{cell.study}' reads {path}"))
     if gpu_lock_dir is not None:
-        wanted.append(gpu_lock_dir)
+        wanted.append((gpu_lock_dir, "gpus.lock_dir"))
     binds = []
-    for path in wanted:
+    for path, what in wanted:
         path = path.absolute()  # not resolved: the cell reads the path as configured
-        if path == here or here in path.parents or not path.exists():
+        if path == here or here in path.parents or not path.exists() or bound(path):
             continue  # missing inputs are reported by the rules that need them
         if any(ch in str(path) for ch in ":,"):
-            raise WorkflowConfigError(f"{path}: a path with ':' or ',' cannot be bound into "
-                                      "a container")
+            raise WorkflowConfigError(
+                f"{what}: {path}: a path with ':' or ',' cannot be bound into a container "
+                "(Apptainer's --bind splits there); move it, or bind a folder above it "
+                "in --apptainer-args")
         binds.append(path)
     # A folder inside another bound one needs no bind of its own.
     return sorted(p for p in set(binds) if not any(q in p.parents for q in binds))

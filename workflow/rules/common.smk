@@ -656,11 +656,16 @@ def cell_options(wildcards):
     return ["--cell", cell.to_json(), f"--data_dir={data_dir_of(cell)}"]
 
 
-def container_binds():
+def container_binds(args):
+    """The folders to bind that ``args`` (the Apptainer arguments) do not bind already."""
     gpu = any(cell.params.get("device") == "gpu" for cell in CELLS)
     try:
         return support.container_binds(
-            config, CELLS, Path.cwd(), dlbench_gpus.lock_dir() if gpu else None
+            config,
+            CELLS,
+            Path.cwd(),
+            dlbench_gpus.lock_dir() if gpu else None,
+            bound=lambda path: support.bound_in_container(args, path),
         )
     except support.WorkflowConfigError as exc:
         _config_error(exc)
@@ -672,7 +677,7 @@ def _bind_into_containers():
     a folder the arguments already bind where it is (support.bound_in_container)."""
     settings = workflow.deployment_settings
     try:
-        for path in container_binds():
+        for path in container_binds(settings.apptainer_args or ""):
             args = settings.apptainer_args or ""
             if not support.bound_in_container(args, path):
                 option = f"--bind {shlex.quote(str(path))}"
