@@ -293,6 +293,22 @@ def test_merged_workers_give_the_slowest_time_of_each_iteration_and_all_samples(
     assert m["extra"]["hosts"] == ["gpu07", "gpu08"] and m["extra"]["worker_ranks"] == [0, 1]
 
 
+def test_merged_workers_say_the_monitors_energy_is_node_0s(tmp_path):
+    """The row's throughput is both workers'; worker 0's monitor saw its own node: its
+    energy note says so (samples per joule are node 0's own, not the row's)."""
+    args = type("Args", (), {"study": "s", "cell_id": "c"})()
+    first = worker_doc([1.0, 3.0, 2.0], "gpu07", 0)
+    first["extra"]["monitor"] = {"enabled": True, "energy_j": 900.0,
+                                 "energy_note": "partial: no readable RAPL counters"}
+    R.write(first, dist.part_path(tmp_path, 0))
+    R.write(worker_doc([2.0, 1.0, 2.5], "gpu08", 1), dist.part_path(tmp_path, 1))
+    res = dist.merge({"framework": "mxnet"}, args, tmp_path, 2, 0, [])
+    assert res["extra"]["monitor"]["energy_note"] == (
+        "node 0 of 2: its worker's samples and its GPUs' and host's energy (not the "
+        "parameter server's process); partial: no readable RAPL counters")
+    assert res["extra"]["monitor"]["energy_j"] == 900.0
+
+
 def test_merged_workers_on_real_data_split_the_time_as_the_worker_that_waited_longest(
         tmp_path):
     """Worker 1 starves on input while worker 0 waits for it in the push/pull (its

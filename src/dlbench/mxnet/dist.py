@@ -251,7 +251,20 @@ def merge(cell: dict[str, Any], args: argparse.Namespace, folder: Path, nodes: i
         throughput_unit=m0["throughput_unit"],
         flops_per_iteration=total("flops_per_iteration"),
         data_wait_s=wait, compute_s=compute, extra=extra)
-    return {**first, "measurements": [merged]}
+    return {**first, "measurements": [merged], "extra": _node0_monitor(first, nodes)}
+
+
+def _node0_monitor(first: dict[str, Any], nodes: int) -> dict[str, Any]:
+    """Worker 0's extra, its monitor's energy said to be node 0's where the cell spans
+    several nodes: the row's throughput is every worker's, the monitor saw one node."""
+    extra = dict(first.get("extra") or {})
+    summary = extra.get("monitor")
+    if nodes > 1 and isinstance(summary, dict) and summary.get("enabled"):
+        scope = (f"node 0 of {nodes}: its worker's samples and its GPUs' and host's energy "
+                 "(not the parameter server's process)")
+        extra["monitor"] = {**summary, "energy_note": "; ".join(
+            filter(None, [scope, summary.get("energy_note")]))}
+    return extra
 
 
 def node_main(argv: list[str] | None = None) -> int:
