@@ -180,6 +180,22 @@ def test_a_label_with_a_folder_reads_its_folder_when_the_other_label_has_none(
     assert comparison.new.label == f"boxB in {Path('results/benchmarks.parquet')}"
 
 
+def test_a_new_side_whose_every_cell_failed_is_compared_and_fails_the_gate(tmp_path):
+    """A broken driver: every cell BASE measured failed in NEW. That is the comparison's
+    finding (newly failing, the outputs written, exit 1), not inputs without a cell in
+    common (exit 2, nothing written)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for model in ("resnet18", "vgg11"):
+        write_result(a, "x", model_cell(model), noisy(0.1, seed=1))
+        write_result(b, "x", model_cell(model), [], status="failed", error="CUDA error")
+    comparison = compare(str(a), str(b))
+    assert comparison.newly_failed == 2 and comparison.counts["not compared"] == 2
+    out = tmp_path / "out"
+    assert main([str(a), str(b), "--out", str(out)]) == EXIT_SLOWER
+    assert (out / "compare.md").is_file() and (out / "compare.parquet").is_file()
+    assert main([str(a), str(b), "--out", str(out), "--fail-on", "none"]) == 0
+
+
 def test_a_cell_base_measured_that_fails_in_new_fails_the_gate_one_failing_on_both_not(
         tmp_path):
     """Nothing slower, but NEW's resnet18 failed where BASE measured it (a crash is a
@@ -229,3 +245,91 @@ def test_the_same_oom_run_on_both_sides_is_not_newly_failing_one_more_is(tmp_pat
     assert main([str(a), str(b), "--out", str(out)]) == 0
     assert compare(str(a), str(c)).newly_failed == 1
     assert main([str(a), str(c), "--out", str(out)]) == EXIT_SLOWER
+
+
+def repeat_rows(medians, system, unstable=None, cv=None):
+    """One side's rows of one cell run len(medians) times, as the table holds them (the
+    aggregate's run-to-run flag and CV where given)."""
+    import numpy as np
+    import pandas as pd
+
+    rows = []
+    for repeat, median in enumerate(medians):
+        times = noisy(median, n=30, spread=0.005, seed=repeat)
+        rows.append({"study": "s", "kind": "model", "model": "resnet18", "phase": "training",
+                     "batch_size": 8, "name": "resnet18", "pass": "training", "status": "ok",
+                     "repeat": repeat, "system": system, "unstable": unstable,
+                     "run_to_run_cv": cv, "time_median_s": float(np.median(times)),
+                     "times_s": list(times), "time_p95_s": float(np.quantile(times, .95)),
+                     "time_p99_s": float(np.quantile(times, .99)),
+                     "throughput": 8 / float(np.median(times)), "throughput_unit": "samples/s",
+                     "items_per_iteration": 8, "iterations": 30})
+    frame = pd.DataFrame(rows)
+    return frame.reindex(columns=list(dict.fromkeys([*aggregate.SCHEMA.names, "repeat"])))
+
+
+def test_a_side_whose_runs_disagree_says_so_beside_the_verdict():
+    """NEW's three runs: 0.25, 0.23 and 2.09 s (one run far off, as a busy machine gives):
+    the verdict is the same (its interval spans it) and the note says NEW's runs disagree,
+    with their CV as the table flagged it and the range of their medians; BASE's agree."""
+    from dlbench.compare import Side, compare_sides
+
+    base = repeat_rows([0.234, 0.236, 0.230], "a", unstable=False, cv=0.01)
+    new = repeat_rows([0.249, 0.230, 2.09], "b", unstable=True, cv=1.25)
+    comparison = compare_sides(Side("BASE", "a", base), Side("NEW", "b", new))
+    (row,) = comparison.cells.itertuples()
+    assert row.verdict == "same"
+    assert "NEW's 3 runs disagree (run-to-run CV 125%; medians 0.23 to 2.09 s)" in row.note
+    assert "BASE's" not in row.note
+    from dlbench.compare.output import geomean_text
+
+    assert geomean_text(comparison).endswith("; no cell changed beyond its noise).")
+
+
+def test_a_median_time_of_0_is_not_compared_and_says_why(tmp_path):
+    """An operator below its timer's resolution recorded 0 s: no ratio (it was an infinite
+    one, and a crash where the changed cells were sorted by it), the row not compared."""
+    from dlbench.compare import Side, compare_sides
+
+    base = repeat_rows([0.1, 0.1], "a")
+    new = repeat_rows([0.1, 0.1], "b").assign(time_median_s=0.0)
+    comparison = compare_sides(Side("BASE", "a", base), Side("NEW", "b", new))
+    (row,) = comparison.cells.itertuples()
+    assert row.verdict == "not compared" and row.note.startswith("a median time of 0 on a side")
+    assert not comparison.summary["geomean_ratio"].notna().any()
+
+
+def test_bad_settings_and_a_crash_are_exit_2_not_the_slower_exit_1(tmp_path, capsys):
+    """A CI gate reads exit 1 as a regression: a negative seed, resamples that would need
+    gigabytes, and a table whose times are text all exit 2 in one line."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_result(a, "x", model_cell(), noisy(0.1, seed=1))
+    write_result(b, "x", model_cell(), noisy(0.1, seed=2), error=None)
+    for flag in (["--seed", "-1"], ["--resamples", "100000000"]):
+        with pytest.raises(SystemExit) as exc:
+            main([str(a), str(b), "--out", str(tmp_path / "o"), *flag])
+        assert exc.value.code == EXIT_BAD_INPUT
+    capsys.readouterr()
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = aggregate.write(sorted(b.rglob("*.json")), tmp_path / "b.parquet")
+    texts = table.set_column(table.schema.get_field_index("time_median_s"), "time_median_s",
+                             pa.array(["fast"] * len(table)))
+    pq.write_table(texts, tmp_path / "text.parquet")
+    assert main([str(a), str(tmp_path / "text.parquet"), "--out",
+                 str(tmp_path / "o")]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(
+        "python -m dlbench.compare: could not compare (")
+
+
+def test_an_error_message_is_text_in_the_markdown_not_markup(tmp_path):
+    """A failed run's error holding HTML (</details> closes the folded section in a pull
+    request's rendering) is escaped in compare.md."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_result(a, "x", model_cell(), noisy(0.1, seed=1))
+    write_result(b, "x", model_cell(), [], status="failed", error="bad </details><script>x")
+    main([str(a), str(b), "--out", str(tmp_path / "o"), "--fail-on", "none"])
+    md = (tmp_path / "o" / "compare.md").read_text()
+    assert "bad &lt;/details&gt;&lt;script&gt;x" in md and "<script>" not in md

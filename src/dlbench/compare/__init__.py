@@ -93,7 +93,9 @@ def compare_sides(base: Side, new: Side, settings: Settings | None = None) -> Co
     """Compare two loaded sides; InputError when they have no cell in common."""
     settings = settings or Settings()
     matching = match(without_unknown_sources(base.frame), without_unknown_sources(new.frame))
-    if not matching.keys:
+    # A NEW whose every run of BASE's cells failed (a broken driver) is a comparison that
+    # found them failing, not inputs without a cell in common.
+    if not matching.keys and not matching.newly_failed:
         raise InputError(
             f"no common cells between BASE {base.label} ({len(matching.base_only)} measured) "
             f"and NEW {new.label} ({len(matching.new_only)} measured): "

@@ -400,6 +400,8 @@ def result_table(matching: Matching, compared: pd.DataFrame) -> pd.DataFrame:
     for side in ("base", "new"):
         parts.append(_one_side(skipped[skipped["side"] == side], side, NOT_COMPARED))
     table = pd.concat([p for p in parts if len(p)], ignore_index=True)
+    # No cell compared (every run of NEW's failed): the comparison's columns all the same.
+    table = table.reindex(columns=list(dict.fromkeys([*table.columns, *done.columns])))
     table["label"] = cell_labels(table)
     table["label"] = table["label"] + _run_suffix(table)
     table = table.drop(columns=RUNS, errors="ignore")

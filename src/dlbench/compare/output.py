@@ -91,9 +91,21 @@ def geomean_text(comparison: Comparison) -> str:
     if overall.empty:
         return "No cell has a throughput ratio."
     row = overall.iloc[0]
+    counts = comparison.counts
+    # A mean of ratios no verdict upholds is noise: said so, not left to read as a change.
+    judged = ("; no cell changed beyond its noise" if not counts["faster"] + counts["slower"]
+              else f"; {counts['slower']} slower, {counts['faster']} faster, "
+                   f"{counts['same']} the same")
     return (f"Throughput NEW/BASE, geometric mean over {int(row['cells'])} compared cells: "
             f"{ratio_text(row['geomean_ratio'])} (range {ratio_text(row['min_ratio'])} to "
-            f"{ratio_text(row['max_ratio'])}).")
+            f"{ratio_text(row['max_ratio'])}{judged}).")
+
+
+def _why(row: object) -> object:
+    """A row not compared: its error (a failed run), else its note (a cell both sides
+    measured without a ratio: a median time of 0)."""
+    error = getattr(row, "error", None)
+    return error if isinstance(error, str) and error else getattr(row, "note", None)
 
 
 def changed(cells: pd.DataFrame) -> pd.DataFrame:
@@ -111,8 +123,11 @@ def _of(cells: pd.DataFrame, verdict: str) -> pd.DataFrame:
 # -- Markdown ------------------------------------------------------------------------------
 
 def _md(value: Any) -> str:
-    """Text for a Markdown table cell: pipes (operator names have them) escaped."""
-    return " ".join(_text(value).split()).replace("\\", "\\\\").replace("|", "\\|")
+    """Text for a Markdown table cell: pipes (operator names have them) escaped, and HTML
+    (an error message's ``<script>`` or ``</details>`` would be markup in a pull request's
+    rendering, and the latter would break the folded sections)."""
+    text = " ".join(_text(value).split()).replace("\\", "\\\\").replace("|", "\\|")
+    return escape(text, quote=False)
 
 
 def _md_table(headers: list[str], rows: list[list[Any]], right: int = 0) -> list[str]:
@@ -208,7 +223,7 @@ def markdown(comparison: Comparison) -> str:
     if len(rows):
         lines += _folded(f"Not compared ({len(rows)})", _md_table(
             ["side", "cell", "status", "error"],
-            [[r.side.upper(), r.label, r.status, r.error] for r in rows.itertuples()]))
+            [[r.side.upper(), r.label, r.status, _why(r)] for r in rows.itertuples()]))
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -393,7 +408,7 @@ def sections(comparison: Comparison, charts: list[Figure]) -> list[Section]:
         parts.append(Section("not-compared", f"Not compared ({len(rows)})",
                              "Rows that are not ok (or ok without times, or measured again).",
                              [table(["side", "cell", "status", "error"],
-                                     [[r.side.upper(), r.label, r.status, r.error]
+                                     [[r.side.upper(), r.label, r.status, _why(r)]
                                       for r in rows.itertuples()])]))
     compared = cells[cells["verdict"].isin(list(VERDICT_COLOURS))]
     if len(compared):

@@ -20,6 +20,7 @@ import pandas as pd
 
 from dlbench import aggregate, bootstrap, drift, gpu_clocks
 from dlbench.comms.sizes import measured_label
+from dlbench.compare.match import NOT_COMPARED
 
 __all__ = ["Settings", "compare_cells", "side_values", "summaries", "verdicts"]
 
@@ -120,6 +121,15 @@ def side_values(rows: pd.DataFrame) -> pd.DataFrame:
     out["gpu_clock_reasons"] = (rows.sort_values("_held_back", ascending=False)
                                 .groupby("_key", sort=False)["gpu_clock_reasons"].first()
                                 .reindex(out.index))
+    # Runs that disagree beyond the table's unstable_cv (the aggregate's flag): their CV
+    # and the range of their medians, said beside the verdict (NaN where they agree).
+    unstable = rows["unstable"].astype("boolean").fillna(False) if "unstable" in rows \
+        else pd.Series(False, index=rows.index)
+    flagged = rows.assign(_cv=np.where(unstable.to_numpy(bool),
+                                       _numbers(rows, "run_to_run_cv"), np.nan))
+    out["run_to_run_cv"] = flagged.groupby("_key", sort=False)["_cv"].max()
+    out["median_low_s"] = group["time_median_s"].min()
+    out["median_high_s"] = group["time_median_s"].max()
     # The run that drifted most (NaN where none did).
     out["time_drift"] = (rows.assign(_size=np.abs(rows["_drift"]))
                          .sort_values("_size", ascending=False, na_position="last")
@@ -306,8 +316,9 @@ def compare_cells(base_rows: pd.DataFrame, new_rows: pd.DataFrame, keys: list[st
     out = pd.DataFrame(index=pd.Index(keys, name="_key"))
     factor = _throughput_factor(base, new)
     b_time, n_time = base["time_median_s"].to_numpy(float), new["time_median_s"].to_numpy(float)
-    out["throughput_ratio"] = factor * b_time / n_time
-    out["p50_ratio"] = n_time / b_time
+    with np.errstate(divide="ignore", invalid="ignore"):  # a time of 0: no ratio (below)
+        out["throughput_ratio"] = factor * b_time / n_time
+        out["p50_ratio"] = n_time / b_time
     intervals = {name: np.full(len(keys), np.nan) for name in
                  ("throughput_ci_low", "throughput_ci_high", "p50_ci_low", "p50_ci_high")}
     dofs = _repeat_dof(list(base["sample"]), list(new["sample"]),
@@ -355,6 +366,15 @@ def compare_cells(base_rows: pd.DataFrame, new_rows: pd.DataFrame, keys: list[st
     # The notes stay an object array until complete: a column of strings and None would
     # be read back with NaN for None (pandas 3's string dtype), and NaN is truthy.
     out["verdict"], notes = verdicts(out, settings.threshold, settings.single_run_threshold)
+    # A median time of 0 (an operator below its timer's resolution) has no ratio.
+    zero = ~((b_time > 0) & (n_time > 0))
+    if zero.any():
+        for column in ("throughput_ratio", "throughput_ci_low", "throughput_ci_high",
+                       "p50_ratio", "p50_ci_low", "p50_ci_high"):
+            out.loc[zero, column] = np.nan
+        out.loc[zero, "verdict"] = NOT_COMPARED
+        notes[zero] = ("a median time of 0 on a side (below its timer's resolution, or "
+                       "unrecorded): no ratio")
     out["note"] = _with_side_notes(notes, energy_notes, base, new)
     return out
 
@@ -367,16 +387,27 @@ def _with_side_notes(notes: np.ndarray, energy_notes: np.ndarray, base: pd.DataF
     moving target)."""
     out = notes.copy()
     sides = [(label, side["gpu_clocks_held_back"].to_numpy(float),
-              side["gpu_clock_reasons"].to_numpy(), side["time_drift"].to_numpy(float))
-             for label, side in (("BASE", base), ("NEW", new))]
+              side["gpu_clock_reasons"].to_numpy(), side["time_drift"].to_numpy(float),
+              side) for label, side in (("BASE", base), ("NEW", new))]
     for i in range(len(out)):
         parts = [out[i], energy_notes[i]]
-        for label, held, reasons, drifted in sides:
+        for label, held, reasons, drifted, side in sides:
             parts.append(gpu_clocks.note(label, held[i], reasons[i]))
             parts.append(drift.note(label, drifted[i], bool(np.isfinite(drifted[i])),
                                     held[i], reasons[i]))
+            parts.append(_unstable_note(label, side.iloc[i]))
         out[i] = "; ".join(p for p in parts if p) or None
     return out
+
+
+def _unstable_note(label: str, values: pd.Series) -> str | None:
+    """A side whose runs disagree beyond the table's unstable_cv: their CV and the range
+    of their medians (the side's figure is their mean, which one slow run moves)."""
+    cv = values.get("run_to_run_cv")
+    if cv is None or not np.isfinite(cv):
+        return None
+    return (f"{label}'s {int(values['repeats'])} runs disagree (run-to-run CV {cv:.0%}; "
+            f"medians {values['median_low_s']:.3g} to {values['median_high_s']:.3g} s)")
 
 
 def verdicts(cells: pd.DataFrame, threshold: float, single_run_threshold: float | None = None
@@ -410,8 +441,9 @@ def verdicts(cells: pd.DataFrame, threshold: float, single_run_threshold: float 
     note[no_interval & np.isfinite(ratio)] = (
         "no confidence interval (fewer than 2 iterations on a side): judged on its ratio "
         f"alone against the {single_needed * 100:g} % single-run threshold")
-    note[unjudged] = (f"one run on a side: a change under {needed.max() * 100:g} % cannot be "
-                      "told from run-to-run variation; run the study with repeats")
+    if unjudged.any():
+        note[unjudged] = (f"one run on a side: a change under {needed.max() * 100:g} % cannot "
+                          "be told from run-to-run variation; run the study with repeats")
     return verdict, note
 
 
