@@ -26,6 +26,7 @@ import contextlib
 import inspect
 import logging
 import resource
+import statistics
 import sys
 import time
 from collections.abc import Iterator
@@ -147,6 +148,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     ttft: list[float] = []
     tpot: list[float] = []
     per_generation: list[float] = []
+    generation_s: list[float] = []  # each measured generation's TTFT plus its steps
     measured_from = execution.DynamoCounts.now()
     # The resource monitor samples the measured generations (from the first one's start).
     mon = monitor.ResourceMonitor(args.monitor_interval_ms, gpus=monitored_gpus(device, 1))
@@ -172,6 +174,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
             tpot.extend(rest.times_s)
             if rest.times_s:  # a measured generation's own TPOT (vLLM's per request)
                 per_generation.append(sum(rest.times_s) / len(rest.times_s))
+            if first.times_s:
+                generation_s.append(first.times_s[0] + sum(rest.times_s))
             if output > 1:
                 return (time.perf_counter() - decoding) / (output - 1)
             return decoding - began
@@ -233,9 +237,11 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         # read alike; TPOT's percentiles over the generations are the decode measurement's
         # tpot_p50_s, tpot_p90_s and tpot_p99_s.
         "ttft_s": ttft_median, "tpot_s": decode_median,
-        # A whole generation at those medians: the batch's output tokens over its time.
-        "output_tokens_per_s": batch * output / (
-            ttft_median + (output - 1) * (decode_median or 0.0)),
+        # The batch's output tokens over a typical generation's own time (its TTFT and
+        # its steps, the median over the generations): a rate some generation reached, not
+        # one built of medians of different generations' parts.
+        "generation_median_s": statistics.median(generation_s),
+        "output_tokens_per_s": batch * output / statistics.median(generation_s),
         "served_dtype": str(dtype).removeprefix("torch."),
     })
 

@@ -82,7 +82,7 @@ def _extra(text: object) -> dict:
 # merged): the decode's TPOT percentiles over its generations, its KV cache and peak memory.
 # Not the cell's ``tpot_s``: that is decode's median step, ITL p50 (dlbench.llm.runner).
 EXTRA_FIGURES = ("tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "kv_cache_bytes",
-                 "peak_memory_bytes")
+                 "peak_memory_bytes", "output_tokens_per_s")
 # What peak_memory_bytes counts, by device (dlbench.llm.runner.peak_memory): on a CPU the
 # process's peak RSS over its whole life, interpreter, framework and build included.
 PEAK_MEMORY_OF = {"gpu": "the measured generations (torch's allocations)",
@@ -131,7 +131,10 @@ def llm_frame(frame: pd.DataFrame) -> pd.DataFrame:
             "tpot_p99_ms": _ms(figure["tpot_p99_s"]),
             # the decode row's time: its steps' median (none without decode steps)
             "itl_ms": _ms(_number(decode, "cell_time_s")),
-            "output_tokens_per_s": _output_rate(batch, output, ttft, tpot),
+            # The runner's (over its generations' own times), else, in a result older
+            # than it, a generation at TTFT and TPOT p50.
+            "output_tokens_per_s": figure["output_tokens_per_s"]
+            or _output_rate(batch, output, ttft, tpot),
             "prefill_tokens_per_s": float(prefill["throughput"]),
             # Decode's memory traffic (a floor: weights and KV cache, dlbench.models.llm)
             # over its step time, against the memory's peak and the measured copy.
