@@ -71,6 +71,10 @@ def test_the_mixture_of_experts_counts_the_routed_experts_only():
     ({"activation_checkpointing": "yes"}, "activation_checkpointing must be true or false"),
     ({"hidden_size": 0}, "hidden_size must be a positive integer"),
     ({"parallel": "zero3"}, "parallel must be one of ddp, fsdp"),
+    # transformers refuses these only as the model is built, in two lines the row cut
+    ({"tie_word_embeddings": "yes"}, "tie_word_embeddings must be true or false, got 'yes'"),
+    ({"rope_theta": "x"}, "rope_theta must be a number above 0, got 'x'"),
+    ({"rms_norm_eps": 0}, "rms_norm_eps must be a number above 0, got 0"),
 ])
 def test_bad_options_are_refused_in_one_line(opts, message):
     with pytest.raises(ValueError) as info:
@@ -132,3 +136,13 @@ def test_fsdp_shards_a_two_process_training_cell_per_decoder_layer(tmp_path):
     model = zoo.build("llama_tiny").module
     layers = torch_llm.decoder_layers(model)
     assert len(layers) == 2 and all(type(layer).__name__ == "LlamaDecoderLayer" for layer in layers)
+
+
+def test_a_float_field_given_as_a_whole_number_builds_the_model():
+    """rms_norm_eps: 1 (YAML's whole number) is a float to transformers, which refused the
+    int when the model was built."""
+    opts = models.get("llama_tiny").opts({"rms_norm_eps": 1, "rope_theta": 10000})
+    L.check_opts(opts)
+    fields = L.config_fields(opts)
+    assert fields["rms_norm_eps"] == 1.0 and isinstance(fields["rms_norm_eps"], float)
+    assert isinstance(fields["rope_theta"], float)

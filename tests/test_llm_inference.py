@@ -234,6 +234,9 @@ def test_inference_cells_are_checked_in_one_line_naming_the_field():
             ({"model": "resnet50"}, "model", "not a language model"),
             ({"prompt_length": 1000, "output_length": 100}, "output_length",
              "1100 exceeds llama_tiny's context of 1024"),
+            # the prompt alone past the context: its own field, not output_length
+            ({"prompt_length": 2000, "output_length": 16}, "prompt_length",
+             "prompt_length: 2000 exceeds llama_tiny's context of 1024 positions"),
             ({"prompt_length": 0}, "prompt_length", ">= 1"),
             ({"precision": "tf32"}, "precision", "gpu only")):
         with pytest.raises(study.ConfigError) as info:

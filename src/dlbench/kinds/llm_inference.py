@@ -39,6 +39,9 @@ class LlmInferenceKind(CellKind):
         check_gpu_only(params)
         limit = llm.context(config_opts(name, params["model_opts"]))
         total = params["prompt_length"] + params["output_length"]
+        if params["prompt_length"] > limit:  # the prompt alone: not output_length's fault
+            raise AxisError("prompt_length", f"{params['prompt_length']} exceeds {name}'s "
+                                             f"context of {limit} positions")
         if total > limit:
             raise AxisError("output_length", f"prompt_length + output_length = {total} exceeds "
                                              f"{name}'s context of {limit} positions")

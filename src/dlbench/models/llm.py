@@ -74,8 +74,10 @@ def default_opts(name: str) -> dict[str, Any]:
 
 
 def config_fields(opts: dict[str, Any]) -> dict[str, Any]:
-    """The transformers configuration's fields of a full option set."""
-    return {k: v for k, v in opts.items() if k not in RUN_OPTS}
+    """The transformers configuration's fields of a full option set (a float field given
+    as a whole number, 1 for 1.0, as a float: transformers refuses an int there)."""
+    return {k: float(v) if k in FLOAT_FIELDS else v for k, v in opts.items()
+            if k not in RUN_OPTS}
 
 
 def _shape(opts: dict[str, Any]) -> tuple[int, int, int, int, int]:
@@ -108,6 +110,12 @@ def check_opts(opts: dict[str, Any]) -> None:
                          f"model's context of {limit} positions")
 
 
+# The other fields' kinds, as the presets give them: transformers' configurations refuse
+# another type (a bool as text) only when the model is built, in a message of two lines.
+FLOAT_FIELDS = ("rope_theta", "rms_norm_eps")
+BOOL_FIELDS = ("tie_word_embeddings",)
+
+
 def check_config(opts: dict[str, Any]) -> None:
     """One line naming the field when the configuration's fields of ``opts`` cannot make
     a model (an inference cell has no run options: its length is its prompt and output)."""
@@ -116,6 +124,14 @@ def check_config(opts: dict[str, Any]) -> None:
             value = opts[name]
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"llm: {name} must be a positive integer, got {value!r}")
+    for name in FLOAT_FIELDS:  # 1 is a number as 1.0 is (YAML writes either)
+        value = opts.get(name)
+        if name in opts and (isinstance(value, bool) or not isinstance(value, (int, float))
+                             or not value > 0):
+            raise ValueError(f"llm: {name} must be a number above 0, got {value!r}")
+    for name in BOOL_FIELDS:
+        if name in opts and not isinstance(opts[name], bool):
+            raise ValueError(f"llm: {name} must be true or false, got {opts[name]!r}")
     _, width, _, heads, _ = _shape(opts)
     if width % heads:
         raise ValueError(f"llm: the width ({width}) must be a multiple of the heads ({heads})")
