@@ -63,7 +63,8 @@ def test_tpot_is_the_generations_p50_beside_its_p90_and_p99_and_itl_is_apart():
     latency = llm_charts.latency_figure(frame)
     mean = ": mean over the runs"
     assert {"TPOT p50 (ms)" + mean, "p90 (ms)" + mean, "p99 (ms)" + mean,
-            "ITL (ms): mean of the runs' medians"} <= set(titles(latency))
+            "ITL (ms): mean of the runs' medians", "TTFT (ms): mean of the runs' medians",
+            "prefill tokens/s"} <= set(titles(latency))
     assert not [t for t in titles(latency) if t.startswith(("TPOT (ms)", "median TPOT"))]
     assert "ITL" in latency.caption and "p50 over the generations" in latency.caption
 
@@ -118,6 +119,9 @@ def test_real_cells_through_the_aggregate_chart_tpot_itl_and_a_cell_without_deco
         2 * 6 / statistics.median(generations))
     assert frame.loc[6, "output_tokens_per_s"] == pytest.approx(
         res["extra"]["output_tokens_per_s"])
+    # The monitor's items are the output tokens of the 3 measured generations (batch 2,
+    # 6 tokens each): tokens per joule, not prompt and decode tokens added together.
+    assert res["extra"]["monitor"]["items"] == 2 * 6 * 3
     assert frame.loc[6, "tpot_ms"] == pytest.approx(1e3 * decode["extra"]["tpot_p50_s"])
     assert frame.loc[6, "tpot_p99_ms"] == pytest.approx(1e3 * decode["extra"]["tpot_p99_s"])
     assert frame.loc[6, "itl_ms"] == pytest.approx(1e3 * decode["time_s"]["median"])

@@ -223,7 +223,9 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         again = execution.DynamoCounts.now().frames - measured_from.frames
         res["extra"]["compile"] = {"mode": args.compile, "recompilations_measured": again,
                                    **({"recompiled_in_measurement": True} if again else {})}
-    monitor.attach(res, args.output, mon)
+    # Per joule: the output tokens the measured generations produced (tokens per joule,
+    # as servers are compared), not their prompts' tokens added to their decode steps'.
+    monitor.attach(res, args.output, mon, items=float(batch * output * args.num_batches))
     ttft_median = res["measurements"][0]["time_s"]["median"]
     # Without decode steps (output_length 1) there is no decode statistic: null, not 0.
     decode_median = res["measurements"][1]["time_s"]["median"] if tpot else None

@@ -181,7 +181,8 @@ def _tooltip(data: pd.DataFrame, encoding: encodings.Encoding) -> list[alt.Toolt
             alt.Tooltip("output_length:Q", title="output tokens"),
             *[alt.Tooltip(f"{a}:N", title=encoding.title(a))
               for a in encoding.placed(("output_length",))],
-            alt.Tooltip("ttft_ms:Q", title="TTFT (ms)", format=",.3f"),
+            alt.Tooltip("ttft_ms:Q", title=time_title(data["repeats"], "ms", "TTFT"),
+                        format=",.3f"),
             alt.Tooltip("tpot_ms:Q", title=runs_title(data["repeats"], "TPOT p50 (ms)"),
                         format=",.3f"),
             alt.Tooltip("tpot_p99_ms:Q", title=runs_title(data["repeats"], "TPOT p99 (ms)"),
@@ -203,12 +204,14 @@ def _cell_columns(encoding: encodings.Encoding) -> list[Column]:
 
 def _numbers(data: pd.DataFrame, encoding: encodings.Encoding) -> NumbersTable:
     return NumbersTable([
-        *_cell_columns(encoding), Column("ttft_ms", "TTFT (ms)", ",.3f"),
+        *_cell_columns(encoding),
+        Column("ttft_ms", time_title(data["repeats"], "ms", "TTFT"), ",.3f"),
         Column("tpot_ms", runs_title(data["repeats"], "TPOT p50 (ms)"), ",.3f"),
         Column("tpot_p90_ms", runs_title(data["repeats"], "p90 (ms)"), ",.3f"),
         Column("tpot_p99_ms", runs_title(data["repeats"], "p99 (ms)"), ",.3f"),
         Column("itl_ms", time_title(data["repeats"], "ms", "ITL"), ",.3f"),
         Column("output_tokens_per_s", "output tokens/s", ",.1f"),
+        Column("prefill_tokens_per_s", "prefill tokens/s", ",.1f"),
         Column("decode_gbps", "decode GB/s", SIGNIFICANT_COLUMN),
         Column("decode_pct_of_peak_gbps", "% of memory peak", ",.1f"),
         Column("decode_pct_of_measured_gbps", "% of measured copy", ",.1f"),
