@@ -146,3 +146,16 @@ def test_a_float_field_given_as_a_whole_number_builds_the_model():
     fields = L.config_fields(opts)
     assert fields["rms_norm_eps"] == 1.0 and isinstance(fields["rms_norm_eps"], float)
     assert isinstance(fields["rope_theta"], float)
+
+
+def test_an_error_announced_on_its_first_line_keeps_its_cause_in_the_row():
+    """transformers' validation errors say "... for field 'x':" and the cause on the next
+    line: a failed row kept the announcement alone."""
+    from dlbench import cellrun
+
+    error = ValueError("Validation error for field 'tie_word_embeddings':\n"
+                       "  expected bool, got str\n  more detail")
+    assert cellrun.one_line(error) == ("ValueError: Validation error for field "
+                                       "'tie_word_embeddings': expected bool, got str")
+    assert cellrun.one_line(RuntimeError("CUDA out of memory.\nTried to allocate")) == \
+        "RuntimeError: CUDA out of memory."

@@ -48,8 +48,12 @@ def is_oom(exc: BaseException) -> bool:
 
 
 def one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    """The exception in one line: its first, and the next one where the first only
+    announces it ("Validation error for field 'x':" says its cause on the next)."""
+    text = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     first = text[0] if text else ""
+    if first.endswith(":") and len(text) > 1:
+        first = f"{first} {text[1]}"
     return f"{type(exc).__name__}: {first}" if not isinstance(exc, CellError) else first
 
 
