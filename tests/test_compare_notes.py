@@ -333,3 +333,16 @@ def test_an_error_message_is_text_in_the_markdown_not_markup(tmp_path):
     main([str(a), str(b), "--out", str(tmp_path / "o"), "--fail-on", "none"])
     md = (tmp_path / "o" / "compare.md").read_text()
     assert "bad &lt;/details&gt;&lt;script&gt;x" in md and "<script>" not in md
+
+
+def test_a_label_beside_a_path_says_how_to_give_it(tmp_path):
+    """``dlbench compare sysA other/results/sysB``: the label is read as a path, and the
+    line says so and names the folder to give instead."""
+    b = tmp_path / "b"
+    write_result(b, "x", model_cell(), noisy(0.1, seed=1))
+    done = _run("sysA", b, "--out", tmp_path / "o", cwd=tmp_path)
+    assert done.returncode == EXIT_BAD_INPUT
+    assert done.stderr.strip() == (
+        f"python -m dlbench.compare: BASE sysA: no such file or folder; a system label beside "
+        f"a path is read as a path: give its folder ({Path('results') / 'sysA'}) or both as "
+        "labels")

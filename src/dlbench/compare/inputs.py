@@ -191,6 +191,12 @@ def load_pair(base: str, new: str, table: str | Path | None = None) -> tuple[Sid
         try:
             frame = read_path(path)
         except InputError as exc:
+            if not path.exists() and not _looks_like_path(value) and any(exists):
+                # A label beside a path: each is read as a path, the label's folder is
+                # results/<label> (or --table names the table of both labels).
+                raise InputError(
+                    f"{role} {exc}; a system label beside a path is read as a path: give "
+                    f"its folder ({Path('results') / value}) or both as labels") from None
             raise InputError(f"{role} {exc}") from None
         _one_system(role, path, frame)
         sides.append(Side(role, str(path), frame))
