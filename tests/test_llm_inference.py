@@ -73,8 +73,9 @@ def test_a_cell_times_each_prefill_and_each_output_token_and_says_what_it_timed(
     assert decode["bytes_per_iteration"] == step_bytes and prefill["bytes_per_iteration"] is None
     assert decode["gbps"] == pytest.approx(step_bytes / decode["time_s"]["median"] / 1e9)
     assert extra["output_tokens_per_s"] > 0 and extra["peak_memory_bytes"] > 0
-    # The resource monitor over the measured generations: 3 x (2 x 24 + 5 x 2) tokens.
-    assert extra["monitor"]["enabled"] and extra["monitor"]["items"] == 3 * (48 + 10)
+    # The resource monitor over the measured generations, per joule of their output
+    # tokens: 3 generations x batch 2 x 6 tokens.
+    assert extra["monitor"]["enabled"] and extra["monitor"]["items"] == 3 * 2 * 6
     # Every __key__=value line is JSON, as DLBS's log parser reads them.
     for line in proc.stdout.splitlines():
         match = DLBS_LINE.match(line)
@@ -318,7 +319,9 @@ def test_training_and_inference_cells_through_the_workflow_into_parquet_and_repo
 @pytest.mark.parametrize("flags, error", [
     (["--model", "resnet18"], "--model: 'resnet18' is not a language model"),
     (["--prompt_length", "0"], "--prompt_length: must be >= 1, got 0"),
-    (["--prompt_length", "2000"], "--output_length: prompt_length + output_length = 2004 "
+    (["--prompt_length", "2000"], "--prompt_length: 2000 exceeds gpt2_tiny's context of "
+                                  "1024 positions"),
+    (["--prompt_length", "1022"], "--output_length: prompt_length + output_length = 1026 "
                                   "exceeds gpt2_tiny's context of 1024 positions"),
     (["--model_opts", '{"n_head": 5}'], "--model_opts: llm: the width (128) must be a "
                                          "multiple of the heads (5)"),
