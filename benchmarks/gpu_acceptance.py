@@ -122,14 +122,11 @@ def run_all(plan: Plan, gpus: int, budget: float,
     if not cells:  # only parts that write no cell ran (--only honesty): nothing to table
         for title in ("results aggregate", "report renders"):
             checks.append(Check(title, "skip", "no cell results in this call"))
-        rc = None
-    else:
-        agg = [*plan.commands["aggregate"], *cells]
-        rc, _ = run(agg, logs / "aggregate.log", timeout=REPORT_TIMEOUT)
-        checks.append(aggregate_check(rc, len(cells), plan.cells, logs / "aggregate.log"))
-    if rc is None:
-        pass
-    elif rc == 0 and shutil.which(plan.python) and _has("altair", plan.python):
+        return _with_timings(checks, timings)
+    agg = [*plan.commands["aggregate"], *cells]
+    rc, _ = run(agg, logs / "aggregate.log", timeout=REPORT_TIMEOUT)
+    checks.append(aggregate_check(rc, len(cells), plan.cells, logs / "aggregate.log"))
+    if rc == 0 and shutil.which(plan.python) and _has("altair", plan.python):
         rc, _ = run(plan.commands["report"], logs / "report.log", timeout=REPORT_TIMEOUT)
         checks.append(Check("report renders", verdict(
             rc == 0 and (plan.out / "report" / "index.html").is_file()), f"rc {rc}"))
@@ -137,6 +134,10 @@ def run_all(plan: Plan, gpus: int, budget: float,
         checks.append(Check("report renders", "skip" if rc == 0 else "fail",
                             "altair is not installed here (carry it as a wheel)" if rc == 0
                             else f"aggregate rc {rc}"))
+    return _with_timings(checks, timings)
+
+
+def _with_timings(checks: list[Check], timings: dict[str, Any]) -> list[Check]:
     for check in checks:
         check.detail.setdefault("timing", timings.get(check.name))
     return checks

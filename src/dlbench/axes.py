@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench import nccl_env
+from dlbench.cli import listed_numbers_problem
 from dlbench.comms import backends
 from dlbench.comms.overlap import (
     COMPUTE_DATA_TYPES,
@@ -257,15 +258,9 @@ MAX_GEMM_SIZES = 16
 def gemm_sizes_problem(text: str) -> str | None:
     """Why a calibration's list of GEMM sizes cannot run; None when it can (or is empty:
     the device's sizes)."""
-    if not text:
-        return None
-    items = [item.strip() for item in text.split(",")]
-    bad = next((item for item in items if not item.isdigit() or int(item) == 0), None)
-    if bad is not None:
-        return f"{bad!r} is no GEMM size (whole n above 0, separated by commas: '2048,4096')"
-    if len(items) > MAX_GEMM_SIZES:
-        return f"{len(items)} GEMM sizes (at most {MAX_GEMM_SIZES})"
-    return None
+    return listed_numbers_problem(text, "GEMM size", "n", "2048,4096", MAX_GEMM_SIZES)
+
+
 COMPILE_MODES = ("eager", "inductor", "inductor-reduce-overhead", "inductor-max-autotune",
                  "cudagraphs")
 # Operator cells have one more: PARAM's --pt2-model and --cuda-graph together.

@@ -58,6 +58,23 @@ def whole_numbers(minimum: int) -> Callable[[str], tuple[int, ...]]:
     return parse
 
 
+def listed_numbers_problem(text: str, noun: str, unit: str, example: str,
+                           most: int) -> str | None:
+    """Why ``text``, whole numbers above 0 separated by commas (each a ``noun``: "message
+    size", in ``unit``: "bytes"), cannot be used, or more than ``most`` of them; None
+    when it can (or is empty: the default instead). A config's one-line error."""
+    if not text:
+        return None
+    items = [item.strip() for item in text.split(",")]
+    bad = next((item for item in items if not item.isdigit() or int(item) == 0), None)
+    if bad is not None:
+        return (f"{bad!r} is no {noun} (whole {unit} above 0, separated by commas: "
+                f"'{example}')")
+    if len(items) > most:
+        return f"{len(items):,} {noun}s (at most {most:,})"
+    return None
+
+
 def result_path(text: str) -> str:
     """A runner's ``--output``: a file that can be written, checked before anything runs
     (a measurement would otherwise be lost at the end). Its folders are made when missing,

@@ -457,7 +457,6 @@ class ResourceMonitor:
         self._pss_next = 0.0  # when the sampler next reads the tree's PSS (PSS_SHARE)
         self._rapl_j: float | None = None
         self._rapl_s = 0.0  # the time _rapl_j covers, from the phase's start
-        self._still: list[int | str] = []  # GPUs whose energy counter did not move
         if not self.enabled:
             return
         try:
@@ -628,13 +627,12 @@ class ResourceMonitor:
                     for i in range(len(self.gpus.handles))] if self.gpus else []
         # A counter that did not move while its GPU drew power measured no step of it:
         # its 0 J is no figure (the GPU's power comes from its readings instead).
-        self._still = [self.gpus.ids[i] for i, e in enumerate(energies)
-                       if e.method == "nvml_total_energy" and e.joules == 0
-                       and any((p or 0) > 0 for p in cols.get(f"gpu{i}_power_w", []))]
-        energies = [GpuEnergy(None, None, e.seconds, None)
-                    if e.method == "nvml_total_energy" and e.joules == 0
-                    and self.gpus.ids[i] in self._still else e
-                    for i, e in enumerate(energies)]
+        still = [e.method == "nvml_total_energy" and e.joules == 0
+                 and any((p or 0) > 0 for p in cols.get(f"gpu{i}_power_w", []))
+                 for i, e in enumerate(energies)]
+        energies = [GpuEnergy(None, None, e.seconds, None) if s else e
+                    for e, s in zip(energies, still, strict=True)]
+        still_ids = [self.gpus.ids[i] for i, s in enumerate(still) if s and self.gpus]
         out["gpus"] = [self._gpu_summary(cols, i, e) for i, e in enumerate(energies)]
         out["peak_host_rss_bytes"] = out["host"].get("rss_peak_bytes")
         out["peak_host_pss_bytes"] = out["host"].get("pss_peak_bytes")
@@ -642,11 +640,10 @@ class ResourceMonitor:
                         if g["memory_used_peak_bytes"] is not None]
         out["peak_device_memory_bytes"] = max(device_peaks) if device_peaks else None
         out.update(_clocks_summary(out["gpus"]))
-        out.update(self._energy_summary(out, duration, items, energies))
+        out.update(self._energy_summary(out, duration, items, energies, still_ids))
         out["window"] = self.window
         if self.window != MEASURED_WINDOW:  # said with every figure, in the table too
-            out["energy_note"] = "; ".join(filter(None, [f"over {self.window}",
-                                                         out["energy_note"]]))
+            scope_energy_note(out, f"over {self.window}")
         out["notes"] = [*self.notes, *self._pss_unread(), *self._missing_readings(),
                         *_short_phase(duration, energies)]
         return out
@@ -764,9 +761,11 @@ class ResourceMonitor:
         }
 
     def _energy_summary(self, out: Mapping[str, Any], duration: float, items: float | None,
-                        energies: Sequence[GpuEnergy]) -> dict[str, Any]:
-        if self._still:
-            gpus = ", ".join(str(g) for g in self._still)
+                        energies: Sequence[GpuEnergy],
+                        still: Sequence[int | str] = ()) -> dict[str, Any]:
+        """The phase's energy; none where a GPU's counter did not move (``still``)."""
+        if still:
+            gpus = ", ".join(str(g) for g in still)
             return {"energy_j": None, "energy_sources": [],
                     "energy_note": f"not measured: the energy counter of GPU {gpus} did not "
                                    f"move over the {duration:.2f} s phase (NVML's counter "
@@ -858,6 +857,12 @@ class ResourceMonitor:
         totals = [sum(source[k] for source in sources) for k in range(len(t))
                   if sources and all(source[k] is not None for source in sources)]
         return max(totals) if totals and any(totals) else None
+
+
+def scope_energy_note(summary: dict[str, Any], scope: str) -> None:
+    """Put ``scope`` (what the figures cover: "over the whole sweep", "node 0 of 2") before
+    the summary's energy note, where it says so with every figure (and in the table)."""
+    summary["energy_note"] = "; ".join(filter(None, [scope, summary.get("energy_note")]))
 
 
 def _short_phase(duration: float, energies: Sequence[GpuEnergy]) -> list[str]:

@@ -678,10 +678,10 @@ def _bind_into_containers():
     settings = workflow.deployment_settings
     try:
         for path in container_binds(settings.apptainer_args or ""):
-            args = settings.apptainer_args or ""
-            if not support.bound_in_container(args, path):
-                option = f"--bind {shlex.quote(str(path))}"
-                settings.apptainer_args = f"{args} {option}".strip()
+            option = f"--bind {shlex.quote(str(path))}"
+            settings.apptainer_args = (
+                f"{settings.apptainer_args or ''} {option}".strip()
+            )
     except support.WorkflowConfigError as exc:
         _config_error(exc)
 

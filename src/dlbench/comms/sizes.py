@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import re
 
+from dlbench.cli import listed_numbers_problem
+
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_to_allv",
                "broadcast", "reduce", "gather", "scatter", "incast", "multicast", "pt2pt")
 # PARAM's many-to-one and one-to-many patterns of point-to-point messages: every sender
@@ -110,16 +112,7 @@ def explicit_sizes(text: str) -> list[int]:
 def sizes_problem(text: str) -> str | None:
     """Why a list of message sizes (PARAM's --ss) cannot run; None when it can (or is
     empty: the sweep instead)."""
-    if not text:
-        return None
-    items = [item.strip() for item in text.split(",")]
-    bad = next((item for item in items if not item.isdigit() or int(item) == 0), None)
-    if bad is not None:
-        return (f"{bad!r} is no message size (whole bytes above 0, separated by commas: "
-                "'1024,26214400')")
-    if len(items) > MAX_SIZES:
-        return f"{len(items):,} message sizes (at most {MAX_SIZES:,})"
-    return None
+    return listed_numbers_problem(text, "message size", "bytes", "1024,26214400", MAX_SIZES)
 
 
 def split_problem(text: str) -> str | None:

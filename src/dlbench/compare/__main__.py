@@ -48,7 +48,6 @@ def _resamples(text: str) -> int:
     return value
 
 
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The command's arguments (the heavy modules are imported only once they are parsed)."""
     parser.add_argument("base", metavar="BASE",

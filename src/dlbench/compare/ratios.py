@@ -388,26 +388,27 @@ def _with_side_notes(notes: np.ndarray, energy_notes: np.ndarray, base: pd.DataF
     out = notes.copy()
     sides = [(label, side["gpu_clocks_held_back"].to_numpy(float),
               side["gpu_clock_reasons"].to_numpy(), side["time_drift"].to_numpy(float),
-              side) for label, side in (("BASE", base), ("NEW", new))]
+              side[["run_to_run_cv", "repeats", "median_low_s", "median_high_s"]]
+              .to_numpy(float)) for label, side in (("BASE", base), ("NEW", new))]
     for i in range(len(out)):
         parts = [out[i], energy_notes[i]]
-        for label, held, reasons, drifted, side in sides:
+        for label, held, reasons, drifted, runs in sides:
             parts.append(gpu_clocks.note(label, held[i], reasons[i]))
             parts.append(drift.note(label, drifted[i], bool(np.isfinite(drifted[i])),
                                     held[i], reasons[i]))
-            parts.append(_unstable_note(label, side.iloc[i]))
+            parts.append(_unstable_note(label, *runs[i]))
         out[i] = "; ".join(p for p in parts if p) or None
     return out
 
 
-def _unstable_note(label: str, values: pd.Series) -> str | None:
+def _unstable_note(label: str, cv: float, repeats: float, low: float, high: float
+                   ) -> str | None:
     """A side whose runs disagree beyond the table's unstable_cv: their CV and the range
     of their medians (the side's figure is their mean, which one slow run moves)."""
-    cv = values.get("run_to_run_cv")
-    if cv is None or not np.isfinite(cv):
+    if not np.isfinite(cv):
         return None
-    return (f"{label}'s {int(values['repeats'])} runs disagree (run-to-run CV {cv:.0%}; "
-            f"medians {values['median_low_s']:.3g} to {values['median_high_s']:.3g} s)")
+    return (f"{label}'s {int(repeats)} runs disagree (run-to-run CV {cv:.0%}; "
+            f"medians {low:.3g} to {high:.3g} s)")
 
 
 def verdicts(cells: pd.DataFrame, threshold: float, single_run_threshold: float | None = None

@@ -257,13 +257,15 @@ def merge(cell: dict[str, Any], args: argparse.Namespace, folder: Path, nodes: i
 def _node0_monitor(first: dict[str, Any], nodes: int) -> dict[str, Any]:
     """Worker 0's extra, its monitor's energy said to be node 0's where the cell spans
     several nodes: the row's throughput is every worker's, the monitor saw one node."""
+    from dlbench import monitor
+
     extra = dict(first.get("extra") or {})
     summary = extra.get("monitor")
     if nodes > 1 and isinstance(summary, dict) and summary.get("enabled"):
-        scope = (f"node 0 of {nodes}: its worker's samples and its GPUs' and host's energy "
-                 "(not the parameter server's process)")
-        extra["monitor"] = {**summary, "energy_note": "; ".join(
-            filter(None, [scope, summary.get("energy_note")]))}
+        extra["monitor"] = dict(summary)
+        monitor.scope_energy_note(extra["monitor"], (
+            f"node 0 of {nodes}: its worker's samples and its GPUs' and host's energy (not "
+            "the parameter server's process)"))
     return extra
 
 

@@ -402,7 +402,7 @@ def attach_monitor(res: dict[str, Any], args: argparse.Namespace, mon: monitor.R
     summary = monitor.attach(res, args.output, mon, items * args.num_gpus / world_size)
     scope = (f"node 0 of {args.num_nodes}: its {args.num_gpus} GPUs' energy and their share "
              "of the samples")
-    summary["energy_note"] = "; ".join(filter(None, [scope, summary.get("energy_note")]))
+    monitor.scope_energy_note(summary, scope)
 
 
 def _launch_distributed(args: argparse.Namespace, argv: list[str]) -> int:

@@ -27,6 +27,10 @@ class ReportError(ValueError):
     """A problem with the report's input, said in one line naming the file or field."""
 
 
+# The unstable_cv the table was written with (dlbench.aggregate), in the frame's attrs.
+UNSTABLE_CV = "unstable_cv"
+
+
 def load(path: str | Path) -> pd.DataFrame:
     """Read the aggregate Parquet, one row per measurement of each run (per-iteration times
     left out)."""
@@ -49,10 +53,6 @@ def load(path: str | Path) -> pd.DataFrame:
     frame = prepare(frame)
     frame.attrs[UNSTABLE_CV] = unstable_cv_of(table)
     return frame
-
-
-# The unstable_cv the table was written with (dlbench.aggregate), in the frame's attrs.
-UNSTABLE_CV = "unstable_cv"
 
 
 # The per-iteration times of the measurements that drifted (dlbench.drift), which the

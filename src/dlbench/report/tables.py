@@ -178,7 +178,6 @@ def uncounted_note(models: pd.DataFrame) -> str | None:
                       and rows["flops_note"].isna().all()):
         return None
     front, rest = _telling_apart(models, rows, told)
-    config = rows["config"]
     # A note's closing parenthesis is its cell's own figure ("it counted 6.1e9 FLOPs
     # without them"): the reason is what precedes it, shared by the cells it stopped.
     reasons = (rows["flops_note"].fillna("no FLOP count recorded").astype(str)
@@ -187,10 +186,10 @@ def uncounted_note(models: pd.DataFrame) -> str | None:
     parts = []
     groups = sorted(rows.groupby(reasons, sort=True), key=lambda g: -len(g[1]))  # most first
     for reason, group in groups:
-        named = [" · ".join(str(v) for v in (r.model, config[i], front[i], r.phase, r.precision,
-                                              f"batch {r.batch_size}", rest[i]) if v)
-                 for i, r in zip(group.index[:UNCOUNTED_NAMED],
-                                 group.head(UNCOUNTED_NAMED).itertuples(), strict=True)]
+        named = [" · ".join(str(v) for v in (r.model, r.config, front[r.Index], r.phase,
+                                              r.precision, f"batch {r.batch_size}",
+                                              rest[r.Index]) if v)
+                 for r in group.head(UNCOUNTED_NAMED).itertuples()]
         more = len(group) - len(named)
         parts.append(f"{nouns(len(group), 'cell')} ({reason}): " + ", ".join(named)
                      + (f" and {more} more" if more else ""))
