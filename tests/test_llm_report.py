@@ -132,3 +132,17 @@ def test_real_cells_through_the_aggregate_chart_tpot_itl_and_a_cell_without_deco
     assert one["peak_memory_of"].startswith("the process (peak RSS")
     latency = llm_charts.latency_figure(report_data.load(parquet))
     assert latency.chart.to_dict()  # renders with a null TPOT
+
+
+def test_cells_told_apart_by_num_batches_count_generations_not_iterations():
+    """A language-model cell's batches are whole generations: two cells that differ in
+    num_batches were "3 iterations" and "5 iterations" in the legend, titled "measured
+    iterations" in the table."""
+    rows = [{**row, "num_batches": n, "cell_id": f"r_{n}", "source": f"{n}{row['source']}"}
+            for n in (3, 5) for row in runs((0.008,))]
+    frame = report_data.prepare(pd.DataFrame(rows))
+    data, _, encoding = llm_charts._prepared(frame)
+    assert set(data["variant"]) == {"3 generations", "5 generations"}
+    assert encoding.title("num_batches") == "measured generations"
+    assert "measured generations" in titles(llm_charts.latency_figure(frame))
+    assert not [t for t in titles(llm_charts.latency_figure(frame)) if "iteration" in t]

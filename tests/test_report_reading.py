@@ -25,6 +25,7 @@ from dlbench.report import (
     cpu_precision,
     model_charts,
     op_charts,
+    output,
     render,
     roofline_charts,
     tables,
@@ -381,3 +382,42 @@ def test_one_is_singular_in_the_header_and_the_numbers(tmp_path):
     html = (tmp_path / "report" / "index.html").read_text()
     assert "(1 row)." in html and "The numbers: 1 row (click" in html
     assert "cell(s)" not in html and " 1 rows" not in html
+
+
+def test_dlbench_report_refuses_a_folder_holding_what_no_report_wrote_and_keeps_it(
+        tmp_path, capsys):
+    """A report replaces index.html and charts/ whole: --outdir naming a folder with a
+    user's own page or files in charts/ lost them, with exit 0. Such a folder is refused in
+    one line (exit 2) and left as it was; a report's own folder, one of a release before
+    the generator tag included, is replaced; a folder given as the table is named as one."""
+    from dlbench import command
+
+    parquet = write_parquet(tmp_path, [model_result("s", model_cell("alexnet", "training",
+                                                                    "float32", 8))])
+    mine = tmp_path / "mine"
+    (mine / "charts").mkdir(parents=True)
+    (mine / "charts" / "notes.txt").write_text("notes")
+    assert command.main(["report", str(parquet), "--outdir", str(mine)]) == 2
+    assert capsys.readouterr().err == (
+        f"dlbench report: {mine / 'charts'}: holds 'notes.txt', not a chart of a dlbench "
+        "report, and a report replaces the folder whole; give another --outdir\n")
+    (mine / "charts" / "notes.txt").unlink()
+    (mine / "index.html").write_text("<html>my page</html>")
+    assert command.main(["report", str(parquet), "--outdir", str(mine)]) == 2
+    assert "index.html: not a page of a dlbench report" in capsys.readouterr().err
+    assert (mine / "index.html").read_text() == "<html>my page</html>"
+
+    ours = tmp_path / "ours"
+    assert command.main(["report", str(parquet), "--outdir", str(ours)]) == 0
+    page = (ours / "index.html").read_text()
+    # a page written before the generator tag is still known as a report's
+    (ours / "index.html").write_text(page.replace(output.GENERATOR, ""))
+    (ours / "charts" / "stale.svg").write_text("<svg/>")
+    assert command.main(["report", str(parquet), "--outdir", str(ours)]) == 0
+    assert output.GENERATOR in (ours / "index.html").read_text()
+    assert not (ours / "charts" / "stale.svg").exists()
+
+    assert command.main(["report", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.endswith(
+        f"{tmp_path}: a folder, not an aggregate Parquet file (such as "
+        "results/benchmarks.parquet)\n")

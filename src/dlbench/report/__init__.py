@@ -40,7 +40,7 @@ from dlbench.report import (
 )
 from dlbench.report.data import ReportError, load, ordered
 from dlbench.report.export import javascript_bundle
-from dlbench.report.output import WriteError, publish
+from dlbench.report.output import WriteError, check_replaceable, publish
 from dlbench.report.page import PageTable, Section, chart_id, page_html
 from dlbench.report.style import Figure, NumbersTable, nouns
 
@@ -206,8 +206,9 @@ def render(parquet_path: str | Path, outdir: str | Path,
     and ``profiles_kept`` which of its folders the report shows (all by default);
     ``baseline_system``: the system the others are compared with; ``incomplete``: the
     cells the run did not measure, if any (counted in the header, named first)."""
-    frame = load(parquet_path)
     outdir = Path(outdir)
+    check_replaceable(outdir)
+    frame = load(parquet_path)
     systems = set(frame.get("system", ()))
     if baseline_system is not None and baseline_system not in systems:
         log.warning("baseline_system %r is no system of %s (systems: %s); the report compares "

@@ -21,7 +21,9 @@ PROG = "python -m dlbench.report"
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Render the aggregate table as an offline HTML report with PNG/SVG charts.")
+        description="Render the aggregate table as an offline HTML report with PNG/SVG charts. "
+                    "Exit 2 when the table cannot be read or the report cannot be written "
+                    "(a full disk, or a folder holding files a report did not write).")
     parser.add_argument("parquet", help="aggregate Parquet written by dlbench.aggregate")
     parser.add_argument("--outdir", default=None, type=output_folder,
                         help="folder for index.html and charts/ (default: beside the table, "
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         return 2
     except WriteError as exc:  # a full disk: the file, and the previous report is kept
         print(f"{prog}: {exc}", file=sys.stderr)
-        return 1
+        return 2
     for path in files:
         print(path)
     return 0

@@ -35,6 +35,9 @@ def load(path: str | Path) -> pd.DataFrame:
     """Read the aggregate Parquet, one row per measurement of each run (per-iteration times
     left out)."""
     path = Path(path)
+    if path.is_dir():
+        raise ReportError(f"{path}: a folder, not an aggregate Parquet file (such as "
+                          "results/benchmarks.parquet)")
     if not path.is_file():
         raise ReportError(f"{path}: no such aggregate Parquet file")
     try:

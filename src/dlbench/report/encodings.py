@@ -87,9 +87,11 @@ def series_title(series: Iterable[str], titles: Mapping[str, str] | None = None
     return [f"{name} ·" for name in names[:-1]] + [names[-1]]
 
 
-def value_label(axis: str, value: object) -> str:
-    """One value of ``axis`` in words: numbers with what they count, booleans with their
-    axis ("cudnn benchmark off"), text as it is (with its axis where the text alone says
+def value_label(axis: str, value: object,
+                counts: Mapping[str, tuple[str, str]] | None = None) -> str:
+    """One value of ``axis`` in words: numbers with what they count (``counts`` over
+    VALUE_NOUNS: a kind's own nouns, such as generations), booleans with their axis
+    ("cudnn benchmark off"), text as it is (with its axis where the text alone says
     nothing: "src 0,1"); empty for null."""
     if value is None or (isinstance(value, float) and value != value):
         return ""
@@ -97,8 +99,9 @@ def value_label(axis: str, value: object) -> str:
         return f"{title(axis)} {'on' if value else 'off'}"
     if pd.api.types.is_number(value):
         number = int(value) if float(value).is_integer() else value
-        if axis in VALUE_NOUNS and isinstance(number, int):
-            return nouns(number, *VALUE_NOUNS[axis])
+        counted_as = {**VALUE_NOUNS, **(counts or {})}
+        if axis in counted_as and isinstance(number, int):
+            return nouns(number, *counted_as[axis])
         return VALUE_LABELS.get(axis, f"{title(axis)} {{}}").format(number)
     return TEXT_LABELS.get(axis, "{}").format(value)
 
@@ -127,13 +130,15 @@ def _process_words(frame: pd.DataFrame) -> pd.Series:
         lambda n: "" if pd.isna(n) else nouns(int(n), *COUNTED[False])).astype(object)
 
 
-def labels(frame: pd.DataFrame, columns: Iterable[str]) -> pd.Series:
-    """Each row's values of ``columns`` in words, joined ("pytorch · 5 iterations"); each
-    distinct value is put in words once."""
+def labels(frame: pd.DataFrame, columns: Iterable[str],
+           counts: Mapping[str, tuple[str, str]] | None = None) -> pd.Series:
+    """Each row's values of ``columns`` in words, joined ("pytorch · 5 iterations"; what a
+    number counts as ``value_label`` says, ``counts`` included); each distinct value is
+    put in words once."""
     columns = list(columns)
     if not columns:
         return pd.Series("", index=frame.index, dtype=object)
-    words = pd.DataFrame({c: frame[c].map({v: value_label(c, v) for v in
+    words = pd.DataFrame({c: frame[c].map({v: value_label(c, v, counts) for v in
                                            pd.unique(frame[c].dropna())})
                           .astype(object).fillna("")
                           for c in columns}, index=frame.index)
@@ -239,12 +244,14 @@ def _json_value(value: object) -> object:
 
 def choose(frame: pd.DataFrame, *, panels: Iterable[str] = ("model", "phase"),
            colour: str | None = "precision", candidates: Iterable[str] | None = None,
-           lines: bool = True, max_panels: int = MAX_PANELS) -> Encoding:
+           lines: bool = True, max_panels: int = MAX_PANELS,
+           titles: Mapping[str, str] | None = None) -> Encoding:
     """Places for the axes of ``frame``'s rows. ``panels``: the chart's panel columns
     (the first is moved to a dropdown while there would be more than ``max_panels``);
     ``colour``: the column coloured; ``candidates``: the other axes the rows may differ in
     (default: every model-cell axis); ``lines``: the chart draws lines, so an axis may take
-    a line style; bar charts take more panels instead."""
+    a line style; bar charts take more panels instead; ``titles``: a kind's own axis titles
+    over TITLES ("measured generations")."""
     panels = [p for p in panels if p in frame]
     candidates = model_axes() if candidates is None else list(candidates)
     filters: list[str] = []
@@ -268,4 +275,4 @@ def choose(frame: pd.DataFrame, *, panels: Iterable[str] = ("model", "phase"),
         filters.append(axis)
     defaults = {a: _json_value(values(frame, a)[0]) for a in filters}
     return Encoding(panels=panels, series=series, filters=filters, defaults=defaults,
-                    titles=axis_titles(frame))
+                    titles={**(titles or {}), **axis_titles(frame)})

@@ -56,6 +56,11 @@ ROLES = ("model", "precision", "batch_size", "prompt_length", "model_opts")
 OTHER_AXES = ("system", *(a.name for a in axes.of_kind(KIND)
                           if a.column and a.name not in ROLES))
 
+# A language-model cell's batches are whole generations (dlbench.llm.runner), so its
+# legends and titles count generations, not iterations.
+COUNTS = {"num_batches": ("generation", "generations")}
+TITLES = {"num_batches": "measured generations", "num_warmup_batches": "warm-up generations"}
+
 
 # The llm frame's decode bandwidth fields -> the aggregate's columns of the decode row.
 DECODE_BANDWIDTH = {"decode_gbps": "gbps", "decode_pct_of_peak_gbps": "pct_of_peak_gbps",
@@ -164,8 +169,8 @@ def _prepared(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str], encodings.E
     if data.empty:
         return None
     encoding = encodings.choose(data, panels=("model", "precision"), colour="prompt_length",
-                                candidates=OTHER_AXES)
-    data = data.assign(variant=encodings.labels(data, encoding.series))
+                                candidates=OTHER_AXES, titles=TITLES)
+    data = data.assign(variant=encodings.labels(data, encoding.series, COUNTS))
     data, panels = with_panel(data, encoding.panels)
     return data, panels, encoding
 

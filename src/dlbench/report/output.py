@@ -15,12 +15,50 @@ from typing import Any
 from dlbench import atomic
 from dlbench.atomic import WriteError, writing
 from dlbench.report import export
+from dlbench.report.data import ReportError
+from dlbench.report.page import GENERATOR
 
-__all__ = ["CHARTS_DIR", "INDEX", "WriteError", "publish", "write_file"]
+__all__ = ["CHARTS_DIR", "INDEX", "WriteError", "check_replaceable", "publish",
+           "write_file"]
 
 INDEX = "index.html"
 CHARTS_DIR = "charts"
 KEPT = "the previous report is left as it was"
+# What pages of releases before the tag always held (dlbench.report.page).
+EARLIER_PAGE = ('<header><div class="wrap"><h1>', '<footer><div class="wrap">')
+CHART_SUFFIXES = (".png", ".svg")
+
+
+def _is_report_page(page: Path) -> bool:
+    """Whether ``page`` is a report's: the generator tag near its start, or what every
+    earlier report's page held (the header after a bundle of megabytes: read whole)."""
+    try:
+        text = page.read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return False
+    return GENERATOR in text[:4096] or all(mark in text for mark in EARLIER_PAGE)
+
+
+def check_replaceable(outdir: str | Path) -> None:
+    """Refuse, in one line, a folder whose index.html or charts/ a report did not write:
+    a report replaces both whole, so a user's own page or files there would be lost."""
+    outdir = Path(outdir)
+    index, charts_dir = outdir / INDEX, outdir / CHARTS_DIR
+    if index.is_symlink() or index.is_dir() or (index.exists() and not _is_report_page(index)):
+        raise ReportError(f"{index}: not a page of a dlbench report, and a report would "
+                          "replace it; give another --outdir")
+    if charts_dir.is_symlink() or (charts_dir.exists() and not charts_dir.is_dir()):
+        raise ReportError(f"{charts_dir}: not a folder of a dlbench report's charts, and a "
+                          "report would replace it; give another --outdir")
+    if charts_dir.is_dir():
+        foreign = sorted(p.name for p in charts_dir.iterdir()
+                         if p.is_symlink() or not p.is_file()
+                         or p.suffix not in CHART_SUFFIXES)
+        if foreign:
+            raise ReportError(f"{charts_dir}: holds {foreign[0]!r}"
+                              f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}"
+                              ", not a chart of a dlbench report, and a report replaces the "
+                              "folder whole; give another --outdir")
 
 
 def write_file(path: Path, data: bytes) -> None:

@@ -13,6 +13,10 @@ from typing import Any
 from dlbench.report.datasets import UNPACK_SCRIPT
 from dlbench.report.style import Figure, NumbersTable, nouns
 
+# The page's generator tag, by which a later report knows that the page it would replace
+# is a report's (dlbench.report.output.check_replaceable).
+GENERATOR = '<meta name="generator" content="dlbench report">'
+
 CSS = """
 :root { --ink:#1f2933; --muted:#616e7c; --line:#e4e7eb; --bg:#f5f7fa; --accent:#4c78a8; }
 * { box-sizing: border-box; }
@@ -269,6 +273,7 @@ def page_html(*, title: str, studies: list[str], meta: str, cards: str,
               if specs or tables else "")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"{GENERATOR}"
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(title)}</title><style>{CSS}</style>"
         f"{f'<script>{bundle}</script>' if bundle else ''}</head><body>"
