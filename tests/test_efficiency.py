@@ -130,6 +130,22 @@ def test_a_calibration_study_written_out_is_not_doubled_and_a_bad_flag_is_one_li
         study.expand_config(config)
 
 
+def test_a_model_study_named_calibration_is_refused_where_another_asks_to_calibrate():
+    """Its cpu cell stood for the calibration cell another study asked for: no ceiling was
+    measured, and nothing said so. Refused in one line naming both studies; without a study
+    asking, the name is free."""
+    config = {"studies": {
+        "calibration": {"grid": {"model": "deep_mnist", "device": "cpu"}},
+        "a": {"calibrate": True, "grid": {"model": "deep_mnist", "device": "cpu"}},
+    }}
+    with pytest.raises(study.ConfigError, match=(
+            r"^study 'calibration': kind: .* calibration cells that 'a' asks for .*: its kind "
+            r"must be calibrate; name this study otherwise$")):
+        study.expand_config(config)
+    config["studies"]["a"]["calibrate"] = False
+    assert {c.kind for c in study.expand_config(config)} == {"model"}
+
+
 def test_a_calibration_study_sets_its_own_sizes_and_its_devices_are_not_calibrated_twice():
     """A large CPU node reaches its best GEMM beyond the default n = 1024: a study named
     calibration gives the sizes; the runner gets them, the cell's id says so, and

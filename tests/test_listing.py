@@ -181,3 +181,52 @@ def test_a_results_folder_that_does_not_exist_is_said_in_one_line(tmp_path, caps
     rc, rows, err = run_list(tmp_path, capsys, "studies")
     assert (rc, rows) == (2, [])
     assert err == f"dlbench list: --results {tmp_path / 'results'}: not a folder\n"
+
+
+def test_list_refuses_what_the_workflow_refuses_and_reads_snakemakes_argument_order(
+        tmp_path, capsys):
+    """retry_failed and monitor were read by the workflow only: list printed its table and
+    exited 0 on a config the workflow stops at. "--configfile FILE studies" (Snakemake's
+    order) took the word as a second file; a config not in UTF-8 was a traceback."""
+    config = tmp_path / "config.yaml"
+    for extra, problem in (({"retry_failed": "maybe"}, "config: retry_failed: unknown status"),
+                           ({"monitor": {"interval_ms": float("nan")}},
+                            "monitor.interval_ms: must be a finite number")):
+        config.write_text(yaml.safe_dump({**CONFIG, **extra}))
+        rc, _, err = run_list(tmp_path, capsys, "studies")
+        assert rc == 2 and err.startswith(f"dlbench list: {problem}"), err
+        assert len(err.splitlines()) == 1
+    config.write_text(yaml.safe_dump(CONFIG))
+    assert command.main(["list", "--configfile", str(config), "studies", "--format", "csv",
+                         "--results", str(tmp_path / "results")]) == 0
+    assert sorted(r["study"] for r in csv.DictReader(io.StringIO(capsys.readouterr().out))
+                  ) == ["single", "sweep"]
+    config.write_bytes("studies:\n  s: {description: café}\n".encode("latin-1"))
+    rc, _, err = run_list(tmp_path, capsys, "studies")
+    assert (rc, err) == (2, f"dlbench list: {config}: not UTF-8 text (byte 31); a config is "
+                            "YAML in UTF-8\n")
+
+
+def test_a_result_the_aggregate_would_set_aside_is_unreadable_not_done(tmp_path, capsys):
+    """A file with a status the schema has not was counted in no column (the counts did
+    not add up to the runs); one of another schema version or another cell's id was
+    "done", though the aggregate sets it aside and the next run measures the cell again."""
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(CONFIG))
+    single = next(c for c in study.expand_config(CONFIG) if c.study == "single")
+    path = systems.result_path("box", single.study, single.id, tmp_path / "results", 0)
+    write_status(tmp_path / "results", "box", single, "ok")
+    good = json.loads(path.read_text())
+    for change in ({"status": "weird"}, {"schema_version": 2}, {"cell_id": "other_cell"}):
+        path.write_text(json.dumps({**good, **change}))
+        rc, rows, _ = run_list(tmp_path, capsys, "cells")
+        assert next(r for r in rows if r["study"] == "single")["box"] == "unreadable", change
+        rc, rows, _ = run_list(tmp_path, capsys, "studies")
+        row = next(r for r in rows if r["study"] == "single")
+        assert (row["box done"], row["box failed"], row["box missing"]) == ("0", "1", "0")
+    path.write_text(json.dumps(good))
+    rc, rows, _ = run_list(tmp_path, capsys, "cells")
+    assert next(r for r in rows if r["study"] == "single")["box"] == "ok"
+    command.main(["list", "cells", "--configfile", str(tmp_path / "config.yaml"),
+                  "--results", str(tmp_path / "results"), "--format", "json"])
+    listed = json.loads(capsys.readouterr().out)
+    assert {r["box s"] for r in listed if r["study"] == "sweep"} == {None}

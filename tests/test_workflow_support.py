@@ -253,3 +253,26 @@ def test_a_result_without_a_log_is_set_aside_alone(tmp_path):
     where = support.set_aside_run(result)
     assert where.read_text() == "{}" and not result.exists()
     assert not (tmp_path / "results" / "box" / "s" / "logs").exists()
+
+
+def test_a_snakemake_call_that_plans_no_jobs_is_told_from_runs_and_dry_runs():
+    """--unlock, --list-rules or --cleanup-metadata (the README's command) parse the
+    workflow too: its start-up removed a cut-short dataset and set results aside there,
+    saying "running 1 cell(s) again" while nothing ran. Read from Snakemake's own parser."""
+    import contextlib
+    import io
+
+    from snakemake.cli import parse_args
+
+    def args(*words):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return parse_args(list(words))[1]
+
+    for words in (["--unlock"], ["--list-rules"], ["--cleanup-metadata", "results/x"],
+                  ["--summary"], ["--dag"], ["--lint"], ["--report", "r.html"],
+                  ["--delete-all-output"], ["--containerize"]):
+        assert support.plans_no_jobs(args(*words)), words
+    for words in ([], ["-n"], ["--cores", "2"], ["--report", "r.html", "--report-after-run"],
+                  ["--forcerun", "dataset_lmdb"]):
+        assert not support.plans_no_jobs(args(*words)), words
+    assert not support.plans_no_jobs(None)  # the Python API: as a run

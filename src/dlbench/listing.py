@@ -82,6 +82,9 @@ def load_config(paths: list[Path]) -> dict[str, Any]:
             value = yaml.safe_load(path.read_text())
         except OSError as exc:
             raise ListError(f"{path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:  # Latin-1, or UTF-16 as some shells redirect
+            raise ListError(f"{path}: not UTF-8 text (byte {exc.start}); a config is YAML "
+                            "in UTF-8") from None
         except yaml.YAMLError as exc:
             raise ListError(f"{path}: not YAML ({yaml_problem(exc)})") from None
         if not isinstance(value, dict):
@@ -97,7 +100,8 @@ def expand(config: Mapping[str, Any]) -> tuple[list[study.Cell], dict[str, int]]
     try:
         if SCHEMA.is_file():  # a source checkout: the workflow's schema too
             config_schema.validate_config(config, SCHEMA)
-        return workflow_support.expand_cells(config), workflow_support.repeat_counts(config)
+        cells = workflow_support.expand_cells(config)
+        return cells, workflow_support.run_settings(config).repeats
     except (workflow_support.WorkflowConfigError, study.ConfigError) as exc:
         raise ListError(str(exc)) from None
 
@@ -134,7 +138,7 @@ def cell_rows(cells: Iterable[study.Cell], repeats: Mapping[str, int], labels: l
             path = systems.result_path(label, cell.study, cell.id, results, repeat)
             status, seconds = workflow_support.recorded(path)
             row[label] = status or MISSING
-            row[f"{label} s"] = round(seconds, 1) if seconds is not None else ""
+            row[f"{label} s"] = round(seconds, 1) if seconds is not None else None
         rows.append(row)
     return rows
 
@@ -163,8 +167,9 @@ def study_rows(cells: list[study.Cell], repeats: Mapping[str, int], labels: list
 def model_rows() -> list[dict[str, Any]]:
     return [{"model": spec.name, "frameworks": ", ".join(spec.frameworks),
              "input": f"{spec.input_kind} {'x'.join(str(n) for n in spec.input_shape)}",
-             "options": ", ".join(f"{k}={v}" for k, v in spec.default_opts.items()),
-             "description": spec.description}
+             "description": spec.description,
+             # last: the widest column, which would pad every description before it
+             "options": ", ".join(f"{k}={v}" for k, v in spec.default_opts.items())}
             for spec in map(models.get, models.names())]  # with the plug-ins' models
 
 
@@ -173,7 +178,7 @@ def text_table(rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
     headers = list(rows[0])
-    cells = [[str(r[h]) for h in headers] for r in rows]
+    cells = [["" if r[h] is None else str(r[h]) for h in headers] for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
     numeric = [all(isinstance(r[h], int) for r in rows) for h in headers]
 
@@ -197,11 +202,16 @@ def emit(rows: list[dict[str, Any]], fmt: str) -> None:
             print(line)
 
 
+WHAT = ("models", "studies", "cells")
+
+
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog, description="What a config expands to, and how much of it has run on each "
                                "system. Runs nothing.")
-    parser.add_argument("what", choices=("models", "studies", "cells"))
+    # Optional here only so that "--configfile a.yaml studies" (Snakemake's order, whose
+    # list takes the word as a file) is read as meant: ``parse`` requires it.
+    parser.add_argument("what", choices=WHAT, nargs="?")
     # Snakemake's forms: --configfile a.yaml b.yaml, and the option given again.
     parser.add_argument("--configfile", "--configfiles", type=Path, action="extend", nargs="+",
                         default=None, metavar="FILE",
@@ -227,8 +237,21 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     return study_rows(cells, repeats, labels, rows) if args.what == "studies" else rows
 
 
+def parse(argv: list[str] | None, prog: str = PROG) -> argparse.Namespace:
+    """The command line; WHAT given last, after the config files, is WHAT, not a file."""
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    if args.what is None and args.configfile and str(args.configfile[-1]) in WHAT:
+        args.what = str(args.configfile.pop())
+    if args.what is None:
+        parser.error(f"say what to list: one of {', '.join(WHAT)}")
+    if args.configfile == []:
+        parser.error("argument --configfile: expected at least one file")
+    return args
+
+
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    args = build_parser(prog).parse_args(argv)
+    args = parse(argv, prog)
     try:
         rows = run(args)
     except ListError as exc:

@@ -250,7 +250,7 @@ def expand_study(name: str, study: Mapping[str, Any], config: Mapping[str, Any],
                 f"= {size * runs:,} runs")
         raise _fail(name, "grid", f"{what} is more than max_cells allows ({cap:,} left of "
                                   f"{max_cells(config):,}); raise max_cells in the config "
-                                  "(e.g. --config max_cells=N) to run it")
+                                  "(or snakemake's --config max_cells=N) to run it")
     rules = study.get("exclude") or []
     overrides = study.get("overrides") or []
     for i, rule in enumerate(rules):
@@ -444,6 +444,11 @@ def calibration_cells(studies: Mapping[str, Any], cells: list[Cell]) -> list[Cel
         if not isinstance(value, bool):
             raise _fail(str(name), "calibrate", f"must be true or false, got {value!r}")
     asking = {name for name, study in studies.items() if study.get("calibrate")}
+    if asking and any(c.study == CALIBRATION_STUDY and c.kind != "calibrate" for c in cells):
+        # Its cells would stand for the calibration cells (and share their folder).
+        raise _fail(CALIBRATION_STUDY, "kind", f"the study named '{CALIBRATION_STUDY}' holds "
+                    f"the calibration cells that {sorted(asking)[0]!r} asks for (calibrate: "
+                    "true): its kind must be calibrate; name this study otherwise")
     devices = sorted({c.params.get("device") for c in cells if c.study in asking} - {None})
     have = {c.params.get("device") for c in cells if c.study == CALIBRATION_STUDY}
     return [Cell(CALIBRATION_STUDY, "calibrate", {"framework": "pytorch", "device": device})

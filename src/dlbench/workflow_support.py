@@ -13,13 +13,14 @@ import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from dlbench import (
     cpu,
     kinds,
     launch,
     multinode,
+    result,
     run_to_run,
     slurm_nodes,
     stages,
@@ -38,6 +39,25 @@ def expand_cells(config: Mapping[str, Any]) -> list[study.Cell]:
         return study.expand_config(config)
     except study.ConfigError as exc:
         raise WorkflowConfigError(str(exc)) from None
+
+
+class RunSettings(NamedTuple):
+    """A run's settings besides its cells, read from the config as the workflow and
+    ``dlbench list`` read them (one place, so that list refuses what the workflow does)."""
+
+    timeouts: dict[str, float]
+    retry: tuple[str, ...]
+    system: str
+    repeats: dict[str, int]
+    unstable_cv: float
+    monitor_option: list[str]
+
+
+def run_settings(config: Mapping[str, Any]) -> RunSettings:
+    """The config's run settings; a problem is one line naming the field."""
+    return RunSettings(timeouts=timeouts(config), retry=retry_statuses(config),
+                       system=system_label(config), repeats=repeat_counts(config),
+                       unstable_cv=unstable_cv(config), monitor_option=monitor_option(config))
 
 
 def timeouts(config: Mapping[str, Any]) -> dict[str, float]:
@@ -186,14 +206,19 @@ UNREADABLE = "unreadable"
 def recorded(path: Path) -> tuple[str | None, float | None]:
     """The status a result file records and the seconds its cell's process took (its
     stages, start-up included, else its wall time): (None, None) without a file,
-    UNREADABLE for one the aggregate would set aside."""
+    UNREADABLE for one the aggregate would set aside: not JSON, another schema version, a
+    status the schema has not, or another cell's (the aggregate's cheap checks; the whole
+    schema is checked there)."""
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         return None, None
     except (OSError, ValueError):
         return UNREADABLE, None
-    if not isinstance(data, dict) or not isinstance(data.get("status"), str):
+    if (not isinstance(data, dict) or data.get("schema_version") != result.SCHEMA_VERSION
+            or data.get("status") not in result.STATUSES
+            or data.get("cell_id") != systems.cell_id_of(path)
+            or data.get("study") != path.parent.parent.name):
         return UNREADABLE, None
     return data["status"], stages.total_s(data)
 
@@ -512,6 +537,32 @@ def cluster_resource(cell: study.Cell, name: str) -> Any:
     if name == "nodes":
         return num_nodes(cell)
     return cluster_resources(cell).get(name)
+
+
+# Snakemake's options that make a call do one thing other than plan and run jobs: lint,
+# list, draw the DAG, unlock, clean up metadata or environments, summarise, archive,
+# delete outputs, build a report (snakemake.cli.args_to_api's branches before execution).
+NO_JOB_OPTIONS = (
+    "lint", "list_target_rules", "list_rules", "print_compilation", "generate_unit_tests",
+    "dag", "rulegraph", "filegraph", "d3dag", "unlock", "cleanup_metadata",
+    "conda_cleanup_envs", "conda_create_envs_only", "list_conda_envs", "cleanup_shadow",
+    "container_cleanup_images", "list_changes", "list_input_changes", "list_params_changes",
+    "list_untracked", "summary", "detailed_summary", "archive", "delete_all_output",
+    "delete_temp_output")
+
+
+def plans_no_jobs(args: Any) -> bool:
+    """Whether Snakemake's parsed command line (``args``) is a call that neither runs nor
+    plans jobs (--unlock, --list-rules, --cleanup-metadata, --summary, ...): the
+    workflow's own start-up then sets no result aside and removes no dataset, nor says it
+    would (a dry run says it). False where unknown (no command line: the Python API)."""
+    if args is None:
+        return False
+    if getattr(args, "containerize", None) is not None:
+        return True
+    if getattr(args, "report", None) and not getattr(args, "report_after_run", False):
+        return True
+    return any(getattr(args, name, None) for name in NO_JOB_OPTIONS)
 
 
 def executor_is_local(args: Any) -> bool | None:

@@ -54,17 +54,15 @@ validate(config, schema="../schemas/config.schema.yaml")
 
 try:
     CELLS = support.expand_cells(config)
-    TIMEOUTS = support.timeouts(config)
-    RETRY = support.retry_statuses(config)
-    # The machine this run's results belong to: results/<SYSTEM>/<study>/ (dlbench.systems).
-    SYSTEM = support.system_label(config)
+    # SYSTEM: the machine this run's results belong to, results/<SYSTEM>/<study>/
+    # (dlbench.systems); REPEATS: how many times each study's cells run (separate
+    # processes: dlbench.study.repeats).
+    TIMEOUTS, RETRY, SYSTEM, REPEATS, UNSTABLE_CV, MONITOR_OPTION = (
+        support.run_settings(config)
+    )
     # Inherited by the jobs: a cluster job runs on another host, whose name would be
     # another label (dlbench.systems.label_of).
     os.environ[dlbench_systems.LABEL_ENV] = SYSTEM
-    # How many times each study's cells run (separate processes): dlbench.study.repeats.
-    REPEATS = support.repeat_counts(config)
-    UNSTABLE_CV = support.unstable_cv(config)
-    MONITOR_OPTION = support.monitor_option(config)
 except support.WorkflowConfigError as exc:
     _config_error(exc)
 CELLS_BY_ID = {(cell.study, cell.id): cell for cell in CELLS}
@@ -213,6 +211,12 @@ def _dry_run():
     return bool(getattr(_command_line(), "dryrun", False))
 
 
+def _runs_no_jobs():
+    """Whether this call plans no jobs (--unlock, --list-rules, --cleanup-metadata, ...):
+    it then moves no result aside and removes no dataset, and says nothing of it."""
+    return support.plans_no_jobs(_command_line())
+
+
 @functools.cache
 def pending_cells():
     """The cells without a result, looked up once (10,000 files): the cluster check and
@@ -227,7 +231,7 @@ def _run_again(paths, which, why=""):
     only says how many would.
     ``which`` names them ("2 cell(s) recorded as failed"), ``why`` is the line's prefix.
     """
-    if not paths:
+    if not paths or _runs_no_jobs():
         return
     if _dry_run():
         print(f"dlbench: {why}would run {which} again", file=sys.stderr)
@@ -275,7 +279,7 @@ def _set_aside_invalid_results():
     """The result files of this run's cells the last aggregate found invalid move into
     invalid/ beside them, so that this run measures those cells again (main process, not
     a dry run); the others stay listed for the runs that plan them."""
-    if not workflow.is_main_process or _dry_run():
+    if not workflow.is_main_process or _dry_run() or _runs_no_jobs():
         return
     moved = support.set_aside_invalid(CELL_RESULT_FILES)
     if moved:
@@ -560,8 +564,8 @@ def _prepare_cut_short_datasets_again():
     only for a job that runs), so that it is prepared again and they rerun. Before the
     Slurm check and the progress ask for the cells without a result: these are some. One
     header read per prepared folder, not per cell; in the main process only (cluster jobs
-    parse this file again)."""
-    if not workflow.is_main_process:
+    parse this file again), in a call that plans jobs."""
+    if not workflow.is_main_process or _runs_no_jobs():
         return
     try:
         removed = dataset_quick.remove_broken_prepared(
