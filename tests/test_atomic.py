@@ -162,6 +162,23 @@ def test_prepared_dir_replaces_a_file_or_nothing(tmp_path):
     assert entries(fresh) == ["y"] and entries(fresh.parent) == ["set"]
 
 
+def test_prepared_dir_through_a_link_replaces_the_folder_it_names_and_keeps_the_link(
+        tmp_path):
+    """A dataset folder linked to scratch storage became a real folder beside the link's
+    place, the scratch folder left empty: the benchmark read another disk than meant."""
+    scratch = tmp_path / "scratch" / "lmdb"
+    scratch.mkdir(parents=True)
+    (scratch / "old").write_text("old")
+    link = tmp_path / "datasets" / "lmdb"
+    link.parent.mkdir()
+    link.symlink_to(scratch)
+    with atomic.prepared_dir(link) as tmp:
+        assert tmp.parent == scratch.parent  # written on the scratch disk
+        (tmp / "data.mdb").write_text("new")
+    assert link.is_symlink() and link.resolve() == scratch
+    assert entries(scratch) == ["data.mdb"] and entries(scratch.parent) == ["lmdb"]
+
+
 # Modes ----------------------------------------------------------------------------------
 
 

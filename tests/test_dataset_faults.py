@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
+import shutil
 import signal
 import struct
 import subprocess
@@ -164,6 +165,27 @@ def test_image_folder_and_recorded_failures_have_no_structural_problem(source, t
     assert quick.quick_problem(failed) is None  # the cells report the failure itself
 
 
+def test_a_dangling_image_link_fails_naming_it_and_check_quotes_a_recorded_failure(
+        source, tmp_path):
+    """A link to a removed image was left out without a word (torchvision lists it, then
+    fails on it): the conversion now fails naming it. `check` of a folder whose
+    preparation failed said "not an LMDB (no data.mdb)" instead of the recorded reason."""
+    tree = tmp_path / "tree"
+    shutil.copytree(source, tree)
+    cat = next(p for p in tree.iterdir() if p.is_dir())
+    dangling = cat / "gone.jpg"
+    dangling.symlink_to(tmp_path / "nonexistent.jpg")
+    out = tmp_path / "lmdb"
+    done = _cli("lmdb", "--record-failure", "--source", str(tree), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    reason = (out / failure.FILENAME).read_text().strip()
+    assert str(dangling) in reason, reason
+    checked = _cli("check", "--format", "caffe_lmdb", str(out))
+    assert checked.returncode == 2
+    assert checked.stderr.strip().splitlines()[-1] == (
+        f"error: {out}: dataset was not prepared: {reason}")
+
+
 def test_broken_prepared_sees_each_workflow_folder_once(prepared_lmdb, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     root = Path("results/datasets")
@@ -197,7 +219,9 @@ def test_remove_broken_prepared_says_each_in_one_line(prepared_lmdb, tmp_path, m
     assert quick.remove_broken_prepared([str(bad)], dry_run=lambda: asked.append(1)) == []
     assert asked == []  # Snakemake's command line is parsed only when something is broken
     _truncate(bad / "data.mdb", 8192)
-    assert quick.remove_broken_prepared([str(bad)], dry_run=lambda: True) == []
+    # A dry run removes nothing but returns what it would remove: its cells would run
+    # again, which the dry run says too (it said "Nothing to be done").
+    assert quick.remove_broken_prepared([str(bad)], dry_run=lambda: True) == [bad]
     assert capsys.readouterr().err.startswith(f"dlbench: would remove {bad}: {bad}/data.mdb: ")
     assert bad.is_dir()
 
@@ -280,6 +304,33 @@ def test_missing_mxnet_interpreter_is_a_recorded_failure_with_its_reason(source,
     err = capsys.readouterr().err.splitlines()[-1]
     assert err == (f"error: recordio needs MXNet's interpreter {python}, which cannot be "
                    "started (no such executable; make mxnet-env builds it)")
+
+
+def test_a_recordio_failed_for_want_of_mxnet_is_prepared_again_once_mxnet_is_there(
+        source, tmp_path, monkeypatch, capsys):
+    """The README's path: set up without MXNet, install it later. The marker stayed, and
+    nothing the workflow compares (source, options, the interpreter's path) changed, so
+    every MXNet cell failed for ever on "cannot be started". Once the interpreter is
+    there the folder is broken in the start-up check's sense: removed, prepared again, its
+    cells run again. Any other recorded failure still waits for a change of its source."""
+    monkeypatch.chdir(tmp_path)
+    out = Path("results/datasets/syn/recordio")
+    python = tmp_path / "mxnet" / "bin" / "python"
+    assert cli.main(_recordio_argv(source, out, python)) == 0
+    assert quick.quick_problem(out) is None  # still no interpreter: the cells say why
+    assert quick.remove_broken_prepared([str(out)], dry_run=lambda: False) == []
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    assert quick.quick_problem(out) == (f"its preparation failed for want of MXNet's "
+                                        f"interpreter {python}, which is now there")
+    capsys.readouterr()
+    assert quick.remove_broken_prepared([str(out)], dry_run=lambda: False) == [out]
+    assert not out.exists()
+    assert capsys.readouterr().err.startswith(f"dlbench: removed {out} to prepare it again")
+    out.mkdir(parents=True)
+    failure.record(out, f"{source}/cat/a.jpg: unreadable image")
+    assert quick.quick_problem(out) is None
 
 
 def test_the_interpreter_given_converts_and_records_its_own_failures(source, tmp_path):
@@ -444,3 +495,35 @@ def test_a_stop_signal_while_the_pool_forks_its_workers_is_not_lost(tmp_path):
     assert time.monotonic() - began < 15
     assert "Exception ignored" not in done.stderr
     assert done.stdout.strip() == "workers left: 0"  # the pool's exit ended them
+
+
+def test_a_palette_image_with_transparency_converts_without_pillows_advice(tmp_path):
+    """Pillow advised "Palette images with Transparency ... converted to RGBA" once per such
+    PNG, burying the conversion log's lines; the pixels are those of RGBA then RGB."""
+    import warnings
+
+    from PIL import Image
+
+    from dlbench.datasets import imageops
+
+    path = tmp_path / "p.png"
+    img = Image.new("P", (4, 4), 1)
+    img.putpalette([0, 0, 0, 200, 100, 50] + [0] * 762)
+    img.save(path, transparency=bytes([0, 128]))  # per-entry alpha: the advice
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rgb = imageops.load_rgb(path)
+    with Image.open(path) as again:
+        assert rgb.tobytes() == again.convert("RGBA").convert("RGB").tobytes()
+
+
+def test_an_image_name_with_a_line_break_is_refused_for_im2recs_list(tmp_path):
+    """im2rec's .lst is a line per image: such a name cut its line in two, and the list's
+    reader then failed on a line of its own that named no image."""
+    from dlbench.datasets.imagefolder import ImageList, Item
+
+    listing = ImageList(tmp_path, ["cat"], [Item(0, 0, "cat/a.jpg"), Item(1, 0, "cat/b\nc.jpg")])
+    with pytest.raises(quick.DatasetError, match=r"^'.*/cat/b\\nc.jpg': a file name with a line "
+                                           r"break cannot be listed in im2rec's .lst; rename it$"):
+        listing.lst_bytes()
+    assert ImageList(tmp_path, ["cat"], listing.items[:1]).lst_bytes() == b"0\t0.000000\tcat/a.jpg\n"

@@ -163,8 +163,11 @@ def prepared_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield an empty temporary folder (mode ``0o777 & ~umask``) beside ``target``; when
     the block ends without an exception its files are fsynced and it replaces ``target``
     (a folder, a file or nothing). On an exception it is removed and ``target`` stays as
-    it was."""
+    it was. A link to a folder is followed: the folder it names is replaced, beside it, and
+    the link kept (a dataset put on scratch storage by a link stays there)."""
     target = Path(target).absolute()
+    if target.is_symlink() and target.is_dir():
+        target = target.resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_name(target)
     tmp.mkdir()

@@ -147,10 +147,11 @@ def _without_python_option(argv: Sequence[str]) -> list[str]:
 
 
 def _missing_interpreter(python: str) -> str:
+    from dlbench.datasets import failure
     from dlbench.launch import unavailable_reason  # envs/mxnet_env.py's unavailable.txt
 
     reason = unavailable_reason(python)
-    return (f"recordio needs MXNet's interpreter {python}, which cannot be started"
+    return (failure.MISSING_INTERPRETER.format(python=python)
             + (f": {reason}" if reason else " (no such executable; make mxnet-env builds it)"))
 
 

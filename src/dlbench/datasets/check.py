@@ -15,7 +15,7 @@ from typing import Any
 
 from PIL import Image
 
-from dlbench.datasets import manifest
+from dlbench.datasets import failure, manifest
 from dlbench.datasets.errors import DatasetError
 from dlbench.datasets.imagefolder import scan
 from dlbench.datasets.imageops import DECODE_ERRORS, unreadable
@@ -121,6 +121,7 @@ def check(fmt: str, path: str | os.PathLike, *, sample: int = DEFAULT_SAMPLE) ->
     path = Path(path)
     if not path.exists():
         raise DatasetError(f"{path}: no such file or directory")
+    failure.raise_if_failed(path)  # its recorded reason, not "no data.mdb"
     problem = structural_problem(path, fmt)  # before any reader maps a file cut short
     if problem:
         raise DatasetError(problem)

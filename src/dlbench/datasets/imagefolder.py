@@ -44,6 +44,12 @@ class ImageList:
         return len(self.items)
 
     def lst_text(self) -> str:
+        """im2rec's list, a line per image; a name holding a line break would cut its
+        line in two (a line of its own that no reader parses): refused, naming it."""
+        for it in self.items:
+            if "\n" in it.relpath or "\r" in it.relpath:
+                raise DatasetError(f"{str(self.root / it.relpath)!r}: a file name with a line "
+                                   "break cannot be listed in im2rec's .lst; rename it")
         return "".join(f"{it.index}\t{float(it.label):f}\t{it.relpath}\n" for it in self.items)
 
     def lst_bytes(self) -> bytes:
@@ -84,7 +90,9 @@ def _class_images(root: str, name: str) -> list[str]:
             try:
                 if entry.is_dir():  # a link to a folder included, as followlinks=True
                     subfolders.append(entry)
-                elif entry.is_file() and _is_image(entry.name):
+                elif _is_image(entry.name) and (entry.is_file() or entry.is_symlink()):
+                    # A dangling link too, as torchvision lists it: it then fails as an
+                    # unreadable image naming it, not left out of the count unsaid.
                     images.append(entry.name)
             except OSError:
                 continue  # removed while listed: not read either

@@ -11,6 +11,7 @@ import io
 import math
 import os
 import random
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,7 +63,12 @@ def to_rgb(img: Image.Image) -> Image.Image:
     if img.mode in _WIDE_GREY:
         wide = np.asarray(img).astype(np.int64)  # "I" is signed 32-bit
         return Image.fromarray((np.clip(wide, 0, 65535) >> 8).astype(np.uint8)).convert("RGB")
-    return img.convert("RGB")
+    with warnings.catch_warnings():
+        # A palette PNG with transparency: Pillow advises RGBA first, which gives the same
+        # RGB here (transparency is dropped either way, as torchvision's loader drops it);
+        # the advice, once per image, only buried the conversion's log lines.
+        warnings.filterwarnings("ignore", "Palette images with Transparency", UserWarning)
+        return img.convert("RGB")
 
 
 def unreadable(where: str | os.PathLike, exc: BaseException) -> DatasetError:

@@ -144,9 +144,12 @@ def structural_problem(path: str | os.PathLike, fmt: str) -> str | None:
 def quick_problem(prepared_dir: str | os.PathLike) -> str | None:
     """``structural_problem`` of a prepared folder, its format being the folder's name
     (``results/datasets/<name>/<format>``). A folder holding a recorded preparation
-    failure has no problem of this kind: the cells reading it report the failure."""
+    failure has no problem of this kind: the cells reading it report the failure, unless
+    the failure no longer holds (``failure.mended``: MXNet installed since)."""
     folder = Path(prepared_dir)
-    if (folder / failure.FILENAME).is_file() or folder.name not in PROBES:
+    if (folder / failure.FILENAME).is_file():
+        return failure.mended(folder)
+    if folder.name not in PROBES:
         return None
     return structural_problem(folder, folder.name)
 
@@ -181,12 +184,14 @@ def remove_broken_prepared(data_dirs: Iterable[str | os.PathLike],
                            dry_run: Callable[[], bool]) -> list[Path]:
     """Remove the prepared folders among ``data_dirs`` that fail ``quick_problem``, each
     with one line on stderr, so that Snakemake, finding them missing, prepares them again
-    (and reruns the cells reading them, whose input is then newer); a dry run only says
-    what it would remove. A folder that cannot be removed is a DatasetError."""
+    (and reruns the cells reading them, whose input is then newer). Return them; a dry
+    run only says what it would remove, and returns those (its cells would run again). A
+    folder that cannot be removed is a DatasetError."""
     removed = []
     for folder, problem in broken_prepared(data_dirs):
         if dry_run():
             print(f"dlbench: would remove {folder}: {problem}", file=sys.stderr)
+            removed.append(folder)
             continue
         try:
             shutil.rmtree(folder)
