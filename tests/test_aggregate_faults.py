@@ -68,6 +68,12 @@ BAD_FILES = {
                           "cell_id is 'A' but its path says 'B'"),
     "another study's": (json.dumps(result("B", study="t")).encode(),
                         "study is 't' but its path says 's'"),
+    # a profile's own run (results/profiles/.../result.json) copied among the cells: its
+    # times carry the profiler's cost, and it read as a measurement
+    "a profiled run's": (json.dumps({**result("B"), "extra": {"profiled": {"tool": "torch"}}}
+                                    ).encode(),
+                         "a profiled run's result (extra.profiled, tool 'torch'): its times "
+                         "carry the profiler's cost, so it is no measurement"),
 }
 
 

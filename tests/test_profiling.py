@@ -209,6 +209,9 @@ def test_torch_profiler_on_cpu_writes_a_trace_and_an_operator_table(tmp_path, ca
     assert len(profile.top) == 3 and "ProfilerStep*" not in [t["name"] for t in profile.top]
     assert profile.top[0]["time_s"] >= profile.top[1]["time_s"] > 0
     assert profile.top[0]["time_kind"] == "self CPU" and 0 < profile.top[0]["share"] <= 1
+    # The report says what its sums cover: 2 recorded iterations, not 1, nor the run's 4.
+    assert profile.covers == ("summed over the 2 iterations the profiler recorded (its "
+                              "schedule's active steps)")
 
 
 def test_ncu_command_lines_and_raw_page_table_with_ncu_test_double(tmp_path, doubles):
@@ -248,6 +251,8 @@ def test_ncu_command_lines_and_raw_page_table_with_ncu_test_double(tmp_path, dou
         ("volta_sgemm_128x64_nn", 2), ("void at::native::vectorized_elementwise_kernel<4>(int)", 1)]
     assert profile.top[0]["time_s"] == pytest.approx(25088e-9)
     assert profile.top[0]["share"] == pytest.approx(25088 / 27136)
+    assert profile.covers == ("summed over the profiled run's 1 measured iteration, 50 "
+                              "launches at most")
 
 
 def test_nsys_command_lines_and_stats_tables_with_nsys_test_double(tmp_path, doubles):
@@ -275,6 +280,8 @@ def test_nsys_command_lines_and_stats_tables_with_nsys_test_double(tmp_path, dou
     assert profile.artifacts["report"] == out / "report.nsys-rep"
     assert [t["name"] for t in profile.top][0] == "volta_sgemm_128x64_nn"
     assert profile.top[0]["share"] == pytest.approx(0.625)
+    assert profile.covers.startswith("summed over the first NVTX range 'measure': a model "
+                                     "cell's 2 measured iterations, ")
 
 
 def test_hpcrun_gvprof_flow_with_hpctoolkit_test_doubles(tmp_path, doubles):
@@ -308,6 +315,8 @@ def test_hpcrun_gvprof_flow_with_hpctoolkit_test_doubles(tmp_path, doubles):
     assert prof["argv"] == ["-S", struct, "-o", str(out / "database"), measurements]
     (profile,) = summary.collect(tmp_path / "profiles")
     assert profile.status == "ok" and profile.top == []
+    assert profile.covers == ("over the whole profiled process: start-up, warm-up and its 1 "
+                              "measured iteration")
     assert profile.artifacts["database"] == out / "database"
     assert out / "database" / "experiment.xml" in profile.files
 
@@ -347,6 +356,32 @@ def test_missing_binary_fails_only_that_job_in_one_line(tmp_path, capsys):
     assert not (out / "profile.json").exists() and not (out / "result.json").exists()
     (profile,) = summary.collect(tmp_path)
     assert profile.status == "failed" and profile.error == line
+
+
+def test_a_hand_run_into_a_folder_of_other_files_is_refused_and_writes_nothing(
+        tmp_path, capsys):
+    """A profile starts by removing its folder: --out_dir naming a folder of one's own
+    (results/, a home folder) lost everything in it, the missing binary found after.
+    Refused in one line (exit 2) and left as it was; a profile's own folder, and a failed
+    one's, are replaced as before."""
+    cell = tiny_cell()
+    mine = tmp_path / "important"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "sub" / "data.txt").write_text("data")
+    settings = pconfig.settings("ncu", {"binary": "ncu-not-installed"})
+    for record_failure in (False, True):
+        assert run.main("ncu", cell_json(cell), mine, PYTHON, settings, None,
+                        record_failure=record_failure) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"ncu: {mine}: holds files but no profile (none of capture.json, profile.json, "
+            "error.txt, result.json), and a profile replaces its folder whole; give another "
+            "--out_dir")
+        assert sorted(p.name for p in mine.rglob("*")) == ["data.txt", "sub"]
+    out = profile_dir(tmp_path, "ncu", cell)
+    assert run.main("ncu", cell_json(cell), out, PYTHON, settings, None) == 1  # error.txt
+    (out / "stale.ncu-rep").write_text("")
+    assert run.main("ncu", cell_json(cell), out, PYTHON, settings, None) == 1
+    assert sorted(p.name for p in out.iterdir()) == ["error.txt"]
 
 
 def test_record_failure_writes_a_failed_manifest_and_exits_0(tmp_path, capsys):
@@ -519,6 +554,27 @@ def test_raw_csv_units_and_tool_chatter(tmp_path):
         ncu_tool.ncu_kernels(raw, tmp_path / "k.parquet")
 
 
+def test_ncu_keeps_the_kernel_duration_when_sections_or_metrics_replace_its_default_set(
+        tmp_path):
+    """Chosen sections or metrics replace ncu's default set, duration included: every
+    kernel then showed 0.000 µs in the report. The duration is added to --metrics (not
+    without any choice: a --metrics alone would replace the default set), and a table
+    without durations has no ranking of zeros."""
+    def metrics(**chosen):
+        argv = ncu_tool.ncu_plan(["app"], Path("p"), pconfig.settings("ncu", chosen)).steps[0].argv
+        return argv[argv.index("--metrics") + 1] if "--metrics" in argv else None
+
+    assert metrics() is None
+    assert metrics(sections=["MemoryWorkloadAnalysis"]) == "gpu__time_duration.sum"
+    assert metrics(metrics=["dram__bytes.sum"]) == "dram__bytes.sum,gpu__time_duration.sum"
+    assert metrics(metrics=["gpu__time_duration.sum"]) == "gpu__time_duration.sum"
+    assert metrics(set="full") == "gpu__time_duration.sum"
+    raw = tmp_path / "raw.csv"
+    raw.write_text('"ID","Kernel Name","dram__bytes.sum"\n"","","byte"\n"0","k1","64"\n')
+    ncu_tool.ncu_kernels(raw, tmp_path / "kernels.parquet")
+    assert ncu_tool.PROFILER.top_entries(tmp_path, {"kernels": "kernels.parquet"}, 5) == []
+
+
 # Selection of the cells to profile
 
 
@@ -612,6 +668,22 @@ def test_tool_options_that_write_elsewhere_load_code_or_set_the_environment_are_
     message = str(info.value)
     assert message.startswith(f"profiling.tools.{tool}.extra_args: {words[0]!r} is refused: "
                               f"{option} ") and "\n" not in message
+
+
+@pytest.mark.parametrize(("tool", "words", "refused"), [
+    ("nsys", ["/bin/sh", "-c", "touch /tmp/x"], "'/bin/sh' is refused: a word that is no "),
+    ("ncu", ["--", "/bin/sh"], "'--' is refused: it ends the tool's options"),
+    ("ncu", ["-f", "/bin/sh"], "'/bin/sh' is refused: a word that is no "),
+    ("nsys", ["--trace=cuda", "sh"], "'sh' is refused: a word that is no "),
+    ("ncu", ["--set", "full", "extra"], "'extra' is refused: a word that is no "),
+])
+def test_a_word_that_would_end_the_tools_options_is_refused(tool, words, refused):
+    """extra_args go before dlbench's own --output and the runner: a plain word that is no
+    option's value, or "--", made the rest the program's (nsys profiling /bin/sh, its
+    --output the shell's argument)."""
+    with pytest.raises(pconfig.ProfilingConfigError) as info:
+        pconfig.settings(tool, {"extra_args": words})
+    assert str(info.value).startswith(f"profiling.tools.{tool}.extra_args: {refused}")
 
 
 def test_tool_options_of_other_kinds_are_kept():
@@ -831,3 +903,15 @@ def test_a_selection_of_a_precision_this_cpu_leaves_out_says_why(monkeypatch):
         "profiling.select[0].match: matches no cell of any study: no cell has precision 'bf16' "
         "(the cells have: float32); this CPU emulates it, and a study with precisions: native "
         "leaves such cells out")
+
+
+@pytest.mark.parametrize("operators", [[{"name": 1}], ["aten::mm"], {"name": "x"}])
+def test_a_malformed_operator_table_is_one_line_naming_it(tmp_path, operators):
+    """A row of other types ended in pyarrow's traceback, and the finish job failed
+    without recording why."""
+    source = tmp_path / "operators.json"
+    source.write_text(json.dumps({"operators": operators}))
+    with pytest.raises(tables.TableError) as info:
+        torch_tool.torch_operators(source, tmp_path / "operators.parquet")
+    assert str(info.value).startswith(f"{source}: not a torch.profiler operator table (")
+    assert "\n" not in str(info.value)

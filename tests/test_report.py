@@ -423,6 +423,12 @@ def test_profile_top_operators_are_ranked_and_escaped(report):
         ["3", "<code>aten::batch_norm</code>", "159", "12.000", f"{12000 / total * 100:.1f} %"],
         ["4", "<code>aten::addmm</code>", "3", "0.900", f"{900 / total * 100:.1f} %"],
     ]
+    # what the sums are over, under the table and in the chart's caption
+    after = section[section.index('<table class="numeric-tail profile-top">'):]
+    covers = "summed over the 3 iterations the profiler recorded (its schedule's active steps)"
+    assert after[after.index("</table>"):].startswith(
+        f'</table><p class="note">Calls and times {escape(covers)}.</p>')
+    assert f"time of the top 4, {escape(covers)}." in section
     assert KERNEL not in html and "ProfilerStep" not in section
 
 

@@ -361,6 +361,12 @@ def load(path: str | Path) -> dict[str, Any]:
         if res.get(key) != expected:
             raise InvalidResult(_one_line(f"{key} is {res.get(key)!r} but its path says "
                                           f"{expected!r}"))
+    profiled = (res.get("extra") or {}).get("profiled")
+    if profiled:  # a profile's own run, given by hand: its times carry the tool's cost
+        tool = profiled.get("tool") if isinstance(profiled, dict) else None
+        raise InvalidResult(_one_line(f"a profiled run's result (extra.profiled, tool "
+                                      f"{tool!r}): its times carry the profiler's cost, so "
+                                      "it is no measurement"))
     return res
 
 

@@ -56,6 +56,12 @@ class Profiler:
         """The profiled run's (measured, warmup) iterations; None keeps the cell's own."""
         return settings.get("num_batches"), settings.get("num_warmup_batches")
 
+    def covers(self, settings: Mapping[str, Any], measured: int | None) -> str:
+        """What the top table's times are summed over, in words, for the report: the
+        profiled run's ``measured`` iterations (None: unknown) unless the tool says
+        otherwise. A kernel's time over 50 iterations is 50 of one."""
+        return f"summed over the profiled run's {iterations_words(measured)}"
+
     def plan(self, job: Job) -> Plan:
         """The steps (argument lists) that profile the cell and export the raw results."""
         raise NotImplementedError
@@ -75,6 +81,13 @@ class Profiler:
 
     def __repr__(self) -> str:
         return f"<profiler {self.name}>"
+
+
+def iterations_words(measured: int | None) -> str:
+    """"3 measured iterations", "1 measured iteration", or "measured iterations"."""
+    if measured is None:
+        return "measured iterations"
+    return f"{measured} measured iteration{'' if measured == 1 else 's'}"
 
 
 def ranked(entries: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:

@@ -122,11 +122,33 @@ def files_of(folder: Path, limit: int = 500) -> list[str]:
     return files[:limit]
 
 
+# What a profile writes into its folder: a folder holding none of them is not a profile's.
+PROFILE_FILES = (CAPTURE, MANIFEST, ERROR_FILE, commands.RESULT)
+
+
+class NotAProfileFolder(ProfileError):
+    """--out_dir names a folder with files of its own: nothing is written there."""
+
+
+def check_profile_folder(out_dir: Path) -> None:
+    """Refuse, in one line, a folder that a profile would replace but did not write (a
+    hand run's --out_dir naming results/, or ~): a profile starts by removing its folder."""
+    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
+        raise NotAProfileFolder(f"{out_dir}: not a profile's folder (a link or a file); "
+                                "give another --out_dir")
+    if (out_dir.is_dir() and next(out_dir.iterdir(), None) is not None
+            and not any((out_dir / name).exists() for name in PROFILE_FILES)):
+        raise NotAProfileFolder(
+            f"{out_dir}: holds files but no profile (none of {', '.join(PROFILE_FILES)}), "
+            "and a profile replaces its folder whole; give another --out_dir")
+
+
 def capture(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
             settings: dict[str, Any], data_dir: str | None = None,
             timeout_s: float | None = None) -> dict[str, Any]:
     """The profiled run, in the cell's framework environment, each step stopped after
     ``timeout_s``; returns the record written to ``out_dir/capture.json``."""
+    check_profile_folder(out_dir)
     if out_dir.exists():
         shutil.rmtree(out_dir)  # a profile of an earlier run must not mix with this one
     out_dir.mkdir(parents=True)
@@ -265,6 +287,9 @@ def main_capture(tool: str, cell: dict[str, Any], out_dir: Path, python: str,
     in ``capture.json``; 1 when it failed."""
     try:
         capture(tool, cell, out_dir, python, settings, data_dir, timeout_s)
+    except NotAProfileFolder as exc:  # someone else's folder: nothing written into it
+        print(f"{tool}: {exc}", file=sys.stderr)
+        return 2
     except (ProfileError, OSError) as exc:
         if isinstance(exc, OSError) and not record_failure:
             raise

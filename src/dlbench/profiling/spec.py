@@ -151,12 +151,32 @@ class Options(Strings):
 
     def refusal(self, words: Sequence[str]) -> str | None:
         """Why the first refused word of ``words`` is refused, or None. Every word counts,
-        a value too: a value that reads as a refused option is refused with it."""
+        a value too: a value that reads as a refused option is refused with it. The words
+        go before dlbench's own options and the profiled command, so a word that is no
+        option's value ("--", or a second plain word in a row) would end the tool's
+        options: the rest, dlbench's --output included, would be the program's."""
+        previous = None
         for word in words:
             option = self._option(word)
             if option:
                 return f"{word!r} is refused: {option} {self.refused[option]}"
+            if word == "--":
+                return ("'--' is refused: it ends the tool's options, and the profiled "
+                        "command and dlbench's own options follow")
+            if not word.startswith("-") and not self._takes_value(previous):
+                return (f"{word!r} is refused: a word that is no option's value would be "
+                        "taken as the program to profile (write an option's value after it, "
+                        "or as --option=value)")
+            previous = word
         return None
+
+    def _takes_value(self, word: str | None) -> bool:
+        """Whether ``word`` is an option that may take the next word as its value: not one
+        that holds its value (--set=full), nor short flags alone (ncu's -f)."""
+        if word is None or not word.startswith("-") or "=" in word:
+            return False
+        short = word[1:]
+        return word.startswith("--") or not all(letter in self.flags for letter in short)
 
     def _option(self, word: str) -> str | None:
         if word.startswith("--"):

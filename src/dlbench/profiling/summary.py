@@ -47,6 +47,8 @@ class CellProfile:
     top: list[dict[str, Any]] = field(default_factory=list)
     cell: dict[str, Any] = field(default_factory=dict)  # the cell's axes, from the manifest
     system: str = ""  # the system it was made on (its folder under the profiles' root)
+    # What the top entries' times are summed over, in words (the tool's ``covers``).
+    covers: str = ""
 
 
 def top_entries(tool: str, directory: Path, tables: dict[str, str],
@@ -81,6 +83,22 @@ def _read(directory: Path, top: int) -> CellProfile:
                        error=error, files=files)
 
 
+def covers(tool: str, settings: Mapping[str, Any], cell: Mapping[str, Any]) -> str:
+    """What a profile's times are summed over (the tool's ``covers``), with the profiled
+    run's measured iterations: the profile's own count, else the cell's. Empty for a tool
+    this dlbench does not know, or settings of another release it cannot read."""
+    profiler = registry.find(tool)
+    if profiler is None:
+        return ""
+    try:
+        measured = profiler.iterations(settings)[0]
+    except (KeyError, TypeError):
+        return ""
+    if measured is None:
+        measured = cell.get("num_batches", cell.get("iterations"))
+    return profiler.covers(settings, measured if isinstance(measured, int) else None)
+
+
 def _from_manifest(tool: str, study: str, cell_id: str, directory: Path, error: str | None,
                    top: int) -> CellProfile:
     manifest = json.loads((directory / MANIFEST).read_text())
@@ -94,7 +112,8 @@ def _from_manifest(tool: str, study: str, cell_id: str, directory: Path, error: 
                    {**(manifest.get("artifacts") or {}), **tables}.items()},
         files=[directory / rel for rel in manifest.get("files") or []],
         top=top_entries(tool, directory, tables, top) if status == "ok" else [],
-        cell=manifest.get("cell") or {})
+        cell=manifest.get("cell") or {},
+        covers=covers(tool, manifest.get("settings") or {}, manifest.get("cell") or {}))
 
 
 def collect(root: str | Path = "results/profiles", top: int = 10,

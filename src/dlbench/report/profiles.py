@@ -138,8 +138,11 @@ def top_table(profile: CellProfile) -> str:
     rows = [[rank, Markup(f"<code>{escape(str(e['name']))}</code>"), e["calls"],
              f"{e['time_s'] * factor:,.3f}", _share(e["share"])]
             for rank, e in enumerate(profile.top, 1)]
-    return table(["#", "kernel / operator", "calls", f"{kind} time ({unit})", "share"], rows,
-                 css="numeric-tail profile-top")
+    out = table(["#", "kernel / operator", "calls", f"{kind} time ({unit})", "share"], rows,
+                css="numeric-tail profile-top")
+    if profile.covers:  # calls and times are sums: 50 iterations are 50 of one
+        out += f'<p class="note">Calls and times {escape(profile.covers)}.</p>'
+    return out
 
 
 def top_figure(profile: CellProfile, name: str) -> Figure:
@@ -167,7 +170,8 @@ def top_figure(profile: CellProfile, name: str) -> Figure:
     ).properties(width=360, height=alt.Step(BAR_STEP))
     return Figure(name, f"Heaviest {what}",
                   f"{profile.tool} · {profile.study} · {profile.cell_id}: {kind} time of the "
-                  f"top {len(top)}.", styled(chart))
+                  f"top {len(top)}" + (f", {profile.covers}." if profile.covers else "."),
+                  styled(chart))
 
 
 def artifact_links(profile: CellProfile, report_dir: Path) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dlbench.profiling.base import Job, Profiler
+from dlbench.profiling.base import Job, Profiler, iterations_words
 from dlbench.profiling.commands import Plan, ProfileError, Step
 from dlbench.profiling.spec import NUM_BATCHES, NUM_WARMUP_BATCHES, Bool, Int, Knobs, Str, Strings
 
@@ -115,6 +115,10 @@ class Hpcrun(Profiler):
     run_facts = ("events",)
     colour = "#b279a2"
     opens_in = ("an HPCToolkit database", "hpcviewer")
+
+    def covers(self, settings: Mapping[str, Any], measured: int | None) -> str:
+        return (f"over the whole profiled process: start-up, warm-up and its "
+                f"{iterations_words(measured)}")
 
     def plan(self, job: Job) -> Plan:
         library = None

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench import nvtx_ranges
-from dlbench.profiling.base import Job, Profiler, ranked
+from dlbench.profiling.base import Job, Profiler, iterations_words, ranked
 from dlbench.profiling.commands import Plan, ProfileError, Step
 from dlbench.profiling.spec import (
     NUM_BATCHES,
@@ -71,8 +71,14 @@ def ncu_plan(runner: list[str], out_dir: Path, s: Mapping[str, Any]) -> Plan:
         argv += ["--set", s["set"]]
     for section in s["sections"]:
         argv += ["--section", section]
-    if s["metrics"]:
-        argv += ["--metrics", ",".join(s["metrics"])]
+    metrics = list(s["metrics"])
+    if (s["set"] or s["sections"] or metrics) and DURATION not in metrics:
+        # Chosen sections or metrics replace ncu's default set, and with it the kernel's
+        # duration, which kernels.parquet's duration_ns and the report's table are made of.
+        # (Without any, the default set has it: a --metrics would replace that set.)
+        metrics.append(DURATION)
+    if metrics:
+        argv += ["--metrics", ",".join(metrics)]
     argv += ["--clock-control", s["clock_control"]]
     if s["launch_skip"] is not None:
         argv += ["--launch-skip", str(s["launch_skip"])]
@@ -242,6 +248,14 @@ class Ncu(Profiler):
     colour = "#76b900"
     opens_in = (".ncu-rep", "Nsight Compute")
 
+    def covers(self, settings: Mapping[str, Any], measured: int | None) -> str:
+        if not settings.get("nvtx_include"):
+            what = "every kernel of the profiled run (warm-up included)"
+        else:
+            what = f"the profiled run's {iterations_words(measured)}"
+        count = settings.get("launch_count")
+        return f"summed over {what}" + (f", {count} launches at most" if count else "")
+
     def check_cell(self, cell: Any) -> str | None:
         # ncu profiles CUDA kernels only: a CPU cell would run whole under it and fail
         # with "no kernel was profiled"
@@ -265,7 +279,10 @@ class Ncu(Profiler):
 
         kernels: dict[str, dict[str, Any]] = {}
         table = pq.read_table(directory / tables["kernels"], columns=["Kernel Name", "duration_ns"])
-        for row in table.to_pylist():
+        rows = table.to_pylist()
+        if all(row["duration_ns"] is None for row in rows):
+            return []  # no duration collected: no ranking of zeros (the files stay linked)
+        for row in rows:
             entry = kernels.setdefault(row["Kernel Name"], {
                 "name": row["Kernel Name"], "calls": 0, "time_s": 0.0, "time_kind": "kernel"})
             entry["calls"] += 1

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench import nvtx_ranges
-from dlbench.profiling.base import Job, Profiler, ranked
+from dlbench.profiling.base import Job, Profiler, iterations_words, ranked
 from dlbench.profiling.commands import Plan, ProfileError, Step
 from dlbench.profiling.spec import (
     NUM_BATCHES,
@@ -114,6 +114,13 @@ class Nsys(Profiler):
     run_facts = ("capture_range", "nvtx_capture", "capture_range_end")
     colour = "#4c78a8"
     opens_in = (".nsys-rep", "Nsight Systems")
+
+    def covers(self, settings: Mapping[str, Any], measured: int | None) -> str:
+        if settings.get("capture_range") == "none":
+            return "summed over the whole profiled run (start-up and warm-up included)"
+        return (f"summed over the first NVTX range {settings.get('nvtx_capture')!r}: a model "
+                f"cell's {iterations_words(measured)}, the first piece of a cell timed in "
+                "pieces (an operator input, a message size)")
 
     def plan(self, job: Job) -> Plan:
         return nsys_plan(job.runner, job.out_dir, job.settings)

@@ -45,10 +45,16 @@ def torch_operators(source: Path, dest: Path) -> Any:
     try:
         doc = json.loads(source.read_text())
         rows = doc["operators"]
+        if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+            raise ValueError("'operators' is not a list of rows")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise TableError(f"{source}: not a torch.profiler operator table ({exc})") from None
     meta = {"schedule": json.dumps(doc.get("schedule")), "device": str(doc.get("device"))}
-    table = pa.Table.from_pylist(rows, schema=operator_schema().with_metadata(meta))
+    try:
+        table = pa.Table.from_pylist(rows, schema=operator_schema().with_metadata(meta))
+    except (pa.ArrowException, TypeError, AttributeError) as exc:  # a row of other types
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise TableError(f"{source}: not a torch.profiler operator table ({first})") from None
     write_parquet(table, dest)
     return table
 
@@ -78,6 +84,11 @@ class TorchProfiler(Profiler):
                 "python -m dlbench.ops --profile traces an op config by hand)")
         return (f"tool torch profiles PyTorch model cells; cell {cell.id} of study "
                 f"'{cell.study}' is a {framework} {cell.kind} cell ({hint})")
+
+    def covers(self, settings: Mapping[str, Any], measured: int | None) -> str:
+        active = settings.get("active")
+        return (f"summed over the {active} iteration{'' if active == 1 else 's'} the profiler "
+                "recorded (its schedule's active steps)")
 
     def iterations(self, settings: Mapping[str, Any]) -> tuple[int | None, int | None]:
         # Exactly the schedule's iterations: the profiler's last step is the run's last.
