@@ -215,3 +215,13 @@ def test_the_pytorch_runner_failing_after_its_measurement_prints_no_figures(
     assert parsed["results.status_msg"] == "RuntimeError: process group shutdown failed"
     assert not dlbs_takes_for_success(parsed)
     assert R.read(out)["measurements"][0]["time_s"]["mean"] > 0  # it had measured
+
+
+def test_booleans_take_dlbs_t_and_f_and_refuse_other_words():
+    """DLBS's mxnet_benchmarks read --forward_only=t as true (its str2bool: true, on, t,
+    1); here it was an argparse error. Another word stays an error (DLBS read it as
+    false, silently)."""
+    assert [cli.str2bool(w) for w in ("t", "T", "true", "on", "1")] == [True] * 5
+    assert [cli.str2bool(w) for w in ("f", "false", "off", "0", "no")] == [False] * 5
+    with pytest.raises(argparse.ArgumentTypeError, match="expected true or false, got 'maybe'"):
+        cli.str2bool("maybe")

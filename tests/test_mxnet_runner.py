@@ -140,6 +140,15 @@ def test_reader_thread_cap_and_bad_reader_name():
         reader_choice.choose_reader("dali", 1, cpus=4)
 
 
+def test_mxnet_error_line_drops_the_time_and_source_of_a_logged_check():
+    """Each run's same failure read differently: "[04:25:38] ../src/io/x.cc:330: ..."."""
+    text = ("Traceback (most recent call last):\n  File \"x.py\", line 1\nMXNetError: "
+            "[04:25:38] ../src/io/iter_image_recordio_2.cc:330: Check failed: !overflow: "
+            "number of input images must be bigger than the batch size")
+    assert runner.mxnet_error_line(text) == (
+        "Check failed: !overflow: number of input images must be bigger than the batch size")
+
+
 def test_mxnet_error_line_keeps_the_message_and_the_oom_marker():
     text = ('Traceback (most recent call last):\n  File "../src/storage/pooled.h", line 161\n'
             "MXNetError: cudaMalloc retry failed: out of memory")
@@ -669,19 +678,56 @@ def write_records_with_one_bad(python: Path, folder: Path, count: int, bad: int)
 
 
 @pytest.mark.mxnet
-def test_gluon_reader_names_an_undecodable_record_in_one_line(mxnet_python, tmp_path):
-    """A record whose payload is no image fails in a worker process; the cell fails with the
-    worker's one-line error naming the file and record."""
+@pytest.mark.parametrize("reader", ["gluon", "native"])
+def test_either_reader_names_the_file_of_an_undecodable_record_in_one_line(
+        mxnet_python, tmp_path, reader):
+    """A record whose payload is no image: the gluon reader's worker names the file and
+    record; ImageRecordIter's OpenCV assertion ("!ssize.empty() in function 'resize'")
+    named neither, and now names the file and how to find the record."""
     write_records_with_one_bad(mxnet_python, tmp_path, count=4, bad=2)
     done, output = run_cell(mxnet_python, tmp_path, "--model", "resnet18", "--batch_size", "2",
                             "--data_dir", str(tmp_path / "bad.rec"), "--data_loader_only=true",
-                            "--data_reader", "gluon", "--preprocess_threads", "1",
+                            "--data_reader", reader, "--preprocess_threads", "1",
                             "--num_batches", "3", "--num_warmup_batches", "0")
     assert done.returncode == 1
     res = read_valid(output)
     assert res["status"] == "failed" and "\n" not in res["error"]
-    assert res["error"] == (f"{tmp_path / 'bad.rec'} record 2: unreadable image "
-                            "(OpenCV cannot decode it)")
+    assert res["error"] == {
+        "gluon": f"{tmp_path / 'bad.rec'} record 2: unreadable image (OpenCV cannot decode it)",
+        "native": f"{tmp_path / 'bad.rec'}: MXNet's native reader met a record OpenCV cannot "
+                  f"decode; python -m dlbench.datasets check --format recordio {tmp_path} "
+                  "names it (or --data_reader gluon)"}[reader]
+
+
+@pytest.mark.mxnet
+def test_a_set_too_small_for_the_native_readers_batch_takes_gluon_or_fails_in_one_line(
+        mxnet_python, tmp_path):
+    """ImageRecordIter fills a batch from two epochs at most: 4 records serve batch 8, not
+    9, which failed with "[time] ../src/io/iter_image_recordio_2.cc:330: Check failed:
+    !overflow: ..." and a traceback, on the native reader only (auto picks it on a large
+    host). auto now takes gluon; native asked for is one line."""
+    write_records_with_one_bad(mxnet_python, tmp_path, count=4, bad=-1)
+    common = ["--model", "resnet18", "--data_dir", str(tmp_path / "bad.rec"),
+              "--data_loader_only=true", "--preprocess_threads", "1", "--num_batches", "1",
+              "--num_warmup_batches", "0"]
+    done, output = run_cell(mxnet_python, tmp_path, *common, "--batch_size", "8",
+                            "--data_reader", "native")
+    assert done.returncode == 0, done.stderr[-3000:]
+    done, output = run_cell(mxnet_python, tmp_path, *common, "--batch_size", "9",
+                            "--data_reader", "native")
+    assert done.returncode == 1
+    assert read_valid(output)["error"] == (
+        "--data_reader native: MXNet's native RecordIO reader needs half a batch of records "
+        f"(5 for --batch_size 9); {tmp_path / 'bad.idx'} lists 4 (--data_reader gluon reads "
+        "it, or a smaller batch)")
+    done, output = run_cell(mxnet_python, tmp_path, *common, "--batch_size", "9",
+                            "--data_reader", "auto")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (m,) = read_valid(output)["measurements"]
+    assert (m["extra"]["data_reader"], m["extra"]["data_reader_requested"]) == ("gluon", "auto")
+    assert reader_choice.native_shortfall(tmp_path / "bad.idx", 8, parts=2) == (
+        "MXNet's native RecordIO reader needs half a batch of records (4 for --batch_size 8) "
+        f"for each of 2 workers; {tmp_path / 'bad.idx'} lists 4")
 
 
 @pytest.mark.mxnet
@@ -756,3 +802,20 @@ def test_a_dist_kvstore_cell_starts_its_parameter_servers_and_leaves_none(
     # No workers' parts left; the worker's monitor series is the cell's.
     assert sorted(p.name for p in tmp_path.iterdir()) == [output.name, "result.monitor.csv"]
     assert res["extra"]["monitor"]["series_file"] == "result.monitor.csv"
+
+
+@pytest.mark.mxnet
+def test_a_dist_cell_that_fails_on_its_input_keeps_the_workers_mxnet_environment(
+        mxnet_python, tmp_path):
+    """The failed result was built in the launching process, which never imports MXNet: the
+    row had no MXNet version, though the worker had recorded it. The worker's environment
+    is kept, and no parameter server outlives the cell."""
+    before = set(_parameter_server_processes())
+    done, output = run_cell(mxnet_python, tmp_path, "--model", "deep_mnist", "--device", "cpu",
+                            "--dtype", "float16", "--kv_store", "dist_sync")
+    assert done.returncode == 1
+    res = read_valid(output)
+    assert res["status"] == "failed" and "float16" in res["error"]
+    assert res["environment"]["framework_version"].startswith("1.")
+    assert "__mxnet.version__=" in done.stdout
+    assert set(_parameter_server_processes()) <= before

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
+# DLBS's own parsers take "t" too (mxnet_benchmarks' str2bool: true, on, t, 1).
+_TRUE = {"true", "t", "1", "yes", "on"}
+_FALSE = {"false", "f", "0", "no", "off"}
 
 
 def str2bool(text: str | bool) -> bool:

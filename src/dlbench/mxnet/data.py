@@ -129,7 +129,7 @@ class NativeReader:
 
     def __init__(self, rec: Path, idx: Path, *, batch_size: int, input_shape: tuple[int, ...],
                  threads: int, part_index: int = 0, num_parts: int = 1, seed: int = 0):
-        self.threads = threads
+        self.threads, self.rec = threads, rec
         self.it = record_iter(rec, idx, batch_size=batch_size, input_shape=input_shape,
                               threads=threads, part_index=part_index, num_parts=num_parts,
                               seed=seed)
@@ -140,7 +140,16 @@ class NativeReader:
                 "decoder": "opencv", "host_batch_layout": "float32 NCHW"}
 
     def next(self) -> mx.io.DataBatch:
-        return next_batch(self.it)
+        try:
+            return next_batch(self.it)
+        except mx.base.MXNetError as exc:
+            if "OpenCV" not in str(exc):
+                raise
+            # OpenCV's assertion names neither the file nor the record; the gluon reader
+            # and the dataset check do.
+            raise CellError(f"{self.rec}: MXNet's native reader met a record OpenCV cannot "
+                            "decode; python -m dlbench.datasets check --format recordio "
+                            f"{self.rec.parent} names it (or --data_reader gluon)") from None
 
     def to_devices(self, batch: mx.io.DataBatch, ctxs: list[mx.Context],
                    dtype: str) -> list[tuple[mx.nd.NDArray, mx.nd.NDArray]]:

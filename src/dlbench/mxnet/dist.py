@@ -147,7 +147,9 @@ def launch(args: argparse.Namespace, argv: Sequence[str], cell: dict[str, Any]) 
                   f"({','.join(alloc.hosts[:nodes])}), scheduler at {root}:{port}",
                   file=sys.stderr, flush=True)
             rc, lines = subproc.run_tee(cmd, role_env("worker", root, port, nodes, base))
-        _stop(roles, ROLE_EXIT_GRACE_S)
+        # A worker that failed (bad input, before it joined the kvstore) leaves the
+        # scheduler and server waiting for it: no grace to wait out for them then.
+        _stop(roles, ROLE_EXIT_GRACE_S if rc == 0 else 0)
         lines = [multinode.unlabelled(line) for line in lines]
         res = merge(cell, args, folder, nodes, rc, lines)
         if output:
@@ -172,12 +174,14 @@ def launch(args: argparse.Namespace, argv: Sequence[str], cell: dict[str, Any]) 
 
 
 def _failed(cell: dict[str, Any], args: argparse.Namespace, message: str,
-            status: str = "failed") -> dict[str, Any]:
+            status: str = "failed", reported: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A failed result; ``reported``: the environment a worker recorded (MXNet's version
+    and build), kept, else this process's own (which has not imported MXNet)."""
     from dlbench import environment
 
     res = R.new_result(kind="model", cell=cell, study=args.study, cell_id=args.cell_id)
     R.finish(res, status, message)
-    res["environment"] = {**environment.collect(), "framework": "mxnet"}
+    res["environment"] = reported or {**environment.collect(), "framework": "mxnet"}
     return res
 
 
@@ -221,7 +225,8 @@ def merge(cell: dict[str, Any], args: argparse.Namespace, folder: Path, nodes: i
             i, doc = reported[0]
             host = (doc.get("environment") or {}).get("hostname", f"node {i}")
             where = f"worker on {host}: " if nodes > 1 else ""
-            return _failed(cell, args, f"{where}{doc.get('error')}", doc["status"])
+            return _failed(cell, args, f"{where}{doc.get('error')}", doc["status"],
+                           doc.get("environment"))
         if nodes > 1:
             return _failed(cell, args, multinode.failure_message(rc, lines, errors))
         return _failed(cell, args, errors[0] if errors else

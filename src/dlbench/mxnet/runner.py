@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -199,6 +200,9 @@ def make_plan(mx: ModuleType, args) -> Plan:
     return Plan(spec, opts, precision, ctxs, record, kv, rank, workers, args.batch_size)
 
 
+_LOG_PREFIX = re.compile(r"^\[\d\d:\d\d:\d\d\] \S+:\d+: ")
+
+
 def mxnet_error_line(text: str) -> str:
     """The message of an MXNetError without the C++ frames it starts with (the result keeps
     one line; ``out of memory`` stays in it so the cell is classified as oom)."""
@@ -206,6 +210,9 @@ def mxnet_error_line(text: str) -> str:
     marked = [line for line in lines if line.startswith("MXNetError:")]
     line = (marked[-1].removeprefix("MXNetError:").strip() if marked
             else lines[-1] if lines else "")
+    # "[04:25:38] ../src/io/iter_image_recordio_2.cc:330: Check failed: ...": the time and
+    # the C++ source would make each run's same failure a different text.
+    line = _LOG_PREFIX.sub("", line)
     if "out of memory" in text.lower() and "out of memory" not in line.lower():
         line += " (out of memory)"
     return line
@@ -269,7 +276,8 @@ def _open_reader(args, plan: Plan, input_shape: tuple[int, ...]):
     from dlbench.mxnet import data
 
     rec, idx = plan.record
-    kind = reader_choice.choose_reader(args.data_reader, args.preprocess_threads)
+    kind = reader_choice.choose_reader(args.data_reader, args.preprocess_threads, idx=idx,
+                                       batch=plan.batch, parts=plan.workers)
     return data.open_reader(kind, rec, idx, batch_size=plan.batch, input_shape=input_shape,
                             threads=args.preprocess_threads, part_index=plan.rank,
                             num_parts=plan.workers)
