@@ -413,6 +413,7 @@ def test_dlbench_report_refuses_a_folder_holding_what_no_report_wrote_and_keeps_
     # a page written before the generator tag is still known as a report's
     (ours / "index.html").write_text(page.replace(output.GENERATOR, ""))
     (ours / "charts" / "stale.svg").write_text("<svg/>")
+    (ours / "charts" / ".snakemake_timestamp").write_text("")  # the workflow's charts/
     assert command.main(["report", str(parquet), "--outdir", str(ours)]) == 0
     assert output.GENERATOR in (ours / "index.html").read_text()
     assert not (ours / "charts" / "stale.svg").exists()

@@ -27,6 +27,8 @@ KEPT = "the previous report is left as it was"
 # What pages of releases before the tag always held (dlbench.report.page).
 EARLIER_PAGE = ('<header><div class="wrap"><h1>', '<footer><div class="wrap">')
 CHART_SUFFIXES = (".png", ".svg")
+# What Snakemake itself puts in a directory() output: the workflow's charts/ holds it.
+SNAKEMAKE_MARKER = ".snakemake_timestamp"
 
 
 def _is_report_page(page: Path) -> bool:
@@ -52,8 +54,9 @@ def check_replaceable(outdir: str | Path) -> None:
                           "report would replace it; give another --outdir")
     if charts_dir.is_dir():
         foreign = sorted(p.name for p in charts_dir.iterdir()
-                         if p.is_symlink() or not p.is_file()
-                         or p.suffix not in CHART_SUFFIXES)
+                         if p.name != SNAKEMAKE_MARKER and (
+                             p.is_symlink() or not p.is_file()
+                             or p.suffix not in CHART_SUFFIXES))
         if foreign:
             raise ReportError(f"{charts_dir}: holds {foreign[0]!r}"
                               f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}"
