@@ -701,17 +701,25 @@ def test_a_cell_without_an_interval_is_judged_on_its_ratio_against_the_single_ru
         tmp_path):
     """One iteration a side (ci_method none): a tenfold slowdown was "judged same whatever
     the ratio" and passed the gate. Beyond the 25 % single-run threshold it is slower or
-    faster, within it the same; each says it has no interval."""
+    faster, within it the same; each says it has no interval. So is a side of 5
+    iterations, whose bootstrap interval was their whole range (a 94 % interval at most);
+    6 have one."""
     a, b = tmp_path / "a", tmp_path / "b"
     for batch, base, new in ((8, 0.1, 1.0), (16, 0.1, 0.11), (32, 1.0, 0.1)):
         write_result(a, "x", model_cell(batch_size=batch), [base])
         write_result(b, "x", model_cell(batch_size=batch), [new])
-    cells = compare(str(a), str(b)).cells.set_index("batch_size")
-    assert list(cells["ci_method"]) == ["none"] * 3
-    assert dict(cells["verdict"]) == {8: "slower", 16: "same", 32: "faster"}
-    assert set(cells["note"]) == {"no confidence interval (fewer than 2 iterations on a "
-                                  "side): judged on its ratio alone against the 25 % "
-                                  "single-run threshold"}
+    write_result(a, "x", model_cell(batch_size=64), [0.100, 0.101, 0.099, 0.100, 0.102])
+    write_result(b, "x", model_cell(batch_size=64), [0.130, 0.131, 0.129, 0.130, 0.128])
+    write_result(a, "x", model_cell(batch_size=128), [0.100, 0.101, 0.099, 0.100, 0.102, 0.1])
+    write_result(b, "x", model_cell(batch_size=128), [0.130, 0.131, 0.129, 0.130, 0.128, 0.13])
+    cells = compare(str(a), str(b)).cells.set_index("batch_size").sort_index()
+    assert list(cells["ci_method"]) == ["none"] * 4 + ["iterations"]
+    assert dict(cells["verdict"]) == {8: "slower", 16: "same", 32: "faster", 64: "slower",
+                                      128: "slower"}
+    assert set(cells["note"][:4]) == {"no confidence interval (one run of fewer than 6 "
+                                      "iterations on a side): judged on its ratio alone "
+                                      "against the 25 % single-run threshold"}
+    assert cells.loc[128, "throughput_ci_high"] < 1
     assert main([str(a), str(b), "--out", str(tmp_path / "out")]) == EXIT_SLOWER
 
 

@@ -1098,10 +1098,32 @@ def test_a_cell_of_several_runs_is_charted_at_the_mean_of_their_medians(tmp_path
     assert "the mean of each cell's runs' medians" in model_charts.tflops_figure(models).caption
     paradnn = paradnn_charts.by_batch_figure(models)  # its charts read the same columns
     assert MEAN_OF_MEDIANS in [c.title for c in paradnn.table.columns]
+    # ParaDnn's own figure beside the median-based one, saying it is of the mean step (it
+    # was only in the efficiency table, which needs a peak or a calibration)
+    assert [c.field for c in paradnn.table.columns if "Φ TFLOP/s" in c.title] == ["phi_tflops"]
     assert escape(MEAN_OF_MEDIANS) in tables.unstable_table(frame)  # 1.0, 1.2, 1.4: unstable
     once = model_charts.model_frame(load(write_parquet(tmp_path / "once", runs[:1])))
     assert "median time (ms)" in [c.title for c in model_charts.throughput_figure(once)
                                   .table.columns]
+
+
+def test_a_cell_two_studies_ran_is_drawn_from_the_one_with_more_runs_and_listed_in_each(
+        tmp_path):
+    """One cell id, two studies: study "a" ran it three times (unstable), "b" once at twice
+    the time and later. The chart drew b's single run (its interval over one run's
+    iterations, a's three runs dropped), and the unstable table kept one study's row
+    whatever its CV."""
+    cell = model_cell("resnet50", "training", "float32", 64)
+    three = runs_of(model_result("a", cell))
+    once = runs_of(model_result("b", cell), slowdowns=(2.0,))
+    frame = load(write_parquet(tmp_path, [*three, *once]))
+    (row,) = model_charts.model_frame(frame).itertuples()
+    assert (row.study, row.repeats) == ("a", 3)
+    assert row.time_ms == pytest.approx(1e3 * 1.2 * three[0]["measurements"][0]["time_s"]["median"])
+    twice = load(write_parquet(tmp_path / "twice", [*three, *runs_of(model_result("b", cell),
+                                                                      (1.0, 1.5, 2.0))]))
+    table = tables.unstable_table(twice)
+    assert table.count("<td>a</td>") == 1 and table.count("<td>b</td>") == 1
 
 
 def test_an_operators_time_and_rates_are_the_cells_across_its_runs(tmp_path):

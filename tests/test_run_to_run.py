@@ -100,6 +100,18 @@ def test_the_cell_time_is_the_statistic_its_interval_is_of_whatever_the_rows_ord
         ordered[0]["cell_time_ci_low_s"], ordered[0]["cell_time_ci_high_s"])
 
 
+@pytest.mark.parametrize(("iterations", "method"), [(2, "none"), (5, "none"), (6, "iterations")])
+def test_one_run_of_too_few_iterations_for_a_95_percent_interval_has_none(iterations,
+                                                                            method):
+    """From 5 iterations the bootstrap's 95 % interval of the median was their whole range,
+    which covers the median 94 % of the time at best (50 % at 2): the table and the
+    report's whiskers called it a 95 % confidence interval."""
+    (row,) = _rows([0.2], iterations=iterations, spread=0.05)
+    run_to_run.add_columns([row])
+    assert row["ci_method"] == method
+    assert (row["cell_time_ci_low_s"] is None) == (method == "none")
+
+
 def test_one_run_is_bootstrapped_over_its_iterations_and_cannot_be_called_stable():
     (row,) = _rows([0.2], iterations=200, spread=0.02)
     run_to_run.add_columns([row])

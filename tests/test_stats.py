@@ -21,6 +21,13 @@ def test_percentiles_interpolate_linearly():
     assert stats.percentile([1.0, 2.0], 50) == 1.5
 
 
+def test_a_percentile_on_a_value_is_that_value_beside_an_infinite_one():
+    """(inf - x) * 0 made the median of [1, 2, inf] NaN (a file written by other software
+    may hold Infinity); numpy gives 2."""
+    assert stats.summarize([1.0, 2.0, float("inf")])["median"] == 2.0
+    assert stats.percentile([1.0, 2.0, float("inf")], 25) == 1.5
+
+
 def test_single_value_has_zero_spread():
     s = stats.summarize([0.25])
     assert s["std"] == 0.0 and s["p99"] == 0.25

@@ -11,11 +11,12 @@ one of its own) over the ok repeats:
 - ``cell_time_median_s``: the mean of the repeats' median step times (the statistic the
   interval is of; one run's median with one repeat), and ``cell_throughput`` = items per
   iteration / that time;
-- ``cell_time_ci_low_s``/``cell_time_ci_high_s``: a 95 % confidence interval of the
-  typical run's step time (``dlbench.bootstrap``): over the repeats (the mean of their
-  medians, expanded for few repeats) when there are two or more, else over the one run's
-  iterations (its median); ``ci_method`` says which (``repeats``, ``iterations``, or
-  ``none`` with fewer than two iterations);
+- ``cell_time_ci_low_s``/``cell_time_ci_high_s``: a 95 % confidence interval
+  (``dlbench.bootstrap``): over the repeats, of the typical run's step time (the mean of
+  their medians, expanded for few repeats) when there are two or more, else of the one
+  run's median over its iterations, taken as independent; ``ci_method`` says which
+  (``repeats``, ``iterations``, or ``none``: one run of fewer than
+  ``bootstrap.MIN_ITERATIONS`` iterations, too few for a 95 % interval of their median);
 - ``run_to_run_cv``: the standard deviation of the repeats' medians over their mean (two
   repeats or more), and ``within_run_cv``: each row's own std/mean of its iterations;
 - ``unstable``: run-to-run CV above the threshold (config ``unstable_cv``, default 5 %);

@@ -16,6 +16,8 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     lo = math.floor(pos)
     hi = min(lo + 1, len(sorted_values) - 1)
     frac = pos - lo
+    if frac == 0:  # on a value: that value (inf - x times 0 would be NaN)
+        return sorted_values[lo]
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
 
 

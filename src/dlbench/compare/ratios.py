@@ -157,7 +157,8 @@ def side_values(rows: pd.DataFrame) -> pd.DataFrame:
             methods.append(REPEATS)
         else:
             samples.append(_times(times[where[0]]))
-            methods.append(ITERATIONS if len(samples[-1]) >= 2 else NO_CI)
+            methods.append(ITERATIONS if len(samples[-1]) >= bootstrap.MIN_ITERATIONS
+                           else NO_CI)
         for name, values in columns.items():
             picked = np.sort(values[where])
             others[name].append(picked[np.isfinite(picked)])
@@ -416,8 +417,8 @@ def verdicts(cells: pd.DataFrame, threshold: float, single_run_threshold: float 
     """faster / slower only where the throughput interval excludes 1 AND the ratio is more
     than the threshold away from 1: ``threshold`` where both sides ran as repeats,
     ``single_run_threshold`` (if larger) where a side ran once; same otherwise, with a
-    note where a single run could not judge the change. A cell without an interval (fewer
-    than 2 iterations on a side) is judged on its ratio alone against the single-run
+    note where a single run could not judge the change. A cell without an interval (one
+    run of fewer than bootstrap.MIN_ITERATIONS iterations on a side) is judged on its ratio alone against the single-run
     threshold, with a note saying so: a 10x slowdown must not pass for noise."""
     ratio = cells["throughput_ratio"].to_numpy(float)
     low = cells["throughput_ci_low"].to_numpy(float)
@@ -440,7 +441,8 @@ def verdicts(cells: pd.DataFrame, threshold: float, single_run_threshold: float 
                 & (verdict == SAME))
     note = np.full(len(ratio), None, dtype=object)
     note[no_interval & np.isfinite(ratio)] = (
-        "no confidence interval (fewer than 2 iterations on a side): judged on its ratio "
+        f"no confidence interval (one run of fewer than {bootstrap.MIN_ITERATIONS} "
+        "iterations on a side): judged on its ratio "
         f"alone against the {single_needed * 100:g} % single-run threshold")
     if unjudged.any():
         note[unjudged] = (f"one run on a side: a change under {needed.max() * 100:g} % cannot "

@@ -168,6 +168,10 @@ def measured(frame: pd.DataFrame, kind: str,
         if mixed.any():
             averaged.loc[mixed, [c for c in ENERGY_FIGURES if c in averaged]] = np.nan
     rows = pd.concat([rows.drop(columns=averaged.columns, errors="ignore"), averaged], axis=1)
+    if "repeats" in rows:
+        # A cell several studies ran is drawn from the study that ran it most (its interval
+        # over repeats, not one run's over its iterations); of equals, the last as before.
+        rows = rows.sort_values("repeats", kind="stable", na_position="first")
     keys = [k for k in ("cell", "name", "pass", "op_name") if k in rows]
     # A copy in few blocks: the columns replaced leave the table's split in many pieces,
     # which makes every column a chart adds to these rows slow (pandas' fragmentation).

@@ -7,6 +7,7 @@ import pandas as pd
 
 from dlbench import frameworks
 from dlbench.aggregate import MONITOR_COLUMNS
+from dlbench.bootstrap import MIN_ITERATIONS
 from dlbench.report import encodings
 from dlbench.report.data import (
     at_cell_time,
@@ -382,10 +383,11 @@ def throughput_figure(models: pd.DataFrame) -> Figure | None:
                   "Median-iteration throughput"
                   + (" (at the mean of each cell's runs' medians)" if several else "")
                   + "; one panel per model and phase, one line per precision. Whiskers: 95 % "
-                  "confidence interval of the typical run"
-                  + (", over the runs (over one run's iterations where a cell ran once)"
-                     if several else ", over the run's iterations (run-to-run variation needs "
-                     "repeats)")
+                  + ("confidence interval of the typical run, over the runs (where a cell ran "
+                     "once, of its run's median over its iterations)"
+                     if several else "confidence interval of the run's median, over its "
+                     "iterations taken as independent (the typical run's needs repeats)")
+                  + f"; none for a run of fewer than {MIN_ITERATIONS} iterations"
                   + "." + (" Ringed points are unstable: their runs differ by more than the "
                            "unstable_cv threshold." if frame["unstable"].any() else "")
                   + encoding.note(),

@@ -431,7 +431,8 @@ def unstable_table(frame: pd.DataFrame) -> str | None:
     rows = frame[frame["unstable"].astype("boolean").fillna(False).astype(bool)]
     if rows.empty:
         return None
-    keys = [k for k in ("cell", "name", "pass", "op_name") if k in rows]
+    # per study: two studies that ran one cell have a run-to-run CV each
+    keys = [k for k in ("study", "cell", "name", "pass", "op_name") if k in rows]
     rows = rows.drop_duplicates(subset=keys, keep="last").sort_values(
         "run_to_run_cv", ascending=False)
     names = measurement_names(rows)
