@@ -225,6 +225,10 @@ def test_paradnn_charts_size_models_by_parameters_and_keep_phi_for_fc_apart(tmp_
                          paradnn_charts.by_size_figure(frame))
     colour = by_batch.chart.to_dict()["spec"]["layer"][0]["encoding"]["color"]
     axis = by_size.chart.to_dict()["spec"]["layer"][0]["encoding"]["x"]
+    # points only over size: a line in size order zig-zagged between differently shaped
+    # configurations (a CNN's dense layer against its convolutions)
+    marks = [layer["mark"]["type"] for layer in by_size.chart.to_dict()["spec"]["layer"]]
+    assert marks == ["point"]
     for encoding in (colour, axis):
         assert (encoding["field"], encoding["title"]) == ("parameters", "parameters")
     for figure in (by_batch, by_size):

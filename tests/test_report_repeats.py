@@ -208,7 +208,7 @@ def test_paradnn_phi_tflops_is_the_mean_of_the_runs_in_the_efficiency_table(tmp_
     frame["pct_of_peak"] = 50.0  # a device the peak table knows, as far as the table goes
     table = efficiency_tables.model_efficiency_table(frame)
     assert table.frame["phi_tflops"].tolist() == pytest.approx([2.0])
-    assert "ParaDnn Φ TFLOP/s" + MEAN in [c.title for c in table.columns]
+    assert "ParaDnn Φ TFLOP/s (mean step)" + MEAN in [c.title for c in table.columns]
 
 
 def test_the_calibration_table_says_its_figure_is_the_best_run_of_several():

@@ -57,10 +57,13 @@ def fc_bytes(layers: int, nodes: int, input_size: int, output_size: int, *, batc
     """Bytes one iteration moves at least (for the roofline): each matrix product reads its
     two operands and writes its result once. A layer in -> out does one product forward
     (weights, input, output) and, when training, two more backward (the input's gradient
-    and the weights'), each touching the same three sizes."""
+    and the weights'), each touching the same three sizes; but the first layer's input
+    needs no gradient, and autograd computes none (nor counts its FLOPs)."""
     widths = [input_size, *[nodes] * layers, output_size]
-    per_pass = sum(i * o + batch * i + batch * o for i, o in itertools.pairwise(widths))
-    return (3 if training else 1) * per_pass * element_size
+    sizes = [i * o + batch * i + batch * o for i, o in itertools.pairwise(widths)]
+    if not training:
+        return sum(sizes) * element_size
+    return (3 * sum(sizes) - sizes[0]) * element_size
 
 
 def check_fc_opts(opts: Mapping[str, Any]) -> None:

@@ -49,8 +49,9 @@ def setup(precision: str, device_type: str) -> PrecisionMode:
 
 
 def pure(mode: PrecisionMode) -> PrecisionMode:
-    """The same precision with the model itself in the low-precision dtype (as ParaDnn
-    runs f16/bf16): no autocast, no float32 master weights, no loss scaling."""
+    """The same precision with the model itself in the low-precision dtype (as the PyTorch
+    ParaDnn runs f16/bf16, its tensors' dtype; ParaDnn's TensorFlow code keeps float32
+    master weights): no autocast, no float32 master weights, no loss scaling."""
     if mode.autocast_dtype is None:
         return mode
     return PrecisionMode(mode.name, mode.autocast_dtype, None, False)

@@ -22,6 +22,7 @@ from dlbench.report.data import (
     varying,
 )
 from dlbench.report.model_charts import execution_mode, model_label
+from dlbench.report.paradnn_charts import PHI_TFLOPS
 from dlbench.report.style import Column, NumbersTable, counted
 from dlbench.report.tables import table
 
@@ -166,8 +167,7 @@ def model_efficiency_table(frame: pd.DataFrame) -> NumbersTable | None:
                Column("peak_tflops", "vendor peak", ",.4g"),
                Column("mfu", "MFU", ".1%"), Column("measured_tflops", "measured ceiling", ",.4g"),
                Column("pct_of_measured", "% of measured", ",.1f"),
-               Column("phi_tflops", runs_title(numeric(rows, "repeats"), "ParaDnn Φ TFLOP/s"),
-                      ",.4g")]
+               Column("phi_tflops", runs_title(numeric(rows, "repeats"), PHI_TFLOPS), ",.4g")]
     keep = list(dict.fromkeys(c.field for c in columns))
     return NumbersTable(columns, required="tflops", frame=rows[keep].reset_index(drop=True),
                         name="model-efficiency", title="Model cells against the hardware")

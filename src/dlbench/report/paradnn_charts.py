@@ -10,7 +10,7 @@ import altair as alt
 import pandas as pd
 
 from dlbench.report import encodings
-from dlbench.report.data import time_title, varying
+from dlbench.report.data import runs_title, time_title, varying
 from dlbench.report.encodings import Encoding
 from dlbench.report.model_charts import faceted, filtered, throughput_unit, with_panel
 from dlbench.report.style import (
@@ -30,6 +30,9 @@ _VIRIDIS = alt.SchemeParams(name="viridis", extent=[0.0, 0.85])
 _PLASMA = alt.SchemeParams(name="plasma", extent=[0.0, 0.8])
 PARAMETERS = "parameters"
 PHI = "Φ (FC weights)"
+# ParaDnn's own figure (6Φ x batch per training step, 2Φ inferring) over its steps' whole
+# time, so the mean step: beside the median-based TFLOP/s, a slow step or two part them.
+PHI_TFLOPS = "ParaDnn Φ TFLOP/s (mean step)"
 
 
 def _metric(frame: pd.DataFrame) -> tuple[str, str]:
@@ -71,6 +74,7 @@ def _numbers(frame: pd.DataFrame, y: str, y_title: str, encoding: Encoding) -> N
         Column("precision", "precision"),
         *[Column(a, encoding.title(a)) for a in placed],
         Column("batch_size", "batch size", "d"), Column(y, y_title, _formats(y)[1]),
+        Column("phi_tflops", runs_title(frame["repeats"], PHI_TFLOPS), SIGNIFICANT_COLUMN),
         Column("time_ms", time_title(frame["repeats"], "ms"), ",.3f")], required=y)
 
 
@@ -127,15 +131,19 @@ def by_size_figure(paradnn: pd.DataFrame) -> Figure | None:
                 scale=alt.Scale(type="log", nice=False, padding=12), axis=alt.Axis(format="~s")),
         y=alt.Y(f"{y}:Q", title=y_title),
         color=alt.Color("batch_size:O", title="batch size", scale=alt.Scale(scheme=_PLASMA)),
-        detail=[alt.Detail("batch_size:O"), alt.Detail("variant:N")], order="parameters:Q",
         tooltip=_tooltip(frame, y),
     )
-    base = _lines(base, encoding)
-    layered = filtered(alt.layer(base.mark_line(strokeWidth=1.6), base.mark_point(), data=frame),
+    if encoding.series:
+        base = base.encode(shape=alt.Shape("variant:N", title=encoding.series_title()))
+    # Points, no lines: configurations of one size differ in how their work is shaped (a
+    # CNN's dense layer against its convolutions, an FC's layers against its nodes), and
+    # a line through them in size order zig-zagged between such shapes.
+    layered = filtered(alt.layer(base.mark_point(filled=True, size=40), data=frame),
                        None, encoding).properties(width=PANEL_WIDTH, height=PANEL_HEIGHT)
     chart = faceted(layered, panels, encoding, frame).resolve_scale(y="independent")
     return Figure("paradnn-by-size", f"ParaDnn: {y_title} against model size",
-                  "One line per batch size over the models' parameter counts (biases "
-                  "included; ParaDnn's Φ, an FC model's weights, in the tooltip)."
+                  "One point per model configuration and batch size, over the models' "
+                  "parameter counts (biases included; ParaDnn's Φ, an FC model's weights, "
+                  "and the configuration in the tooltip)."
                   + encoding.note(), styled(chart), shows=encoding.defaults,
                   table=_numbers(frame, y, y_title, encoding))
