@@ -130,6 +130,35 @@ def test_cuda_l2_cache_off_off_a_gpu_is_dropped_with_a_warning_as_cuda_graph_is(
                               "flushed on cpu")
 
 
+def test_the_queued_modes_off_a_gpu_are_said_to_time_each_call_and_a_study_warned(
+        tmp_path, caplog, capsys):
+    """On a CPU every call is timed on its own whatever --exec-mode (PARAM's CPU loop): the
+    runner said nothing, and a study sweeping the modes on a CPU planned three cells that
+    measure one thing, unwarned."""
+    code, _, res = run_ops(tmp_path, op_config(tmp_path), "--exec-mode", "continuous_events",
+                           "-i", "2")
+    assert code == 0 and res["cell"]["exec_mode"] == "continuous_events"  # its id's
+    (warning,) = [r.getMessage() for r in caplog.records if "--exec-mode" in r.getMessage()]
+    assert warning == ("--exec-mode continuous_events queues a GPU's calls; on cpu each "
+                       "call is timed on its own, as discrete does")
+    capsys.readouterr()
+    study.expand_config(ops_grid(tmp_path, device="cpu",
+                                 exec_mode=["discrete", "continuous", "continuous_events"]))
+    assert "study 'ops': 2 of its 3 cells repeat another's measurement: they differ from " \
+           "it only in exec_mode" in capsys.readouterr().err
+    study.expand_config(ops_grid(tmp_path, device="gpu", exec_mode=["discrete", "continuous"]))
+    assert "repeat another's" not in capsys.readouterr().err
+
+
+def test_a_bare_cuda_l2_cache_flag_flushes_as_in_param():
+    """PARAM's flag has no const: bare, its value is None, and it keeps the L2 warm only
+    where the value is "on". A bare flag here meant on."""
+    from dlbench.ops.cli import build_parser
+
+    assert build_parser().parse_args(["-c", "x.json", "--cuda-l2-cache"]).cuda_l2_cache == "off"
+    assert build_parser().parse_args(["-c", "x.json"]).cuda_l2_cache == "on"
+
+
 def test_a_cpu_study_cell_with_the_l2_cache_off_is_a_config_error(tmp_path):
     with pytest.raises(study.ConfigError) as info:
         study.expand_config(ops_grid(tmp_path, device="cpu", cuda_l2_cache="off"))

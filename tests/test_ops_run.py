@@ -455,12 +455,41 @@ def test_the_l2_flush_runs_in_its_own_nvtx_range_that_the_ncu_job_excludes(monke
 
 
 def test_inputs_the_allocator_cannot_hold_make_an_oom_result(tmp_path):
-    """A tensor of 2**42 floats (16 TiB): the CPU allocator refuses it, and a cell where no
-    input could be allocated is out of memory, not a failure."""
+    """A tensor of 2**42 floats (16 TiB): more than the host has free, so not made, and a
+    cell where no input could be allocated is out of memory, not a failure."""
     config = write_config(tmp_path, {"torch.add": {"config": [{"input": [{"args": [
         {"type": "tensor", "dtype": "float", "shape": [2**42]},
         {"type": "tensor", "dtype": "float", "shape": [2**42]}]}]}]}})
     code, _, res = run_ops(tmp_path, config)
     assert res["status"] == "oom", res["error"]
-    assert "allocate" in res["error"]
+    assert "its tensors need 35,184 GB, more than the " in res["error"]
     assert res["extra"]["errors"][0]["oom"] is True
+
+
+def test_inputs_larger_than_the_free_memory_are_not_made_but_recorded_out_of_memory(
+        tmp_path, monkeypatch):
+    """Inputs below the host's RAM but above what it has free (two 14 GB tensors on a 23 GB
+    host) were granted and filled, until the kernel's OOM killer took this run or another
+    process. They are not made: the input is out of memory, the others still run; a build's
+    arguments alike. Sizes past int64 are a one-line config error."""
+    from dlbench.ops import runner
+
+    monkeypatch.setattr(runner, "free_memory", lambda device: 3 * 256 * 256 * 4)
+    config = write_config(tmp_path, {"torch.add": {"config": [{"input": [
+        {"args": [{"type": "tensor", "dtype": "float", "shape": [256, 256]},
+                  {"type": "tensor", "dtype": "float", "shape": [256, 256]}]},
+        {"args": [{"type": "tensor", "dtype": "float", "shape": [512, 512]},
+                  {"type": "tensor", "dtype": "float", "shape": [512, 512]}]}]}]}})
+    code, lines, res = run_ops(tmp_path, config)
+    assert [m["op_name"] for m in res["measurements"]] == ["torch.add"]
+    (error,) = res["extra"]["errors"]
+    assert error["oom"] is True and error["error"].endswith(
+        "its tensors need 2.1 MB, more than the 786 kB free on cpu (out of memory before the "
+        "call)")
+    huge = tmp_path / "huge" / "config.json"
+    huge.parent.mkdir()
+    write_config(huge.parent, {"torch.add": {"config": [{"input": [{"args": [
+        {"type": "tensor", "dtype": "float", "shape": [10**23]}]}]}]}})
+    code, _, res = run_ops(tmp_path, huge, prefix="huge")
+    assert "shape[0]: 100000000000000000000000 is past the largest size a tensor can have" \
+        in res["error"]

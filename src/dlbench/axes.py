@@ -290,7 +290,7 @@ def _synthetic(params: Mapping[str, Any]) -> bool:
 
 
 def _on_cpu(params: Mapping[str, Any]) -> bool:
-    return params.get("device") == "cpu"  # cuDNN's settings are a GPU's
+    return params.get("device") == "cpu"  # a GPU's settings: cuDNN's, PARAM's queued modes
 
 
 def _loader_only(params: Mapping[str, Any]) -> bool:
@@ -398,7 +398,8 @@ TABLE: tuple[Axis, ...] = (
          flags={"ops": Flag("--config", "value")},  # =: a path may start with -
          help="a PARAM-style JSON op config file"),
     Axis("backward", bool, False, kinds=("ops",), flags={"ops": Flag("-b", "switch")}),
-    Axis("exec_mode", str, "discrete", kinds=("ops",), choices=_EXEC_MODES,
+    # Off a GPU every call is timed on its own whatever the mode (dlbench.ops.timing).
+    Axis("exec_mode", str, "discrete", kinds=("ops",), choices=_EXEC_MODES, ignored_by=_on_cpu,
          flags={"ops": Flag("--exec-mode", "pair")}),
     Axis("warmup", int, 5, kinds=("ops", _COMMS), minimum=0, column=False,
          flags={"ops": Flag("-w", "pair", dest="warmup"), _COMMS: Flag("--w")},

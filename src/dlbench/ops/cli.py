@@ -55,9 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Stop before this op_name|config|build|input id (exclusive).")
     p.add_argument("-a", "--append", action="store_true",
                    help="Append to the output file, rather than overwrite.")
-    p.add_argument("--cuda-l2-cache", default="on", nargs="?", const="on", choices=["on", "off"],
-                   help="on: leave the GPU L2 warm between calls; off: flush it before each "
-                        "call (discrete mode).")
+    # A bare --cuda-l2-cache flushes, as in PARAM: its value is then None, and PARAM keeps
+    # the L2 warm only where the value == "on".
+    p.add_argument("--cuda-l2-cache", default="on", nargs="?", const="off", choices=["on", "off"],
+                   help="on: leave the GPU L2 warm between calls; off (or the bare flag, as "
+                        "in PARAM): flush it before each call (discrete mode).")
     p.add_argument("--ncu", action="store_true",
                    help="Run the measured inputs again, in batches, under NSight Compute.")
     p.add_argument("--ncu-bin", default=None, help="Path to the NSight Compute (ncu) binary.")
@@ -178,6 +180,15 @@ def l2_cache_setting(args: argparse.Namespace, device: torch.device) -> str:
                     "(running, and recording, cuda_l2_cache on)", device)
         return "on"
     return args.cuda_l2_cache
+
+
+def warn_of_exec_mode(args: argparse.Namespace, device: torch.device) -> None:
+    """The continuous modes queue a CUDA stream's calls back to back; off a GPU each call
+    is timed on its own whatever the mode (PARAM's CPU loop), so they measure what
+    discrete does: said, the mode kept as asked (the cell's id holds it)."""
+    if args.exec_mode != "discrete" and device.type != "cuda":
+        log.warning("--exec-mode %s queues a GPU's calls; on %s each call is timed on its "
+                    "own, as discrete does", args.exec_mode, device)
 
 
 def read_args_file(flag: str, path: str | None) -> str:
@@ -331,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     args.cuda_l2_cache = l2_cache_setting(args, device)
+    warn_of_exec_mode(args, device)
 
     cell = {
         "framework": "pytorch",

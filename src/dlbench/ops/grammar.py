@@ -99,6 +99,10 @@ def check_dtype(name: Any, path: str) -> str:
     return name
 
 
+# The largest size a tensor dimension can have (torch's int64 sizes).
+MAX_SIZE = 2**63 - 1
+
+
 def dtype_of(name: Any, path: str) -> torch.dtype:
     import torch
 
@@ -273,8 +277,10 @@ def _check_tensor(spec: dict, path: str, ranges: set[str]) -> None:
     for i, size in enumerate(shape):
         if isinstance(size, list) and "shape" in ranges:
             full_range(size, f"{path}.shape[{i}]")
-        elif not _is_int(size) or (size < 0 and ATTR_COPY not in spec):
-            raise SpecError(f"{path}.shape[{i}]", f"expected a size >= 0, got {size!r}")
+        elif not _is_int(size) or (size < 0 and ATTR_COPY not in spec) or size > MAX_SIZE:
+            raise SpecError(f"{path}.shape[{i}]", f"expected a size >= 0, got {size!r}"
+                            if not _is_int(size) or size < 0 else
+                            f"{size} is past the largest size a tensor can have (2^63 - 1)")
     requires_grad = spec.get("requires_grad")
     if requires_grad is not None and not isinstance(requires_grad, bool):
         raise SpecError(f"{path}.requires_grad", f"expected true or false, got {requires_grad!r}")
@@ -320,9 +326,49 @@ def check_copies(args: list, path: str) -> None:
 # Materializing
 
 
-def materialize_args(config: dict, device: str | torch.device, path: str
-                     ) -> tuple[list[Any], dict[str, Any]]:
-    """Values for a concrete (already expanded) ``{"args", "kwargs"}`` spec."""
+def _size(count: int) -> str:
+    """Bytes in words, to three digits: 2.10 MB, 35,184 GB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            value = count / scale
+            return f"{value:,.0f} {unit}" if value >= 100 else f"{value:.3g} {unit}"
+    return f"{count} B"
+
+
+def tensor_bytes(spec: Any, path: str) -> int:
+    """Bytes of the tensors one concrete argument spec creates (in lists and tuples too)."""
+    if not isinstance(spec, dict):
+        return 0
+    if spec.get("type") == "tensor":
+        numel = 1
+        for size in spec["shape"]:
+            numel *= size
+        return numel * dtype_of(spec["dtype"], f"{path}.dtype").itemsize
+    if spec.get("type") in ("genericlist", "tuple"):
+        return sum(tensor_bytes(item, f"{path}.value[{i}]")
+                   for i, item in enumerate(spec.get("value") or []))
+    return 0
+
+
+def materialize_args(config: dict, device: str | torch.device, path: str,
+                     free_bytes: int | None = None) -> tuple[list[Any], dict[str, Any]]:
+    """Values for a concrete (already expanded) ``{"args", "kwargs"}`` spec. Tensors that
+    would need more than ``free_bytes`` (the device's free memory, where known) are not
+    made: a MemoryError says so, an out-of-memory input, before a host's memory is filled
+    and the kernel's OOM killer picks a process, this run or another."""
+    for i, a in enumerate(config.get("args", [])):
+        check(a, f"{path}.args[{i}]")
+    for k, a in config.get("kwargs", {}).items():
+        check(a, f"{path}.kwargs.{k}")
+    if free_bytes is not None:
+        needed = (sum(tensor_bytes(a, f"{path}.args[{i}]")
+                      for i, a in enumerate(config.get("args", [])))
+                  + sum(tensor_bytes(a, f"{path}.kwargs.{k}")
+                        for k, a in config.get("kwargs", {}).items()))
+        if needed > free_bytes:
+            raise MemoryError(f"its tensors need {_size(needed)}, more than the "
+                              f"{_size(free_bytes)} free on {device} (out of memory before "
+                              "the call)")
     args = [materialize(a, device, f"{path}.args[{i}]")
             for i, a in enumerate(config.get("args", []))]
     kwargs = {k: materialize(a, device, f"{path}.kwargs.{k}")
@@ -360,8 +406,10 @@ def make_tensor(spec: dict, device: str | torch.device, path: str) -> torch.Tens
     dtype = dtype_of(spec["dtype"], f"{path}.dtype")
     shape = spec["shape"]
     for i, size in enumerate(shape):
-        if not _is_int(size) or size < 0:
-            raise SpecError(f"{path}.shape[{i}]", f"expected a size >= 0, got {size!r}")
+        if not _is_int(size) or size < 0 or size > MAX_SIZE:
+            raise SpecError(f"{path}.shape[{i}]", f"expected a size >= 0, got {size!r}"
+                            if not _is_int(size) or size < 0 else
+                            f"{size} is past the largest size a tensor can have (2^63 - 1)")
     requires_grad = spec.get("requires_grad", dtype.is_floating_point)
     bounds = spec.get("value_range")
     if dtype.is_floating_point:

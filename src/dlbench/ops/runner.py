@@ -37,6 +37,19 @@ class StopBenchmark(Exception):
     pass
 
 
+def free_memory(device: torch.device) -> int | None:
+    """The bytes free on ``device`` now: a GPU's (CUDA's own count), else the host's
+    available memory (what it can give without swapping); None where unknown."""
+    try:
+        if device.type == "cuda":
+            return int(torch.cuda.mem_get_info(device)[0])
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:  # noqa: BLE001 (no count: inputs are made as before)
+        return None
+
+
 def seed(value: int = 0) -> None:
     """Fixed random inputs from run to run (PARAM's init_pytorch)."""
     torch.manual_seed(value)
@@ -208,7 +221,8 @@ class Benchmark:
         log.info("input [%s]", run_id)
         args = kwargs = None
         try:
-            args, kwargs = grammar.materialize_args(item.config, self.options.device, item.path)
+            args, kwargs = grammar.materialize_args(item.config, self.options.device, item.path,
+                                                    free_memory(self.options.device))
             metrics = self.executor.run(build.op, args, kwargs, f"{op_name}:{run_id}")
             work, counted_on = self.work(build, args, kwargs)
         except Exception as exc:  # an input that fails is recorded; the others still run
@@ -255,7 +269,8 @@ class Benchmark:
             return False
         try:
             args, kwargs = grammar.materialize_args(build.item.config, self.options.device,
-                                                    build.item.path)
+                                                    build.item.path,
+                                                    free_memory(self.options.device))
             op = build.factory()
             op.build(args, kwargs, self.options.device)
         except Exception as exc:  # a build that fails skips its inputs, nothing else
