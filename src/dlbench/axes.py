@@ -710,6 +710,10 @@ def measured_params(kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
         # Not a registry model's options: compared as written.
         with contextlib.suppress(KeyError, ValueError):
             out["model_opts"] = models.get(out["model"]).opts(out["model_opts"])
+        if "parallel" in out["model_opts"] and \
+                (out.get("num_gpus") or 1) * (out.get("num_nodes") or 1) == 1:
+            # One process shards nothing: ddp and fsdp run the same single model.
+            out["model_opts"] = {**out["model_opts"], "parallel": None}
     return out
 
 

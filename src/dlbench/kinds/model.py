@@ -72,6 +72,12 @@ class ModelKind(CellKind):
         if params["data_loader_only"] and params["data"] == "synthetic":
             raise AxisError("data_loader_only", "needs a dataset on the data axis, not synthetic")
         _check_model_opts(spec, params["model_opts"])
+        if (params["phase"] == "inference" and isinstance(params["model_opts"], Mapping)
+                and params["model_opts"].get("activation_checkpointing")):
+            # Nothing is kept for a backward pass: transformers skips it in eval mode (a
+            # duplicate cell), or its hooks fail under inference_mode (Llama, Mixtral).
+            raise AxisError("model_opts", "activation_checkpointing recomputes activations "
+                                          "for the backward pass: phase training only")
 
     def command(self, params: Mapping[str, Any], output: Path, python: str,
                 data_dir: str | None) -> list[str]:

@@ -114,6 +114,7 @@ def check_opts(opts: dict[str, Any]) -> None:
 # another type (a bool as text) only when the model is built, in a message of two lines.
 FLOAT_FIELDS = ("rope_theta", "rms_norm_eps")
 BOOL_FIELDS = ("tie_word_embeddings",)
+TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id")
 
 
 def check_config(opts: dict[str, Any]) -> None:
@@ -132,6 +133,12 @@ def check_config(opts: dict[str, Any]) -> None:
     for name in BOOL_FIELDS:
         if name in opts and not isinstance(opts[name], bool):
             raise ValueError(f"llm: {name} must be true or false, got {opts[name]!r}")
+    for name in TOKEN_ID_FIELDS:
+        value = opts.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 0):
+            raise ValueError(f"llm: {name} must be a token id (an integer >= 0) or null, "
+                             f"got {value!r}")
     _, width, _, heads, _ = _shape(opts)
     if width % heads:
         raise ValueError(f"llm: the width ({width}) must be a multiple of the heads ({heads})")
@@ -139,6 +146,9 @@ def check_config(opts: dict[str, Any]) -> None:
     if heads % kv:
         raise ValueError(f"llm: num_attention_heads ({heads}) must be a multiple of "
                          f"num_key_value_heads ({kv})")
+    if "rope_theta" in opts and (width // heads) % 2:
+        raise ValueError(f"llm: each head's width ({width} / {heads} heads = {width // heads}) "
+                         "must be even: rotary position embeddings turn pairs of values")
     experts = opts.get("num_local_experts")
     if experts is not None and opts["num_experts_per_tok"] > experts:
         raise ValueError(f"llm: num_experts_per_tok ({opts['num_experts_per_tok']}) exceeds "

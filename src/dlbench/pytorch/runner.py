@@ -297,6 +297,9 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     if built.flops_per_sample is not None:
         # The model's standard formula per rank's batch (MFU's numerator), the count beside.
         extra["counted_flops_per_iteration"] = flops * topo.world_size if flops else None
+        if uncounted:  # the count beside the formula is short by their work (Mixtral's)
+            extra["counted_flops_note"] = (f"FlopCounterMode has no formula for "
+                                           f"{', '.join(uncounted)}: their work is not in it")
         flops = built.flops_per_sample(not args.forward_only) * args.batch_size
     elif uncounted:
         # A count without those operators' work would make a TFLOP/s too low: none, and why.
