@@ -142,3 +142,18 @@ def test_a_drift_is_read_as_warm_up_a_gpu_held_back_or_a_system_slowing():
     assert "more slowly than the warm-up until steady could see" in drift.reading(
         -0.08, warmup_settled=True)
     assert "warmup_until_steady" in drift.reading(-0.08)
+
+
+def test_a_late_step_down_is_not_read_as_a_warm_up():
+    """Flat for 15 iterations, then a quarter faster: "falling: still warming up" said a
+    longer warm-up would help, which it would not. A fall early in the run still reads as
+    warm-up; the step's place is where the times before and after it differ most."""
+    late = [1.0, 1.07, 1.02, 1.0, 1.05] * 3 + [0.75, 0.74, 0.76, 0.75, 0.74]
+    early = [1.6, 1.3, 1.1] + [1.0, 1.02, 0.99, 1.01] * 4 + [1.0, 0.99, 1.0]
+    assert drift.step_at(late) == pytest.approx(15 / 20)
+    assert drift.step_at(early) == pytest.approx(3 / len(early))
+    assert drift.reading(-0.3, step=drift.step_at(late)).startswith(
+        "falling: a step down late in the run, not a warm-up")
+    assert drift.reading(-0.3, step=drift.step_at(early)).startswith("falling: still warming up")
+    assert drift.step_at([1.0] * 5) is None and drift.step_at(None) is None
+    assert drift.step_at(float("nan")) is None  # a row whose times were not kept

@@ -527,6 +527,22 @@ def test_precision_bars_stand_in_the_order_of_their_legend(tmp_path, monkeypatch
         ("tf32", "bfloat16", "float16")}
 
 
+def test_speed_ups_and_slowdowns_are_bars_from_parity_on_a_log_scale(tmp_path, monkeypatch):
+    """On a linear axis from 0 every slowdown (0.13x to 0.83x beside an 8x) was squashed
+    under the first tick, its label struck through by the parity line. Bars now grow from
+    1x on a log scale, each label beyond its bar's end."""
+    monkeypatch.setitem(SPEEDUP, "bfloat16", 0.5)
+    results = [model_result("s", model_cell("resnet50", "training", p, 64))
+               for p in ("float32", "float16", "bfloat16")]
+    layers = model_charts.speedup_figure(model_charts.model_frame(
+        load(write_parquet(tmp_path, results)))).chart.to_dict()["spec"]["layer"]
+    (bars,) = [layer for layer in layers if layer["mark"]["type"] == "bar"]
+    assert bars["encoding"]["y"]["scale"] == {"type": "log"}
+    assert bars["encoding"]["y2"] == {"datum": 1}
+    texts = [layer for layer in layers if layer["mark"]["type"] == "text"]
+    assert sorted(t["mark"]["dy"] for t in texts) == [-6, 10]  # above 1x, below 1x
+
+
 def test_sections_without_data_are_left_out(tmp_path):
     results = [model_result("fp32only", model_cell("alexnet", "inference", "float32", b))
                for b in (16, 32, 64)]
@@ -1260,6 +1276,46 @@ def test_a_language_models_energy_is_tokens_per_joule(tmp_path):
     assert "tokens per joule" in json.dumps(energy.chart.to_dict())
     assert "tokens/J" in [c.title for c in energy.table.columns]
     assert energy.caption.startswith("Tokens processed by the measured iterations")
+
+
+def test_only_the_throughput_panels_name_their_unit_where_units_differ(tmp_path):
+    """samples/s beside tokens/s: each throughput panel says its own, and so did the
+    panels of the TFLOP/s, memory and energy charts built from the same rows ("alexnet ·
+    training (samples/s)" over a GiB axis)."""
+    results = [model_result("s", model_cell(model, "training", "float32", 16))
+               for model in ("resnet50", "alexnet")]
+    for m in results[1]["measurements"]:
+        m["throughput_unit"] = "tokens/s"
+    models = model_charts.model_frame(load(write_parquet(tmp_path, results)))
+
+    def panels(figure):
+        spec = figure.chart.to_dict()
+        return spec["facet"]["field"], spec["facet"]["sort"]
+
+    assert panels(model_charts.throughput_figure(models)) == (
+        "panel_unit", ["alexnet · training (tokens/s)", "resnet50 · training (samples/s)"])
+    assert panels(model_charts.tflops_figure(models)) == (
+        "panel", ["alexnet · training", "resnet50 · training"])
+
+
+def test_a_table_aggregated_before_the_rule_draws_no_interval_from_too_few_iterations(
+        tmp_path):
+    """Its 5-iteration cells kept the bootstrap's "interval", their whole range, which the
+    caption says is not drawn; a 6-iteration cell's stays."""
+    results = [model_result("s", model_cell("resnet50", "training", "float32", b))
+               for b in (16, 32)]
+    five = results[0]["measurements"][0]
+    five.update(R.measurement(name=five["name"], pass_=five["pass"],
+                              times_s=five["times_s"][:5], items_per_iteration=16,
+                              parameters=five["parameters"]))
+    frame = load(write_parquet(tmp_path, results))
+    frame["ci_method"] = "iterations"  # as an older aggregate wrote both
+    frame["cell_time_ci_low_s"] = frame["time_median_s"] * 0.9
+    frame["cell_time_ci_high_s"] = frame["time_median_s"] * 1.1
+    models = model_charts.model_frame(frame).set_index("batch_size")
+    assert models.loc[16, "ci_method"] == "none" and pd.isna(models.loc[16, "throughput_low"])
+    assert models.loc[32, "ci_method"] == "iterations"
+    assert models.loc[32, "throughput_low"] < models.loc[32, "throughput"]
 
 
 def test_where_the_time_went_counts_a_cell_of_three_runs_as_one_cell(tmp_path):

@@ -73,6 +73,21 @@ def trend(times: Sequence[float] | np.ndarray) -> Trend | None:
                  iterations=n)
 
 
+def step_at(times: Sequence[float] | np.ndarray | None) -> float | None:
+    """Where in the run (0 to 1) its times' largest shift of level lies: the split that
+    most separates the times before it from those after (the peak of their cumulative
+    deviation from the mean, CUSUM). A warm-up's fall lies early; a step down after a
+    flat stretch (another process ended, clocks rose) late. None below MIN_ITERATIONS."""
+    if times is None or np.ndim(times) != 1:  # none kept (a row that did not drift)
+        return None
+    values = np.asarray(times, dtype=float)
+    values = values[np.isfinite(values)]
+    if len(values) < MIN_ITERATIONS:
+        return None
+    deviation = np.cumsum(values - values.mean())[:-1]
+    return float(np.argmax(np.abs(deviation)) + 1) / len(values)
+
+
 def _mann_kendall_p(rise: np.ndarray, values: np.ndarray) -> float:
     """Two-sided p of Mann-Kendall's S (the sign of every later-minus-earlier difference,
     summed) under no trend: its normal approximation with continuity and tie corrections."""
@@ -103,13 +118,18 @@ def describe(change: float) -> str:
 
 
 def cause(change: float, held_back: float | None = None, reasons: str | None = None,
-          brief: bool = False, warmup_settled: bool | None = None) -> str:
+          brief: bool = False, warmup_settled: bool | None = None,
+          step: float | None = None) -> str:
     """What a drift most likely comes from: falling times a warm-up too short (``warmup_
-    settled``: how a warm-up until steady ended, None for a fixed one), rising ones a GPU
-    held back (where the monitor saw it; ``brief``: without how often and why, said beside
-    it already) or a system slowing down."""
+    settled``: how a warm-up until steady ended, None for a fixed one) unless they fell in
+    the run's second half (``step``: ``step_at``), rising ones a GPU held back (where the
+    monitor saw it; ``brief``: without how often and why, said beside it already) or a
+    system slowing down."""
     from dlbench import gpu_clocks
 
+    if change < 0 and step is not None and step > 0.5:
+        return ("a step down late in the run, not a warm-up: something else eased (another "
+                "process ended, the clocks rose)")
     if change < 0:
         if warmup_settled is None:
             return ("still warming up (more warm-up iterations, or warmup_until_steady, "
@@ -126,9 +146,9 @@ def cause(change: float, held_back: float | None = None, reasons: str | None = N
 
 
 def reading(change: float, held_back: float | None = None, reasons: str | None = None,
-            warmup_settled: bool | None = None) -> str:
+            warmup_settled: bool | None = None, step: float | None = None) -> str:
     """A drift's most likely reading, in words: which way, and from what (``cause``)."""
-    why = cause(change, held_back, reasons, warmup_settled=warmup_settled)
+    why = cause(change, held_back, reasons, warmup_settled=warmup_settled, step=step)
     return f"{'falling' if change < 0 else 'rising'}: {why}"
 
 

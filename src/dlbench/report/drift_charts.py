@@ -60,7 +60,8 @@ def drift_table(frame: pd.DataFrame) -> str | None:
              f"{r.time_drift:+.1%}", f"{r.time_drift_p:.0e}",
              f"{r.time_median_s * 1e3:,.3f}",
              drift.reading(r.time_drift, held[i], reasons[i],
-                           bool(settled[i]) if pd.notna(settled[i]) else None)]
+                           bool(settled[i]) if pd.notna(settled[i]) else None,
+                           drift.step_at(r.get(DRIFT_TIMES)))]
             for i, r in rows.iterrows()]
     return table(["study", "system", "cell", "measurement", "pass", "run", "iterations",
                   "drift", "p", "median time (ms)", "most likely"], body)

@@ -289,8 +289,10 @@ def tradeoff_figure(frame: pd.DataFrame) -> Figure | None:
     chart = faceted(layered, panels, encoding, data).resolve_scale(x="independent",
                                                                    y="independent")
     return Figure("llm-tradeoff", "Throughput against latency",
-                  "Each point a batch size (labelled): larger batches raise output tokens/s "
-                  "and the time each token takes." + encoding.note(), styled(chart),
+                  "Each point a batch size (labelled): a device with work to spare serves "
+                  "more output tokens/s at a larger batch, each token taking longer; a "
+                  "line that turns back (fewer tokens/s at a larger batch) marks a device "
+                  "already busy at the smaller one." + encoding.note(), styled(chart),
                   shows=encoding.defaults, table=NumbersTable([
                       *_cell_columns(encoding),
                       Column("output_tokens_per_s", "output tokens/s", ",.1f"),

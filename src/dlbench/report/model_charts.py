@@ -140,10 +140,11 @@ def by_batch(models: pd.DataFrame, panels: tuple[str, ...] = ("model", "phase")
     frame = models.assign(variant=encodings.labels(models, encoding.series))
     frame, order = with_panel(frame, encoding.panels)
     units = frame["unit"].replace("", None)
-    if units.nunique() > 1:  # samples/s beside tokens/s or shots/s: each panel says its own
-        named = frame["panel"] + units.map(lambda u: f" ({u})" if isinstance(u, str) else "")
-        order = [named[frame["panel"] == p].iloc[0] for p in order]
-        frame = frame.assign(panel=named)
+    # samples/s beside tokens/s or shots/s: each throughput panel says its own (the other
+    # charts of these rows draw TFLOP/s, memory or energy: their panels are the plain ones).
+    named = frame["panel"] + (units.map(lambda u: f" ({u})" if isinstance(u, str) else "")
+                              if units.nunique() > 1 else "")
+    frame = frame.assign(panel_unit=named)
     # One object for every chart of one report: its rows are converted once (datasets.Store).
     _BY_BATCH.clear()
     _BY_BATCH[key] = (models, (frame, order, encoding))
@@ -160,14 +161,19 @@ def run_to_run_columns(rows: pd.DataFrame) -> dict[str, pd.Series]:
     items = numeric(rows, "items_per_iteration")
     throughput = numeric(rows, "cell_throughput").fillna(rows["throughput"].astype(float))
     unstable = rows["unstable"] if "unstable" in rows else pd.Series(None, index=rows.index)
+    method = (rows["ci_method"] if "ci_method" in rows
+              else pd.Series(None, index=rows.index)).fillna("none")
+    # A table aggregated before the rule keeps an interval from one run of too few
+    # iterations (their whole range): none is drawn, as the aggregate now gives none.
+    too_few = (method == "iterations") & (numeric(rows, "iterations") < MIN_ITERATIONS)
+    method = method.mask(too_few, "none")
     return {
         "throughput": throughput,
-        "throughput_low": items / numeric(rows, "cell_time_ci_high_s"),
-        "throughput_high": items / numeric(rows, "cell_time_ci_low_s"),
+        "throughput_low": (items / numeric(rows, "cell_time_ci_high_s")).mask(too_few),
+        "throughput_high": (items / numeric(rows, "cell_time_ci_low_s")).mask(too_few),
         "time_ms": cell_time(rows) * 1e3,
         "repeats": numeric(rows, "repeats").fillna(1).astype(int),
-        "ci_method": (rows["ci_method"] if "ci_method" in rows
-                      else pd.Series(None, index=rows.index)).fillna("none"),
+        "ci_method": method,
         "run_to_run_cv": numeric(rows, "run_to_run_cv"),
         "unstable": unstable.astype("boolean").fillna(False).astype(bool),
     }
@@ -221,11 +227,14 @@ def filtered(chart: alt.TopLevelMixin, where: str | None,
 
 
 def faceted(layered: alt.LayerChart, panels: list[str], encoding: Encoding | None,
-            frame: pd.DataFrame, dropdowns: bool = True) -> alt.FacetChart:
-    """One panel per label in ``panels``, the encoding's dropdowns above them (``dropdowns``
-    false: declared by the chart it is stacked in, ``stacked``)."""
+            frame: pd.DataFrame, dropdowns: bool = True, field: str = "panel"
+            ) -> alt.FacetChart:
+    """One panel per label in ``panels`` (the values of ``field``), the encoding's
+    dropdowns above them (``dropdowns`` false: declared by the chart it is stacked in,
+    ``stacked``)."""
     chart = layered.facet(
-        facet=alt.Facet("panel:N", title=None, sort=panels), columns=facet_columns(len(panels)),
+        facet=alt.Facet(f"{field}:N", title=None, sort=panels),
+        columns=facet_columns(len(panels)),
     )
     if dropdowns and encoding is not None and encoding.filters:
         chart = chart.add_params(*encoding.params(frame))
@@ -321,10 +330,11 @@ def lines_by_batch(frame: pd.DataFrame, *, y: str, y_title: str, colour: alt.Col
                    tooltip: list[alt.Tooltip], panels: list[str],
                    series: str = "variant", encoding: Encoding | None = None,
                    where: str | None = None,
-                   calculate: dict[str, str] | None = None) -> alt.FacetChart:
-    """Lines over a log-2 batch-size axis, one panel per label in ``panels``; ``where``:
-    a Vega expression choosing the chart's rows of ``frame``; ``calculate``: columns the
-    chart derives (name -> Vega expression)."""
+                   calculate: dict[str, str] | None = None,
+                   panel_field: str = "panel") -> alt.FacetChart:
+    """Lines over a log-2 batch-size axis, one panel per label in ``panels`` (values of
+    ``panel_field``); ``where``: a Vega expression choosing the chart's rows of ``frame``;
+    ``calculate``: columns the chart derives (name -> Vega expression)."""
     x = alt.X("batch_size:Q", title="batch size", axis=batch_axis(frame["batch_size"].unique()),
               scale=alt.Scale(type="log", base=2, nice=False, padding=12))
     base = alt.Chart().encode(
@@ -349,7 +359,8 @@ def lines_by_batch(frame: pd.DataFrame, *, y: str, y_title: str, colour: alt.Col
     for name, expression in (calculate or {}).items():
         layered = layered.transform_calculate(**{name: expression})
     layered = layered.properties(width=PANEL_WIDTH, height=PANEL_HEIGHT)
-    return faceted(layered, panels, encoding, frame).resolve_scale(y="independent")
+    return faceted(layered, panels, encoding, frame,
+                   field=panel_field).resolve_scale(y="independent")
 
 
 def throughput_unit(frame: pd.DataFrame) -> str:
@@ -376,8 +387,10 @@ def throughput_figure(models: pd.DataFrame) -> Figure | None:
                                         format=",.3f")],
                          encoding)
     colour = alt.Color("precision:N", scale=precision_scale(list(frame["precision"].unique())))
+    named = [frame.loc[frame["panel"] == p, "panel_unit"].iloc[0] for p in panels]
     chart = lines_by_batch(frame, y="throughput", y_title=f"throughput ({throughput_unit(frame)})",
-                           colour=colour, tooltip=tips, panels=panels, encoding=encoding)
+                           colour=colour, tooltip=tips, panels=named, encoding=encoding,
+                           panel_field="panel_unit")
     several = int(frame["repeats"].max()) > 1
     return Figure("throughput", "Throughput against batch size",
                   "Median-iteration throughput"
@@ -473,23 +486,26 @@ def speedup_frame(models: pd.DataFrame) -> pd.DataFrame:
 def speedup_bars(frame: pd.DataFrame, panels: list[str], axis: str, baseline: str,
                  colour: alt.Color, tooltip: list[alt.Tooltip],
                  encoding: Encoding) -> alt.FacetChart:
-    """Bars of ``speedup`` (a ``ratio_frame``) per batch size, one per value of ``axis``
-    in the legend's order, a dashed parity line, the ratio written over each bar where the
-    labels fit."""
+    """Bars of ``speedup`` (a ``ratio_frame``) per batch size from parity (1×) on a log
+    scale, one per value of ``axis`` in the legend's order, the ratio written beyond each
+    bar's end where the labels fit. Log: 2× faster and 2× slower are bars of one length
+    (on a linear axis from 0 every slowdown was squashed under the first tick)."""
     order = ordered(frame[axis], encodings.PREFERRED.get(axis, ()))
     base = alt.Chart().encode(
         x=alt.X("batch_size:O", title="batch size", axis=alt.Axis(labelAngle=0), scale=BAND),
         xOffset=alt.XOffset(f"{axis}:N", sort=order),
     )
-    bars = base.mark_bar(cornerRadiusEnd=2).encode(
-        y=alt.Y("speedup:Q", title=f"speed-up over {baseline} (×)"), color=colour,
-        tooltip=tooltip)
-    labels = base.mark_text(dy=-6, fontSize=9, color=MUTED).encode(
-        y="speedup:Q", text="label:N")
+    y = alt.Y("speedup:Q", title=f"speed-up over {baseline} (×, log)",
+              scale=alt.Scale(type="log"), axis=alt.Axis(format="~g"))
+    bars = base.mark_bar().encode(y=y, y2=alt.datum(1), color=colour, tooltip=tooltip)
     parity = alt.Chart().mark_rule(color=MUTED, strokeDash=[4, 3]).encode(y=alt.datum(1))
     layers = [bars, parity]
     if frame["batch_size"].nunique() * len(order) <= 8:  # labels only where they fit
-        layers.append(labels)
+        # beyond the bar's end, away from the parity line: above a speed-up, below a slowdown
+        for faster, dy in ((True, -6), (False, 10)):
+            chosen = alt.datum.speedup >= 1 if faster else alt.datum.speedup < 1
+            layers.append(base.transform_filter(chosen).mark_text(
+                dy=dy, fontSize=9, color=MUTED).encode(y=y, text="label:N"))
     layered = filtered(alt.layer(*layers, data=frame), None, encoding).properties(
         width=PANEL_WIDTH, height=PANEL_HEIGHT)
     return faceted(layered, panels, encoding, frame).resolve_scale(xOffset="independent")

@@ -27,7 +27,9 @@ from dlbench.report.style import (
 
 # The schemes without their palest end, which would vanish on white.
 _VIRIDIS = alt.SchemeParams(name="viridis", extent=[0.0, 0.85])
-_PLASMA = alt.SchemeParams(name="plasma", extent=[0.0, 0.8])
+# Batch sizes, in order, in hues far apart: plasma's neighbours (2 and 4, 64 and 256)
+# were two purples, two pinks, where a panel drew only those.
+_BATCH_SCHEME = alt.SchemeParams(name="turbo", extent=[0.08, 0.92])
 PARAMETERS = "parameters"
 PHI = "Φ (FC weights)"
 # ParaDnn's own figure (6Φ x batch per training step, 2Φ inferring) over its steps' whole
@@ -93,9 +95,14 @@ def by_batch_figure(paradnn: pd.DataFrame) -> Figure | None:
     y, y_title = _metric(paradnn)
     frame, panels, encoding = _panels(paradnn[paradnn[y].notna()])
     sized = frame["parameters"].notna().all()
+    # The gradient's ends labelled: a log scale's own ticks left one label ("1M") over a
+    # range within one decade, from which no count could be read.
+    ends = sorted({int(frame["parameters"].min()), int(frame["parameters"].max())}) \
+        if sized else []
     colour = (alt.Color("parameters:Q", title=PARAMETERS,
                         scale=alt.Scale(type="log", scheme=_VIRIDIS),
-                        legend=alt.Legend(format="~s", type="gradient", gradientLength=140))
+                        legend=alt.Legend(format=".3~s", type="gradient", gradientLength=140,
+                                          values=ends))
               if sized else alt.Color("config:N", title="options"))
     base = alt.Chart().encode(
         x=alt.X("batch_size:Q", title="batch size", axis=batch_axis(frame["batch_size"].unique()),
@@ -130,7 +137,7 @@ def by_size_figure(paradnn: pd.DataFrame) -> Figure | None:
         x=alt.X("parameters:Q", title=PARAMETERS,
                 scale=alt.Scale(type="log", nice=False, padding=12), axis=alt.Axis(format="~s")),
         y=alt.Y(f"{y}:Q", title=y_title),
-        color=alt.Color("batch_size:O", title="batch size", scale=alt.Scale(scheme=_PLASMA)),
+        color=alt.Color("batch_size:O", title="batch size", scale=alt.Scale(scheme=_BATCH_SCHEME)),
         tooltip=_tooltip(frame, y),
     )
     if encoding.series:
