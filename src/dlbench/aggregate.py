@@ -63,6 +63,9 @@ MONITOR_COLUMNS: list[tuple[str, pa.DataType]] = [
     # and the share of samples the most held-back GPU ran below its clock, and why.
     ("gpu_power_limit_w", pa.float64()), ("gpu_clocks_held_back", pa.float64()),
     ("gpu_clock_reasons", pa.string()),
+    # CPU time the host took away while the cell measured (dlbench.host_contention): the
+    # hypervisor's share of the CPUs (steal), the seconds its cgroup's quota stopped it.
+    ("cpu_steal_fraction", pa.float64()), ("cpu_throttled_s", pa.float64()),
 ]
 
 # Where each cell's time went (result "stages_s", dlbench.stages): wall_<stage>_s.

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from dlbench import atomic, gpu_clocks, staging
+from dlbench import atomic, gpu_clocks, host_contention, staging
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
 # Every 0.5 s: on a busy 2-core host, sampling every 0.1 s cost 1.4 % of throughput
@@ -457,6 +457,11 @@ class ResourceMonitor:
         self._pss_next = 0.0  # when the sampler next reads the tree's PSS (PSS_SHARE)
         self._rapl_j: float | None = None
         self._rapl_s = 0.0  # the time _rapl_j covers, from the phase's start
+        # CPU time the host takes away (steal, a cgroup's throttling): read at the phase's
+        # start and end (dlbench.host_contention).
+        self._cgroup_stat = host_contention.cgroup_stat_path()
+        self._contention_start: host_contention.Counters | None = None
+        self._contention: dict[str, Any] = {}
         if not self.enabled:
             return
         try:
@@ -506,6 +511,8 @@ class ResourceMonitor:
         if self.gpus:
             self.gpus.ask_again()
         self._stop.clear()
+        self._contention = {}
+        self._contention_start = host_contention.read(stat=self._cgroup_stat)
         # The tree's PSS is first read at the sampler's first tick (PSS_SHARE), not here:
         # the ranks of a data-parallel cell would wait in their first measured iteration's
         # all-reduce for this one (rank 0's monitor walks every rank's page tables).
@@ -524,6 +531,9 @@ class ResourceMonitor:
             self.gpus.ask_again()
         self._sample()  # the phase's end, so counters, integrals and peaks cover all of it
         self._t1 = time.perf_counter()
+        if self._contention_start is not None:
+            self._contention = host_contention.taken(
+                self._contention_start, host_contention.read(stat=self._cgroup_stat))
         # after the phase's clock has stopped: its time is in none of the phase's figures
         self._pss_into_last_row(self._read_pss(in_phase=False))
         self._rapl_j = self._host_energy_j() if self.rapl else None
@@ -644,8 +654,12 @@ class ResourceMonitor:
         out["window"] = self.window
         if self.window != MEASURED_WINDOW:  # said with every figure, in the table too
             scope_energy_note(out, f"over {self.window}")
+        out.update(self._contention or host_contention.taken(
+            host_contention.Counters(None, None, None, None),
+            host_contention.Counters(None, None, None, None)))
+        taken = host_contention.note(out)
         out["notes"] = [*self.notes, *self._pss_unread(), *self._missing_readings(),
-                        *_short_phase(duration, energies)]
+                        *_short_phase(duration, energies), *([taken] if taken else [])]
         return out
 
     def _pss_unread(self) -> list[str]:

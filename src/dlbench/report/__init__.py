@@ -104,6 +104,14 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
                 "the GPU's at a lower clock, set by its power limit, its temperature or the "
                 "system; another system's cooling or power cap alone can differ so.",
                 _present(tables.held_back_table(frame))),
+        Section("contention", "CPU time taken by the host",
+                "Runs from which the host took CPU time while they measured: a virtual "
+                "machine's hypervisor running other guests on its CPUs (steal), or a "
+                "container's or job's CPU quota used up (its cgroup throttled until the next "
+                "period). Their iterations include those waits, which are not the cell's "
+                "work: such a run can be steady and still slow. Measure again on a quieter "
+                "host, or with a larger quota.",
+                _present(tables.contended_table(frame))),
         Section("resources", "Energy and memory",
                 "What the resource monitor recorded over the measured iterations of each cell.",
                 _present(resource_charts.energy_figure(models),

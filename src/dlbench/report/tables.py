@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from dlbench import gpu_clocks
+from dlbench import gpu_clocks, host_contention
 from dlbench.profiling.summary import of_row
 from dlbench.report import encodings
 from dlbench.report.data import (
@@ -415,6 +415,31 @@ def held_back_table(frame: pd.DataFrame) -> str | None:
             for _, r in rows.iterrows()]
     return table(["study", "system", "cell", *(["run"] if runs else []), "samples held back",
                   "why", "power limit (W)"], body, css="numeric-tail")
+
+
+def contended_table(frame: pd.DataFrame) -> str | None:
+    """Runs from which the host took CPU time while they measured (the hypervisor's steal
+    of NOTABLE_STEAL or more, any throttling by the cgroup's quota), most first; None when
+    there are none (or the table predates the columns)."""
+    if "cpu_steal_fraction" not in frame or "cpu_throttled_s" not in frame:
+        return None
+    steal = pd.to_numeric(frame["cpu_steal_fraction"], errors="coerce")
+    throttled = pd.to_numeric(frame["cpu_throttled_s"], errors="coerce")
+    rows = frame.assign(steal=steal, throttled=throttled)[
+        (steal >= host_contention.NOTABLE_STEAL) | (throttled > 0)]
+    if rows.empty:
+        return None
+    rows = rows.drop_duplicates(subset=["source"]).sort_values(
+        ["steal", "throttled"], ascending=False, na_position="last")
+    runs = names_runs(rows)
+    body = [[r.study, r.system, r.get("cell") or r.cell_id,
+             *([_run(r.get("repeat"))] if runs else []),
+             f"{r.steal:.1%}" if pd.notna(r.steal) else "",
+             f"{r.throttled:,.2f}" if pd.notna(r.throttled) else ""]
+            for _, r in rows.iterrows()]
+    return table(["study", "system", "cell", *(["run"] if runs else []),
+                  "CPU time stolen (hypervisor)", "throttled (s, cgroup quota)"], body,
+                 css="numeric-tail")
 
 
 def _run(repeat: Any) -> str:
