@@ -422,3 +422,9 @@ def test_dlbench_report_refuses_a_folder_holding_what_no_report_wrote_and_keeps_
     assert capsys.readouterr().err.endswith(
         f"{tmp_path}: a folder, not an aggregate Parquet file (such as "
         "results/benchmarks.parquet)\n")
+    # a mistyped profiles folder read as "no profiles", unsaid
+    assert command.main(["report", str(parquet), "--outdir", str(ours),
+                         "--profiles_dir", str(tmp_path / "nope")]) == 0
+    assert capsys.readouterr().err == (
+        f"dlbench report: warning: --profiles_dir {tmp_path / 'nope'}: no such folder; the "
+        "report has no Profiles section\n")

@@ -40,6 +40,10 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
             args.outdir = output_folder(str(table.with_name(f"{table.stem}-report")))
         except argparse.ArgumentTypeError as exc:
             parser.error(f"argument --outdir: {exc}")
+    if args.profiles_dir is not None and not Path(args.profiles_dir).is_dir():
+        # a mistyped folder would read as "no profiles": said, the report made without
+        print(f"{prog}: warning: --profiles_dir {args.profiles_dir}: no such folder; the "
+              "report has no Profiles section", file=sys.stderr)
     try:
         files = render(args.parquet, args.outdir, profiles_dir=args.profiles_dir,
                        baseline_system=args.baseline_system)
