@@ -248,7 +248,9 @@ def latency_figure(frame: pd.DataFrame) -> Figure | None:
     return Figure("llm-latency", "Time to first token and per output token",
                   "Top: the prefill of the batch's prompts (TTFT); bottom: each further token "
                   "(TPOT, a generation's mean step time: p50 over the generations, whisker to "
-                  "their p99), from a static KV cache, every timed step synchronised. The "
+                  "their p99, interpolated between the generations' times: from fewer than "
+                  "100 generations, p99 is near the slowest one, as p90 from fewer than 10), "
+                  "from a static KV cache, every timed step synchronised. The "
                   "table's ITL is the steps' own median (the inter-token latency), at which "
                   "decode's GB/s is figured; output tokens/s is a generation's at TTFT and "
                   "TPOT p50."
