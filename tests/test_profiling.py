@@ -915,3 +915,21 @@ def test_a_malformed_operator_table_is_one_line_naming_it(tmp_path, operators):
         torch_tool.torch_operators(source, tmp_path / "operators.parquet")
     assert str(info.value).startswith(f"{source}: not a torch.profiler operator table (")
     assert "\n" not in str(info.value)
+
+
+def test_a_calibration_cells_profile_runs_the_profiles_iterations():
+    """A calibration cell has no iteration axes: the profile's counts (ncu and hpcrun: one
+    iteration) were dropped from its command line, and every kernel ran its default 3 + 10
+    iterations under the tool. They are its runner's --iterations and --warmup now;
+    other kinds keep them as axis flags."""
+    from dlbench.calibrate.runner import parser as calibrate
+    from dlbench.profiling import commands
+
+    (cell,) = [c for c in study.expand_config({"studies": {"s": {
+        "calibrate": True, "grid": {"model": "deep_mnist", "device": "cpu"}}}})
+        if c.kind == "calibrate"]
+    argv = commands.runner_argv(json.loads(cell.to_json()), Path("p"), "python", (1, 0))
+    args = calibrate().parse_args(argv[3:])
+    assert (args.iterations, args.warmup) == (1, 0)
+    assert commands.iteration_flags("model", 1, 0) == []
+    assert commands.iteration_flags("calibrate", None, None) == []

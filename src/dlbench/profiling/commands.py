@@ -71,7 +71,20 @@ def runner_argv(cell: dict[str, Any], out_dir: Path, python: str,
     profiled = {**cell, "params": profiled_params(cell, *iterations)}
     # Every runner has a resource monitor; it stays off while a tool profiles.
     return [*launch.runner_command(profiled, out_dir / RESULT, python, data_dir),
-            "--monitor_interval_ms=0"]
+            *iteration_flags(cell["kind"], *iterations), "--monitor_interval_ms=0"]
+
+
+def iteration_flags(kind: str, measured: int | None, warmup: int | None) -> list[str]:
+    """The profile's iteration counts as runner flags, for a kind that has no axes of them
+    (a calibration cell: its runner's --iterations and --warmup per kernel), whose
+    command line would otherwise leave them out, the runner's defaults measured."""
+    from dlbench import axes
+
+    measured_key, warmup_key = iteration_keys(kind)
+    if kind in axes.get(measured_key).kinds:
+        return []
+    return [*([f"--iterations={measured}"] if measured is not None else []),
+            *([f"--warmup={warmup}"] if warmup is not None else [])]
 
 
 def missing_binary(plan: Plan) -> str | None:
