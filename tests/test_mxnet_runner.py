@@ -639,10 +639,28 @@ def test_loader_only_cell_records_its_reader(mxnet_python, tmp_path, flat_datase
     assert m["iterations"] == 5 and m["items_per_iteration"] == 4 and m["throughput"] > 0
     assert m["extra"]["data_reader"] == reader
     assert m["extra"]["data_reader_requested"] == reader
+    # each reader's own prefetch unless DLBS's --prefetch_buffer says (below)
+    assert m["extra"]["prefetch_buffer"] == (4 if reader == "gluon" else None)
     if reader == "gluon":
         assert m["extra"]["loader_workers"] == 2 and m["extra"]["decoder"] == "opencv"
     else:
         assert m["extra"]["decode_threads_requested"] == 1
+
+
+@pytest.mark.mxnet
+@pytest.mark.parametrize("reader", ["native", "gluon"])
+def test_dlbs_prefetch_buffer_is_taken_by_either_reader(mxnet_python, tmp_path, flat_dataset,
+                                                        reader):
+    """DLBS's benchmarks.py takes --prefetch_buffer (batches decoded ahead); here it was an
+    argparse error."""
+    done, output = run_cell(mxnet_python, tmp_path, "--model", "resnet18", "--batch_size", "2",
+                            "--data_dir", str(flat_dataset), "--data_loader_only=true",
+                            "--data_reader", reader, "--preprocess_threads", "1",
+                            "--prefetch_buffer", "3", "--num_batches", "2",
+                            "--num_warmup_batches", "0")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (m,) = read_valid(output)["measurements"]
+    assert m["extra"]["prefetch_buffer"] == 3
 
 
 @pytest.mark.mxnet

@@ -82,9 +82,11 @@ def synthetic(ctxs: list[mx.Context], batch_size: int, input_shape: tuple[int, .
 
 def record_iter(rec: Path, idx: Path, *, batch_size: int, input_shape: tuple[int, ...],
                 threads: int, part_index: int = 0, num_parts: int = 1,
-                seed: int = 0, shuffle: bool = True) -> mx.io.ImageRecordIter:
+                seed: int = 0, shuffle: bool = True,
+                prefetch_buffer: int | None = None) -> mx.io.ImageRecordIter:
     """Training-style decoding: random crop to the model's input, random mirror, shuffled
-    records; ``part_index``/``num_parts`` give each kvstore worker its own share."""
+    records; ``part_index``/``num_parts`` give each kvstore worker its own share;
+    ``prefetch_buffer``: batches decoded ahead (DLBS's flag; None: MXNet's own default)."""
     channels = input_shape[0]
     if channels == 3:
         normalize = {"mean_r": MEAN_RGB[0], "mean_g": MEAN_RGB[1], "mean_b": MEAN_RGB[2],
@@ -96,7 +98,8 @@ def record_iter(rec: Path, idx: Path, *, batch_size: int, input_shape: tuple[int
         data_shape=tuple(input_shape), batch_size=batch_size,
         rand_crop=True, rand_mirror=True, shuffle=shuffle, seed=seed,
         preprocess_threads=threads, part_index=part_index, num_parts=num_parts,
-        dtype="float32", **normalize)
+        dtype="float32", **normalize,
+        **({"prefetch_buffer": prefetch_buffer} if prefetch_buffer is not None else {}))
 
 
 def next_batch(it: mx.io.DataIter) -> mx.io.DataBatch:
@@ -128,16 +131,18 @@ class NativeReader:
     name = "native"
 
     def __init__(self, rec: Path, idx: Path, *, batch_size: int, input_shape: tuple[int, ...],
-                 threads: int, part_index: int = 0, num_parts: int = 1, seed: int = 0):
-        self.threads, self.rec = threads, rec
+                 threads: int, part_index: int = 0, num_parts: int = 1, seed: int = 0,
+                 prefetch_buffer: int | None = None):
+        self.threads, self.rec, self.prefetch_buffer = threads, rec, prefetch_buffer
         self.it = record_iter(rec, idx, batch_size=batch_size, input_shape=input_shape,
                               threads=threads, part_index=part_index, num_parts=num_parts,
-                              seed=seed)
+                              seed=seed, prefetch_buffer=prefetch_buffer)
 
     def facts(self) -> dict:
         return {"data_reader": self.name, "decode_threads_requested": self.threads,
                 "decode_threads_cap": native_thread_cap(usable_cpus()),
-                "decoder": "opencv", "host_batch_layout": "float32 NCHW"}
+                "decoder": "opencv", "host_batch_layout": "float32 NCHW",
+                "prefetch_buffer": self.prefetch_buffer}
 
     def next(self) -> mx.io.DataBatch:
         try:
@@ -161,16 +166,17 @@ class NativeReader:
 
 def open_reader(kind: str, rec: Path, idx: Path, *, batch_size: int,
                 input_shape: tuple[int, ...], threads: int, part_index: int = 0,
-                num_parts: int = 1, seed: int = 0):
+                num_parts: int = 1, seed: int = 0, prefetch: int | None = None):
     """A ``native`` or ``gluon`` reader (see ``choose_reader``); both give ``next()`` host
     batches, ``to_devices(batch, ctxs, dtype)`` -> [(data, float32 label)] per device,
-    ``facts()`` for the measurement and ``close()``."""
+    ``facts()`` for the measurement and ``close()``; ``prefetch``: batches decoded ahead
+    (DLBS's --prefetch_buffer; None: each reader's own)."""
     common = {"batch_size": batch_size, "input_shape": tuple(input_shape),
               "part_index": part_index, "num_parts": num_parts, "seed": seed}
     if kind == "native":
-        return NativeReader(rec, idx, threads=threads, **common)
+        return NativeReader(rec, idx, threads=threads, prefetch_buffer=prefetch, **common)
     if kind == "gluon":
         from dlbench.mxnet.record_loader import GluonRecordReader
 
-        return GluonRecordReader(rec, idx, workers=threads, **common)
+        return GluonRecordReader(rec, idx, workers=threads, prefetch=prefetch, **common)
     raise CellError(f"--data_reader {kind!r} is not one of {', '.join(READERS)}")

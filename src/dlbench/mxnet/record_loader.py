@@ -265,7 +265,7 @@ class GluonRecordReader:
 
     def __init__(self, rec: Path, idx: Path, *, batch_size: int, input_shape: tuple[int, ...],
                  workers: int, part_index: int = 0, num_parts: int = 1, seed: int = 0,
-                 shuffle: bool = True, epochs: int | None = None):
+                 shuffle: bool = True, epochs: int | None = None, prefetch: int | None = None):
         if len(input_shape) != 3 or input_shape[0] != 3:
             raise CellError(f"--data_reader gluon decodes RGB images; the model's input "
                             f"shape is {tuple(input_shape)}")
@@ -276,9 +276,10 @@ class GluonRecordReader:
         records = part(len(images), part_index, num_parts)
         sampler = RecordBatches(records, batch_size, shuffle=shuffle,
                                 seed=seed + 7919 * part_index, epochs=epochs)
-        # Batches in flight: `prefetch` queued plus the one asked for; the ring holds them
-        # and the batch the caller still reads.
-        prefetch = 2 * workers
+        # Batches in flight: `prefetch` queued (two per worker unless given) plus the one
+        # asked for; the ring holds them and the batch the caller still reads.
+        prefetch = 2 * workers if prefetch is None else max(1, prefetch)
+        self.prefetch = prefetch
         self.ring = BatchRing(prefetch + 2, batch_size, (input_shape[1], input_shape[2], 3))
         self.loader = gluon.data.DataLoader(RingImages(images, self.ring), batch_sampler=sampler,
                                             batchify_fn=ring_batchify, num_workers=workers,
@@ -289,7 +290,7 @@ class GluonRecordReader:
 
     def facts(self) -> dict[str, Any]:
         return {"data_reader": NAME, "loader_workers": self.workers, "decoder": DECODER,
-                "host_batch_layout": "uint8 NHWC"}
+                "host_batch_layout": "uint8 NHWC", "prefetch_buffer": self.prefetch}
 
     def next(self) -> tuple[np.ndarray, np.ndarray]:
         """The next host batch; raises StopIteration only when ``epochs`` were given."""

@@ -49,7 +49,12 @@ _SGD = {"learning_rate": 0.01, "momentum": 0.9}
 
 def build_parser():
     # The axis flags (DLBS's, from dlbench.axes: --data_reader too) and the monitor's.
-    return harness.parser("mxnet", PROG)
+    parser = harness.parser("mxnet", PROG)
+    # DLBS's benchmarks.py flag, for a run by hand (no study axis: a cell's reader keeps
+    # its own prefetch): batches the RecordIO reader decodes ahead.
+    parser.add_argument("--prefetch_buffer", type=cli.at_least(1), default=None,
+                        help="RecordIO batches decoded ahead (default: the reader's own)")
+    return parser
 
 
 def cell_of(args) -> dict[str, Any]:
@@ -280,7 +285,7 @@ def _open_reader(args, plan: Plan, input_shape: tuple[int, ...]):
                                        batch=plan.batch, parts=plan.workers)
     return data.open_reader(kind, rec, idx, batch_size=plan.batch, input_shape=input_shape,
                             threads=args.preprocess_threads, part_index=plan.rank,
-                            num_parts=plan.workers)
+                            num_parts=plan.workers, prefetch=args.prefetch_buffer)
 
 
 def on_devices(parts: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
