@@ -83,6 +83,28 @@ def test_a_40_percent_slower_run_is_slower_with_an_interval_below_one_and_exits_
                  "--fail-on", "none"]) == 0
 
 
+def test_a_side_whose_host_took_cpu_time_from_its_runs_says_so_beside_its_verdict(tmp_path):
+    """NEW slower on a busy virtual machine (a quarter of its CPU time stolen, its cgroup
+    throttled): the verdict stands and its note says what may explain it; a quiet host
+    says nothing."""
+    write_result(tmp_path / "a", "sysA", model_cell(), noisy(0.100, seed=1))
+    path = write_result(tmp_path / "b", "sysB", model_cell(), noisy(0.140, seed=2))
+    res = R.read(path)
+    res["extra"]["monitor"] = {"cpu_steal_fraction": 0.25, "cpu_throttled_s": 1.5}
+    R.write(res, path)
+    path = write_result(tmp_path / "a", "sysA", model_cell("alexnet"), noisy(0.05, seed=3))
+    res = R.read(path)
+    res["extra"]["monitor"] = {"cpu_steal_fraction": 0.001, "cpu_throttled_s": 0.0}
+    R.write(res, path)
+    write_result(tmp_path / "b", "sysB", model_cell("alexnet"), noisy(0.05, seed=4))
+    comparison = compare(str(tmp_path / "a"), str(tmp_path / "b"))
+    row = verdict_of(comparison)
+    assert row.verdict == "slower"
+    assert row.note == "NEW's host took CPU time from its runs (steal up to 25%, throttled up " \
+                       "to 1.50 s)"
+    assert not isinstance(verdict_of(comparison, "alexnet").note, str)
+
+
 def test_a_side_whose_gpu_clocks_were_held_back_says_so_beside_its_verdict(tmp_path):
     """NEW slower, its GPU at its power cap in most samples: the verdict stands, and its
     note says what may explain it; a side held back in one sample of a hundred says

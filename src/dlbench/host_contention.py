@@ -121,3 +121,17 @@ def note(values: dict[str, Any]) -> str | None:
         return None
     return ("CPU time taken away during the phase: " + "; ".join(parts)
             + ": its iterations include these waits")
+
+
+def side_note(label: str, steal: float, throttled_s: float) -> str | None:
+    """dlbench compare's line for a side whose host took CPU time from a run (the most it
+    took from one: ``steal`` share, ``throttled_s``; NaN unknown), None otherwise: a slower
+    side may be a busier host, not slower software."""
+    parts = []
+    if steal == steal and steal >= NOTABLE_STEAL:  # not NaN
+        parts.append(f"steal up to {steal:.0%}")
+    if throttled_s == throttled_s and throttled_s > 0:
+        parts.append(f"throttled up to {throttled_s:.2f} s")
+    if not parts:
+        return None
+    return f"{label}'s host took CPU time from its runs ({', '.join(parts)})"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dlbench import aggregate, bootstrap, drift, gpu_clocks
+from dlbench import aggregate, bootstrap, drift, gpu_clocks, host_contention
 from dlbench.comms.sizes import measured_label
 from dlbench.compare.match import NOT_COMPARED
 
@@ -93,6 +93,8 @@ def side_values(rows: pd.DataFrame) -> pd.DataFrame:
     with np.errstate(divide="ignore", invalid="ignore"):
         rows = rows.assign(energy_per_sample_j=np.where(spj > 0, 1 / spj, np.nan),
                            _held_back=_numbers(rows, "gpu_clocks_held_back"),
+                           _steal=_numbers(rows, "cpu_steal_fraction"),
+                           _throttled=_numbers(rows, "cpu_throttled_s"),
                            # a run that drifted (dlbench.drift): its drift, else none
                            _drift=np.where(rows["drifting"].astype("boolean").fillna(False)
                                            .to_numpy(bool), _numbers(rows, "time_drift"),
@@ -117,6 +119,9 @@ def side_values(rows: pd.DataFrame) -> pd.DataFrame:
         "system": group["system"].first(),
         # The most held-back run's share of samples with its GPU below its clock, and why.
         "gpu_clocks_held_back": group["_held_back"].max(),
+        # The most the host took from a run (dlbench.host_contention): steal, throttling.
+        "cpu_steal_fraction": group["_steal"].max(),
+        "cpu_throttled_s": group["_throttled"].max(),
     })
     out["gpu_clock_reasons"] = (rows.sort_values("_held_back", ascending=False)
                                 .groupby("_key", sort=False)["gpu_clock_reasons"].first()
@@ -390,11 +395,14 @@ def _with_side_notes(notes: np.ndarray, energy_notes: np.ndarray, base: pd.DataF
     sides = [(label, side["gpu_clocks_held_back"].to_numpy(float),
               side["gpu_clock_reasons"].to_numpy(), side["time_drift"].to_numpy(float),
               side[["run_to_run_cv", "repeats", "median_low_s", "median_high_s"]]
-              .to_numpy(float)) for label, side in (("BASE", base), ("NEW", new))]
+              .to_numpy(float),
+              side[["cpu_steal_fraction", "cpu_throttled_s"]].to_numpy(float))
+             for label, side in (("BASE", base), ("NEW", new))]
     for i in range(len(out)):
         parts = [out[i], energy_notes[i]]
-        for label, held, reasons, drifted, runs in sides:
+        for label, held, reasons, drifted, runs, taken in sides:
             parts.append(gpu_clocks.note(label, held[i], reasons[i]))
+            parts.append(host_contention.side_note(label, *taken[i]))
             parts.append(drift.note(label, drifted[i], bool(np.isfinite(drifted[i])),
                                     held[i], reasons[i]))
             parts.append(_unstable_note(label, *runs[i]))
