@@ -101,3 +101,18 @@ def test_a_gpu_cells_runner_numbers_its_gpus_by_pci_bus_as_nvml_does(tmp_path, m
         assert env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     with launch.assigned_gpus({"cell_id": "c", "params": {"device": "cpu"}}, None) as env:
         assert env == {}
+
+
+def test_a_runner_refusing_its_flags_is_named_once_with_its_error():
+    """argparse names the program itself: the row said "python3 -m dlbench.pytorch: python
+    -m dlbench.pytorch: error: ...". A traceback's exception line is the row's error."""
+    from dlbench import launch, subproc
+
+    refused = subproc.Ran(2, ["usage: ...", "python -m dlbench.pytorch: error: --num_batches "
+                                            "must be >= 1, got 0"])
+    assert launch.runner_failure(refused, None, "python3 -m dlbench.pytorch") == (
+        "python3 -m dlbench.pytorch: error: --num_batches must be >= 1, got 0")
+    crashed = subproc.Ran(1, ["Traceback (most recent call last):", '  File "r.py", line 9',
+                              "RuntimeError: boom", "second line"])
+    assert launch.runner_failure(crashed, None, "python3 -m dlbench.pytorch") == (
+        "python3 -m dlbench.pytorch: RuntimeError: boom")

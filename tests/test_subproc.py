@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 LEAVES_A_PROCESS_HOLDING_ITS_OUTPUT = """
@@ -212,17 +214,23 @@ ADOPTS_WHAT_ITS_CHILD_LEFT = """
 import sys
 from dlbench import subproc
 assert subproc.adopt_orphans()
-subproc.supervised(["bash", "-c", "setsid sleep 120 & echo $! > " + sys.argv[1] + "; exit 0"])
+subproc.supervised(["bash", "-c", sys.argv[2].replace("{}", sys.argv[1])])
 print(len(subproc.children(__import__("os").getpid())), flush=True)
 """
 
 
-def test_an_adopting_supervisor_ends_what_its_child_left_in_a_session_of_its_own(tmp_path):
+@pytest.mark.parametrize("leaves", ["setsid sleep 120 & echo $! > {}; exit 0",
+                                    # a double fork: the orphan's group leader has exited,
+                                    # so killing "its" group missed it (it ran on for good)
+                                    "setsid bash -c 'sleep 120 & echo $! > {}; exit 0'; "
+                                    "sleep 0.2; exit 0"])
+def test_an_adopting_supervisor_ends_what_its_child_left_in_a_session_of_its_own(tmp_path,
+                                                                                  leaves):
     """A child that exits while a process it started in a session of its own runs on
     leaves it to us once we adopt orphans (``adopt_orphans``): ``supervised`` ends it,
     and reaps it, along with the child."""
     pid_file = tmp_path / "left.pid"
-    out = subprocess.run([sys.executable, "-c", ADOPTS_WHAT_ITS_CHILD_LEFT, str(pid_file)],
+    out = subprocess.run([sys.executable, "-c", ADOPTS_WHAT_ITS_CHILD_LEFT, str(pid_file), leaves],
                          env={**os.environ, "PYTHONPATH": SRC}, capture_output=True,
                          text=True, timeout=60)
     left = int(pid_file.read_text())
@@ -300,8 +308,38 @@ def test_a_stop_ends_what_was_adopted_while_the_runner_still_ran(tmp_path):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == -signal.SIGTERM
         assert _ends(rank)
+        # the log's last line says why it ended (a scheduler's stop left it bare)
+        assert proc.stderr.read().strip().splitlines()[-1].startswith(
+            f"stopped by SIGTERM: {sys.executable} -c ")
     finally:
         proc.kill()
         if pid_file.exists() and pid_file.read_text().strip() and \
                 _running(rank := int(pid_file.read_text())):
             os.kill(rank, signal.SIGKILL)
+
+
+def test_the_error_line_is_the_exception_of_a_traceback_printable_and_cut():
+    """A runner that died with RuntimeError("boom\\nsecond line") was recorded as "second
+    line"; a 50 MB line on stderr became a 50 MB result (and the launcher's memory), and
+    control characters reached the row."""
+    from dlbench import subproc
+
+    tail = ["warming up", "Traceback (most recent call last):", '  File "x.py", line 1',
+            "    main()", "RuntimeError: boom", "second line"]
+    assert subproc.last_error_line(tail) == "RuntimeError: boom"
+    chained = [*tail, "", "During handling of the above exception, another exception "
+               "occurred:", "", "Traceback (most recent call last):", '  File "y.py"',
+               "ValueError: worse"]
+    assert subproc.last_error_line(chained) == "ValueError: worse"
+    assert subproc.last_error_line(["", "Killed", ""]) == "Killed"
+    assert subproc.last_error_line(["bad \x00bytes\x1b[31mred"]) == "bad bytes [31mred"
+    long = subproc.last_error_line(["x" * 10**6])
+    assert len(long) == subproc.ERROR_LINE_CHARS and long.endswith("…")
+
+
+def test_a_huge_stderr_line_is_kept_cut_in_the_tail(tmp_path):
+    from dlbench import subproc
+
+    ran = subproc.supervised([sys.executable, "-c",
+                              "import sys; sys.stderr.write('y' * 10**6 + '\\n'); sys.exit(3)"])
+    assert ran.rc == 3 and len(ran.tail[-1]) == subproc.TAIL_LINE_CHARS

@@ -194,6 +194,8 @@ def runner_failure(ran: subproc.Ran, timeout_s: float | None, module: str,
     if ran.rc < 0:
         words = subproc.exit_words(ran.rc)
         return f"{module}: {words}" + (f"; last error line: {line}" if line else "")
+    # argparse names the program itself ("python -m dlbench.pytorch: error: ..."): once
+    line = line.removeprefix(f"python -m {module.rsplit(' ', 1)[-1]}: ")
     return f"{module}: {line or subproc.exit_words(ran.rc)}"
 
 

@@ -78,6 +78,16 @@ def child_setup(parent: int | None = None) -> Callable[[], None]:
     return setup
 
 
+# A kept stderr line and a failure's line are cut to these lengths: one 50 MB line (a
+# tensor printed whole) was a 50 MB result file and held the launcher's memory.
+TAIL_LINE_CHARS = 4000
+ERROR_LINE_CHARS = 500
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _pump(stream, sink, tail: collections.deque[str] | None) -> None:
     for line in stream:
         try:
@@ -86,7 +96,7 @@ def _pump(stream, sink, tail: collections.deque[str] | None) -> None:
         except OSError:
             pass  # our own log cannot be written (a full disk): keep the tail regardless
         if tail is not None:
-            tail.append(line.rstrip("\n"))
+            tail.append(_cut(line.rstrip("\n"), TAIL_LINE_CHARS))
 
 
 def run_tee(cmd: Sequence[str], env: Mapping[str, str] | None = None,
@@ -162,6 +172,11 @@ def kill_tree(pid: int, sig: int = signal.SIGKILL) -> None:
                     os.killpg(child, sig)
                 os.kill(child, sig)
         kill_group(pid, sig)
+        # ``pid`` itself where it leads no group: an orphan adopted from a group whose
+        # leader has exited (a double fork), which killing "its" group missed.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(pid) != pid:
+                os.kill(pid, sig)
     finally:
         if blocked:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
@@ -198,6 +213,11 @@ def _forwarding_signals(proc: subprocess.Popen, ours: set[int]) -> Iterator[None
         if proc.returncode is None:  # reaped, its pid may be another process's now
             kill_tree(proc.pid)
         end_adopted(ours | {proc.pid})
+        # The log's last line says why it ends here (a scheduler's stop left it bare).
+        with contextlib.suppress(OSError, ValueError):
+            what = _cut((" ".join(map(str, proc.args[:3])).splitlines() or [""])[0], 200)
+            print(f"stopped by {signal.Signals(signum).name}: {what.strip()} and every "
+                  "process it started were ended; no result", file=sys.stderr, flush=True)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
@@ -344,8 +364,12 @@ def _supervise(cmd: Sequence[str], env: Mapping[str, str] | None, keep: int,
         if own_group:
             kill_group(proc.pid)  # what the runner left behind must not measure on
             end_adopted(ours)  # and what left its group, orphaned once the runner ended
-        for t in threads:  # bounded where a process left behind may hold the pipes
-            t.join(DRAIN_S if own_group or received else None)
+        # Bounded where a process left behind may hold the pipes: DRAIN_S for both pipes
+        # together, not each (a leftover holding both cost twice that).
+        drained_by = time.monotonic() + DRAIN_S
+        for t in threads:
+            t.join(max(0.0, drained_by - time.monotonic()) if own_group or received
+                   else None)
     return Ran(rc, list(tail), timed_out)
 
 
@@ -370,9 +394,21 @@ def errno_words(exc: OSError) -> str:
     return f"{why}{f' ({name})' if name else ''}{where}"
 
 
+_TRACEBACK = "Traceback (most recent call last):"
+
+
 def last_error_line(lines: Sequence[str]) -> str:
-    """The most telling line of a failed child's stderr: the last non-empty one."""
-    for line in reversed(lines):
-        if line.strip():
-            return line.strip()
-    return ""
+    """The most telling line of a failed child's stderr, printable and cut to
+    ERROR_LINE_CHARS: the exception line of its last Python traceback (a message of
+    several lines ended with its last, not the exception), else the last non-empty line."""
+    found = ""
+    start = max((i for i, line in enumerate(lines) if line.strip() == _TRACEBACK),
+                default=None)
+    if start is not None:
+        # past the frames (indented): the first line at the margin names the exception
+        found = next((line for line in lines[start + 1:]
+                      if line.strip() and not line[:1].isspace()), "")
+    if not found:
+        found = next((line for line in reversed(lines) if line.strip()), "")
+    printable = "".join(c if c.isprintable() else " " for c in found.strip())
+    return _cut(" ".join(printable.split()), ERROR_LINE_CHARS)
