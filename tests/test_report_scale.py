@@ -82,9 +82,10 @@ def test_a_study_varying_only_batch_size_and_precision_gets_no_extra_facets(benc
     assert encoding == Encoding(panels=["model", "phase"])
     figure = model_charts.throughput_figure(models)
     spec = figure.chart.to_dict()
-    assert spec["facet"]["field"] == "panel" and spec["columns"] == 1
+    # the throughput panels' own field (with the unit where units differ; not here)
+    assert spec["facet"]["field"] == "panel_unit" and spec["columns"] == 1
     rows = spec["datasets"][spec["data"]["name"]]
-    assert {r["panel"] for r in rows} == {"resnet50 · training"}
+    assert {r["panel_unit"] for r in rows} == {"resnet50 · training"}
     assert "params" not in spec and "strokeDash" not in spec["spec"]["layer"][0]["encoding"]
     assert zig_zags(figure) == 0
     assert "Choose" not in figure.caption
