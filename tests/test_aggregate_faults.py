@@ -271,7 +271,7 @@ def test_another_systems_invalid_file_stays_a_failed_row_and_is_not_set_aside(tm
             for row in pq.read_table(tmp_path / "t.parquet").to_pylist()}
     assert "the next run moves it aside" in rows["box", "s"]["error"]
     assert rows["other", "s"]["error"].endswith(
-        "left in place: system 'other''s next run measures the cell again")
+        "left in place: the next run of system 'other' measures the cell again")
     assert rows["other", "s"]["status"] == "failed" and rows["other", "s"]["cell_id"] == "B"
     assert rows["box", "t"]["error"].endswith(
         "left in place: a run of a config with this cell (study 't') measures the cell again")
@@ -341,3 +341,18 @@ def test_the_table_is_kept_by_snakemake_when_the_job_fails():
     rule = (SCRIPT.parents[1] / "rules" / "aggregate.smk").read_text()
     for name in ("parquet", "csv"):
         assert re.search(rf"^\s+{name}=update\(", rule, re.MULTILINE), name
+
+
+def test_a_listed_file_valid_again_is_kept_not_measured_again(tmp_path):
+    """The aggregate listed a cut-short result; its user copied the original back before
+    the next run, which moved the valid file to invalid/ and measured the cell again."""
+    good = write_json(cell_path(tmp_path, "A"), result("A"))
+    bad = cell_path(tmp_path, "B")
+    bad.write_bytes(b"{broken")
+    listing = tmp_path / workflow_support.INVALID_LATER
+    listing.parent.mkdir(parents=True, exist_ok=True)
+    listing.write_text(f"{good}\n{bad}\n")  # as if A had been found cut short too
+    (moved,) = workflow_support.set_aside_invalid([str(good), str(bad)], listing)
+    assert moved.parent.name == "invalid" and not bad.exists()
+    assert good.exists() and json.loads(good.read_text())["cell_id"] == "A"
+    assert not listing.exists()

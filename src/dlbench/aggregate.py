@@ -462,7 +462,7 @@ def build_table(paths: Iterable[str | Path], *, move_invalid: bool = False,
         owner, study = systems.system_of(Path(path)), systems.study_of(Path(path))
         if own_system is not None and owner is not None and owner != own_system:
             return invalid_row(path, problem, False, None,
-                               left_for=f"system {owner!r}'s next run")
+                               left_for=f"the next run of system {owner!r}")
         if owned is not None and str(path) not in owned:
             return invalid_row(path, problem, False, None,
                                left_for=f"a run of a config with this cell (study {study!r})")

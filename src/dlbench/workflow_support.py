@@ -828,18 +828,29 @@ def record_invalid_later(paths: Sequence[str], own_files: Collection[str] = (),
         listing.unlink(missing_ok=True)
 
 
+def _valid_now(path: Path) -> bool:
+    from dlbench import aggregate
+
+    try:
+        aggregate.load(path)
+    except aggregate.InvalidResult:
+        return False
+    return True
+
+
 def set_aside_invalid(planned: Collection[str], listing: Path = INVALID_LATER
                       ) -> list[Path]:
     """Move the result files the last aggregate found invalid that this run plans
     (``planned``, its result files) into invalid/ beside them, so that it measures their
     cells again; the ones moved. Those another config's run plans stay listed for it (moved
-    now, they would leave the table with no run to measure them); gone ones are dropped."""
+    now, they would leave the table with no run to measure them); gone ones are dropped,
+    and so are those valid now (the original copied back: kept, not measured again)."""
     from dlbench import aggregate, atomic
 
     if not listing.is_file():
         return []
     listed = [path for path in listing.read_text().splitlines()
-              if path and Path(path).is_file()]
+              if path and Path(path).is_file() and not _valid_now(Path(path))]
     wanted = set(planned)
     # Its job log with it: the cell's next job would write over it.
     moved = [set_aside_run(Path(path), aggregate.INVALID_DIR) for path in listed
