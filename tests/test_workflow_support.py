@@ -276,3 +276,15 @@ def test_a_snakemake_call_that_plans_no_jobs_is_told_from_runs_and_dry_runs():
                   ["--forcerun", "dataset_lmdb"]):
         assert not support.plans_no_jobs(args(*words)), words
     assert not support.plans_no_jobs(None)  # the Python API: as a run
+
+
+def test_a_folder_another_run_has_locked_is_told_from_a_free_one(tmp_path):
+    """A second run of one folder, refused by Snakemake's lock only after this file was
+    read, had already moved results aside under the running one (its table then named a
+    file that was gone); its start-up now leaves them while a lock is held."""
+    locks = tmp_path / ".snakemake" / "locks"
+    assert not support.snakemake_locked(locks)  # no folder: no run yet
+    locks.mkdir(parents=True)
+    assert not support.snakemake_locked(locks)
+    (locks / "0.output.lock").write_text("results/x.json\n")
+    assert support.snakemake_locked(locks)

@@ -565,6 +565,15 @@ def plans_no_jobs(args: Any) -> bool:
     return any(getattr(args, name, None) for name in NO_JOB_OPTIONS)
 
 
+def snakemake_locked(locks: Path) -> bool:
+    """Whether Snakemake's lock folder holds a lock: another run of this folder is on (or
+    one that crashed left it, which Snakemake refuses alike until --unlock)."""
+    try:
+        return any(entry.is_file() for entry in locks.iterdir())
+    except OSError:
+        return False
+
+
 def executor_is_local(args: Any) -> bool | None:
     """Whether the executor of Snakemake's parsed command line (``args``, profiles
     included) runs the jobs on this machine: its plugin's ``local_exec``, as Snakemake

@@ -212,9 +212,25 @@ def _dry_run():
 
 
 def _runs_no_jobs():
-    """Whether this call plans no jobs (--unlock, --list-rules, --cleanup-metadata, ...):
-    it then moves no result aside and removes no dataset, and says nothing of it."""
-    return support.plans_no_jobs(_command_line())
+    """Whether this call plans no jobs (--unlock, --list-rules, --cleanup-metadata, ...),
+    or will be refused them: another run holds Snakemake's lock on this folder (this file
+    is read before Snakemake takes it). It then moves no result aside and removes no
+    dataset (under the running one's feet), and says nothing of it."""
+    return support.plans_no_jobs(_command_line()) or _locked_by_another_run()
+
+
+@functools.cache
+def _locked_by_another_run():
+    if not workflow.is_main_process or getattr(_command_line(), "nolock", False):
+        return False
+    if support.snakemake_locked(Path(".snakemake/locks")):
+        print(
+            "dlbench: another Snakemake run holds this folder's lock: no result is set "
+            "aside or dataset removed by this one",
+            file=sys.stderr,
+        )
+        return True
+    return False
 
 
 @functools.cache
