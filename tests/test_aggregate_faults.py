@@ -356,3 +356,17 @@ def test_a_listed_file_valid_again_is_kept_not_measured_again(tmp_path):
     assert moved.parent.name == "invalid" and not bad.exists()
     assert good.exists() and json.loads(good.read_text())["cell_id"] == "A"
     assert not listing.exists()
+
+
+def test_a_dry_run_is_told_which_listed_files_the_run_would_set_aside(tmp_path):
+    """A dry run said "Nothing to be done" of a listed invalid file that the real run then
+    moved aside and measured again; it is told now, and nothing moves."""
+    good = write_json(cell_path(tmp_path, "A"), result("A"))
+    bad = cell_path(tmp_path, "B")
+    bad.write_bytes(b"{broken")
+    listing = tmp_path / workflow_support.INVALID_LATER
+    listing.parent.mkdir(parents=True, exist_ok=True)
+    listing.write_text(f"{good}\n{bad}\n")
+    assert workflow_support.invalid_to_set_aside([str(good), str(bad)], listing) == [str(bad)]
+    assert workflow_support.invalid_to_set_aside([str(good)], listing) == []
+    assert bad.exists() and listing.exists()

@@ -847,6 +847,16 @@ def _valid_now(path: Path) -> bool:
     return True
 
 
+def invalid_to_set_aside(planned: Collection[str], listing: Path = INVALID_LATER
+                         ) -> list[str]:
+    """The result files ``set_aside_invalid`` would move now (what a dry run says)."""
+    if not listing.is_file():
+        return []
+    wanted = set(planned)
+    return [path for path in listing.read_text().splitlines()
+            if path in wanted and Path(path).is_file() and not _valid_now(Path(path))]
+
+
 def set_aside_invalid(planned: Collection[str], listing: Path = INVALID_LATER
                       ) -> list[Path]:
     """Move the result files the last aggregate found invalid that this run plans

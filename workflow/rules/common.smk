@@ -293,9 +293,19 @@ _retry_failed_on_changed_data()
 
 def _set_aside_invalid_results():
     """The result files of this run's cells the last aggregate found invalid move into
-    invalid/ beside them, so that this run measures those cells again (main process, not
-    a dry run); the others stay listed for the runs that plan them."""
-    if not workflow.is_main_process or _dry_run() or _runs_no_jobs():
+    invalid/ beside them, so that this run measures those cells again (main process; a
+    dry run says how many it would); the others stay listed for the runs that plan them.
+    """
+    if not workflow.is_main_process or _runs_no_jobs():
+        return
+    if _dry_run():
+        would = support.invalid_to_set_aside(CELL_RESULT_FILES)
+        if would:
+            print(
+                f"dlbench: would move {len(would)} invalid result file(s) aside (first: "
+                f"{would[0]}) and measure their cells again",
+                file=sys.stderr,
+            )
         return
     moved = support.set_aside_invalid(CELL_RESULT_FILES)
     if moved:
