@@ -84,13 +84,17 @@ def read(proc: Path = Path("/proc"), stat: Path | None = None) -> Counters:
     return Counters(steal, total, periods, us)
 
 
+# The figures of a phase not read (a monitor that never started one).
+UNKNOWN: dict[str, Any] = {"cpu_steal_fraction": None, "cpu_throttled_s": None,
+                           "cpu_throttled_periods": None}
+
+
 def taken(start: Counters, end: Counters) -> dict[str, Any]:
     """Over the phase between the two readings: ``cpu_steal_fraction``, the share of the
     host's CPU time the hypervisor took; ``cpu_throttled_s`` and
     ``cpu_throttled_periods``, the time and the quota periods the cgroup was stopped (None
     where a reading is missing, or no time passed)."""
-    out: dict[str, Any] = {"cpu_steal_fraction": None, "cpu_throttled_s": None,
-                           "cpu_throttled_periods": None}
+    out = dict(UNKNOWN)
     if None not in (start.steal_ticks, start.total_ticks, end.steal_ticks, end.total_ticks):
         total = end.total_ticks - start.total_ticks
         if total > 0:
@@ -108,7 +112,9 @@ def notable(values: dict[str, Any]) -> bool:
 
 
 def note(values: dict[str, Any]) -> str | None:
-    """One line where the host took time away from the phase; None otherwise."""
+    """One line where the host took time away from the phase (``notable``); None otherwise."""
+    if not notable(values):
+        return None
     parts = []
     steal = values.get("cpu_steal_fraction")
     if steal is not None and steal >= NOTABLE_STEAL:
@@ -117,8 +123,6 @@ def note(values: dict[str, Any]) -> str | None:
         parts.append(f"the CPU quota of the cell's cgroup stopped its processes "
                      f"{values['cpu_throttled_periods']} times, {values['cpu_throttled_s']:.2f} s "
                      "in all (throttling)")
-    if not parts:
-        return None
     return ("CPU time taken away during the phase: " + "; ".join(parts)
             + ": its iterations include these waits")
 

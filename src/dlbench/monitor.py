@@ -461,7 +461,7 @@ class ResourceMonitor:
         # start and end (dlbench.host_contention).
         self._cgroup_stat = host_contention.cgroup_stat_path()
         self._contention_start: host_contention.Counters | None = None
-        self._contention: dict[str, Any] = {}
+        self._contention = dict(host_contention.UNKNOWN)
         if not self.enabled:
             return
         try:
@@ -511,7 +511,7 @@ class ResourceMonitor:
         if self.gpus:
             self.gpus.ask_again()
         self._stop.clear()
-        self._contention = {}
+        self._contention = dict(host_contention.UNKNOWN)
         self._contention_start = host_contention.read(stat=self._cgroup_stat)
         # The tree's PSS is first read at the sampler's first tick (PSS_SHARE), not here:
         # the ranks of a data-parallel cell would wait in their first measured iteration's
@@ -654,9 +654,7 @@ class ResourceMonitor:
         out["window"] = self.window
         if self.window != MEASURED_WINDOW:  # said with every figure, in the table too
             scope_energy_note(out, f"over {self.window}")
-        out.update(self._contention or host_contention.taken(
-            host_contention.Counters(None, None, None, None),
-            host_contention.Counters(None, None, None, None)))
+        out.update(self._contention)
         taken = host_contention.note(out)
         out["notes"] = [*self.notes, *self._pss_unread(), *self._missing_readings(),
                         *_short_phase(duration, energies), *([taken] if taken else [])]

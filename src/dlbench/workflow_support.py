@@ -847,14 +847,19 @@ def _valid_now(path: Path) -> bool:
     return True
 
 
+def _still_invalid(listing: Path) -> list[str]:
+    """The files ``listing`` holds that are there and still invalid (none without it)."""
+    if not listing.is_file():
+        return []
+    return [path for path in listing.read_text().splitlines()
+            if path and Path(path).is_file() and not _valid_now(Path(path))]
+
+
 def invalid_to_set_aside(planned: Collection[str], listing: Path = INVALID_LATER
                          ) -> list[str]:
     """The result files ``set_aside_invalid`` would move now (what a dry run says)."""
-    if not listing.is_file():
-        return []
     wanted = set(planned)
-    return [path for path in listing.read_text().splitlines()
-            if path in wanted and Path(path).is_file() and not _valid_now(Path(path))]
+    return [path for path in _still_invalid(listing) if path in wanted]
 
 
 def set_aside_invalid(planned: Collection[str], listing: Path = INVALID_LATER
@@ -868,8 +873,7 @@ def set_aside_invalid(planned: Collection[str], listing: Path = INVALID_LATER
 
     if not listing.is_file():
         return []
-    listed = [path for path in listing.read_text().splitlines()
-              if path and Path(path).is_file() and not _valid_now(Path(path))]
+    listed = _still_invalid(listing)
     wanted = set(planned)
     # Its job log with it: the cell's next job would write over it.
     moved = [set_aside_run(Path(path), aggregate.INVALID_DIR) for path in listed

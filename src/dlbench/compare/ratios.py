@@ -426,8 +426,9 @@ def verdicts(cells: pd.DataFrame, threshold: float, single_run_threshold: float 
     than the threshold away from 1: ``threshold`` where both sides ran as repeats,
     ``single_run_threshold`` (if larger) where a side ran once; same otherwise, with a
     note where a single run could not judge the change. A cell without an interval (one
-    run of fewer than bootstrap.MIN_ITERATIONS iterations on a side) is judged on its ratio alone against the single-run
-    threshold, with a note saying so: a 10x slowdown must not pass for noise."""
+    run of fewer than bootstrap.MIN_ITERATIONS iterations on a side) is judged on its ratio
+    alone against the single-run threshold, with a note saying so: a 10x slowdown must not
+    pass for noise."""
     ratio = cells["throughput_ratio"].to_numpy(float)
     low = cells["throughput_ci_low"].to_numpy(float)
     high = cells["throughput_ci_high"].to_numpy(float)

@@ -103,6 +103,15 @@ def check_dtype(name: Any, path: str) -> str:
 MAX_SIZE = 2**63 - 1
 
 
+def _size_problem(size: Any, negative_ok: bool = False) -> str | None:
+    """Why ``size`` is no tensor dimension, or None."""
+    if not _is_int(size) or (size < 0 and not negative_ok):
+        return f"expected a size >= 0, got {size!r}"
+    if size > MAX_SIZE:
+        return f"{size} is past the largest size a tensor can have (2^63 - 1)"
+    return None
+
+
 def dtype_of(name: Any, path: str) -> torch.dtype:
     import torch
 
@@ -277,10 +286,8 @@ def _check_tensor(spec: dict, path: str, ranges: set[str]) -> None:
     for i, size in enumerate(shape):
         if isinstance(size, list) and "shape" in ranges:
             full_range(size, f"{path}.shape[{i}]")
-        elif not _is_int(size) or (size < 0 and ATTR_COPY not in spec) or size > MAX_SIZE:
-            raise SpecError(f"{path}.shape[{i}]", f"expected a size >= 0, got {size!r}"
-                            if not _is_int(size) or size < 0 else
-                            f"{size} is past the largest size a tensor can have (2^63 - 1)")
+        elif problem := _size_problem(size, negative_ok=ATTR_COPY in spec):
+            raise SpecError(f"{path}.shape[{i}]", problem)
     requires_grad = spec.get("requires_grad")
     if requires_grad is not None and not isinstance(requires_grad, bool):
         raise SpecError(f"{path}.requires_grad", f"expected true or false, got {requires_grad!r}")
@@ -336,14 +343,18 @@ def _size(count: int) -> str:
 
 
 def tensor_bytes(spec: Any, path: str) -> int:
-    """Bytes of the tensors one concrete argument spec creates (in lists and tuples too)."""
+    """Bytes of the tensors one concrete argument spec creates (in lists and tuples too); a
+    malformed one counts none (``materialize`` says what is wrong with it)."""
     if not isinstance(spec, dict):
         return 0
     if spec.get("type") == "tensor":
+        shape = spec.get("shape")
+        if not isinstance(shape, list) or any(_size_problem(size) for size in shape):
+            return 0
         numel = 1
-        for size in spec["shape"]:
+        for size in shape:
             numel *= size
-        return numel * dtype_of(spec["dtype"], f"{path}.dtype").itemsize
+        return numel * dtype_of(spec.get("dtype"), f"{path}.dtype").itemsize
     if spec.get("type") in ("genericlist", "tuple"):
         return sum(tensor_bytes(item, f"{path}.value[{i}]")
                    for i, item in enumerate(spec.get("value") or []))
@@ -356,10 +367,6 @@ def materialize_args(config: dict, device: str | torch.device, path: str,
     would need more than ``free_bytes`` (the device's free memory, where known) are not
     made: a MemoryError says so, an out-of-memory input, before a host's memory is filled
     and the kernel's OOM killer picks a process, this run or another."""
-    for i, a in enumerate(config.get("args", [])):
-        check(a, f"{path}.args[{i}]")
-    for k, a in config.get("kwargs", {}).items():
-        check(a, f"{path}.kwargs.{k}")
     if free_bytes is not None:
         needed = (sum(tensor_bytes(a, f"{path}.args[{i}]")
                       for i, a in enumerate(config.get("args", [])))
@@ -406,10 +413,8 @@ def make_tensor(spec: dict, device: str | torch.device, path: str) -> torch.Tens
     dtype = dtype_of(spec["dtype"], f"{path}.dtype")
     shape = spec["shape"]
     for i, size in enumerate(shape):
-        if not _is_int(size) or size < 0 or size > MAX_SIZE:
-            raise SpecError(f"{path}.shape[{i}]", f"expected a size >= 0, got {size!r}"
-                            if not _is_int(size) or size < 0 else
-                            f"{size} is past the largest size a tensor can have (2^63 - 1)")
+        if problem := _size_problem(size):
+            raise SpecError(f"{path}.shape[{i}]", problem)
     requires_grad = spec.get("requires_grad", dtype.is_floating_point)
     bounds = spec.get("value_range")
     if dtype.is_floating_point:
