@@ -335,6 +335,41 @@ def test_the_table_keeps_other_systems_results_and_this_systems_of_studies_not_n
     assert stale in workflow_support.results_beside("other", ["s"])
 
 
+def test_another_systems_stale_results_and_profiles_leave_the_table_as_its_plan_says(
+        tmp_path, monkeypatch):
+    """Another system's results and profiles are those its last run of each study planned
+    (results/<system>/<study>/plan.json): a cell dropped from its grid, or a repeat beyond
+    its repeats, stayed in every other system's table (an old file of another torch
+    version even stopped their aggregate: two software stacks under one label). A study
+    without a plan (an older tree) keeps every file; an unreadable plan too, in one line."""
+    from dlbench import workflow_support
+
+    monkeypatch.chdir(tmp_path)
+    root = Path("results")
+    kept = result_file(root, "other", "s", "pytorch_a_00000001", env())
+    dropped = result_file(root, "other", "s", "pytorch_b_00000002", env(version="2.1.0"))
+    unplanned = result_file(root, "other", "t", "pytorch_c_00000003", env())
+    profiles = [f"results/profiles/other/{tool}/s/{cell}/profile.json"
+                for tool, cell in (("torch", "pytorch_a_00000001"),
+                                   ("nsys", "pytorch_b_00000002"))]
+    assert workflow_support.record_plans("other", ["s"], [str(kept)], profiles[:1]) == [
+        root / "other" / "s" / systems.PLAN_FILE]
+    assert workflow_support.record_plans("other", ["s"], [str(kept)], profiles[:1]) == []
+    assert workflow_support.results_beside("box", ["s"]) == [kept, unplanned]
+    shown = workflow_support.profiles_kept("box", ["s"], [])
+    assert [shown(Path(p).parent) for p in profiles] == [True, False]
+    assert shown(Path("results/profiles/other/torch/t/pytorch_c_00000003"))  # no plan
+    # this system's own named study still follows this run's cells, not a recorded plan
+    assert workflow_support.results_beside("other", ["s"], [str(dropped)]) == [unplanned]
+    (root / "other" / "s" / systems.PLAN_FILE).write_text('{"results": "all"}')
+    said = []
+    assert workflow_support.results_beside("box", ["s"], say=said.append) == [
+        kept, dropped, unplanned]
+    assert said == [f"dlbench: {root / 'other' / 's' / systems.PLAN_FILE}: not a plan "
+                    "(expected lists of names under results and profiles): every result of "
+                    "that study is kept"]
+
+
 def test_the_table_keeps_calibration_cells_another_config_planned(tmp_path, monkeypatch):
     """The calibration study is implied by a run's cells, never named by its config: the
     cells of it that this run does not plan (another config's device) stay in the table,

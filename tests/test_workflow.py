@@ -122,13 +122,22 @@ def _zip_names(path):
 
 def test_two_systems_in_one_results_tree_are_both_kept_and_a_third_runs_every_cell(workdir):
     """A results/<system>/ tree copied in from another machine joins the table without any
-    cell running; so do this system's results of a study the config no longer names (a
-    run of another config measured them); a run under a new label plans every cell there,
-    under its own folder."""
+    cell running, less the results its last run of a study no longer planned (its plan);
+    so do this system's results of a study the config no longer names (a run of another
+    config measured them); a run under a new label plans every cell there, under its own
+    folder. A run records its plan of each study it names; a dry run does not."""
     only_tiny = {"studies": {"tiny": study([2, 4])["studies"]["tiny"]}}
     (workdir / "config.yaml").write_text(yaml.safe_dump(only_tiny))
     here = workdir / "results" / systems.default_label()
+    plan = systems.read_plan(here / "tiny" / systems.PLAN_FILE)
+    assert plan.results == {p.name for p in (here / "tiny" / "cells").glob("*.json")}
+    assert len(plan.results) == 2 and plan.profiles == frozenset()
     shutil.copytree(here, workdir / "results" / "other-machine")
+    # the other machine's last run of tiny measured one batch size: the other is stale
+    stale = sorted((workdir / "results" / "other-machine" / "tiny" / "cells").glob("*.json"))[1]
+    systems.write_plan(workdir / "results" / "other-machine" / "tiny" / systems.PLAN_FILE,
+                       systems.Plan(plan.results - {stale.name}, frozenset()))
+    (here / "tiny" / systems.PLAN_FILE).unlink()
     # This system's calibration result of another config (a GPU's): a config calibrating
     # the CPU plans its own cell and reads that one as it is; Snakemake asked the benchmark
     # rule (whose pattern covers the calibration study) to make it, and the rule failed.
@@ -148,14 +157,17 @@ def test_two_systems_in_one_results_tree_are_both_kept_and_a_third_runs_every_ce
     proc = snakemake(workdir, "-n")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "benchmark_pytorch" not in planned_jobs(proc.stdout + proc.stderr)
+    assert not (here / "tiny" / systems.PLAN_FILE).exists()  # dry runs record nothing
     proc = snakemake(workdir, "--cores", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert systems.read_plan(here / "tiny" / systems.PLAN_FILE) == plan
     table = pq.read_table(workdir / "results" / "benchmarks.parquet").to_pylist()
     assert {r["system"] for r in table} == {systems.default_label(), "other-machine"}
-    # three cells on each system: the broken study's of both
+    # the broken study's cell of both systems, tiny's two here and one there (its plan's)
     assert sorted(r["system"] for r in table if r["study"] == "broken") == sorted(
         [systems.default_label(), "other-machine"])
-    assert len(table) == 6
+    assert len(table) == 5
+    assert str(stale.relative_to(workdir)) not in {r["source"] for r in table}
     proc = snakemake(workdir, "-n", "--config", "system=third")
     assert planned_jobs(proc.stdout + proc.stderr)["benchmark_pytorch"] == 2
     outputs = re.findall(r"output: (results/\S+/cells/\S+\.json)$", proc.stdout + proc.stderr,

@@ -26,7 +26,7 @@ import secrets
 import socket
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from dlbench import atomic
 
@@ -148,6 +148,57 @@ def systems_folder(folder: Path) -> bool:
     has cells/ right inside): a system's records its machine (system.json, written by its
     first cell), which the old layout never had; else no cells/ right inside it."""
     return (folder / MACHINE_FILE).is_file() or not (folder / CELLS).is_dir()
+
+
+# -- what a system's last run of each study planned ------------------------------------------
+
+# results/<system>/<study>/plan.json: the result files (and profiles) the last run of a config
+# naming the study wanted. A run of another system reads it to leave out this system's stale
+# files: cells dropped from the study's grid, repeats beyond its ``repeats``.
+PLAN_FILE = "plan.json"
+
+
+class PlanError(ValueError):
+    """A plan file that cannot be read, said in one line."""
+
+
+class Plan(NamedTuple):
+    results: frozenset[str]   # result file names in the study's cells/
+    profiles: frozenset[str]  # "<tool>/<cell id>" folders under results/profiles/<system>/
+
+
+def plan_path(system: str, study: str, results: Path = RESULTS) -> Path:
+    return results / system / study / PLAN_FILE
+
+
+def write_plan(path: Path, plan: Plan) -> bool:
+    """Record ``plan`` at ``path`` (atomically); False when it already said so (a run that
+    changed nothing rewrites nothing)."""
+    text = json.dumps({"results": sorted(plan.results), "profiles": sorted(plan.profiles)},
+                      indent=1) + "\n"
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return False
+    except (OSError, UnicodeDecodeError):
+        pass
+    atomic.write_text(path, text)
+    return True
+
+
+def read_plan(path: Path) -> Plan | None:
+    """The plan recorded at ``path``; None where none is (a tree made before plans, or by a
+    run that named no such study: all its files count). PlanError for one unreadable."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise PlanError(f"{path}: not a plan ({exc})") from None
+    lists = [doc.get(key) if isinstance(doc, dict) else None for key in Plan._fields]
+    if not all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in lists):
+        raise PlanError(f"{path}: not a plan (expected lists of names under "
+                        f"{' and '.join(Plan._fields)})")
+    return Plan(*(frozenset(v) for v in lists))
 
 
 # -- adopting a tree made before systems ----------------------------------------------------

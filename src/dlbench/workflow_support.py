@@ -5,6 +5,7 @@ running workflow; what touches Snakemake itself stays there, one function each.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -274,35 +275,84 @@ def result_paths(cells: Iterable[study.Cell], system: str,
             for k in range(rounds) for cell in cells if k < repeats.get(cell.study, 1)}
 
 
-def results_beside(system: str, studies: Iterable[str],
-                   planned: Collection[str] = ()) -> list[Path]:
-    """Result files under results/ that this run does not want but the table keeps: every
-    result of the other systems (trees copied in from other machines, or made there on a
+def results_beside(system: str, studies: Iterable[str], planned: Collection[str] = (),
+                   say: Callable[[str], None] | None = None) -> list[Path]:
+    """Result files under results/ that this run does not want but the table keeps: the
+    results of the other systems (trees copied in from other machines, or made there on a
     shared filesystem), and this system's results that this run does not plan (``planned``,
     its result files) of studies other than ``studies``, those its config names (a run of
     another config measured them). A study the run's cells imply (the calibration study)
     keeps the cells another config planned there. Of a named study the table holds the
-    cells and repeats it now has (a changed grid's old cells are left out)."""
+    cells and repeats it now has (a changed grid's old cells are left out), and of another
+    system's study those its last run planned (``record_plans``), where it says. ``say``
+    takes a line about a plan that cannot be read (all that study's results are kept)."""
     named, wanted = set(studies), set(planned)
+    plan_in = _plan_reader(say)
+
+    def theirs(path: Path) -> bool:
+        plan = plan_in(path.parent.parent)
+        return plan is None or path.name in plan.results
     return [p for p in systems.result_files()
-            if systems.system_of(p) != system
-            or (systems.study_of(p) not in named and str(p) not in wanted)]
+            if (systems.system_of(p) != system and theirs(p))
+            or (systems.system_of(p) == system and systems.study_of(p) not in named
+                and str(p) not in wanted)]
 
 
-def profiles_kept(system: str, studies: Iterable[str],
-                  planned: Collection[str]) -> Callable[[Path], bool]:
-    """Which profile folders (``<system>/<tool>/<study>/<cell>``) the report shows, as
-    ``results_beside`` chooses results: every other system's, this system's of studies other
-    than ``studies`` (those the config names) whole, and of those studies the run's profiles
-    only (``planned``, their manifests): a tool or cell the config no longer profiles leaves
-    the report (its folder stays)."""
+def _plan_reader(say: Callable[[str], None] | None) -> Callable[[Path], systems.Plan | None]:
+    """The plan recorded in a study folder, read once per folder; None where there is none
+    or it cannot be read (then every result of it is kept, and ``say`` is told)."""
+    @functools.cache
+    def plan_in(study_dir: Path) -> systems.Plan | None:
+        try:
+            return systems.read_plan(study_dir / systems.PLAN_FILE)
+        except systems.PlanError as exc:
+            if say:
+                say(f"dlbench: {exc}: every result of that study is kept")
+            return None
+    return plan_in
+
+
+def record_plans(system: str, studies: Iterable[str], planned: Iterable[str],
+                 profiles: Iterable[str]) -> list[Path]:
+    """Record, for each study the config names, what this run wants of it: its result
+    files (``planned``) and profile folders (``profiles``, their manifests). A run of
+    another system reads it to leave out this system's stale results (``results_beside``)
+    and profiles (``profiles_kept``). The plan files written (those that changed)."""
+    wanted: dict[str, tuple[set[str], set[str]]] = {name: (set(), set()) for name in studies}
+    for path in map(Path, planned):
+        study_name = systems.study_of(path)
+        if systems.system_of(path) == system and study_name in wanted:
+            wanted[study_name][0].add(path.name)
+    for manifest in map(Path, profiles):  # results/profiles/<system>/<tool>/<study>/<cell>/…
+        owner, tool, study_name, cell = manifest.parent.parts[-4:]
+        if owner == system and study_name in wanted:
+            wanted[study_name][1].add(f"{tool}/{cell}")
+    written = []
+    for name, (results, profiled) in sorted(wanted.items()):
+        path = systems.plan_path(system, name)
+        if systems.write_plan(path, systems.Plan(frozenset(results), frozenset(profiled))):
+            written.append(path)
+    return written
+
+
+def profiles_kept(system: str, studies: Iterable[str], planned: Collection[str],
+                  say: Callable[[str], None] | None = None) -> Callable[[Path], bool]:
+    """Which profile folders (``results/profiles/<system>/<tool>/<study>/<cell>``) the
+    report shows, as ``results_beside`` chooses results: this system's of studies other
+    than ``studies`` (those the config names) whole, and of those studies the run's
+    profiles only (``planned``, their manifests): a tool or cell the config no longer
+    profiles leaves the report (its folder stays). Another system's are those its last run
+    of the study planned, where it says."""
     named = set(studies)
     wanted = {os.path.normpath(Path(path).parent) for path in planned}
+    plan_in = _plan_reader(say)
 
     def kept(directory: Path) -> bool:
-        owner, study_name = directory.parts[-4], directory.parts[-2]
-        return (owner != system or study_name not in named
-                or os.path.normpath(directory) in wanted)
+        owner, tool, study_name, cell = directory.parts[-4:]
+        if owner != system:
+            plan = plan_in(systems.plan_path(owner, study_name).parent)
+            return plan is None or f"{tool}/{cell}" in plan.profiles
+        return study_name not in named or os.path.normpath(directory) in wanted
     return kept
 
 

@@ -139,7 +139,7 @@ def _results_beside():
     run's cells. Found once, at parse time (the files this run makes are not among them).
     """
     beside = support.results_beside(
-        SYSTEM, config.get("studies") or {}, CELL_RESULT_FILES
+        SYSTEM, config.get("studies") or {}, CELL_RESULT_FILES, say=_say_in_main_process
     )
     own = set(OWN_STUDIES)
 
@@ -153,6 +153,11 @@ def _results_beside():
         [str(p) for p in beside if not covered(p)],
         [str(p) for p in beside if covered(p)],
     )
+
+
+def _say_in_main_process(line):
+    if workflow.is_main_process:
+        print(line, file=sys.stderr)
 
 
 def results_beside_files():
@@ -830,6 +835,24 @@ STATUS_FILE = Path("results/status.txt")
 
 _refuse_what_slurm_would()
 _say_lowered_timeouts()
+
+
+def _record_plans():
+    """What this run wants of each study its config names (its result files, its
+    profiles), in results/<system>/<study>/plan.json: a run of another system leaves this
+    system's stale files (a dropped cell, a repeat beyond ``repeats``) out of its table and
+    report, as this run does (support.results_beside). Main process; not a dry run."""
+    if not workflow.is_main_process or _runs_no_jobs() or _dry_run():
+        return
+    try:
+        support.record_plans(
+            SYSTEM, config.get("studies") or {}, CELL_RESULT_FILES, profile_targets()
+        )
+    except OSError as exc:  # the run goes on: only another system's table reads it
+        print(f"dlbench: could not record this run's plan: {exc}", file=sys.stderr)
+
+
+_record_plans()
 
 
 def say_emulated(pending):
