@@ -61,11 +61,11 @@ def wait_for(predicate, timeout: float = 20.0) -> bool:
 
 
 def start_launcher(cell, out: Path, python: str, *extra: str, env=None,
-                   **popen) -> subprocess.Popen:
+                   stderr=subprocess.PIPE, **popen) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "dlbench.launch", "--cell", json.dumps(cell), "--output",
          str(out), "--python", python, *extra],
-        env={**os.environ, "PYTHONPATH": SRC, **(env or {})}, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": SRC, **(env or {})}, stderr=stderr,
         text=True, **popen)
 
 
@@ -90,6 +90,82 @@ def test_runner_and_its_children_die_when_the_launcher_is_killed(tmp_path):
     proc.wait()
     assert wait_for(lambda: not alive(runner), 5), "the runner outlived its launcher"
     assert not out.exists()
+
+
+def processes_marked(mark: str) -> list[int]:
+    """The live processes whose environment holds ``DLBENCH_TEST_MARK=<mark>``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and f"DLBENCH_TEST_MARK={mark}".encode() in \
+                    (entry / "environ").read_bytes().split(b"\0") and alive(int(entry.name)):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def ranks_marked(mark: str) -> list[int]:
+    return [pid for pid in processes_marked(mark)
+            if b"LOCAL_RANK=" in Path(f"/proc/{pid}/environ").read_bytes()]
+
+
+def joined(pid: int) -> bool:
+    """Whether a rank has a socket open: it has joined its process group (and tied itself
+    to torchrun just before)."""
+    with contextlib.suppress(OSError):
+        return any(os.readlink(fd).startswith("socket:")
+                   for fd in Path(f"/proc/{pid}/fd").iterdir())
+    return False
+
+
+def test_torchruns_ranks_die_when_the_launcher_is_killed(tmp_path):
+    """kill -9 of the launcher of a two-process cell: the kernel kills its runner
+    (torchrun), and each rank (in a session of its own, which torchrun could not end) now
+    dies with its torchrun. Before, both ranks measured on for as long as the cell's
+    iterations lasted, beside the next cell."""
+    (cell,) = study.expand_config({"studies": {"s": {"grid": {
+        "model": "deep_mnist", "device": "cpu", "num_gpus": 2, "num_batches": 100000,
+        "num_warmup_batches": 1}}}})
+    mark = os.urandom(6).hex()
+    proc = start_launcher(json.loads(cell.to_json()), tmp_path / "c.json", sys.executable,
+                          env={"DLBENCH_TEST_MARK": mark}, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: len(ranks_marked(mark)) == 2, 60), "no two ranks started"
+        ranks = ranks_marked(mark)
+        proc.kill()
+        proc.wait()
+        assert wait_for(lambda: not any(map(alive, ranks)), 10), "a rank outlived torchrun"
+    finally:
+        for pid in processes_marked(mark):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_rank_dies_with_its_torchrun_killed_by_the_kernel(tmp_path):
+    """A hand run (no launcher to adopt orphans) whose torchrun the kernel kills (SIGKILL,
+    out of memory): torchrun cannot end its ranks, which each die with it (their parent
+    death signal) instead of measuring on."""
+    mark = os.urandom(6).hex()
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "dlbench.pytorch", "--model=deep_mnist", "--device=cpu",
+         "--num_gpus=2", "--batch_size=8", "--num_batches=100000",
+         f"--output={tmp_path / 'r.json'}"],
+        env={**os.environ, "PYTHONPATH": SRC, "DLBENCH_TEST_MARK": mark},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: len(ranks_marked(mark)) == 2, 60), "no two ranks started"
+        ranks = ranks_marked(mark)
+        assert wait_for(lambda: all(map(joined, ranks)), 60), "the ranks never joined"
+        (torchrun,) = {int(Path(f"/proc/{pid}/stat").read_text().split(") ")[1].split()[1])
+                       for pid in ranks}
+        os.kill(torchrun, signal.SIGKILL)
+        assert wait_for(lambda: not any(map(alive, ranks)), 10), "a rank outlived torchrun"
+    finally:
+        for pid in processes_marked(mark):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        runner.wait()
 
 
 def test_launcher_and_runner_die_when_the_process_running_the_job_is_killed(tmp_path):

@@ -66,13 +66,13 @@ def adopt_orphans() -> bool:
     return _ADOPTING
 
 
-def child_setup(parent: int | None = None) -> Callable[[], None]:
-    """A ``preexec_fn`` that ties a child to this process: killed when it dies."""
+def child_setup(parent: int | None = None, sig: int = signal.SIGKILL) -> Callable[[], None]:
+    """A ``preexec_fn`` that ties a child to this process: sent ``sig`` when it dies."""
     parent = os.getpid() if parent is None else parent
 
     def setup() -> None:
         if _PRCTL is not None:
-            _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+            _PRCTL(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
         if os.getppid() != parent:  # the parent died before the line above: do not run
             os._exit(1)
     return setup
@@ -102,8 +102,10 @@ def _pump(stream, sink, tail: collections.deque[str] | None) -> None:
 def run_tee(cmd: Sequence[str], env: Mapping[str, str] | None = None,
             keep: int = 40) -> tuple[int, list[str]]:
     """Run ``cmd`` (an argument list, never a shell string); copy its stdout and stderr to
-    ours as they come and return the exit code and the last ``keep`` stderr lines."""
-    ran = supervised(cmd, env=env, keep=keep, own_group=False, tie_to_parent=False)
+    ours as they come and return the exit code and the last ``keep`` stderr lines. The
+    child is stopped (SIGTERM) should this process die: a runner killed with its launcher
+    (kill -9) took nothing with it, and torchrun, srun or MXNet's workers measured on."""
+    ran = supervised(cmd, env=env, keep=keep, own_group=False, death_signal=signal.SIGTERM)
     return ran.rc, ran.tail
 
 
@@ -290,11 +292,11 @@ DRAIN_S = 10.0
 
 def supervised(cmd: Sequence[str], env: Mapping[str, str] | None = None, keep: int = 40,
                timeout_s: float | None = None, own_group: bool = True,
-               tie_to_parent: bool = True,
+               death_signal: int | None = signal.SIGKILL,
                on_exit: Callable[[], None] | None = None) -> Ran:
     """Run ``cmd`` as ``run_tee`` does; with ``own_group`` in a new session whose whole
     group is killed on a timeout, an interrupt or a stop signal (SIGTERM, SIGHUP), with
-    ``tie_to_parent`` killed by the kernel when this process dies. Without ``own_group``
+    ``death_signal`` sent by the kernel when this process dies. Without ``own_group``
     a stop signal is passed on to the child as SIGTERM; once the child has ended, this
     process takes the signal itself (its handler, else the signal's default action ends
     it). ``on_exit`` runs the moment the child has exited, before anything else (the
@@ -305,7 +307,7 @@ def supervised(cmd: Sequence[str], env: Mapping[str, str] | None = None, keep: i
     with contextlib.ExitStack() as signals:
         if not own_group:  # before the child starts: a stop meanwhile is passed on too
             signals.enter_context(_passing_on_signals(started, received))
-        ran = _supervise(cmd, env, keep, timeout_s, own_group, tie_to_parent, on_exit,
+        ran = _supervise(cmd, env, keep, timeout_s, own_group, death_signal, on_exit,
                          started, received, signals)
     if received:  # the child has ended as asked: now we end as the signal would have had us
         signal.raise_signal(received[0])
@@ -313,7 +315,7 @@ def supervised(cmd: Sequence[str], env: Mapping[str, str] | None = None, keep: i
 
 
 def _supervise(cmd: Sequence[str], env: Mapping[str, str] | None, keep: int,
-               timeout_s: float | None, own_group: bool, tie_to_parent: bool,
+               timeout_s: float | None, own_group: bool, death_signal: int | None,
                on_exit: Callable[[], None] | None, started: list[subprocess.Popen],
                received: list[int], signals: contextlib.ExitStack) -> Ran:
     """``supervised``'s work, inside its stop-signal handling (``signals``)."""
@@ -323,7 +325,7 @@ def _supervise(cmd: Sequence[str], env: Mapping[str, str] | None, keep: int,
             list(cmd), env=dict(env) if env is not None else None,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
             start_new_session=own_group,
-            preexec_fn=child_setup() if tie_to_parent else None)
+            preexec_fn=None if death_signal is None else child_setup(sig=death_signal))
     except OSError as exc:
         return Ran(127, [f"cannot start {cmd[0]}: {exc.strerror}"])
     started.append(proc)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,8 +102,13 @@ def init(topo: Topology, device_type: str, nccl_settings: str | None = None,
     ``backend``, dlbench.comms.backends: NCCL on GPUs and gloo on CPUs unless named); the
     cell's NCCL settings (the nccl_env axis) are set first, before NCCL reads the
     environment."""
-    from dlbench import cellrun, nccl_env
+    from dlbench import cellrun, nccl_env, subproc
 
+    if is_worker():
+        # torchrun starts each rank in a session of its own and cannot end them when it is
+        # killed (with its launcher, kill -9): the rank dies with it, not measuring on
+        # beside the next cell.
+        subproc.die_with_parent(signal.SIGKILL)
     try:
         nccl_env.apply(nccl_settings)
     except ValueError as exc:
