@@ -161,7 +161,8 @@ def test_a_count_short_of_operators_it_has_no_formula_for_says_which(tmp_path):
 
 def test_fsdp_shards_a_two_process_training_cell_per_decoder_layer(tmp_path):
     """FSDP2 (fully_shard) over two CPU processes (gloo): the cell runs, counts both ranks'
-    tokens and records how the model was split."""
+    tokens and records how the model was split; each rank built it on the meta device and
+    holds half its weights (it built the whole model on each rank first)."""
     opts = {"sequence_length": 32, "parallel": "fsdp"}
     done, res = run_runner(tmp_path, "--model=llama_tiny", "--dtype=float32", "--batch_size=2",
                            "--device=cpu", "--num_gpus=2", "--num_batches=3",
@@ -172,6 +173,11 @@ def test_fsdp_shards_a_two_process_training_cell_per_decoder_layer(tmp_path):
     assert m["extra"]["parallel"] == "fsdp" and m["items_per_iteration"] == 2 * 2 * 32
     full = {**L.default_opts("llama_tiny"), **opts}
     assert m["flops_per_iteration"] == pytest.approx(2 * 2 * L.flops_per_sequence(full, True))
+    # transformers before 5 cannot initialise a model built on meta: whole on each rank
+    built_on = "meta" if torch_llm.initializes_on_meta() else "cpu"
+    assert m["extra"]["built_on"] == built_on and m["extra"]["loss_finite"]
+    shard = m["extra"]["rank0_parameter_bytes"] / (4 * L.parameter_count(full))  # float32
+    assert 0.49 < shard < 0.51
     model = zoo.build("llama_tiny").module
     layers = torch_llm.decoder_layers(model)
     assert len(layers) == 2 and all(type(layer).__name__ == "LlamaDecoderLayer" for layer in layers)
@@ -198,3 +204,54 @@ def test_an_error_announced_on_its_first_line_keeps_its_cause_in_the_row():
                                        "'tie_word_embeddings': expected bool, got str")
     assert cellrun.one_line(RuntimeError("CUDA out of memory.\nTried to allocate")) == \
         "RuntimeError: CUDA out of memory."
+
+
+@pytest.fixture
+def one_process_group():
+    """A process group of this process alone (gloo), which fully_shard needs."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(("name", "dtype"), [("llama_tiny", torch.float32),
+                                             ("llama_tiny", torch.float64),
+                                             ("gpt2_tiny", torch.float32),
+                                             ("mixtral_tiny", torch.float32)])
+@pytest.mark.usefixtures("one_process_group")
+def test_an_fsdp_model_built_on_meta_is_initialised_as_an_eager_build(name, dtype):
+    """An FSDP cell's model is built on the meta device, sharded, and given storage for its
+    shard by to_empty, which leaves weights and buffers garbage: its buffers (RoPE's,
+    computed as the model is built) equal an eager build's, in the dtype its cast gives
+    them; its weights are finite with an eager build's spread (norms ones, biases zeros);
+    and an eager build given those weights computes the same logits."""
+    from dlbench.pytorch import runner
+
+    torch.manual_seed(0)
+    opts = {"sequence_length": 16}
+    with torch.device("meta"):
+        built = zoo.build(name, opts)
+    if built.init_weights is None:
+        pytest.skip("transformers before 5 cannot initialise a model built on meta")
+    sharded = runner.fsdp_sharded(built, torch.device("cpu"), dtype)
+    assert built.facts["built_on"] == "meta"
+    eager = zoo.build(name, opts).module.to(dtype=dtype)
+    buffers = dict(sharded.named_buffers())
+    assert buffers.keys() == dict(eager.named_buffers()).keys()
+    for key, value in eager.named_buffers():
+        assert buffers[key].dtype == value.dtype and torch.equal(buffers[key], value), key
+    weights = {key: value.full_tensor() for key, value in sharded.state_dict().items()}
+    for key, value in eager.state_dict().items():
+        got = weights[key]
+        assert got.dtype == value.dtype and bool(got.isfinite().all()), key
+        if value.std() == 0:
+            assert torch.equal(got, value), key
+        else:
+            assert float(got.std()) == pytest.approx(float(value.std()), rel=0.2), key
+            assert abs(float(got.mean())) < 0.2 * float(value.std()), key
+    eager.load_state_dict(weights)
+    ids = torch.randint(0, opts.get("vocab_size", 1024), (2, 16))
+    with torch.no_grad():  # in eval mode: GPT-2's dropout would make them differ
+        torch.testing.assert_close(sharded.eval()(ids), eager.eval()(ids))

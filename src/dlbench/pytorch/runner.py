@@ -189,6 +189,32 @@ def accuracy_of(cell_module: Any, eager_module: Any, built: Any,
         return {"checked": False, "why": cellrun.one_line(exc)}
 
 
+def fsdp_sharded(built: Any, device: Any, dtype: Any) -> Any:
+    """The built model sharded over the ranks with FSDP2's ``fully_shard``, one unit per
+    module ``built.shard_units`` gives, then the whole: each rank holds 1/world of the
+    weights, gradients and optimizer state, gathering a layer's weights only while it
+    computes. A model built on the meta device gets storage for this rank's shard only
+    (``to_empty``, which leaves weights and buffers garbage), then its builder's
+    initialisation: each rank draws its own shard's random weights."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    # On the cell's device: FSDP's default is the machine's accelerator, a CPU cell's too.
+    mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+    module = built.module.to(dtype=dtype)  # the other cells' cast, buffers too (free on meta)
+    for unit in built.shard_units(module):
+        fully_shard(unit, mesh=mesh)
+    fully_shard(module, mesh=mesh)
+    built_on = "meta" if any(p.is_meta for p in module.parameters()) else device.type
+    if built_on == "meta":
+        module.to_empty(device=device)
+        built.init_weights(module)
+    built.facts.update(parallel="fsdp", built_on=built_on, rank0_parameter_bytes=sum(
+        p.to_local().numel() * p.element_size() for p in module.parameters()))
+    return module
+
+
 def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     import torch
 
@@ -221,13 +247,25 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     res["extra"]["precision_native"] = precision_native(mode.name, device)
 
     # Made where it runs: an 8 B-parameter language model needs no 32 GB host copy first.
+    # An FSDP cell of several processes is made on the meta device (no memory), sharded,
+    # and only then given each rank's shard: a model larger than one device can train.
     with stages.stage("build"):
-        with torch.device(device):
+        fsdp = topo.distributed and models.get(args.model).opts(
+            args.model_opts).get("parallel") == "fsdp"
+        with torch.device("meta" if fsdp else device):
             built = zoo.build(args.model, args.model_opts)
+        if fsdp and built.init_weights is None:
+            # Its builder cannot initialise a model made on meta (transformers before 5):
+            # whole on every rank, sharded after, as before.
+            with torch.device(device):
+                built = zoo.build(args.model, args.model_opts)
         if built.pure_precision:
             mode = precision.pure(mode)
-        eager_module = built.module.to(device=device, dtype=mode.param_dtype)
-        model = execution.to_memory_format(eager_module, args.memory_format)
+        if fsdp:
+            eager_module = model = fsdp_sharded(built, device, mode.param_dtype)
+        else:
+            eager_module = built.module.to(device=device, dtype=mode.param_dtype)
+            model = execution.to_memory_format(eager_module, args.memory_format)
     n_params = zoo.parameter_count(model)
     if args.data_dir:
         # The folder read, links resolved: tells apart runs over different trees given one
@@ -269,16 +307,7 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         distributed.shutdown()  # a data-parallel loader cell's group too (NCCL warns, may hang)
         return
 
-    if topo.distributed and built.parallel == "fsdp":
-        from torch.distributed.fsdp import fully_shard
-
-        # Sharded over the ranks: each holds 1/world of the weights, gradients and optimizer
-        # state, gathering a layer's weights only while it computes.
-        for unit in built.shard_units(model):
-            fully_shard(unit)
-        model = fully_shard(model)
-        built.facts["parallel"] = "fsdp"
-    elif topo.distributed:
+    if topo.distributed and not fsdp:
         ids = [device.index] if device_type == "cuda" else None
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
         built.facts["parallel"] = "ddp"

@@ -50,6 +50,11 @@ class BuiltModel:
     # one unit per module ``shard_units`` gives, then the whole).
     parallel: str = "ddp"
     shard_units: Callable[[torch.nn.Module], list[torch.nn.Module]] | None = None
+    # For a module built on the meta device and then given uninitialised storage
+    # (``to_empty``; its parameters maybe FSDP2's shards): sets, in place, its random
+    # weights and the buffers its constructor computes. None: this builder cannot (an
+    # FSDP cell then builds the whole model on each rank first).
+    init_weights: Callable[[torch.nn.Module], None] | None = None
 
 
 def build(name: str, opts: dict[str, Any] | None = None) -> BuiltModel:

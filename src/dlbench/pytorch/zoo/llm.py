@@ -36,6 +36,25 @@ def decoder_layers(module: nn.Module) -> list[nn.Module]:
     return list(next(m for m in module.modules() if isinstance(m, nn.ModuleList)))
 
 
+def initialize(module: nn.Module) -> None:
+    """Random weights for a CausalLM built on the meta device and given uninitialised
+    storage (``to_empty``), as transformers initialises a model it builds (normal with the
+    configuration's ``initializer_range``, GPT-2's scaled residual projections, norms ones),
+    and the buffers it computes as it is built (RoPE's inverse frequencies, which
+    ``to_empty`` left garbage): transformers' own initialisation of the model it loads from
+    the meta device. FSDP2's DTensor shards are initialised in place, each rank its own."""
+    module.model.initialize_weights()
+
+
+def initializes_on_meta() -> bool:
+    """Whether this transformers recomputes the non-persistent buffers (RoPE's) when it
+    initialises a model: from release 5; earlier ones compute them only in the
+    constructor."""
+    import transformers
+
+    return int(transformers.__version__.split(".")[0]) >= 5
+
+
 def sdpa_backends() -> dict[str, bool]:
     """The SDPA kernels PyTorch may choose from on CUDA (it picks per call)."""
     cuda = torch.backends.cuda
@@ -77,4 +96,5 @@ def build(spec: ModelSpec, opts: dict[str, Any]) -> BuiltModel:
         module=module, input_shape=(tokens,), num_classes=vocab, input_kind="tokens",
         vocab_size=vocab, optimizer="adam", facts=facts, throughput_unit="tokens/s",
         items_per_sample=tokens, parallel=opts["parallel"], shard_units=decoder_layers,
+        init_weights=initialize if initializes_on_meta() else None,
         flops_per_sample=lambda training: L.flops_per_sequence(opts, training))
