@@ -243,4 +243,7 @@ def test_a_missing_local_image_and_gpu_cells_started_without_nv_are_one_line_eac
                              rf"\(relative to {tmp_path}\)$"):
         support.check_container_images(cells, "--nv", {"pytorch": "missing.sif"}.get,
                                        tmp_path)
-    support.check_container_images(cells, "--nv", lambda fw: "", tmp_path)  # on the host
+    # No image given: under --use-apptainer its cells ran on the host without a word.
+    assert support.check_container_images(cells, "--nv", lambda fw: "", tmp_path) == [
+        f"frameworks.{fw}.container: none given: its cells run on the host, not in a "
+        "container" for fw in ("pytorch", "mxnet")]

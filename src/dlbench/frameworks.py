@@ -33,6 +33,12 @@ class Framework:
     dataset_format: Callable[[Mapping[str, Any]], str] | None = None
     # Conda environment file used under --use-conda, relative to the repository.
     conda_env: str | None = None
+    # Where a config names none (frameworks.<name>.python, .container): the interpreter of
+    # its environment, relative to the workflow's folder ('': the one running Snakemake),
+    # and its image under --use-apptainer. A config given with --configfile replaces the
+    # default config whole: its cells still find the environment `make` built.
+    python: str = ""
+    container: str = ""
     # (package, sub-folder) holding the framework's shared libraries, for hpcrun's
     # hpcstruct; ("", "") when it has none.
     library_package: tuple[str, str] = ("", "")

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from dlbench import (
     cpu,
+    frameworks,
     kinds,
     launch,
     multinode,
@@ -385,14 +386,23 @@ def this_python(executable: str | None = None) -> str:
 
 
 def framework_python(config: Mapping[str, Any], framework: str) -> str:
-    """The interpreter of a framework's environment (DLBS's host_python_path); empty or
-    unset: the one running Snakemake."""
-    return framework_settings(config, framework).get("python") or this_python()
+    """The interpreter of a framework's environment (DLBS's host_python_path): the config's,
+    else the framework's own (``Framework.python``); empty: the one running Snakemake."""
+    return _setting(config, framework, "python") or this_python()
 
 
 def framework_container(config: Mapping[str, Any], framework: str) -> str | None:
-    """The framework's image (.sif path, docker:// or oras:// URI); None: none configured."""
-    return framework_settings(config, framework).get("container") or None
+    """The framework's image (.sif path, docker:// or oras:// URI): the config's, else the
+    framework's own (``Framework.container``); None: none (given empty)."""
+    return _setting(config, framework, "container") or None
+
+
+def _setting(config: Mapping[str, Any], framework: str, key: str) -> str:
+    given = framework_settings(config, framework).get(key)
+    if given is not None:
+        return given
+    known = frameworks.registry().get(framework)
+    return getattr(known, key) if known else ""
 
 
 def monitor_option(config: Mapping[str, Any]) -> list[str]:
@@ -668,7 +678,8 @@ def check_container_images(cells: Iterable[study.Cell], args: str,
     an image (``image_of``: its image, '' on the host): a local image that is not there
     (Apptainer would fail each cell's job with its own error block), and GPU cells whose
     containers ``args`` would start without the host's GPUs (no --nv: each would record
-    a failed row, not measured again until retry_failed). Returns a warning per registry
+    a failed row, not measured again until retry_failed). Returns a warning per framework
+    given no image (its cells run on the host under --use-apptainer) and per registry
     image named by a tag, not a digest: its results record the URI, which stays the same
     when the image behind the tag is rebuilt (and Snakemake keeps the copy it pulled)."""
     given = {word.partition("=")[0] for word in _apptainer_words(args)}
@@ -677,7 +688,11 @@ def check_container_images(cells: Iterable[study.Cell], args: str,
     for cell in cells:
         framework = cell.params.get("framework", "")
         image = image_of(framework)
-        if not image:
+        if not image:  # frameworks.<name>.container given empty
+            if framework not in seen:
+                seen.add(framework)
+                warnings.append(f"frameworks.{framework}.container: none given: its cells "
+                                "run on the host, not in a container")
             continue
         if framework not in seen:
             seen.add(framework)

@@ -15,6 +15,7 @@ FRAMEWORK = Framework(
     kinds=("model", "ops", "calibrate", "llm_inference", "comms"),
     dataset_format=_dataset_format,
     conda_env="envs/pytorch.yaml",
+    container="containers/pytorch.sif",
     library_package=("torch", "lib"),
     description="PyTorch (seed 000's flags)",
 )
