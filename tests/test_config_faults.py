@@ -208,9 +208,14 @@ def test_a_study_given_twice_in_one_file_is_found(tmp_path):
 
 @pytest.mark.parametrize(("value", "statuses"), [
     (True, ("failed",)), ("true", ("failed",)), (False, ()), ("false", ()), (None, ()),
-    ("failed,oom", ("failed", "oom")), (["oom"], ("oom",))])
+    ("failed,oom", ("failed", "oom")), (["oom"], ("oom",)), (1, ("failed",)), (0, ())])
 def test_retry_failed_values(value, statuses):
-    assert workflow_support.retry_statuses({"retry_failed": value}) == statuses
+    """--config retry_failed=1 reaches the config as YAML's integer: it was refused as no
+    boolean, though the same word in a string was taken for true."""
+    config = {"retry_failed": value, "studies": {"s": {"grid": {}}}}
+    if value is not None:  # set by the workflow's code only
+        config_schema.validate_config(config, SCHEMA)
+    assert workflow_support.retry_statuses(config) == statuses
 
 
 def test_retry_failed_refuses_an_unknown_status():

@@ -173,6 +173,12 @@ def test_killed_launcher_leaves_no_runner_and_no_result_and_the_rerun_remeasures
 def test_retry_failed_runs_failed_cells_again(workdir):
     (workdir / "fail").unlink()
     before = result_of(workdir, 2)
+    # A dry run says what the run would do, and that Snakemake's summary leaves it out
+    # (it said "Nothing to be done" under the line, with no word why).
+    proc = snakemake(workdir, "--config", "retry_failed=1", "-n")
+    output, _ = proc.communicate(timeout=600)
+    assert "retry_failed: would run 1 cell(s) recorded as failed again (their results are " \
+           "still there: Snakemake's dry run below does not count them)" in output, output
     proc = snakemake(workdir, "--config", "retry_failed=true")
     output, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, output[-3000:]

@@ -112,6 +112,8 @@ def retry_statuses(config: Mapping[str, Any]) -> tuple[str, ...]:
     """Which recorded outcomes to run again (config retry_failed: true means failed; a list,
     or on the command line a comma-separated string, names statuses)."""
     value = config.get("retry_failed", False)
+    if type(value) is int and value in (0, 1):  # --config retry_failed=1: YAML's integer
+        value = bool(value)
     if isinstance(value, str):  # from the command line: --config retry_failed=true
         words = value.strip().lower()
         value = (True if words in ("true", "yes", "1") else

@@ -255,7 +255,11 @@ def _run_again(paths, which, why=""):
     if not paths or _runs_no_jobs():
         return
     if _dry_run():
-        print(f"dlbench: {why}would run {which} again", file=sys.stderr)
+        print(
+            f"dlbench: {why}would run {which} again (their results are still there: "
+            "Snakemake's dry run below does not count them)",
+            file=sys.stderr,
+        )
         return
     for path in paths:
         support.set_aside_run(path, "retried")

@@ -52,12 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The command's arguments (the heavy modules are imported only once they are parsed)."""
     parser.add_argument("base", metavar="BASE",
                         help="the reference: an aggregate Parquet, a results folder, or a system "
-                             "label of --table")
+                             "label (read from results/<label>/, else from --table)")
     parser.add_argument("new", metavar="NEW", help="what is compared with BASE (the same kinds)")
     parser.add_argument("--table", default=None, metavar="TABLE",
                         help="BASE and NEW are values of the system column of this aggregate "
-                             "Parquet or results folder (default when BASE and NEW are not "
-                             "existing paths: results/benchmarks.parquet)")
+                             "Parquet or results folder (default for labels: results/<label>/ "
+                             "where it exists, else results/benchmarks.parquet)")
     parser.add_argument("--out", default="results/compare", metavar="DIR", type=output_folder,
                         help="folder for compare.parquet/.csv/.md/.html (default: %(default)s)")
     parser.add_argument("--threshold", type=_fraction, default=0.05,
