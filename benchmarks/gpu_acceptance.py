@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -85,12 +86,14 @@ def run(cmd: list[str], log: Path, timeout: float = 600) -> tuple[int, float]:
     return rc, time.perf_counter() - start
 
 
-def run_all(plan: Plan, gpus: int, budget: float,
-            only: tuple[str, ...] | None = None) -> list[Check]:
+def run_all(plan: Plan, gpus: int, budget: float, only: tuple[str, ...] | None = None,
+            interim: Callable[[list[Check]], object] | None = None) -> list[Check]:
     """Runs the plan's commands in order until ``budget`` seconds are spent: a command that
     would start with less than MIN_SLOT left is not run, one still running at the end of the
     budget is stopped, and checks that had only those to go on are skipped (saying so).
-    ``only``: name prefixes of the commands to run (a rerun of some checks)."""
+    ``only``: name prefixes of the commands to run (a rerun of some checks). ``interim``
+    is given the measurements' checks before the table and report are made: a call
+    stopped while they run (the lent machine's time is up) still leaves their figures."""
     logs = plan.out / "logs"
     logs.mkdir(exist_ok=True)
     deadline = time.perf_counter() + budget
@@ -117,6 +120,8 @@ def run_all(plan: Plan, gpus: int, budget: float,
     for name, reason in not_run.items():  # a file left by an earlier call is not this one's
         results[name] = {"status": "not_run", "error": reason}
     checks = checks_of(results, plan.commands, plan.out, gpus, not_run)
+    if interim:
+        interim(_with_timings(list(checks), timings))
     cells = sorted(str(plan.cells / f"{name}.json") for name in timings
                    if name not in not_run and (plan.cells / f"{name}.json").is_file())
     if not cells:  # only parts that write no cell ran (--only honesty): nothing to table
@@ -244,15 +249,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     plan = build_plan(args.out, sys.executable, count, args.autotune)
     start = time.perf_counter()
-    checks = run_all(plan, count, args.budget, args.only)
-    report = {"device": device, "gpus": count, "seconds": round(time.perf_counter() - start),
-              "budget_s": args.budget, "checks": [asdict(c) for c in checks],
-              "commands": plan.commands}
-    (args.out / "gpu_acceptance.json").write_text(json.dumps(report, indent=1, default=str))
-    text = summary_markdown(checks, f"{count}x {device}")
-    (args.out / "summary.md").write_text(text)
-    archive(args.out)
-    print(text)
+
+    def write(checks: list[Check]) -> str:
+        report = {"device": device, "gpus": count,
+                  "seconds": round(time.perf_counter() - start), "budget_s": args.budget,
+                  "checks": [asdict(c) for c in checks], "commands": plan.commands}
+        (args.out / "gpu_acceptance.json").write_text(
+            json.dumps(report, indent=1, default=str))
+        text = summary_markdown(checks, f"{count}x {device}")
+        (args.out / "summary.md").write_text(text)
+        archive(args.out)
+        return text
+
+    checks = run_all(plan, count, args.budget, args.only, interim=write)
+    print(write(checks))
     return 1 if any(c.verdict == "fail" for c in checks) else 0
 
 
