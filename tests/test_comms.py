@@ -297,6 +297,28 @@ def test_params_comma_lists_run_each_data_type_and_collective_in_turn(capsys, ca
         assert exc.value.code == 2 and message in err and "collective 64 B" not in err
 
 
+def test_a_flag_naming_no_value_is_refused_and_one_taken_no_notice_of_is_said(
+        capsys, caplog):
+    """An empty --collective is argparse's one line, not a run of the default collective;
+    --window on a blocking collective and --root on one without a root run, each said
+    unused in a line."""
+    from dlbench.comms import runner
+
+    for argv in (["--collective", ""], ["--collective="], ["--collectives=,"],
+                 ["--data-types", ""]):
+        with pytest.raises(SystemExit) as exc:
+            runner.main(["--device=cpu", "--b=64", "--e=64", "--w=1", "--n=1", *argv])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and "invalid choice" in err and "COMMS-RES" not in err
+    caplog.set_level("WARNING", logger="dlbench.comms")
+    assert runner.main(["--device=cpu", "--b=64", "--e=64", "--w=1", "--n=1", "--window=50",
+                        "--root=1"]) == 0
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "--window 50 is not used: --z 1 waits for each collective (a window is --z 0's, "
+        "and the point-to-point tests')",
+        "--root 1 is not used: all_reduce has no root"]
+
+
 def test_a_run_prints_params_comms_res_table_with_its_own_figures(tmp_path, capsys):
     """PARAM's COMMS-RES lines on stdout (a header, one line per size, --tag in the name),
     as scripts reading PARAM's output split them: total size, elements per rank (a piece
@@ -524,6 +546,45 @@ def test_non_blocking_issues_a_window_back_to_back_and_times_one_collective(
     (m,) = res["measurements"]
     assert m["iterations"] == 3 and m["extra"]["validated"] is True
     assert 0.005 <= m["time_s"]["median"] < 0.015
+
+
+@pytest.mark.parametrize("blocking", [1, 0])
+def test_blocking_waits_at_a_barrier_before_each_measured_iteration_outside_its_time(
+        tmp_path, monkeypatch, blocking):
+    """PARAM's --z 1: every rank meets at a barrier before each measured collective (here
+    one holding the host 20 ms), and the time recorded leaves it out; --z 0 issues its
+    windows back to back, no barrier between them."""
+    import time
+
+    import torch.distributed as dist
+
+    from dlbench.comms import runner
+
+    calls = []
+    real_barrier, real_reduce = dist.barrier, dist.all_reduce
+
+    def barrier(*args, **kwargs):
+        calls.append("barrier")
+        time.sleep(0.02)
+        return real_barrier(*args, **kwargs)
+
+    def all_reduce(tensor, *args, **kwargs):
+        calls.append("all_reduce" if tensor.numel() == 16 else "other")
+        return real_reduce(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(dist, "barrier", barrier)
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    out = tmp_path / "cell.json"
+    assert runner.main(["--device=cpu", "--collective=all_reduce", "--b=64", "--e=64",
+                        "--w=1", "--n=3", f"--z={blocking}",
+                        *([] if blocking else ["--window=2"]), f"--output={out}"]) == 0
+    # After the barrier before the test (the times gathered after them left out):
+    timed = [c for c in calls[calls.index("all_reduce"):] if c != "other"]
+    measured = ["barrier", "all_reduce"] * 3 + ["barrier"] if blocking \
+        else ["all_reduce"] * 6
+    assert timed == ["all_reduce"] * (2 - blocking) + measured
+    (m,) = R.read(out)["measurements"]
+    assert m["time_s"]["max"] < 0.02
 
 
 def test_point_to_point_pairs_ranks_as_param_and_refuses_what_cannot_pair():
@@ -863,6 +924,15 @@ def test_one_process_has_no_bus_bandwidth_to_chart():
     alone = prepare(pd.DataFrame([row("one", 1, size, 1e-5) for size in (1024, 4096)]))
     spec = json.dumps(comms_charts.bandwidth_figure(alone).chart.to_dict())
     assert "vconcat" not in spec and "bus bandwidth" not in spec and "median time" in spec
+    # Two processes split into two communicators of one (comm_groups 2): each collective
+    # is one process's, its bus bandwidth none; two groups of two are coloured as two.
+    groups = prepare(pd.DataFrame([{**row("split", 2, 1024, 1e-5), "comm_groups": 2,
+                                    "bus_gbps": 0.0},
+                                   {**row("pairs", 4, 1024, 2e-5), "comm_groups": 2}]))
+    data = comms_charts.comms_frame(groups).set_index("cell")
+    assert pd.isna(data.loc["a/split", "busbw_gbps"])
+    assert (data.loc["a/split", "ranks"], data.loc["a/pairs", "ranks"]) == (1, 2)
+    assert data.loc["a/pairs", "busbw_gbps"] > 0
 
 
 def test_a_latency_test_has_no_bus_bandwidth_panel_and_the_dropdowns_stay_one_set():
@@ -981,12 +1051,47 @@ def test_a_wrong_element_fails_the_check_naming_rank_element_and_values(monkeypa
         f"all_to_all 128 B: data validation failed on 1 of 2 rank(s): rank 2 received 3 of "
         f"64 elements wrong (first at element 37: 0 instead of {bad.want:g})")
     assert V.verdict("all_to_all", "128 B", [ok]) is None
-    # A sum rounded within the type's precision is no failure; int8 is exact.
+    # A value off its whole number fails, however little.
     source = torch.tensor([1.5 * 8 + 0.01] * 4, dtype=torch.float32)
     assert V.check("all_reduce", (source, None), 0, 8).wrong == 4
-    with pytest.raises(study.ConfigError, match="validate: int8 sums of 96 processes overflow"):
+
+
+@pytest.mark.parametrize("data_type", ["bfloat16", "float16", "int8"])
+def test_a_missing_rank_or_zeros_fail_the_check_at_any_rank_count_the_type_holds(data_type):
+    """The patterns are whole numbers the type holds exactly, so they are compared exactly:
+    one rank's contribution missing from a sum (every element short by one) and a result
+    of zeros fail at every rank count that validation runs at; above it, the study and the
+    command line refuse validation in the same one line."""
+    import torch
+
+    from dlbench.comms import validation as V
+    from dlbench.comms.command_line import checked, parser
+
+    dtype = getattr(torch, data_type)
+    most = {"bfloat16": 171, "float16": 1365, "int8": 85}[data_type]
+    for ranks in sorted({r for r in (2, 12, 32, 128) if r < most} | {most}):
+        assert V.ranks_problem("all_reduce", data_type, ranks) is None
+        want = V.expected("all_reduce", 64, 0, ranks)
+        assert V.check("all_reduce", (want.to(dtype), None), 0, ranks).wrong == 0
+        assert V.check("all_reduce", ((want - 1).to(dtype), None), 0, ranks).wrong == 64
+        for collective in ("all_reduce", "broadcast"):
+            zeros = (torch.zeros(64, dtype=dtype), None)
+            assert V.check(collective, zeros, 0, ranks).wrong == 64
+        gathered = (torch.zeros(64 // ranks or 1, dtype=dtype), torch.zeros(64, dtype=dtype))
+        assert V.check("all_gather", gathered, 0, ranks).wrong == 64
+    line = (f"all_reduce sums of {most + 1} processes outgrow the whole numbers {data_type} "
+            f"holds exactly (at most {most} processes): validate with another data type")
+    assert V.ranks_problem("all_reduce", data_type, most + 1) == line
+    assert V.ranks_problem("all_gather", data_type, 4 * most) is None  # no sums: 1 to 16
+    with pytest.raises(study.ConfigError, match=re.escape(f"validate: {line}")):
         study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
-            "validate": True, "data_type": "int8", "num_gpus": 8, "num_nodes": 12}}}})
+            "validate": True, "data_type": data_type, "num_gpus": 1,
+            "num_nodes": most + 1}}}})
+    argv = ["--device=cpu", f"--data-type={data_type}", "--c=1", "--num_gpus=1",
+            f"--num_nodes={most + 1}"]
+    with pytest.raises(SystemExit, match="2"):
+        checked(parser(), argv)
+    assert checked(parser(), [*argv[:-1], f"--num_nodes={most}"])[0].c == 1
 
 
 def test_a_size_whose_data_arrive_wrong_fails_the_cell_with_the_sizes_before_it(
@@ -1497,8 +1602,10 @@ def test_params_include_0b_sends_nothing_to_the_next_rank_as_its_own_example_sho
     assert outs == [[2, 1, 1, 0], [0, 2, 1, 1], [1, 0, 2, 1], [1, 1, 0, 2]]
     ins, outs = S.zero_block_exchange(7, 3)
     assert ins == [[4, 0, 3], [3, 4, 0], [0, 3, 4]] and all(sum(r) == 7 for r in outs)
-    with pytest.raises(ValueError, match="needs 2 or more processes"):
-        S.zero_block_exchange(8, 1)
+    # On two ranks the next is the only other: nothing would cross between ranks.
+    for ranks in (1, 2):
+        with pytest.raises(ValueError, match="needs 3 or more processes"):
+            S.zero_block_exchange(8, ranks)
     sources = []
     for r in range(3):
         source = torch.zeros(7)
@@ -1528,13 +1635,13 @@ def test_a_study_and_the_runner_take_include_0b_for_an_all_to_allv_sweep_only(ca
     assert "--include-0B" not in kinds.get("comms").command(plain.params, Path("x.json"),
                                                             "python", None)
     with pytest.raises(study.ConfigError, match=re.escape(
-            "study 'c': include_0b: needs 2 or more processes")):
+            "study 'c': include_0b: needs 3 or more processes")):
         study.expand_config({"studies": {"c": {"kind": "comms", "grid": {
-            "collective": "all_to_allv", "num_gpus": 1, "include_0b": True}}}})
+            "collective": "all_to_allv", "num_gpus": 2, "include_0b": True}}}})
     for flags, message in [(["--collective=all_reduce", "--include-0B"],
                             "--include-0B sets the blocks of the all_to_allv sweep"),
-                           (["--collective=all_to_allv", "--include-0B"],
-                            "--include-0B needs 2 or more processes")]:
+                           (["--collective=all_to_allv", "--num_gpus=2", "--include-0B"],
+                            "--include-0B needs 3 or more processes")]:
         with pytest.raises(SystemExit) as exc:
             runner.main(["--device=cpu", *flags])
         assert exc.value.code == 2 and message in capsys.readouterr().err

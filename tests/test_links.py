@@ -208,6 +208,27 @@ def test_the_slowest_communicator_and_the_pairs_set_the_ceiling():
     assert links.ceiling(facts, [[0, 1], [2, 3]])["path"] == "pcie"
 
 
+def test_communicators_crossing_nodes_at_once_share_each_nodes_network():
+    """Two nodes of four GPUs, 400 GB/s of network each: PARAM's --multi-comms 4 (groups
+    [0, 4], [1, 5], ...) and pairwise pairs all cross both nodes at once, so each gets a
+    quarter of a node's network, and the ceiling's words say so; one communicator, or one
+    crossing among others that stay on their node, gets the whole network."""
+    from dlbench.comms import sizes as S
+
+    gpus = _node_gpus()
+    facts = [_rank(host, gpus[i], 400.0) for host in "ab" for i in range(4)]
+    quarter = {"path": "network", "gbps": 100.0,
+               "text": "network 400.0 GB/s per node / 4 communicators crossing it at once "
+                       "= 100.0 GB/s each"}
+    assert links.ceiling(facts, links.communicators(8, S.group_members(4, 8), None)) \
+        == quarter
+    assert links.ceiling(facts, links.communicators(
+        8, None, S.pt2pt_pairs("pairwise", 8))) == quarter
+    for talking in ([[0, 4]], [[0, 4], [1, 2], [5, 6]], [[0, 1, 2, 4, 5, 6]]):
+        link = links.ceiling(facts, talking)
+        assert (link["gbps"], link["text"]) == (400.0, "network 400.0 GB/s per node")
+
+
 def test_a_share_of_the_link_and_twice_the_link_for_a_bidirectional_test():
     link = {"path": "nvlink", "gbps": 400.0, "text": "NVLink"}
     assert links.share(300.0, link) == pytest.approx(75.0)

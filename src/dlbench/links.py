@@ -17,11 +17,13 @@ one direction. Each process of a collective cell reads its own links before any 
   (sysfs).
 
 Within a node the ceiling is NVLink where every two GPUs of a communicator there reach each
-other over it, else PCIe; across nodes, the slowest node's network; the collective's is
-the slowest of those it crosses, over every communicator (PARAM's ``--multi-comms``
-groups, or a point-to-point test's pairs). None where a reading it needs is missing (no
-ceiling is guessed), for one process (nothing crosses a link) and for processes sharing
-one node without GPUs (shared memory, not a link).
+other over it, else PCIe; across nodes, the slowest node's network, shared by every
+communicator crossing that node at once (PARAM's ``--multi-comms`` groups, a pairwise
+point-to-point test's pairs: each gets the node's rate over their count, as its bus
+bandwidth is its own share); the collective's is the slowest of those it crosses, over
+every communicator. None where a reading it needs is missing (no ceiling is guessed), for
+one process (nothing crosses a link) and for processes sharing one node without GPUs
+(shared memory, not a link).
 
 A ring's ceiling: NVLink SHARP (NCCL's NVLS) and in-network reductions (SHARP) reduce in
 the switch, so that an all_reduce's bus bandwidth can pass it; a share above 100% says so.
@@ -32,6 +34,7 @@ the link's.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -181,15 +184,24 @@ def ceiling(facts: Sequence[Mapping[str, Any]],
             communicators: Iterable[Sequence[int]]) -> dict[str, Any] | None:
     """The most bus bandwidth the collective's links allow, from every rank's ``local``
     readings (in rank order) and the ranks of each communicator: ``gbps``, the ``path``
-    that limits it (``nvlink``, ``pcie`` or ``network``) and ``text`` in words; None where it cannot be told."""
-    found = [_communicator_ceiling(facts, list(ranks)) for ranks in communicators]
+    that limits it (``nvlink``, ``pcie`` or ``network``) and ``text`` in words; None where
+    it cannot be told."""
+    talking = [list(ranks) for ranks in communicators]
+    # The communicators run at once: those crossing nodes share each node's network, so
+    # each gets its node's rate over how many cross that node (a GPU's NVLinks and PCIe
+    # link are its rank's, in one communicator).
+    crossing: Counter[str] = Counter()
+    for ranks in talking:
+        hosts = {facts[r]["host"] for r in ranks}
+        crossing.update(hosts if len(hosts) > 1 else ())
+    found = [_communicator_ceiling(facts, ranks, crossing) for ranks in talking]
     if not found or any(f is None for f in found):
         return None
     return min(found, key=lambda f: f["gbps"])
 
 
-def _communicator_ceiling(facts: Sequence[Mapping[str, Any]],
-                          ranks: list[int]) -> dict[str, Any] | None:
+def _communicator_ceiling(facts: Sequence[Mapping[str, Any]], ranks: list[int],
+                          crossing: Mapping[str, int]) -> dict[str, Any] | None:
     if len(ranks) < 2:
         return None
     by_host: dict[str, list[int]] = {}
@@ -203,12 +215,17 @@ def _communicator_ceiling(facts: Sequence[Mapping[str, Any]],
                 return None
             parts.append(part)
     if len(by_host) > 1:
-        rates = [facts[members[0]].get("network", {}).get("gbps")
-                 for members in by_host.values()]
-        if any(not rate for rate in rates):
+        rates = {host: facts[members[0]].get("network", {}).get("gbps")
+                 for host, members in by_host.items()}
+        if any(not rate for rate in rates.values()):
             return None
-        parts.append({"path": "network", "gbps": min(rates),
-                      "text": f"network {min(rates):,.1f} GB/s per node"})
+        host = min(rates, key=lambda h: rates[h] / crossing[h])
+        rate, sharing = rates[host], crossing[host]
+        text = f"network {rate:,.1f} GB/s per node"
+        if sharing > 1:
+            text += (f" / {sharing} communicators crossing it at once = "
+                     f"{rate / sharing:,.1f} GB/s each")
+        parts.append({"path": "network", "gbps": rate / sharing, "text": text})
     return min(parts, key=lambda p: p["gbps"])
 
 
@@ -233,8 +250,9 @@ def _within_node(gpus: list[Mapping[str, Any] | None]) -> dict[str, Any] | None:
 
 def communicators(world: int, groups: Sequence[Sequence[int]] | None,
                   pairs: Sequence[Sequence[int]] | None) -> list[list[int]]:
-    """The ranks that talk to each other: a point-to-point test's pairs, else the
-    ``--multi-comms`` groups, else the whole world."""
+    """The ranks that talk to each other: a point-to-point test's pairs (an incast's or
+    multicast's root and peers, as one), else the ``--multi-comms`` groups, else the whole
+    world."""
     if pairs:
         return [list(p) for p in pairs]
     if groups:

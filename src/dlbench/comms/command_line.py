@@ -14,6 +14,7 @@ from typing import Any
 from dlbench import axes, cli, monitor
 from dlbench.comms import sizes as S
 from dlbench.comms.overlap import EMBEDDING, NO_KERNEL
+from dlbench.comms.validation import ranks_problem
 
 KIND = "comms"
 # PARAM's --mode: the collectives alone, or overlapped with a compute kernel.
@@ -149,6 +150,18 @@ def defaults_unlike_params(args: argparse.Namespace, argv: list[str]) -> str | N
     return ", ".join(parts) or None
 
 
+def unused_flags(args: argparse.Namespace, argv: list[str]) -> list[str]:
+    """A line for each flag ``argv`` gives that this run takes no notice of: --window
+    where each collective is waited for (--z 1), --root for a collective without one."""
+    lines = []
+    if given(argv, "--window") and args.collective != "pt2pt" and args.z:
+        lines.append(f"--window {args.window} is not used: --z 1 waits for each collective "
+                     "(a window is --z 0's, and the point-to-point tests')")
+    if given(argv, "--root") and args.collective not in S.ROOTED:
+        lines.append(f"--root {args.root} is not used: {args.collective} has no root")
+    return lines
+
+
 def pairs_error(exc: S.PairsError) -> str:
     """A pattern that cannot pair as argparse's line, naming the flag of its axis (a count
     of processes: both flags that make it)."""
@@ -169,7 +182,9 @@ def listed_runs(argv: list[str]) -> tuple[list[list[str]], int]:
         name, eq, text = argv[i].partition("=")
         if name in LISTS and (eq or i + 1 < len(argv)):
             text = text if eq else argv[i + 1]
-            values[LISTS[name]] = [v for v in text.split(",") if v]  # the last one wins
+            # The last one wins; one naming no value ("", ",") goes to argparse as it is,
+            # to be refused there, not dropped into a run of the default.
+            values[LISTS[name]] = [v for v in text.split(",") if v] or [text]
             i += 1 if eq else 2
             continue
         rest.append(argv[i])
@@ -210,6 +225,9 @@ def checked(p: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Names
     problem = S.root_problem(args.root, ranks)
     if args.collective in S.ROOTED and problem:
         p.error(f"--root {problem}")
+    problem = ranks_problem(args.collective, args.data_type, ranks)
+    if args.c and problem:
+        p.error(f"--c {problem}")
     if args.collective == "pt2pt" and args.kernel != NO_KERNEL:
         p.error(f"--kernel {args.kernel}: point-to-point tests run without a compute kernel")
     if args.collective in S.FAN and args.kernel != NO_KERNEL:

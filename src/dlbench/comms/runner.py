@@ -14,10 +14,13 @@ memory), all of them stop the sweep there together, instead of the others waitin
 collective it never joins, and the sizes left are named in the result.
 
 ``--z 1`` (blocking, the default) waits for every collective before the next, so each
-iteration is one collective timed on its own. ``--z 0`` (PARAM's non-blocking mode) issues
-``--window`` collectives back to back and waits for them once, as nccl-tests times its
-iterations: an iteration's time divided by the window is one collective's, with the
-launch of each overlapping the transfer before it.
+iteration is one collective timed on its own; as PARAM's, every rank waits at a barrier
+before each measured iteration (each point-to-point test's too), outside its time, so that
+no rank's late start, nor a rooted collective's pipelining across iterations, enters it.
+``--z 0`` (PARAM's non-blocking mode) issues ``--window`` collectives back to back and
+waits for them once, as nccl-tests times its iterations: an iteration's time divided by
+the window is one collective's, with the launch of each overlapping the transfer before
+it.
 
 ``--collective pt2pt`` (or PARAM's ``--pt2pt one2one|pairwise``) measures messages
 between pairs of ranks instead (those PARAM's ``--src-ranks`` and ``--dst-ranks`` name,
@@ -361,10 +364,17 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
     fan = _fan(args.collective, topo.rank, args.root, pairs)
     if pairs:  # [sender, receiver] of each pair
         res["extra"]["pairs"] = [list(pair) for pair in pairs]
-    # The links the collective crosses and the most bus bandwidth they allow.
+    # The links the collective crosses and the most bus bandwidth they allow. An incast's
+    # or multicast's messages all cross its root's links and its bytes count every one:
+    # its ranks are one communicator, the root's network not divided among its pairs.
+    talking = [sorted({r for pair in pairs for r in pair})] if args.collective in S.FAN \
+        else pairs
     link = links.ceiling(readings, links.communicators(
-        topo.world_size, res["extra"].get("groups"), pairs))
+        topo.world_size, res["extra"].get("groups"), talking))
     res["extra"].update(link=link, link_readings=links.by_host(readings))
+    # PARAM's barrier before each blocking iteration (and point-to-point test's); a graph
+    # replays --n collectives at once, and --z 0 times a window issued back to back.
+    barriers = point_to_point or (window is None and not args.graph_launches)
     work, alone = None, None
     if args.kernel != NO_KERNEL and not point_to_point:
         work, alone = _compute_alone(args, device, sync)
@@ -401,7 +411,8 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                                      fan, group):
                 dist.barrier()
                 warmup, iterations = test.counts or (args.w, args.n)
-                loop = harness.timed_loop(lambda: None, test.step, sync, warmup, iterations)
+                loop = harness.timed_loop(lambda: None, test.step, sync, warmup, iterations,
+                                          hooks=(_BARRIER,) if barriers else ())
                 # Overlapped with computation, the collectives' own part of each iteration.
                 own, computing = test.overlapped.times(iterations) if test.overlapped \
                     else (test.device_timed.times(iterations) if test.device_timed
@@ -453,6 +464,24 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
         monitor.attach(res, args.output, mon, items=0.0)  # its energy is no measured one's
     if not res["measurements"]:
         raise cellrun.CellError(f"no message size ran ({res['extra'].get('stopped_by')})")
+
+
+class _Barrier:
+    """A barrier of every rank before each measured iteration: the timed loop's hooks run
+    outside the iterations' times, before the first and after each one."""
+
+    def measure_start(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+    iteration_end = measure_start
+
+    def measure_end(self) -> None:
+        pass
+
+
+_BARRIER = _Barrier()
 
 
 def _pairs(args: argparse.Namespace, ranks: int) -> list[tuple[int, int]]:
@@ -562,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace, argv: list[str]) -> int:
     logging.basicConfig(level=args.log_level or logging.INFO,
                         format="%(asctime)s %(name)s: %(message)s")
-    from dlbench.comms.command_line import RENDEZVOUS, defaults_unlike_params
+    from dlbench.comms.command_line import RENDEZVOUS, defaults_unlike_params, unused_flags
     from dlbench.pytorch import distributed
 
     for flag in RENDEZVOUS:
@@ -570,6 +599,8 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
                 and not distributed.is_worker():
             log.warning("%s is not used: torchrun's rendezvous connects the processes "
                         "dlbench starts (on the first node of a multi-node cell)", flag)
+    for line in unused_flags(args, argv) if not distributed.is_worker() else ():
+        log.warning(line)
     unlike = defaults_unlike_params(args, argv)
     if unlike and not distributed.is_worker():  # a study's cell gives every flag
         log.info("defaults here, unlike PARAM's comms.py: %s; give them to measure as "

@@ -154,16 +154,18 @@ def exchange(in_split: list[int], out_split: list[int], ranks: int
 
 def zero_block_problem(ranks: int) -> str | None:
     """Why an all_to_allv among ``ranks`` processes cannot send a 0-byte block to the next
-    rank (PARAM's --include-0B)."""
-    if ranks < 2:
-        return "needs 2 or more processes: each rank sends 0 bytes to the next"
+    rank (PARAM's --include-0B). With 2, the next rank is the only other: each would send
+    everything to itself, nothing between ranks, and a bus bandwidth of nothing moved."""
+    if ranks < 3:
+        return ("needs 3 or more processes: each rank sends 0 bytes to the next and its "
+                "blocks to the others")
     return None
 
 
 def zero_block_exchange(count: int, ranks: int) -> tuple[list[list[int]], list[list[int]]]:
     """PARAM's --include-0B: a buffer of ``count`` elements where every rank i sends nothing
     to rank (i+1) mod n, count // (n-1) elements to each other rank and the rest to itself
-    (so each rank receives nothing from the one before it); ValueError below 2 ranks."""
+    (so each rank receives nothing from the one before it); ValueError below 3 ranks."""
     problem = zero_block_problem(ranks)
     if problem:
         raise ValueError(problem)

@@ -5,15 +5,17 @@ library that corrupts or misroutes data then fails the cell instead of giving a 
 
 The patterns are small whole numbers that depend on the rank and the element's place, so
 that a sum, a chunk in the wrong place or a chunk from the wrong rank each show: every
-value is at most 16, or 1.5 x ranks for the reductions, which float16, bfloat16 and
-float32 hold exactly (bfloat16 up to 170 ranks) and int8 up to 84 ranks
-(``MAX_INT8_RANKS``). A point-to-point pair exchanges messages holding its sender's
-pattern (``fill`` and ``check`` given the rank's peer), an incast's or multicast's messages
-their sender's (the root's peers given). A collective with a root is
-filled and checked given it: the root's pattern is the one a broadcast or scatter sends,
-and only the root receives a reduce or gather (the others' buffers are not checked). An
-all_to_allv's blocks, even or not, follow all_to_all's pattern, placed by the rank's
-splits.
+value is at most 16, or ranks + ranks // 2 for the sums. While that is a whole number
+the data type holds exactly (a sum's, up to 85 ranks in int8, 171 in bfloat16, 1,365 in
+float16), every partial sum is exact in any order, so results are compared exactly: one
+rank's contribution missing, or a result of zeros, shows at any rank count. Above it
+validation is refused (``ranks_problem``, the study's and the command line's check). A
+point-to-point pair exchanges messages holding its sender's pattern (``fill`` and
+``check`` given the rank's peer), an incast's or multicast's messages their sender's (the
+root's peers given). A collective with a root is filled and checked given it: the root's
+pattern is the one a broadcast or scatter sends, and only the root receives a reduce or
+gather (the others' buffers are not checked). An all_to_allv's blocks, even or not,
+follow all_to_all's pattern, placed by the rank's splits.
 Nothing here runs inside a timed region.
 """
 
@@ -24,12 +26,35 @@ from typing import Any
 
 from dlbench.comms.sizes import FAN, PIECE_IN, PIECE_OUT
 
-# int8 holds the largest all_reduce or reduce_scatter value, 1.5 x ranks, up to 127.
-MAX_INT8_RANKS = 84
+# The largest whole number each data type holds with every one below it (a float's 2 to
+# the power of its significand's bits; int8's 127); results are compared in float32, so
+# no more than float32's for the wider types.
+EXACT_UP_TO = {"int8": 127, "bfloat16": 2**8, "float16": 2**11, "float32": 2**24,
+               "int32": 2**24, "float64": 2**24}
+# The collectives that sum every rank's pattern.
+SUMS = frozenset({"all_reduce", "reduce", "reduce_scatter"})
 _PERIOD = 16  # values of the gather, scatter and broadcast patterns: 1 .. 16
 # Elements filled or checked at a time, on the buffers' device: a 1 GiB buffer is checked
 # with 64 MB of scratch, not a float copy of it.
 CHUNK = 2**24
+
+
+def largest(collective: str, ranks: int) -> int:
+    """The largest value of ``collective``'s patterns among ``ranks`` processes: a sum's
+    at odd elements (every rank's one, the odd ranks' one more), else the period's."""
+    return max(_PERIOD, ranks + ranks // 2) if collective in SUMS else _PERIOD
+
+
+def ranks_problem(collective: str, data_type: str, ranks: int) -> str | None:
+    """Why ``collective`` among ``ranks`` processes in ``data_type`` cannot be validated:
+    its sums outgrow the whole numbers the type holds exactly, so that a wrong sum could
+    round to the right one; None when it can. The caller names its field or flag."""
+    most = EXACT_UP_TO[data_type]
+    if largest(collective, ranks) <= most:
+        return None
+    fit = (2 * most + 1) // 3  # the most ranks r with r + r // 2 <= most
+    return (f"{collective} sums of {ranks} processes outgrow the whole numbers {data_type} "
+            f"holds exactly (at most {fit} processes): validate with another data type")
 
 
 def _message(i: Any, rank: int) -> Any:
@@ -154,9 +179,7 @@ def check(collective: str, buffers: tuple, rank: int, ranks: int,
           peers: tuple[int, ...] = ()) -> Check:
     """Compare ``rank``'s result buffer with what the collective must give (pt2pt: what
     ``peer`` sent; reduce: only on ``root``; incast and multicast: given the root's
-    ``peers``), a span at a time on its device. Whole-number types are compared exactly;
-    floating types with a margin of ``ranks`` units in the last place (a reduction's order
-    may round differently)."""
+    ``peers``), a span at a time on its device, exactly (see the module's text)."""
     if collective == "pt2pt":
         return check_pt2pt(buffers, rank, peer)
     if collective in FAN:
@@ -167,7 +190,7 @@ def check(collective: str, buffers: tuple, rank: int, ranks: int,
         return Check(rank, 0, 0)  # only the root receives; the others' buffers are scratch
     chunk = _count(collective, source, ranks) // ranks
     split = splits[1] if splits is not None else None
-    return _compare(result_buffer(collective, buffers), rank, ranks,
+    return _compare(result_buffer(collective, buffers), rank,
                     lambda i: _received(collective, i, rank, ranks, chunk, root, split))
 
 
@@ -176,7 +199,7 @@ def check_pt2pt(buffers: tuple, rank: int, peer: int | None) -> Check:
     no part has nothing to check)."""
     if peer is None:
         return Check(rank, 0, 0)
-    return _compare(buffers[1], rank, 1, lambda i: _message(i, peer))
+    return _compare(buffers[1], rank, lambda i: _message(i, peer))
 
 
 def check_fan(collective: str, buffers: tuple, rank: int, root: int,
@@ -190,25 +213,25 @@ def check_fan(collective: str, buffers: tuple, rank: int, root: int,
     if target is None:
         return Check(rank, 0, 0)
     if collective == "multicast":
-        return _compare(target, rank, 1, lambda i: _message(i, root))
+        return _compare(target, rank, lambda i: _message(i, root))
     count = target.shape[1]
     senders = torch.tensor(peers, device=target.device)
-    return _compare(target.reshape(-1), rank, 1,
+    return _compare(target.reshape(-1), rank,
                     lambda i: _message(i % count, senders[i // count]))
 
 
-def _compare(result: Any, rank: int, ranks: int, want_at: Any) -> Check:
-    """``result`` against ``want_at(elements)``, a span at a time on its device."""
+def _compare(result: Any, rank: int, want_at: Any) -> Check:
+    """``result`` against ``want_at(elements)``, a span at a time on its device, exactly:
+    the patterns' values and sums are whole numbers the type holds (``ranks_problem``), so
+    no rounding can make a right result differ, and any margin would let a wrong one by."""
     import torch
 
-    floating = result.dtype.is_floating_point
-    eps = torch.finfo(result.dtype).eps * ranks if floating else 0.0
     wrong, first = 0, None
     for start, stop in _spans(result.numel()):
         i = torch.arange(start, stop, device=result.device)
         want = want_at(i)
         got = result[start:stop].float()
-        bad = (got - want).abs() > eps * want.abs() if floating else got != want
+        bad = got != want
         count = int(bad.sum())
         if count and first is None:
             at = int(bad.nonzero()[0, 0])

@@ -23,7 +23,7 @@ from dlbench.comms.sizes import (
     sweep_problem,
     zero_block_problem,
 )
-from dlbench.comms.validation import MAX_INT8_RANKS
+from dlbench.comms.validation import ranks_problem
 from dlbench.kinds import CellKind, slug
 
 
@@ -115,11 +115,9 @@ class CommsKind(CellKind):
                 operands(kernel, 1, shape)  # the count of values the kernel takes
             except ValueError as exc:
                 raise AxisError("mm_shape", str(exc)) from None
-        if (params.get("validate") and params["data_type"] == "int8"
-                and ranks > MAX_INT8_RANKS):
-            raise AxisError("validate", f"int8 sums of {ranks} processes overflow the check's "
-                                        f"values (at most {MAX_INT8_RANKS}): validate with "
-                                        "another data_type")
+        problem = ranks_problem(params["collective"], params["data_type"], ranks)
+        if params.get("validate") and problem:
+            raise AxisError("validate", problem)
         splits = {axis: split_of(params.get(axis) or "") for axis in ("in_split", "out_split")}
         if params["collective"] == UNEVEN and any(splits.values()):
             try:

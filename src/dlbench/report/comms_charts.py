@@ -1,7 +1,8 @@
 """Charts of collective-communication cells (dlbench.comms): bus bandwidth and time
-against message size, one panel per collective, one colour per process count (num_gpus on
-each of num_nodes nodes; a cell on several nodes also differs from one on one node in its
-nodes, which the chart gives a place of its own)."""
+against message size, one panel per collective, one colour per process count of one
+collective (num_gpus on each of num_nodes nodes, over comm_groups communicators; a cell on
+several nodes also differs from one on one node in its nodes, and a cell of several
+communicators in comm_groups, which the chart gives each a place of its own)."""
 
 from __future__ import annotations
 
@@ -74,7 +75,10 @@ def _sizes_frame(rows: pd.DataFrame) -> pd.DataFrame:
     # The message size, from the measurement's name (a bidirectional test moves two
     # messages of it per time).
     size = rows["name"].map(message_bytes)
-    ranks = rows["num_gpus"].astype(int) * nodes
+    # The processes of one collective, whose bus factor its bus bandwidth is by: each
+    # communicator's where PARAM's --multi-comms splits the world into comm_groups.
+    groups = numeric(rows, "comm_groups").fillna(1).astype(int)
+    ranks = rows["num_gpus"].astype(int) * nodes // groups
     # A latency test (half a ping-pong) is a time, no bandwidth: its results made before
     # the runner left them null still hold one, which is not drawn or listed.
     bandwidth = ~(rows["collective"].eq("pt2pt") & rows["pass"].eq("latency"))
