@@ -140,3 +140,22 @@ def test_every_command_prints_its_help(main):
                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     assert done.returncode == 0, done.stderr[-500:]
     assert "usage:" in done.stdout
+
+
+def test_a_size_written_as_the_command_line_takes_it_says_the_number_to_write():
+    """PARAM's sizes with units (--e 256M) are the command line's form; a study takes
+    numbers, and its error said only "must be an integer". A number given to a list-valued
+    string axis (a grid's list of message sizes, one cell each) says how to write a list."""
+    def problem(grid):
+        with pytest.raises(study.ConfigError) as info:
+            study.expand_config({"studies": {"s": {"kind": "comms", "grid": {
+                "device": "cpu", **grid}}}})
+        return str(info.value)
+
+    assert problem({"end_size": "256M"}) == (
+        "study 's': end_size: must be an integer, got '256M' (write 268435456: 256M is the "
+        "command line's --e form)")
+    assert problem({"end_size": "lots"}) == "study 's': end_size: must be an integer, got 'lots'"
+    assert problem({"message_sizes": [1024, 2048]}) == (
+        "study 's': message_sizes: must be a string, got 1024 (a list of values here is one "
+        "string, comma-separated: '1024,2048'; a list in a grid makes one cell per value)")

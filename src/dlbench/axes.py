@@ -637,16 +637,36 @@ INT_MAX = 2**63 - 1
 YAML_BOOLEAN_HINT = " (YAML reads unquoted on/off, yes/no as true/false: quote it, 'on')"
 
 
+# A grid's list is one cell per value: a number given to a list-valued string axis (PARAM's
+# --ss sizes) is most likely one of a list meant as the axis's one value.
+LIST_HINT = (" (a list of values here is one string, comma-separated: '1024,2048'; a list "
+             "in a grid makes one cell per value)")
+
+
+def _as_read(axis: Axis, value: Any) -> str:
+    """A hint for a text an int axis's command-line flag reads (PARAM's sizes, 256M): the
+    number to write in a study instead."""
+    for flag in (axis.flags or {}).values():
+        if flag.parse is not None and isinstance(value, str):
+            try:
+                return f" (write {flag.parse(value)}: {value} is the command line's " \
+                       f"{flag.option} form)"
+            except ValueError:
+                return ""
+    return ""
+
+
 def check_value(axis: Axis, value: Any) -> None:
     """A value's type and bounds, and whether it is one of the axis's fixed choices (those
     that do not depend on the rest of the cell): what any value of the axis must be,
     wherever it is given (raises AxisError)."""
     if axis.type is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise AxisError(axis.name, f"must be an integer, got {value!r}")
+        raise AxisError(axis.name, f"must be an integer, got {value!r}{_as_read(axis, value)}")
     if axis.type is bool and not isinstance(value, bool):
         raise AxisError(axis.name, f"must be true or false, got {value!r}")
     if axis.type is str and not isinstance(value, str):
-        hint = YAML_BOOLEAN_HINT if isinstance(value, bool) else ""
+        hint = YAML_BOOLEAN_HINT if isinstance(value, bool) else \
+            LIST_HINT if axis.form is not None and isinstance(value, int | float) else ""
         raise AxisError(axis.name, f"must be a string, got {value!r}{hint}")
     if axis.type is dict and not isinstance(value, dict):
         raise AxisError(axis.name, f"must be a mapping, got {value!r}")
