@@ -665,3 +665,49 @@ def test_calibration_flags_out_of_range_are_one_line_before_anything_runs(flags,
     assert exit_.value.code == 2 and error in capsys.readouterr().err
     assert runner.parser().parse_args(["--gemm_sizes", "64,128", "--warmup", "0"]
                                       ).gemm_sizes == (64, 128)
+
+
+def test_gpu_cells_with_nothing_to_hold_their_tflops_against_are_said_so(tmp_path):
+    """A GPU the peak table does not know, and no calibration: the section "How close to
+    the hardware" was left out without a word (read as a feature missing). A cell with a
+    peak or a measured ceiling needs no line."""
+    unknown = model_doc("bfloat16", 400.0)
+    unknown["environment"] = env("NVIDIA GH200 480GB")
+    frame = table(tmp_path, [unknown])
+    assert efficiency_tables.model_efficiency_table(frame) is None
+    assert efficiency_tables.no_ceiling_note(frame) == (
+        '<p class="note">1 GPU model cell without MFU or % of measured: no vendor peak for '
+        "NVIDIA GH200 480GB in dlbench/peaks.yaml, and no calibration cell measured its "
+        "ceilings; add calibrate: true to their study.</p>")
+    render(tmp_path / "benchmarks.parquet", tmp_path / "report")
+    assert 'id="hardware"' in (tmp_path / "report" / "index.html").read_text()
+    assert efficiency_tables.no_ceiling_note(table(tmp_path, [model_doc("bfloat16", 400.0)])) \
+        is None
+
+
+def test_fp8_is_measured_where_the_gpu_has_fp8_matrix_units_nvidias_and_amds(monkeypatch):
+    """ROCm gives a GPU's gfx version as its capability: an MI250X (gfx90a, 9.0) passed
+    NVIDIA's 8.9 rule, and each FP8 size failed in _scaled_mm instead of being named
+    unsupported; an MI300X (gfx942) got NVIDIA's e4m3fn, not its own fnuz type. Not
+    exercised: a GPU (torch.cuda's answers are stood in for)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from dlbench.calibrate import kernels
+
+    gpu = torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (9, 0))
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert kernels.float8_type(gpu) == torch.float8_e4m3fn  # an H100
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (8, 0))
+    assert not kernels.float8_supported(gpu)  # an A100
+    monkeypatch.setattr(torch.version, "hip", "6.4.0")
+    for arch, want in (("gfx90a:sramecc+:xnack-", None), ("gfx942:sramecc+:xnack-",
+                                                          torch.float8_e4m3fnuz),
+                       ("gfx950", torch.float8_e4m3fn)):
+        monkeypatch.setattr(torch.cuda, "get_device_properties",
+                            lambda d=None, arch=arch: SimpleNamespace(gcnArchName=arch))
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (9, 4))
+        assert kernels.float8_type(gpu) == want, arch
+    assert not kernels.float8_supported(torch.device("cpu"))

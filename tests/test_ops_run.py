@@ -493,3 +493,26 @@ def test_inputs_larger_than_the_free_memory_are_not_made_but_recorded_out_of_mem
     code, _, res = run_ops(tmp_path, huge, prefix="huge")
     assert "shape[0]: 100000000000000000000000 is past the largest size a tensor can have" \
         in res["error"]
+
+
+def test_a_float32_operator_is_ieee_float32_where_tf32_could_run_it(tmp_path, monkeypatch):
+    """PyTorch's default runs float32 convolutions in TF32 on a GPU, and an operator cell
+    is held against the float32 peak: the runner turns TF32 off, as float32 model cells
+    do. Not exercised: a GPU; the flags set_tf32 sets, and that the runner asks for them
+    off on its device before anything runs, are."""
+    from dlbench.pytorch import precision
+
+    before = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    try:
+        torch.backends.cudnn.allow_tf32 = True
+        precision.set_tf32("cuda", False)
+        assert not torch.backends.cudnn.allow_tf32
+        assert not torch.backends.cuda.matmul.allow_tf32
+        precision.set_tf32("cpu", True)  # no GPU math to change
+        assert not torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
+    asked = []
+    monkeypatch.setattr(precision, "set_tf32", lambda *args: asked.append(args))
+    code, _, _ = run_ops(tmp_path, PARAM_CONFIGS / "simple_mm.json", "-w", "1", "-i", "1")
+    assert code == 0 and asked == [("cpu", False)]

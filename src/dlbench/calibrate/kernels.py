@@ -23,9 +23,12 @@ DTYPES = {"float64": torch.float64, "float32": torch.float32, "tf32": torch.floa
           "float16": torch.float16, "bfloat16": torch.bfloat16}
 GEMM_PRECISIONS = {"gpu": ("float64", "float32", "tf32", "float16", "bfloat16", "float8"),
                    "cpu": ("float64", "float32", "bfloat16", "float16")}
-# FP8 matmuls (torch._scaled_mm) need tensor cores of compute capability 8.9 (Ada, Hopper)
-# or newer; the vendors' fp8 peaks are for e4m3 with higher-precision accumulation.
+# FP8 matmuls (torch._scaled_mm) need NVIDIA tensor cores of compute capability 8.9 (Ada,
+# Hopper) or newer; the vendors' fp8 peaks are for e4m3 with higher-precision accumulation.
 FLOAT8_CAPABILITY = (8, 9)
+# AMD's (ROCm), by architecture: ROCm's "capability" is the gfx version (an MI250X's reads
+# 9.0), no FP8 rule. MI300's matrix cores take their own e4m3 (fnuz), MI350's the OCP one.
+FLOAT8_ROCM = {"gfx942": "float8_e4m3fnuz", "gfx950": "float8_e4m3fn"}
 # Sizes of the sweep: large enough to reach the plateau of each device, small enough for a
 # calibration to take seconds (a 2-core CPU does about 0.1 TFLOP/s in float32).
 GEMM_SIZES = {"gpu": (2048, 4096, 8192, 16384), "cpu": (256, 512, 1024)}
@@ -49,10 +52,22 @@ class Kernel:
         return f"{self.benchmark}_{self.precision}_{self.size}"
 
 
+def float8_type(device: torch.device) -> torch.dtype | None:
+    """The e4m3 type ``device`` multiplies FP8 matrices in (``FLOAT8_CAPABILITY``,
+    ``FLOAT8_ROCM``); None where it has no FP8 matrix units."""
+    if device.type != "cuda" or not hasattr(torch, "float8_e4m3fn"):
+        return None
+    if torch.version.hip:
+        arch = getattr(torch.cuda.get_device_properties(device), "gcnArchName", "")
+        name = FLOAT8_ROCM.get(arch.split(":")[0])
+        return getattr(torch, name, None) if name else None
+    return torch.float8_e4m3fn if torch.cuda.get_device_capability(device) \
+        >= FLOAT8_CAPABILITY else None
+
+
 def float8_supported(device: torch.device) -> bool:
-    """Whether ``device`` multiplies FP8 matrices (a CUDA GPU of capability 8.9 or newer)."""
-    return (device.type == "cuda" and hasattr(torch, "float8_e4m3fn")
-            and torch.cuda.get_device_capability(device) >= FLOAT8_CAPABILITY)
+    """Whether ``device`` multiplies FP8 matrices."""
+    return float8_type(device) is not None
 
 
 def gemm_float8(n: int, device: torch.device) -> Kernel:
@@ -60,9 +75,10 @@ def gemm_float8(n: int, device: torch.device) -> Kernel:
     training and inference run it (torch._scaled_mm, which takes B column-major): 2 n^3
     FLOPs, two n x n operands of one byte and a bfloat16 result. The values are the other
     GEMMs' uniform [0, 1) data, rounded to e4m3."""
+    e4m3 = float8_type(device) or torch.float8_e4m3fn  # a CPU's, for its own check
     gen = torch.Generator(device=device).manual_seed(0)
-    a = torch.rand(n, n, device=device, generator=gen).to(torch.float8_e4m3fn)
-    b = torch.rand(n, n, device=device, generator=gen).to(torch.float8_e4m3fn).t()
+    a = torch.rand(n, n, device=device, generator=gen).to(e4m3)
+    b = torch.rand(n, n, device=device, generator=gen).to(e4m3).t()
     one = torch.ones((), device=device)
     out = torch.empty(n, n, dtype=torch.bfloat16, device=device)
 
@@ -72,7 +88,8 @@ def gemm_float8(n: int, device: torch.device) -> Kernel:
     return Kernel("gemm", "float8", n, run, flops=2.0 * n**3,
                   bytes=2.0 * n * n * a.element_size() + n * n * out.element_size(),
                   facts={"data": "uniform [0, 1)",
-                         "float8": "e4m3fn operands, per-tensor scales, bfloat16 output"})
+                         "float8": f"{str(e4m3).removeprefix('torch.float8_')} operands, "
+                                   "per-tensor scales, bfloat16 output"})
 
 
 def gemm(n: int, precision: str, device: torch.device) -> Kernel:

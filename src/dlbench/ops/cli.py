@@ -26,7 +26,7 @@ from dlbench.cellrun import CellError, exit_code, recorded
 from dlbench.ops import configfile, modes, nsight, output
 from dlbench.ops.runner import Benchmark, seed
 from dlbench.ops.timing import EXEC_MODES, ExecOptions
-from dlbench.pytorch import torch_environment
+from dlbench.pytorch import precision, torch_environment
 from dlbench.pytorch.runner import monitored_gpus
 
 log = logging.getLogger("dlbench.ops")
@@ -358,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     res = R.new_result(kind="op", cell=cell, study=args.study, cell_id=args.cell_id)
     with recorded(res, args.output):
+        # A float32 operator is IEEE float32, as a float32 model cell is, and is held
+        # against the float32 peak: PyTorch's default ran its convolutions in TF32.
+        precision.set_tf32(device.type, False)
         res["environment"] = torch_environment.collect(device)
         run(args, device, res)
     return exit_code(res)

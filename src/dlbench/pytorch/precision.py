@@ -29,13 +29,18 @@ class PrecisionMode:
         return torch.amp.GradScaler(device_type)
 
 
+def set_tf32(device_type: str, allowed: bool) -> None:
+    """TF32 for float32 matrix products and convolutions on a GPU, both or neither (PyTorch's
+    default has it for convolutions only)."""
+    if device_type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+        torch.backends.cudnn.allow_tf32 = allowed
+
+
 def setup(precision: str, device_type: str) -> PrecisionMode:
     """Select the math mode. TF32 is its own precision: float32 cells disable it so that
     'float32' means IEEE float32 on every GPU generation."""
-    if device_type == "cuda":
-        allow_tf32 = precision == "tf32"
-        torch.backends.cuda.matmul.allow_tf32 = allow_tf32
-        torch.backends.cudnn.allow_tf32 = allow_tf32
+    set_tf32(device_type, precision == "tf32")
     if precision in ("float32", "tf32"):
         return PrecisionMode(precision, torch.float32, None, False)
     if precision == "float64":

@@ -136,7 +136,8 @@ def sections(frame: pd.DataFrame, cell_profiles: list[CellProfile] | None = None
                 "peak for the cell's precision; % of measured, over the best GEMM this "
                 "device achieved in that precision.",
                 _present(efficiency_tables.calibration_table(frame),
-                         efficiency_tables.model_efficiency_table(frame))),
+                         efficiency_tables.model_efficiency_table(frame),
+                         efficiency_tables.no_ceiling_note(frame))),
         Section("roofline", "Roofline",
                 "Operators, ParaDnn FC cells and language models' decode steps against their "
                 "device's ceilings.",

@@ -23,7 +23,7 @@ from dlbench.report.data import (
 )
 from dlbench.report.model_charts import execution_mode, model_label
 from dlbench.report.paradnn_charts import PHI_TFLOPS
-from dlbench.report.style import Column, NumbersTable, counted
+from dlbench.report.style import Column, NumbersTable, counted, nouns
 from dlbench.report.tables import table
 
 
@@ -135,6 +135,24 @@ def _calibration_notes(rows: pd.DataFrame) -> str:
         if parts:
             notes.append(f'<p class="note">{escape(where)}: {escape("; ".join(parts))}.</p>')
     return "".join(notes)
+
+
+def no_ceiling_note(frame: pd.DataFrame) -> str | None:
+    """A line for GPU model cells with TFLOP/s and nothing to hold them against: no vendor
+    peak for their GPU (dlbench/peaks.yaml) and no calibration cell. The section was left
+    out without a word, which read as a feature missing; None where every one has one."""
+    rows = measured(frame, "model")
+    if rows.empty:
+        return None
+    alone = rows[rows["tflops"].notna() & (rows["device"] == "gpu")
+                 & numeric(rows, "pct_of_peak").isna() & numeric(rows, "pct_of_measured").isna()]
+    if alone.empty:
+        return None
+    gpus = ", ".join(sorted(set(alone["gpu_model"].dropna().astype(str)))) or "their GPU"
+    return '<p class="note">' + escape(
+        f"{nouns(len(alone), 'GPU model cell')} without MFU or % of measured: no vendor peak "
+        f"for {gpus} in dlbench/peaks.yaml, and no calibration cell measured its ceilings; "
+        "add calibrate: true to their study.") + "</p>"
 
 
 def model_efficiency_table(frame: pd.DataFrame) -> NumbersTable | None:
