@@ -157,5 +157,6 @@ def test_a_size_written_as_the_command_line_takes_it_says_the_number_to_write():
         "command line's --e form)")
     assert problem({"end_size": "lots"}) == "study 's': end_size: must be an integer, got 'lots'"
     assert problem({"message_sizes": [1024, 2048]}) == (
-        "study 's': message_sizes: must be a string, got 1024 (a list of values here is one "
-        "string, comma-separated: '1024,2048'; a list in a grid makes one cell per value)")
+        "study 's': message_sizes: must be a string, got 1024 (several values are one string "
+        "here, comma-separated: '1024,2048'; a list in a grid makes one cell per value)")
+    assert problem({"nccl_env": 1}) == "study 's': nccl_env: must be a string, got 1"

@@ -334,6 +334,25 @@ def test_two_labels_with_folders_are_every_result_file_of_each_system(tmp_path, 
     assert comparison.new.label == f"boxB ({Path('results/boxB')})"
 
 
+def test_a_labels_folder_is_read_as_its_studies_plans_say(tmp_path, monkeypatch):
+    """A cell the system's last run of its study no longer planned (plan.json) is left out
+    of the table, and of a comparison of its folder too: an old result of another torch
+    version there stopped the comparison (two software stacks under one label)."""
+    from dlbench import systems
+
+    monkeypatch.chdir(tmp_path)
+    results = Path("results")
+    for system, median in (("boxA", 0.10), ("boxB", 0.07)):
+        write_result(results, system, model_cell(), noisy(median, seed=1))
+    dropped = write_result(results, "boxA", model_cell(batch_size=16), noisy(0.2, seed=2),
+                           env={**ENV, "framework_version": "2.1.0"})
+    kept = sorted(p.name for p in dropped.parent.glob("*.json") if p != dropped)
+    systems.write_plan(dropped.parent.parent / systems.PLAN_FILE,
+                       systems.Plan(frozenset(kept), frozenset()))
+    comparison = compare("boxA", "boxB")
+    assert len(comparison.cells) == 1 and set(comparison.cells["verdict"]) == {"faster"}
+
+
 def _bad_table(path, version):
     good = pa.table({name: pa.array([], type=pa.string()) for name in
                      ("study", "kind", "status", "name", "pass")}

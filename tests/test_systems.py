@@ -368,6 +368,9 @@ def test_another_systems_stale_results_and_profiles_leave_the_table_as_its_plan_
     assert said == [f"dlbench: {root / 'other' / 's' / systems.PLAN_FILE}: not a plan "
                     "(expected lists of names under results and profiles): every result of "
                     "that study is kept"]
+    # this system's study another config names is read as that config's last run planned
+    workflow_support.record_plans("other", ["t"], [], [])
+    assert workflow_support.results_beside("other", ["s"], [str(dropped)]) == []
 
 
 def test_the_table_keeps_calibration_cells_another_config_planned(tmp_path, monkeypatch):

@@ -637,9 +637,9 @@ INT_MAX = 2**63 - 1
 YAML_BOOLEAN_HINT = " (YAML reads unquoted on/off, yes/no as true/false: quote it, 'on')"
 
 
-# A grid's list is one cell per value: a number given to a list-valued string axis (PARAM's
-# --ss sizes) is most likely one of a list meant as the axis's one value.
-LIST_HINT = (" (a list of values here is one string, comma-separated: '1024,2048'; a list "
+# A grid's list is one cell per value: a number given to a comma-separated string axis
+# (PARAM's --ss sizes) is most likely one of a list meant as the axis's one value.
+LIST_HINT = (" (several values are one string here, comma-separated: '1024,2048'; a list "
              "in a grid makes one cell per value)")
 
 
@@ -666,7 +666,8 @@ def check_value(axis: Axis, value: Any) -> None:
         raise AxisError(axis.name, f"must be true or false, got {value!r}")
     if axis.type is str and not isinstance(value, str):
         hint = YAML_BOOLEAN_HINT if isinstance(value, bool) else \
-            LIST_HINT if axis.form is not None and isinstance(value, int | float) else ""
+            LIST_HINT if "comma-separated" in axis.help and isinstance(value, int | float) \
+            else ""
         raise AxisError(axis.name, f"must be a string, got {value!r}{hint}")
     if axis.type is dict and not isinstance(value, dict):
         raise AxisError(axis.name, f"must be a mapping, got {value!r}")

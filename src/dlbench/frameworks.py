@@ -34,8 +34,8 @@ class Framework:
     # Conda environment file used under --use-conda, relative to the repository.
     conda_env: str | None = None
     # Where a config names none (frameworks.<name>.python, .container): the interpreter of
-    # its environment, relative to the workflow's folder ('': the one running Snakemake),
-    # and its image under --use-apptainer. A config given with --configfile replaces the
+    # its environment, relative to the repository ('': the one running Snakemake), and its
+    # image under --use-apptainer. A config given with --configfile replaces the
     # default config whole: its cells still find the environment `make` built.
     python: str = ""
     container: str = ""

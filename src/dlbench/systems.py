@@ -24,7 +24,7 @@ import os
 import re
 import secrets
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -183,6 +183,36 @@ def write_plan(path: Path, plan: Plan) -> bool:
         pass
     atomic.write_text(path, text)
     return True
+
+
+class Plans:
+    """The plans recorded in study folders, each read once: which results and profiles of a
+    study count (those its last run planned; all of them where no plan says). ``say`` is
+    told of a plan that cannot be read: its study's results all count."""
+
+    def __init__(self, say: Callable[[str], None] | None = None) -> None:
+        self._say = say
+        self._read: dict[Path, Plan | None] = {}
+
+    def of(self, study_dir: Path) -> Plan | None:
+        if study_dir not in self._read:
+            try:
+                self._read[study_dir] = read_plan(study_dir / PLAN_FILE)
+            except PlanError as exc:
+                if self._say:
+                    self._say(f"dlbench: {exc}: every result of that study is kept")
+                self._read[study_dir] = None
+        return self._read[study_dir]
+
+    def keeps(self, result_file: Path) -> bool:
+        """Whether a result file (``<study>/cells/<name>``) is one its study's plan has."""
+        plan = self.of(Path(result_file).parent.parent)
+        return plan is None or Path(result_file).name in plan.results
+
+    def keeps_profile(self, system: str, tool: str, study: str, cell: str,
+                      results: Path = RESULTS) -> bool:
+        plan = self.of(plan_path(system, study, results).parent)
+        return plan is None or f"{tool}/{cell}" in plan.profiles
 
 
 def read_plan(path: Path) -> Plan | None:

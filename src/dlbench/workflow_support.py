@@ -5,7 +5,6 @@ running workflow; what touches Snakemake itself stays there, one function each.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -286,33 +285,15 @@ def results_beside(system: str, studies: Iterable[str], planned: Collection[str]
     its result files) of studies other than ``studies``, those its config names (a run of
     another config measured them). A study the run's cells imply (the calibration study)
     keeps the cells another config planned there. Of a named study the table holds the
-    cells and repeats it now has (a changed grid's old cells are left out), and of another
-    system's study those its last run planned (``record_plans``), where it says. ``say``
+    cells and repeats it now has (a changed grid's old cells are left out), and of any
+    other study those its last run planned (``record_plans``), where it says. ``say``
     takes a line about a plan that cannot be read (all that study's results are kept)."""
     named, wanted = set(studies), set(planned)
-    plan_in = _plan_reader(say)
-
-    def theirs(path: Path) -> bool:
-        plan = plan_in(path.parent.parent)
-        return plan is None or path.name in plan.results
+    plans = systems.Plans(say)
     return [p for p in systems.result_files()
-            if (systems.system_of(p) != system and theirs(p))
-            or (systems.system_of(p) == system and systems.study_of(p) not in named
-                and str(p) not in wanted)]
-
-
-def _plan_reader(say: Callable[[str], None] | None) -> Callable[[Path], systems.Plan | None]:
-    """The plan recorded in a study folder, read once per folder; None where there is none
-    or it cannot be read (then every result of it is kept, and ``say`` is told)."""
-    @functools.cache
-    def plan_in(study_dir: Path) -> systems.Plan | None:
-        try:
-            return systems.read_plan(study_dir / systems.PLAN_FILE)
-        except systems.PlanError as exc:
-            if say:
-                say(f"dlbench: {exc}: every result of that study is kept")
-            return None
-    return plan_in
+            if (systems.system_of(p) != system
+                or (systems.study_of(p) not in named and str(p) not in wanted))
+            and plans.keeps(p)]
 
 
 def record_plans(system: str, studies: Iterable[str], planned: Iterable[str],
@@ -344,18 +325,17 @@ def profiles_kept(system: str, studies: Iterable[str], planned: Collection[str],
     report shows, as ``results_beside`` chooses results: this system's of studies other
     than ``studies`` (those the config names) whole, and of those studies the run's
     profiles only (``planned``, their manifests): a tool or cell the config no longer
-    profiles leaves the report (its folder stays). Another system's are those its last run
-    of the study planned, where it says."""
+    profiles leaves the report (its folder stays). Of the others, those the study's last
+    run planned, where it says."""
     named = set(studies)
     wanted = {os.path.normpath(Path(path).parent) for path in planned}
-    plan_in = _plan_reader(say)
+    plans = systems.Plans(say)
 
     def kept(directory: Path) -> bool:
         owner, tool, study_name, cell = directory.parts[-4:]
-        if owner != system:
-            plan = plan_in(systems.plan_path(owner, study_name).parent)
-            return plan is None or f"{tool}/{cell}" in plan.profiles
-        return study_name not in named or os.path.normpath(directory) in wanted
+        if owner == system and study_name in named:
+            return os.path.normpath(directory) in wanted
+        return plans.keeps_profile(owner, tool, study_name, cell)
     return kept
 
 
@@ -387,6 +367,10 @@ def this_python(executable: str | None = None) -> str:
     return str(path)
 
 
+# The repository: where `make` builds the frameworks' environments and images.
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
 def framework_python(config: Mapping[str, Any], framework: str) -> str:
     """The interpreter of a framework's environment (DLBS's host_python_path): the config's,
     else the framework's own (``Framework.python``); empty: the one running Snakemake."""
@@ -400,11 +384,19 @@ def framework_container(config: Mapping[str, Any], framework: str) -> str | None
 
 
 def _setting(config: Mapping[str, Any], framework: str, key: str) -> str:
+    """A framework's setting: the config's as written (a relative path is the run's
+    folder's), else the framework's own, a path in the repository: as written from the
+    repository (the job parameters `make run` has always had), named in full from another
+    folder (--directory)."""
     given = framework_settings(config, framework).get(key)
     if given is not None:
         return given
     known = frameworks.registry().get(framework)
-    return getattr(known, key) if known else ""
+    own = getattr(known, key) if known else ""
+    if own and "://" not in own and not Path(own).is_absolute() \
+            and Path.cwd().resolve() != REPOSITORY:
+        return str(REPOSITORY / own)
+    return own
 
 
 def monitor_option(config: Mapping[str, Any]) -> list[str]:

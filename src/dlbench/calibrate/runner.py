@@ -9,7 +9,6 @@ the result's extra and skipped; the cell fails only when no kernel ran.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import sys
 from collections.abc import Iterator
@@ -43,18 +42,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-@contextlib.contextmanager
-def _tf32(enabled: bool) -> Iterator[None]:
-    import torch
-
-    before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = before
-
-
 def _emulated(device: str, precision: str) -> bool:
     if device != "cpu":
         return False
@@ -76,7 +63,9 @@ def kernels(args: argparse.Namespace, device: Any, precisions: list[str]) -> Ite
 
 
 def measure(kernel: Any, args: argparse.Namespace, sync: Any) -> dict[str, Any]:
-    with _tf32(kernel.precision == "tf32"):
+    from dlbench.pytorch.precision import tf32
+
+    with tf32(kernel.precision == "tf32"):
         loop = harness.timed_loop(lambda: None, lambda _: kernel.run(), sync, args.warmup,
                                   args.iterations)
     return R.measurement(

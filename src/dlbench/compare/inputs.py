@@ -82,7 +82,10 @@ def read_folder(folder: Path) -> pd.DataFrame:
     if (folder / TABLE_FILE).is_file():
         return read_parquet(folder / TABLE_FILE)
     found = sorted(folder.glob(RESULT_GLOB))
-    paths = [p for p in found if systems.is_result_file(p)]
+    # As the table reads them: of each study the results its last run planned, where its
+    # plan says (a dropped cell of an older software stack would stop the comparison).
+    plans = systems.Plans()
+    paths = [p for p in found if systems.is_result_file(p) and plans.keeps(p)]
     if not paths:
         # JSON files not named as results (<cell id>_<8 hex digits>.json) are named, so that
         # a renamed or hand-made file is not taken for an empty folder.

@@ -13,11 +13,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+from dlbench.pytorch import precision as precision_mode
 from dlbench.pytorch.steps import logits
 
 # precision -> (least cosine similarity, largest relative error) still called accurate.
@@ -62,17 +62,6 @@ def verdict(figures: dict[str, float], precision: str) -> dict[str, Any]:
     return {**shown, "min_cosine": min_cosine, "max_rel_tolerance": max_rel, "ok": ok}
 
 
-@contextlib.contextmanager
-def _no_tf32() -> Iterator[None]:
-    """The reference is float32 proper, whatever the cell's precision set globally."""
-    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
-
-
 def _forward(module: torch.nn.Module, inputs: torch.Tensor,
              autocast: contextlib.AbstractContextManager[Any]) -> torch.Tensor:
     was_training = module.training
@@ -91,7 +80,7 @@ def check(cell_module: torch.nn.Module, eager_module: torch.nn.Module, inputs: t
     eager float32 copy of ``eager_module``'s current weights on ``inputs``."""
     reference_module = copy.deepcopy(eager_module).float().to(
         memory_format=torch.contiguous_format)
-    with _no_tf32():
+    with precision_mode.tf32(False):  # float32 proper, whatever the cell's precision
         reference = _forward(reference_module, inputs.float() if inputs.is_floating_point()
                              else inputs, contextlib.nullcontext())
     del reference_module

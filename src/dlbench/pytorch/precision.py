@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,18 @@ def set_tf32(device_type: str, allowed: bool) -> None:
     if device_type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = allowed
         torch.backends.cudnn.allow_tf32 = allowed
+
+
+@contextlib.contextmanager
+def tf32(allowed: bool) -> Iterator[None]:
+    """Both TF32 flags for a block, as they were after it: a float32 reference beside a
+    tf32 cell, each calibration GEMM in its own precision."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 def setup(precision: str, device_type: str) -> PrecisionMode:

@@ -138,9 +138,10 @@ def _calibration_notes(rows: pd.DataFrame) -> str:
 
 
 def no_ceiling_note(frame: pd.DataFrame) -> str | None:
-    """A line for GPU model cells with TFLOP/s and nothing to hold them against: no vendor
-    peak for their GPU (dlbench/peaks.yaml) and no calibration cell. The section was left
-    out without a word, which read as a feature missing; None where every one has one."""
+    """A line for GPU model cells with TFLOP/s and nothing to hold them against: neither a
+    vendor peak (dlbench/peaks.yaml) nor a measured ceiling for their GPU and precision.
+    The section was left out without a word, which read as a feature missing; None where
+    every one has one."""
     rows = measured(frame, "model")
     if rows.empty:
         return None
@@ -148,11 +149,12 @@ def no_ceiling_note(frame: pd.DataFrame) -> str | None:
                  & numeric(rows, "pct_of_peak").isna() & numeric(rows, "pct_of_measured").isna()]
     if alone.empty:
         return None
-    gpus = ", ".join(sorted(set(alone["gpu_model"].dropna().astype(str)))) or "their GPU"
+    which = sorted({f"{gpu or 'an unnamed GPU'} in {precision}" for gpu, precision in
+                    zip(alone["gpu_model"], alone["efficiency_precision"], strict=True)})
     return '<p class="note">' + escape(
-        f"{nouns(len(alone), 'GPU model cell')} without MFU or % of measured: no vendor peak "
-        f"for {gpus} in dlbench/peaks.yaml, and no calibration cell measured its ceilings; "
-        "add calibrate: true to their study.") + "</p>"
+        f"{nouns(len(alone), 'GPU model cell')} without MFU or % of measured: neither a "
+        f"vendor peak (dlbench/peaks.yaml) nor a measured ceiling for {', '.join(which)}; "
+        "a study with calibrate: true measures that GPU's.") + "</p>"
 
 
 def model_efficiency_table(frame: pd.DataFrame) -> NumbersTable | None:
