@@ -394,8 +394,8 @@ def test_schema_problems_outside_a_grid_name_their_study_or_field():
     config["studies"]["s"]["overrides"] = [{"match": 1, "set": {}}]
     assert schema_error_of(config) == "study 's': overrides[0].match: must be a mapping, got 1"
     assert schema_error_of({**grid(), "retry_failed": 3}) == (
-        "retry_failed: must be a boolean (true or false), a string or a list of values among "
-        "(failed, oom, skipped), got 3")
+        "retry_failed: must be a boolean (true or false), one of (0, 1), a string or a list "
+        "of values among (failed, oom, skipped), got 3")
     assert schema_error_of({**grid(), "datasets": {"d": {}}}) == (
         "datasets.d: must be a mapping with path or a mapping with synthetic, got {}")
 
