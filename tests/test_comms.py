@@ -900,6 +900,25 @@ def test_the_chart_counts_processes_on_all_nodes_and_tells_node_counts_apart():
     figure = comms_charts.bandwidth_figure(sweeps)
     placed = [c.field for c in figure.table.columns]
     assert "step_factor" in placed and "validate" in placed
+    # PARAM's default sweep, 8 B to 256 MiB: every third size labelled (a tick at each of
+    # its 26 sizes overlapped, and Vega hid labels of its own choosing).
+    sizes = [8 * 2**k for k in range(26)]
+    sweep = prepare(pd.DataFrame([row("full", 4, 1, size, 1e-5) for size in sizes]))
+    spec = comms_charts.bandwidth_figure(sweep).chart.to_dict()
+    ticks = {json.dumps([float(v) for v in values]) for values in _axis_values(spec)}
+    assert ticks == {json.dumps([float(v) for v in sizes[::3]])}
+
+
+def _axis_values(spec):
+    """Every explicit tick list in a Vega-Lite spec."""
+    if isinstance(spec, dict):
+        if isinstance(spec.get("axis"), dict) and "values" in spec["axis"]:
+            yield spec["axis"]["values"]
+        for value in spec.values():
+            yield from _axis_values(value)
+    elif isinstance(spec, list):
+        for value in spec:
+            yield from _axis_values(value)
 
 
 def test_one_process_has_no_bus_bandwidth_to_chart():

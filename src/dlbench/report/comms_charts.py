@@ -104,6 +104,9 @@ def _sizes_frame(rows: pd.DataFrame) -> pd.DataFrame:
     })
 
 
+MAX_SIZE_TICKS = 10
+
+
 def _by_size(data: pd.DataFrame) -> tuple:
     """What the collectives' charts share: a panel per collective, message size on a log
     x axis, a colour per process count, other axes as line styles; the data with its panel
@@ -112,10 +115,13 @@ def _by_size(data: pd.DataFrame) -> tuple:
                                 candidates=OTHER_AXES)
     data = data.assign(variant=encodings.labels(data, encoding.series))
     data, panels = with_panel(data, encoding.panels)
+    sizes = sorted(data["size_bytes"].unique().tolist())
+    # At most about ten labels: a tick at each of a 26-size sweep's sizes overlapped, and
+    # Vega then hid labels of its own choosing.
+    ticks = sizes[::-(-len(sizes) // MAX_SIZE_TICKS)]
     x = alt.X("size_bytes:Q", title="message size",
               scale=alt.Scale(type="log", base=2, nice=False),
-              axis=alt.Axis(values=sorted(data["size_bytes"].unique().tolist()),
-                            labelExpr=_BINARY_SIZE, labelAngle=-45))
+              axis=alt.Axis(values=ticks, labelExpr=_BINARY_SIZE, labelAngle=-45))
     colour = alt.Color("ranks:O", title="processes", scale=alt.Scale(scheme="viridis"))
     tips = [alt.Tooltip("collective:N"), alt.Tooltip("ranks:Q", title="processes"),
             *[alt.Tooltip(f"{a}:N", title=encoding.title(a)) for a in encoding.placed(())],
