@@ -160,3 +160,5 @@ def test_a_size_written_as_the_command_line_takes_it_says_the_number_to_write():
         "study 's': message_sizes: must be a string, got 1024 (several values are one string "
         "here, comma-separated: '1024,2048'; a list in a grid makes one cell per value)")
     assert problem({"nccl_env": 1}) == "study 's': nccl_env: must be a string, got 1"
+    assert problem({"collective": "pt2pt", "src_ranks": [0, 2]}).endswith(
+        "a list in a grid makes one cell per value)")

@@ -900,13 +900,17 @@ def test_the_chart_counts_processes_on_all_nodes_and_tells_node_counts_apart():
     figure = comms_charts.bandwidth_figure(sweeps)
     placed = [c.field for c in figure.table.columns]
     assert "step_factor" in placed and "validate" in placed
-    # PARAM's default sweep, 8 B to 256 MiB: every third size labelled (a tick at each of
-    # its 26 sizes overlapped, and Vega hid labels of its own choosing).
+    # PARAM's default sweep, 8 B to 256 MiB: nine sizes labelled, evenly on the log axis,
+    # the last among them (a tick at each of its 26 sizes overlapped, and Vega hid labels
+    # of its own choosing); sizes bunched near 1 KB beside it take no more labels.
     sizes = [8 * 2**k for k in range(26)]
     sweep = prepare(pd.DataFrame([row("full", 4, 1, size, 1e-5) for size in sizes]))
     spec = comms_charts.bandwidth_figure(sweep).chart.to_dict()
     ticks = {json.dumps([float(v) for v in values]) for values in _axis_values(spec)}
-    assert ticks == {json.dumps([float(v) for v in sizes[::3]])}
+    want = [8 * 2**k for k in (0, 3, 6, 9, 12, 15, 18, 21, 25)]
+    assert ticks == {json.dumps([float(v) for v in want])}
+    assert comms_charts.size_ticks(sorted({*sizes, *range(1000, 1030)})) == want
+    assert comms_charts.size_ticks([8, 16]) == [8, 16]
 
 
 def _axis_values(spec):

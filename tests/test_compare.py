@@ -351,6 +351,14 @@ def test_a_labels_folder_is_read_as_its_studies_plans_say(tmp_path, monkeypatch)
                        systems.Plan(frozenset(kept), frozenset()))
     comparison = compare("boxA", "boxB")
     assert len(comparison.cells) == 1 and set(comparison.cells["verdict"]) == {"faster"}
+    # a plan naming none of the folder's results: said so, not "no result files"
+    systems.write_plan(dropped.parent.parent / systems.PLAN_FILE,
+                       systems.Plan(frozenset({"new_cell_0000000a.json"}), frozenset()))
+    from dlbench.compare.inputs import InputError, read_folder
+
+    with pytest.raises(InputError, match=r"^results/boxA: none of its 2 result file\(s\) is "
+                                         r"one its study's last run planned"):
+        read_folder(results / "boxA")
 
 
 def _bad_table(path, version):

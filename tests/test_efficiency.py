@@ -678,7 +678,11 @@ def test_gpu_cells_with_nothing_to_hold_their_tflops_against_are_said_so(tmp_pat
     assert efficiency_tables.no_ceiling_note(frame) == (
         '<p class="note">1 GPU model cell without MFU or % of measured: neither a vendor '
         "peak (dlbench/peaks.yaml) nor a measured ceiling for NVIDIA GH200 480GB in "
-        "bfloat16; a study with calibrate: true measures that GPU&#x27;s.</p>")
+        "bfloat16; a study with calibrate: true measures its device&#x27;s.</p>")
+    unnamed = model_doc("bfloat16", 400.0)
+    unnamed["environment"] = env(None)
+    assert "ceiling for an unnamed GPU in bfloat16;" in efficiency_tables.no_ceiling_note(
+        table(tmp_path, [unnamed]))
     render(tmp_path / "benchmarks.parquet", tmp_path / "report")
     assert 'id="hardware"' in (tmp_path / "report" / "index.html").read_text()
     assert efficiency_tables.no_ceiling_note(table(tmp_path, [model_doc("bfloat16", 400.0)])) \

@@ -31,7 +31,8 @@ def test_framework_settings_fall_back_to_the_frameworks_own_then_the_running_int
     build the environment they had), and --use-apptainer ran every cell on the host. The
     framework's own environment and image now stand in, the repository's, named in full
     from another folder (--directory); a value given empty is kept."""
-    monkeypatch.chdir(support.REPOSITORY)
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)
     config = {"frameworks": {"mxnet": {"python": "/env/bin/python", "container": ""}}}
     assert support.framework_python(config, "mxnet") == "/env/bin/python"
     assert support.framework_python(config, "pytorch") == support.this_python()
@@ -42,14 +43,15 @@ def test_framework_settings_fall_back_to_the_frameworks_own_then_the_running_int
     assert support.framework_container({}, "pytorch") == "containers/pytorch.sif"
     assert support.framework_python({"frameworks": {"mxnet": {"python": ""}}}, "mxnet") == \
         support.this_python()
+    assert support.framework_python({}, "mxnet", repo) == ".venvs/mxnet/bin/python"
     monkeypatch.chdir(tmp_path)  # a run with --directory
-    assert support.framework_python({}, "mxnet") == str(
-        support.REPOSITORY / ".venvs" / "mxnet" / "bin" / "python")
-    assert support.framework_container({}, "pytorch") == str(
-        support.REPOSITORY / "containers" / "pytorch.sif")
+    assert support.framework_python({}, "mxnet", repo) == str(
+        repo / ".venvs" / "mxnet" / "bin" / "python")
+    assert support.framework_container({}, "pytorch", repo) == str(
+        repo / "containers" / "pytorch.sif")
     given = {"frameworks": {"mxnet": {"python": "env/bin/python", "container": "m.sif"}}}
-    assert support.framework_python(given, "mxnet") == "env/bin/python"  # the run's folder's
-    assert support.framework_container(given, "mxnet") == "m.sif"
+    assert support.framework_python(given, "mxnet", repo) == "env/bin/python"  # as written
+    assert support.framework_container(given, "mxnet", repo) == "m.sif"
     assert support.monitor_option({"monitor": {"interval_ms": 0}}) == ["--monitor_interval_ms=0"]
     assert support.monitor_option({}) == []
     # The default written out: the same job parameters, so no cell is measured again.

@@ -137,6 +137,9 @@ class Axis:
     aliases: Mapping[str, str] = field(default_factory=dict)
     # A check of a value's form beyond its type: why it is wrong, or None (nccl_env).
     form: Callable[[Any], str | None] | None = None
+    # Several values written as one comma-separated string (PARAM's --ss sizes, rank lists):
+    # a number given is most likely one of a grid's list meant as the axis's one value.
+    comma_list: bool = False
     help: str = ""
 
     def normalise(self, value: Any) -> Any:
@@ -414,6 +417,7 @@ TABLE: tuple[Axis, ...] = (
     # A large CPU node reaches its best GEMM only beyond the CPU's default n = 1024, and
     # a GPU's plateau may lie past 16384. Added in release 3: by default in no id or job.
     Axis("gemm_sizes", str, "", kinds=(_CALIBRATE,), since=3, form=gemm_sizes_problem,
+         comma_list=True,
          flags={_CALIBRATE: Flag("--gemm_sizes", values={"": None})},
          help="n of the n x n GEMMs, comma-separated (default: by device, GPU 2048 to 16384, "
               "CPU 256 to 1024)"),
@@ -448,17 +452,19 @@ TABLE: tuple[Axis, ...] = (
     # PARAM's --ss: the sizes a model's buckets have, instead of a sweep (whose axes a cell
     # with a list leaves empty).
     Axis("message_sizes", str, "", kinds=(_COMMS,), since=3, form=sizes_problem,
+         comma_list=True,
          flags={_COMMS: Flag("--ss", also=("--sizes",))},
          help="message sizes in bytes, comma-separated, instead of the sweep from "
               "begin_size to end_size (PARAM's --ss)"),
     # PARAM's --i and --o: one all_to_allv exchange of uneven blocks instead of the sweep,
     # the same list on every rank (dlbench.comms.sizes.exchange).
     Axis("in_split", str, "", kinds=(_COMMS,), since=3, applies=_uneven, form=split_problem,
+         comma_list=True,
          flags={_COMMS: Flag("--i", also=("--in-split",))},
          help="all_to_allv: the elements each rank sends to rank 0, 1, ..., comma-separated "
               "(rank j then receives in_split[j] from each), instead of the sweep"),
     Axis("out_split", str, "", kinds=(_COMMS,), since=3, applies=_uneven,
-         form=split_problem, flags={_COMMS: Flag("--o", also=("--out-split",))},
+         form=split_problem, comma_list=True, flags={_COMMS: Flag("--o", also=("--out-split",))},
          help="all_to_allv: the elements each rank receives from rank 0, 1, ..., "
               "comma-separated (rank s then sends out_split[s] to each), instead of the sweep"),
     # PARAM's --include-0B: the sweep's all_to_allv with a 0-byte block from every rank to
@@ -497,12 +503,12 @@ TABLE: tuple[Axis, ...] = (
     # PARAM's --src-ranks and --dst-ranks: the pairs of a point-to-point pattern named
     # (src_ranks[i] sends to dst_ranks[i]), instead of the pattern's own.
     Axis("src_ranks", str, "", kinds=(_COMMS,), since=3, applies=_sources,
-         form=rank_list_problem, flags={_COMMS: Flag("--src-ranks")},
+         form=rank_list_problem, comma_list=True, flags={_COMMS: Flag("--src-ranks")},
          help="point-to-point: the sending rank of each pair (a rank, '0,2' or a range "
               "'0:3'; with dst_ranks, instead of the pattern's pairs); incast: the ranks "
               "sending to the root (every rank when empty)"),
     Axis("dst_ranks", str, "", kinds=(_COMMS,), since=3, applies=_destinations,
-         form=rank_list_problem, flags={_COMMS: Flag("--dst-ranks")},
+         form=rank_list_problem, comma_list=True, flags={_COMMS: Flag("--dst-ranks")},
          help="point-to-point: the receiving rank of each pair, in src_ranks' order; "
               "multicast: the ranks the root sends to (every rank when empty)"),
     Axis("window", int, 20, kinds=(_COMMS,), minimum=1, since=3, applies=_windowed,
@@ -539,7 +545,7 @@ TABLE: tuple[Axis, ...] = (
     # PARAM's --mm-dim with two or three values (dlbench.comms.overlap.operands): a GEMM of
     # a layer's own shape beside the collectives, instead of a square one.
     Axis("mm_shape", str, "", kinds=(_COMMS,), since=3, applies=_dense,
-         form=shape_form_problem, flags={_COMMS: Flag("--mm-shape")},
+         form=shape_form_problem, comma_list=True, flags={_COMMS: Flag("--mm-shape")},
          help="the compute kernel's operands instead of mm_dim x mm_dim, comma-separated: "
               "m,n,p for gemm (A[m,n] times B[n,p]), m,n for the others (PARAM's --mm-dim "
               "m n p)"),
@@ -637,8 +643,7 @@ INT_MAX = 2**63 - 1
 YAML_BOOLEAN_HINT = " (YAML reads unquoted on/off, yes/no as true/false: quote it, 'on')"
 
 
-# A grid's list is one cell per value: a number given to a comma-separated string axis
-# (PARAM's --ss sizes) is most likely one of a list meant as the axis's one value.
+# Said where a comma-list axis (``Axis.comma_list``) is given a number.
 LIST_HINT = (" (several values are one string here, comma-separated: '1024,2048'; a list "
              "in a grid makes one cell per value)")
 
@@ -666,8 +671,7 @@ def check_value(axis: Axis, value: Any) -> None:
         raise AxisError(axis.name, f"must be true or false, got {value!r}")
     if axis.type is str and not isinstance(value, str):
         hint = YAML_BOOLEAN_HINT if isinstance(value, bool) else \
-            LIST_HINT if "comma-separated" in axis.help and isinstance(value, int | float) \
-            else ""
+            LIST_HINT if axis.comma_list and isinstance(value, int | float) else ""
         raise AxisError(axis.name, f"must be a string, got {value!r}{hint}")
     if axis.type is dict and not isinstance(value, dict):
         raise AxisError(axis.name, f"must be a mapping, got {value!r}")

@@ -367,35 +367,37 @@ def this_python(executable: str | None = None) -> str:
     return str(path)
 
 
-# The repository: where `make` builds the frameworks' environments and images.
-REPOSITORY = Path(__file__).resolve().parents[2]
-
-
-def framework_python(config: Mapping[str, Any], framework: str) -> str:
+def framework_python(config: Mapping[str, Any], framework: str,
+                     repository: Path | None = None) -> str:
     """The interpreter of a framework's environment (DLBS's host_python_path): the config's,
-    else the framework's own (``Framework.python``); empty: the one running Snakemake."""
-    return _setting(config, framework, "python") or this_python()
+    else the framework's own (``Framework.python``, in ``repository``); empty: the one
+    running Snakemake."""
+    return _setting(config, framework, "python", repository) or this_python()
 
 
-def framework_container(config: Mapping[str, Any], framework: str) -> str | None:
+def framework_container(config: Mapping[str, Any], framework: str,
+                        repository: Path | None = None) -> str | None:
     """The framework's image (.sif path, docker:// or oras:// URI): the config's, else the
-    framework's own (``Framework.container``); None: none (given empty)."""
-    return _setting(config, framework, "container") or None
+    framework's own (``Framework.container``, in ``repository``); None: none (given
+    empty)."""
+    return _setting(config, framework, "container", repository) or None
 
 
-def _setting(config: Mapping[str, Any], framework: str, key: str) -> str:
+def _setting(config: Mapping[str, Any], framework: str, key: str,
+             repository: Path | None) -> str:
     """A framework's setting: the config's as written (a relative path is the run's
-    folder's), else the framework's own, a path in the repository: as written from the
-    repository (the job parameters `make run` has always had), named in full from another
-    folder (--directory)."""
+    folder's), else the framework's own, a path in the ``repository`` (the workflow's,
+    where `make` builds environments and images): as written from the repository (the job
+    parameters `make run` has always had), named in full from another folder
+    (--directory)."""
     given = framework_settings(config, framework).get(key)
     if given is not None:
         return given
     known = frameworks.registry().get(framework)
     own = getattr(known, key) if known else ""
-    if own and "://" not in own and not Path(own).is_absolute() \
-            and Path.cwd().resolve() != REPOSITORY:
-        return str(REPOSITORY / own)
+    if own and repository is not None and "://" not in own and not Path(own).is_absolute() \
+            and Path.cwd().resolve() != repository.resolve():
+        return str(repository / own)
     return own
 
 

@@ -31,6 +31,9 @@ from dlbench.datasets import quick as dataset_quick
 
 min_version("9.14")
 
+# The repository: this workflow's sources, and the environments and images `make` builds.
+REPOSITORY = Path(workflow.main_snakefile).resolve().parent
+
 
 def _config_error(exc):
     # One line naming the study and the field, before any job runs.
@@ -382,7 +385,7 @@ def _say_lowered_timeouts():
 
 def framework_python(framework):
     """The interpreter of the framework's environment (DLBS's host_python_path)."""
-    return support.framework_python(config, framework)
+    return support.framework_python(config, framework, REPOSITORY)
 
 
 def cell_threads():
@@ -629,7 +632,7 @@ def framework_conda_env(fw):
 
 
 def framework_container(framework):
-    return support.framework_container(config, framework)
+    return support.framework_container(config, framework, REPOSITORY)
 
 
 def in_container(framework):
@@ -639,7 +642,7 @@ def in_container(framework):
     )
 
 
-DLBENCH_SOURCES = Path(workflow.main_snakefile).resolve().parent / "src"
+DLBENCH_SOURCES = REPOSITORY / "src"
 
 
 def launcher_command(framework):

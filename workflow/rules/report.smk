@@ -31,8 +31,8 @@ rule report:
         "../../envs/driver.yaml"
     params:
         profiles_dir=profiling_config.PROFILES_DIR,
-        # This system's profiles of the studies the config names are the run's only
-        # (workflow_support.profiles_kept); the others' are shown whole.
+        # This system's profiles of the studies the config names are the run's only, the
+        # others' those their study's last run planned (workflow_support.profiles_kept).
         system=SYSTEM,
         studies=sorted(config.get("studies") or {}),
         # The system the others are compared with in the report (default: most cells).

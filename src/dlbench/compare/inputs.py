@@ -19,6 +19,7 @@ that the command can print it and exit 2.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,8 +85,13 @@ def read_folder(folder: Path) -> pd.DataFrame:
     found = sorted(folder.glob(RESULT_GLOB))
     # As the table reads them: of each study the results its last run planned, where its
     # plan says (a dropped cell of an older software stack would stop the comparison).
-    plans = systems.Plans()
-    paths = [p for p in found if systems.is_result_file(p) and plans.keeps(p)]
+    plans = systems.Plans(say=lambda line: print(line, file=sys.stderr))
+    named = [p for p in found if systems.is_result_file(p)]
+    paths = [p for p in named if plans.keeps(p)]
+    if named and not paths:
+        raise InputError(f"{folder}: none of its {len(named)} result file(s) is one its "
+                         f"study's last run planned (plan.json beside cells/; the first: "
+                         f"{named[0]})")
     if not paths:
         # JSON files not named as results (<cell id>_<8 hex digits>.json) are named, so that
         # a renamed or hand-made file is not taken for an empty folder.

@@ -7,6 +7,7 @@ communicators in comm_groups, which the chart gives each a place of its own)."""
 from __future__ import annotations
 
 import json
+import math
 
 import altair as alt
 import pandas as pd
@@ -107,6 +108,22 @@ def _sizes_frame(rows: pd.DataFrame) -> pd.DataFrame:
 MAX_SIZE_TICKS = 10
 
 
+def size_ticks(sizes: list[float], most: int = MAX_SIZE_TICKS) -> list[float]:
+    """The sizes to label on a log axis: the first and the last, and between them those at
+    least 1/(most-1) of the span apart (in log2). A tick at each of a 26-size sweep's sizes
+    overlapped, and Vega then hid labels of its own choosing."""
+    if len(sizes) <= most:
+        return sizes
+    step = (math.log2(sizes[-1]) - math.log2(sizes[0])) / (most - 1)
+    ticks = [sizes[0]]
+    for size in sizes[1:-1]:
+        if math.log2(size) - math.log2(ticks[-1]) >= step:
+            ticks.append(size)
+    if len(ticks) > 1 and math.log2(sizes[-1]) - math.log2(ticks[-1]) < step / 2:
+        ticks.pop()  # too near the last, which is always labelled
+    return [*ticks, sizes[-1]]
+
+
 def _by_size(data: pd.DataFrame) -> tuple:
     """What the collectives' charts share: a panel per collective, message size on a log
     x axis, a colour per process count, other axes as line styles; the data with its panel
@@ -115,10 +132,7 @@ def _by_size(data: pd.DataFrame) -> tuple:
                                 candidates=OTHER_AXES)
     data = data.assign(variant=encodings.labels(data, encoding.series))
     data, panels = with_panel(data, encoding.panels)
-    sizes = sorted(data["size_bytes"].unique().tolist())
-    # At most about ten labels: a tick at each of a 26-size sweep's sizes overlapped, and
-    # Vega then hid labels of its own choosing.
-    ticks = sizes[::-(-len(sizes) // MAX_SIZE_TICKS)]
+    ticks = size_ticks(sorted(data["size_bytes"].unique().tolist()))
     x = alt.X("size_bytes:Q", title="message size",
               scale=alt.Scale(type="log", base=2, nice=False),
               axis=alt.Axis(values=ticks, labelExpr=_BINARY_SIZE, labelAngle=-45))

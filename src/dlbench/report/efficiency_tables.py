@@ -149,12 +149,14 @@ def no_ceiling_note(frame: pd.DataFrame) -> str | None:
                  & numeric(rows, "pct_of_peak").isna() & numeric(rows, "pct_of_measured").isna()]
     if alone.empty:
         return None
-    which = sorted({f"{gpu or 'an unnamed GPU'} in {precision}" for gpu, precision in
-                    zip(alone["gpu_model"], alone["efficiency_precision"], strict=True)})
+    which = sorted({f"{gpu if isinstance(gpu, str) and gpu else 'an unnamed GPU'}"
+                    + (f" in {precision}" if isinstance(precision, str) else "")
+                    for gpu, precision in zip(alone["gpu_model"],
+                                              alone["efficiency_precision"], strict=True)})
     return '<p class="note">' + escape(
         f"{nouns(len(alone), 'GPU model cell')} without MFU or % of measured: neither a "
         f"vendor peak (dlbench/peaks.yaml) nor a measured ceiling for {', '.join(which)}; "
-        "a study with calibrate: true measures that GPU's.") + "</p>"
+        "a study with calibrate: true measures its device's.") + "</p>"
 
 
 def model_efficiency_table(frame: pd.DataFrame) -> NumbersTable | None:
