@@ -153,8 +153,9 @@ def systems_folder(folder: Path) -> bool:
 # -- what a system's last run of each study planned ------------------------------------------
 
 # results/<system>/<study>/plan.json: the result files (and profiles) the last run of a config
-# naming the study wanted. A run of another system reads it to leave out this system's stale
-# files: cells dropped from the study's grid, repeats beyond its ``repeats``.
+# naming the study wanted. A run that does not plan the study (another system's, another
+# config's) and dlbench compare read it to leave out its stale files: cells dropped from the
+# study's grid, repeats beyond its ``repeats``.
 PLAN_FILE = "plan.json"
 
 
@@ -185,6 +186,22 @@ def write_plan(path: Path, plan: Plan) -> bool:
     return True
 
 
+def read_plan(path: Path) -> Plan | None:
+    """The plan recorded at ``path``; None where none is (a tree made before plans, or by a
+    run that named no such study: all its files count). PlanError for one unreadable."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise PlanError(f"{path}: not a plan ({exc})") from None
+    lists = [doc.get(key) if isinstance(doc, dict) else None for key in Plan._fields]
+    if not all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in lists):
+        raise PlanError(f"{path}: not a plan (expected lists of names under "
+                        f"{' and '.join(Plan._fields)})")
+    return Plan(*(frozenset(v) for v in lists))
+
+
 class Plans:
     """The plans recorded in study folders, each read once: which results and profiles of a
     study count (those its last run planned; all of them where no plan says). ``say`` is
@@ -213,22 +230,6 @@ class Plans:
                       results: Path = RESULTS) -> bool:
         plan = self.of(plan_path(system, study, results).parent)
         return plan is None or f"{tool}/{cell}" in plan.profiles
-
-
-def read_plan(path: Path) -> Plan | None:
-    """The plan recorded at ``path``; None where none is (a tree made before plans, or by a
-    run that named no such study: all its files count). PlanError for one unreadable."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise PlanError(f"{path}: not a plan ({exc})") from None
-    lists = [doc.get(key) if isinstance(doc, dict) else None for key in Plan._fields]
-    if not all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in lists):
-        raise PlanError(f"{path}: not a plan (expected lists of names under "
-                        f"{' and '.join(Plan._fields)})")
-    return Plan(*(frozenset(v) for v in lists))
 
 
 # -- adopting a tree made before systems ----------------------------------------------------

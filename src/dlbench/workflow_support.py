@@ -299,8 +299,8 @@ def results_beside(system: str, studies: Iterable[str], planned: Collection[str]
 def record_plans(system: str, studies: Iterable[str], planned: Iterable[str],
                  profiles: Iterable[str]) -> list[Path]:
     """Record, for each study the config names, what this run wants of it: its result
-    files (``planned``) and profile folders (``profiles``, their manifests). A run of
-    another system reads it to leave out this system's stale results (``results_beside``)
+    files (``planned``) and profile folders (``profiles``, their manifests). A run that
+    does not plan the study reads it to leave out its stale results (``results_beside``)
     and profiles (``profiles_kept``). The plan files written (those that changed)."""
     wanted: dict[str, tuple[set[str], set[str]]] = {name: (set(), set()) for name in studies}
     for path in map(Path, planned):
