@@ -45,7 +45,8 @@ def test_dry_mode_builds_every_command_and_the_runners_accept_them(tmp_path):
                  "op_add_tiny_cudagraph", "op_add_tiny_pt2", "honesty", "timer",
                  "profile_ncu", "profile_torch", "profile_ncu_op", "op_add_ncu_batch",
                  "aggregate", "report",
-                 "llm_train_gpt2_xl", "llm_train_llama3_8b", "llm_serve_b1", "llm_serve_b32",
+                 "llm_train_gpt2_xl", "llm_train_llama3_8b", "llm_train_fsdp2",
+                 "llm_serve_b1", "llm_serve_b32",
                  "llm_bare", "comms_nccl1", "comms_nccl2", "comms_nccl2_nonblocking",
                  "comms_nccl2_pt2pt", "comms_nccl2_gemm", "comms_nccl2_a2av",
                  "comms_nccl2_h2d", "comms_nccl2_emb"):
@@ -344,6 +345,22 @@ def test_point_to_point_over_nccl_needs_every_test_of_every_size_validated(tmp_p
     assert check.figure.startswith("2 sizes validated; 256 MiB in")
     res["measurements"][-1] = test(end, "bidirectional", 2, validated=False)
     assert verdicts.comms_check("comms_nccl2_pt2pt", res).verdict == "fail"
+
+
+def test_fsdp_verdict_needs_a_finite_loss_and_says_where_the_model_was_built():
+    """FSDP on two GPUs (never run on one): a finite loss passes, the figure says where the
+    model was built and rank 0's share; a failure names its error; not run is skipped."""
+    res = {"status": "ok", "measurements": [{"throughput": 51234.0, "extra": {
+        "loss_finite": True, "built_on": "meta", "rank0_parameter_bytes": 3 * 2**30}}]}
+    check = verdicts.fsdp_check(res)
+    assert (check.verdict, check.figure) == (
+        "pass", "51,234 tokens/s; built on meta, rank 0 holds 3.00 GiB of weights")
+    res["measurements"][0]["extra"]["loss_finite"] = False
+    assert verdicts.fsdp_check(res).verdict == "fail"
+    assert verdicts.fsdp_check({"status": "failed", "error": "NCCL error"}).figure == \
+        "NCCL error"
+    assert verdicts.fsdp_check({"status": "not_run", "error": "budget"}).verdict == "skip"
+    assert verdicts.fsdp_check(None).verdict == "skip"
 
 
 def test_monitor_and_summary():

@@ -191,6 +191,14 @@ def build_plan(out: Path, python: str, gpus: int, autotune: bool) -> Plan:
                     f"--batch_size={batch}", "--device=gpu", "--dtype=bfloat16",
                     "--forward_only=false", "--num_batches=10", "--num_warmup_batches=3",
                     f"--model_opts={opts}")
+    if gpus >= 2:  # FSDP: built on the meta device, each GPU making its shard only
+        model, (batch, tokens) = next(iter(LLM_TRAIN.items()))
+        opts = json.dumps({"sequence_length": tokens, "activation_checkpointing": True,
+                           "parallel": "fsdp"})
+        plan.runner("llm_train_fsdp2", "dlbench.pytorch", f"--model={model}",
+                    f"--batch_size={batch}", "--device=gpu", "--dtype=bfloat16",
+                    "--forward_only=false", "--num_batches=10", "--num_warmup_batches=3",
+                    "--num_gpus=2", f"--model_opts={opts}")
     plan.commands["llm_bare"] = [python, me, "--part", "llm_bare", "--out", str(out)]
     for mode in (*COMPILE_MODES, *(("inductor-max-autotune",) if autotune else ())):
         plan.runner(f"resnet50_training_bfloat16_{mode}", "dlbench.pytorch",

@@ -442,6 +442,22 @@ def op_checks(results: dict[str, dict | None], out: Path,
     return checks
 
 
+def fsdp_check(res: dict[str, Any] | None) -> Check:
+    """A language model trained with FSDP on two GPUs (never run on a GPU before): finite
+    loss; the figure says where the model was built (meta: each GPU made its shard only;
+    the device: transformers before 5, the whole model first) and rank 0's share."""
+    if res and res.get("status") == "not_run":
+        return Check("FSDP over 2 GPUs", "skip", res["error"])
+    m = ((res or {}).get("measurements") or [{}])[0]
+    extra = m.get("extra") or {}
+    ok = (res or {}).get("status") == "ok" and bool(extra.get("loss_finite"))
+    held = extra.get("rank0_parameter_bytes")
+    figure = (f"{m.get('throughput') or 0:,.0f} tokens/s; built on {extra.get('built_on')}, "
+              f"rank 0 holds {(held or 0) / 2**30:,.2f} GiB of weights" if ok
+              else (res or {}).get("error") or "no result")
+    return Check("FSDP over 2 GPUs", verdict(ok if res else None), figure)
+
+
 def llm_checks(results: dict[str, dict | None], out: Path,
                not_run: Mapping[str, str] = NOTHING_SKIPPED) -> list[Check]:
     """Language models: training tokens/s and MFU (an oom row is an answer too), inference
@@ -622,6 +638,8 @@ def checks_of(results: dict[str, dict | None], commands: Mapping[str, list[str]]
                                 if throughput(res) else (res or {}).get("error") or "no result"))
     if gpus < 2:
         checks.append(Check("DDP 2 GPUs over NCCL", "skip", f"{gpus} GPU on this machine"))
+    if "llm_train_fsdp2" in commands:
+        checks.append(fsdp_check(results.get("llm_train_fsdp2")))
     checks += [comms_check(name, results.get(name)) for name in commands
                if name.startswith("comms_")]
     # The links of the collective sweep on the most GPUs (read on a GPU for the first time).
