@@ -909,6 +909,7 @@ def test_the_chart_counts_processes_on_all_nodes_and_tells_node_counts_apart():
     ticks = {json.dumps([float(v) for v in values]) for values in _axis_values(spec)}
     want = [8 * 2**k for k in (0, 3, 6, 9, 12, 15, 18, 21, 25)]
     assert ticks == {json.dumps([float(v) for v in want])}
+    assert '"labelOverlap": false' in json.dumps(spec)  # Vega hid 256 KiB beside 1 MiB
     assert comms_charts.size_ticks(sorted({*sizes, *range(1000, 1030)})) == want
     assert comms_charts.size_ticks([8, 16]) == [8, 16]
 
