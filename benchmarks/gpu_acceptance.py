@@ -15,7 +15,8 @@ check: figure and verdict) and ``DIR/gpu_acceptance.tar.gz`` (all it wrote: resu
 profiles, the report). Exit code: 0 all
 passed (or skipped for a stated reason), 1 a check failed, 2 no CUDA device (one line).
 ``--dry`` builds every command line and checks it against the runner's own parser,
-measures nothing (it writes the plan, ``plan.json``, to ``--out``), and exits 0: CI runs it, so the script cannot rot between GPU sessions.
+measures nothing (it writes the plan, ``plan.json``, to ``--out``), and exits 0: CI runs
+it, so the script cannot rot between GPU sessions.
 
 This script runs the commands and writes the outputs; the check's parts are beside it in
 ``benchmarks/gpu_check/``: ``settings`` (what runs, the thresholds), ``plan`` (every
@@ -199,7 +200,9 @@ def cuda_device() -> tuple[str | None, int]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("results/gpu-check"))
-    p.add_argument("--dry", action="store_true", help="build and check the plan (written to --out as plan.json, with the operator configs it names); measure nothing")
+    p.add_argument("--dry", action="store_true",
+                   help="build and check the plan (written to --out as plan.json, with the "
+                        "operator configs it names); measure nothing")
     p.add_argument("--budget", type=float, default=BUDGET_S, metavar="SECONDS",
                    help=f"run the checks in order until this is spent (default {BUDGET_S}); "
                         "the rest are skipped, saying so")
