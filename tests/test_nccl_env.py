@@ -31,12 +31,24 @@ def test_settings_are_nccl_names_with_plain_values():
 @pytest.mark.parametrize("setting", [
     "NCCL_NET_PLUGIN=/tmp/x/libnccl-net.so", "NCCL_TUNER_PLUGIN=/tmp/t.so",
     "NCCL_PROFILER_PLUGIN=p", "NCCL_ENV_PLUGIN=e", "NCCL_DEBUG_FILE=/home/u/.bashrc",
-    "NCCL_TOPO_DUMP_FILE=/tmp/t.xml", "NCCL_GRAPH_DUMP_FILE=/tmp/g.xml", "NCCL_CONF_FILE=/tmp/c"])
+    "NCCL_TOPO_DUMP_FILE=/tmp/t.xml", "NCCL_GRAPH_DUMP_FILE=/tmp/g.xml", "NCCL_CONF_FILE=/tmp/c",
+    "NCCL_IBVERBS_LIB=libibverbs.so.1"])
 def test_settings_that_load_a_library_or_name_a_file_nccl_writes_are_refused(setting):
     name = setting.partition("=")[0]
     assert nccl_env.problem(f"NCCL_ALGO=Ring {setting}") == (
         f"{name} is not taken: it loads a library or names a file NCCL writes or reads its "
         "settings from")
+
+
+def test_a_path_is_refused_where_nccl_reads_no_data_file():
+    """NCCL_IBVERBS_LIB=/x/evil.so is dlopen'd in place of libibverbs; a variable of a later
+    NCCL that names a library is refused by its path whatever its name."""
+    assert nccl_env.problem("NCCL_IBVERBS_LIB=/tmp/evil.so") == (
+        "NCCL_IBVERBS_LIB is not taken: it loads a library or names a file NCCL writes or "
+        "reads its settings from")
+    assert nccl_env.problem("NCCL_NEW_SHIM=/tmp/evil.so") == (
+        "NCCL_NEW_SHIM's value '/tmp/evil.so' is a path, which only NCCL_GRAPH_FILE and "
+        "NCCL_TOPO_FILE may be (a path elsewhere may name a library NCCL loads)")
 
 
 def test_a_topology_file_nccl_reads_as_data_is_taken():

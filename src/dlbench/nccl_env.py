@@ -7,10 +7,12 @@ the runners apply them.
 Only NCCL's own variables are taken, and values only of the characters NCCL's settings
 use: a study cannot set arbitrary environment variables (``LD_PRELOAD``, ``PATH``) of the
 processes it starts. Nor the NCCL variables that do what those would: load a library
-(``NCCL_NET_PLUGIN``, the tuner, profiler and environment plug-ins), write a file
-(``NCCL_DEBUG_FILE``, the topology and graph dumps) or read settings from one
-(``NCCL_CONF_FILE``, which may name a plug-in). NCCL_TOPO_FILE and NCCL_GRAPH_FILE, which
-describe a machine NCCL cannot see (a VM), are read as data and are allowed.
+(``NCCL_NET_PLUGIN`` and the other plug-ins, ``NCCL_IBVERBS_LIB``, which NCCL opens in
+place of libibverbs), write a file (``NCCL_DEBUG_FILE``, the topology and graph dumps) or
+read settings from one (``NCCL_CONF_FILE``, which may name a plug-in). NCCL_TOPO_FILE and
+NCCL_GRAPH_FILE, which describe a machine NCCL cannot see (a VM), are read as data and are
+the only settings whose value may be a path: a variable a later NCCL adds to name a
+library is refused by its value's ``/`` where its name is not yet known here.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ _NAME = re.compile(r"NCCL_[A-Z0-9_]+")
 # mlx5_0:1), sizes (4M), paths (/tmp/nccl.topo.xml).
 _VALUE = re.compile(r"[A-Za-z0-9_.,:/^+-]+")
 # Names that load code or write files (see the module's docstring).
-_REFUSED = re.compile(r"NCCL_\w*_PLUGIN|NCCL_\w*DUMP\w*|NCCL_DEBUG_FILE|NCCL_CONF_FILE")
+_REFUSED = re.compile(r"NCCL_\w*_PLUGIN|NCCL_\w*_LIB|NCCL_\w*DUMP\w*|NCCL_DEBUG_FILE|"
+                      r"NCCL_CONF_FILE")
+# The files NCCL reads as data: the only values that may be a path.
+_PATHS = frozenset({"NCCL_TOPO_FILE", "NCCL_GRAPH_FILE"})
 
 
 def parse(text: str) -> dict[str, str]:
@@ -39,6 +44,10 @@ def parse(text: str) -> dict[str, str]:
         if not _VALUE.fullmatch(value):
             raise ValueError(f"{name}'s value {value!r} holds a character NCCL's settings "
                              "do not use")
+        if "/" in value and name not in _PATHS:
+            raise ValueError(f"{name}'s value {value!r} is a path, which only "
+                             f"{' and '.join(sorted(_PATHS))} may be (a path elsewhere may "
+                             "name a library NCCL loads)")
         if name in settings:
             raise ValueError(f"{name} is set twice")
         settings[name] = value
