@@ -84,6 +84,23 @@ def test_a_missing_op_config_is_refused():
     assert error_of(config) == "study 'o': op_config: nowhere/ops.json: no such file"
 
 
+def test_a_file_with_a_brace_a_job_would_read_is_refused_in_one_line(tmp_path):
+    """Snakemake reads {x} in an input's path as a wildcard, with no escape: the run would
+    stop in a WildcardError naming neither study nor field."""
+    ops = tmp_path / "ops{x}.json"
+    ops.write_text('{"torch.add": {"input_data_iterator": "ListInputIterator"}}')
+    config = {"studies": {"o": {"kind": "ops", "grid": {"op_config": str(ops)}}}}
+    assert error_of(config) == (f"study 'o': op_config: {ops}: a brace in the path of a file "
+                                "a job reads is a wildcard to Snakemake: rename the file or "
+                                "folder")
+    tree = tmp_path / "images{split}"
+    tree.mkdir()
+    config = {"datasets": {"imagenet": {"path": str(tree)}}, **grid(data="imagenet")}
+    assert error_of(config) == (f"dataset 'imagenet': path: {tree}: a brace in the path of a "
+                                "file a job reads is a wildcard to Snakemake: rename the file "
+                                "or folder")
+
+
 def test_timeout_s_per_study_and_for_the_config():
     config = {**grid(), "timeout_s": 120}
     config["studies"]["t"] = {"timeout_s": 5, "grid": {"model": "deep_mnist", "device": "cpu"}}

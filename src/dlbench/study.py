@@ -364,6 +364,9 @@ def check_datasets(datasets: Mapping[str, Any]) -> None:
         path = (spec or {}).get("path")
         if path is not None and not Path(path).is_dir():
             raise ConfigError(f"dataset '{name}': path: {path} is not a folder")
+        problem = path is not None and kinds.input_path_problem(str(path))
+        if problem:
+            raise ConfigError(f"dataset '{name}': path: {problem}")
 
 
 def check_defaults(defaults: Any) -> None:

@@ -58,6 +58,16 @@ class CellKind:
         return [folder] if folder else []
 
 
+def input_path_problem(path: str) -> str | None:
+    """Why a file the config names for jobs to read (an op config, a dataset's tree) cannot
+    be a job's input; None when it can. Snakemake reads {name} in an input's path as a
+    wildcard to fill from the job's, with no escape, and would stop the whole run."""
+    if "{" in path or "}" in path:
+        return (f"{path}: a brace in the path of a file a job reads is a wildcard to "
+                "Snakemake: rename the file or folder")
+    return None
+
+
 def slug(value: Any) -> str:
     try:
         return _slug_of_scalar(value)

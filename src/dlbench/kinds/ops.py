@@ -9,7 +9,7 @@ from typing import Any
 
 from dlbench import axes, frameworks
 from dlbench.axes import AxisError
-from dlbench.kinds import CellKind
+from dlbench.kinds import CellKind, input_path_problem
 
 
 @functools.lru_cache(maxsize=256)
@@ -54,6 +54,9 @@ class OpsKind(CellKind):
         # Checked here, before any job: a missing file would otherwise leave Snakemake with
         # nothing to do for the whole run (a missing input), and say it in many lines.
         path = Path(params["op_config"])
+        problem = input_path_problem(str(path))
+        if problem:
+            raise AxisError("op_config", problem)
         if not path.is_file():
             raise AxisError("op_config", f"{path}: no such file")
         problem = _file_problem(str(path), path.stat().st_mtime_ns)
