@@ -174,13 +174,14 @@ def test_a_study_or_dataset_name_yaml_reads_as_a_number_is_refused(name):
 
 
 @pytest.mark.parametrize("image", ["img.sif;touch${IFS}/tmp/pwned;#", "a b.sif", "$(id).sif",
-                                   "x.sif\n"])
-def test_an_image_holding_what_a_shell_reads_is_refused(image):
-    # Snakemake pastes the image into each containerised job's shell command unquoted
+                                   "x.sif\n", "--writable-tmpfs"])
+def test_an_image_holding_what_a_shell_or_apptainer_reads_is_refused(image):
+    # Snakemake pastes the image into each containerised job's shell command unquoted,
+    # after Apptainer's own options
     config = {**grid(), "frameworks": {"pytorch": {"container": image}}}
     assert error_of(config) == (
         f"config: frameworks.pytorch.container: {image!r}: an image is a path or URI of "
-        "letters, digits and ._-/:@+ only")
+        "letters, digits and ._-/:@+ only, not starting with '-'")
 
 
 def test_images_by_path_or_uri_are_taken():

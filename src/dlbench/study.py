@@ -399,8 +399,9 @@ def check_defaults(defaults: Any) -> None:
 
 # What an image path or URI holds (docker://nvcr.io/nvidia/pytorch:24.05-py3,
 # oras://host/img@sha256:..., images/pytorch.sif): Snakemake pastes the image into the
-# shell command of each containerised job unquoted, so nothing a shell would read.
-_IMAGE = re.compile(r"[A-Za-z0-9._/:@+-]+")
+# shell command of each containerised job unquoted, so nothing a shell would read, nor a
+# leading '-', which Apptainer would read as an option of its own.
+_IMAGE = re.compile(r"[A-Za-z0-9._/:@+][A-Za-z0-9._/:@+-]*")
 
 
 def check_frameworks(settings: Mapping[str, Any]) -> None:
@@ -415,7 +416,7 @@ def check_frameworks(settings: Mapping[str, Any]) -> None:
         image = (values or {}).get("container") if isinstance(values, Mapping) else None
         if isinstance(image, str) and image and not _IMAGE.fullmatch(image):
             raise ConfigError(f"config: frameworks.{name}.container: {image!r}: an image is a "
-                              "path or URI of letters, digits and ._-/:@+ only")
+                              "path or URI of letters, digits and ._-/:@+ only, not starting with '-'")
 
 
 def expand_config(config: Mapping[str, Any]) -> list[Cell]:
