@@ -306,6 +306,22 @@ def test_an_invalid_repeats_row_says_which_repeat(tmp_path):
     assert (row["cell_id"], row["repeat"], row["status"]) == ("pytorch_x_0000000a", 2, "failed")
 
 
+def test_a_file_given_twice_is_one_run_and_a_copy_of_a_run_is_refused(tmp_path, capsys,
+                                                                      monkeypatch):
+    """Overlapping globs by hand (cells/*.json ./cells/A.json) gave a second repeat that
+    never ran and a run-to-run CV of 0; a copy of a result beside it would do the same."""
+    a = write_json(cell_path(tmp_path, "A"), result("A"))
+    monkeypatch.chdir(tmp_path)
+    table = aggregate.build_table([a, Path("results/s/cells/./A.json")])
+    assert table.column("repeats").to_pylist() == [1]
+    copy = write_json(tmp_path / "kept" / "A.json", result("A"))
+    assert aggregate.main([str(a), str(copy), "--parquet", str(tmp_path / "t.parquet")]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"dlbench.aggregate: {a} and {copy} are both the result of cell A (repeat "
+                    "0, study s): give one of them")
+    assert not (tmp_path / "t.parquet").exists()
+
+
 def test_two_software_stacks_under_one_label_stop_the_script_in_one_line(tmp_path,
                                                                         monkeypatch):
     """As the README says: one line naming both files, no traceback; the job fails."""

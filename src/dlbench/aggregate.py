@@ -469,11 +469,12 @@ def build_table(paths: Iterable[str | Path], *, move_invalid: bool = False,
         return invalid_row(path, problem, move_invalid, invalid_later)
 
     files: list[tuple[str | Path, list[dict[str, Any]]]] = []
-    for path in paths:
+    for path in unique_paths(paths):
         try:
             files.append((path, rows_of_file(path)))
         except InvalidResult as exc:
             files.append((path, [invalid(path, str(exc))]))
+    check_one_file_per_run(files)
     if check:
         check_systems(files)
     every_row = [row for _, rows in files for row in rows]
@@ -503,8 +504,49 @@ def unstable_cv_of(table: pa.Table) -> float:
         return run_to_run.DEFAULT_UNSTABLE_CV
 
 
-class SystemConflict(ValueError):
+class FilesRefused(ValueError):
+    """Result files no one table can be made of, in one line naming them: the user's to
+    settle, no traceback helps."""
+
+
+class SystemConflict(FilesRefused):
     """Two machines or software stacks under one system label (one line)."""
+
+
+class DuplicateResult(FilesRefused):
+    """Two result files of one run of a cell (one line): counted twice, they would make a
+    repeat that never ran, and a run-to-run spread of 0."""
+
+
+def unique_paths(paths: Iterable[str | Path]) -> list[str | Path]:
+    """``paths`` in order, each file once however it is written (overlapping globs by hand,
+    ``cells/x.json ./cells/x.json``)."""
+    seen: set[Path] = set()
+    unique = []
+    for path in paths:
+        resolved = Path(path).resolve()
+        if resolved not in seen:
+            seen.add(resolved)
+            unique.append(path)
+    return unique
+
+
+def check_one_file_per_run(files: list[tuple[str | Path, list[dict[str, Any]]]]) -> None:
+    """One file per run of a cell (system, study, cell and repeat), else DuplicateResult
+    naming both: a copy of a result beside its original."""
+    first: dict[tuple, str] = {}
+    for path, rows in files:
+        if not rows or rows[0].get("cell_id") is None:
+            continue  # an unreadable file's row: no identity to hold twice
+        row = rows[0]
+        key = (row.get("system"), row.get("study"), row["cell_id"], row.get("repeat"))
+        if key in first:
+            system = f", system {row['system']}" if row.get("system") else ""
+            raise DuplicateResult(
+                f"{first[key]} and {path} are both the result of cell {row['cell_id']} "
+                f"(repeat {row.get('repeat')}, study {row.get('study')}{system}): give one "
+                "of them")
+        first[key] = str(path)
 
 
 def check_systems(files: list[tuple[str | Path, list[dict[str, Any]]]]) -> None:
@@ -530,7 +572,8 @@ def write(paths: Iterable[str | Path], parquet: str | Path, csv: str | Path | No
     """Write the table of ``paths`` to ``parquet`` (and ``csv``), each file whole or not at
     all; invalid result files (of ``own_system`` and ``own_files`` only, where given)
     are moved aside (``move_invalid``, see the module) or listed in ``invalid_later``. Two
-    machines or software stacks under one system label stop it (SystemConflict)."""
+    machines or software stacks under one system label stop it (SystemConflict), as do two
+    files of one run of a cell (DuplicateResult)."""
     table = build_table(paths, move_invalid=move_invalid, invalid_later=invalid_later,
                         unstable_cv=unstable_cv, own_system=own_system,
                         own_files=own_files)
@@ -576,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
         # workflow moves an invalid result aside so that its next run measures the cell).
         table = write(args.results, args.parquet, args.csv, move_invalid=False,
                       unstable_cv=args.unstable_cv)
-    except (OSError, SystemConflict) as exc:
+    except (OSError, FilesRefused) as exc:
         print(f"dlbench.aggregate: {exc}", file=sys.stderr)
         return 1
     print(f"{table.num_rows} rows -> {args.parquet}")

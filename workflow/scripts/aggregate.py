@@ -3,8 +3,9 @@
 An invalid result file becomes a failed row (dlbench.aggregate) and, when it is one of this
 run's cells, is listed for the next run with that cell, which moves it aside and measures
 the cell again: moved now, it would be missing from
-this run's target. Two software stacks (or machines) under one system label stop the job
-with one line naming both files: the user's to settle, no traceback helps. Otherwise the
+this run's target. Two software stacks (or machines) under one system label, or two files
+of one run of a cell, stop the job with one line naming both files: the user's to settle,
+no traceback helps. Otherwise the
 job fails only when the table cannot be written, and then its log ends with the traceback
 and the file it could not write.
 """
@@ -23,7 +24,7 @@ with job_log.into(snakemake.log[0]):  # noqa: F821 (snakemake injects it)
                                 unstable_cv=snakemake.params.unstable_cv,  # noqa: F821
                                 own_system=snakemake.params.system,  # noqa: F821
                                 own_files=snakemake.input.cells)  # noqa: F821
-    except aggregate.SystemConflict as exc:
+    except aggregate.FilesRefused as exc:
         print(f"dlbench.aggregate: {exc}", file=sys.stderr)
         sys.exit(1)  # SystemExit: job_log keeps no traceback of it; the job fails
     workflow_support.record_invalid_later(invalid, snakemake.input.cells)  # noqa: F821

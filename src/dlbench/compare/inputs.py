@@ -104,7 +104,7 @@ def read_folder(folder: Path) -> pd.DataFrame:
                          f"({RESULT_GLOB}){others}")
     try:
         table = aggregate.build_table(paths, move_invalid=False)
-    except aggregate.SystemConflict as exc:
+    except aggregate.FilesRefused as exc:
         raise InputError(f"{folder}: {_first_line(exc)}") from None
     return _frame(table)
 
