@@ -98,6 +98,8 @@ def test_jsonl_has_params_layout_and_the_result_validates(tmp_path):
     stages = res["stages_s"]
     assert stages["measure"] >= sum(fwd["times_s"]) + sum(bwd["times_s"])
     assert stages["warmup"] > 0 and "environment" in stages
+    # Building the inputs and counting their FLOPs are stages of their own, not "other".
+    assert stages["build"] > 0 and stages["flop_count"] > 0
 
 
 def test_module_entry_point_runs_as_a_subprocess(tmp_path):
