@@ -120,6 +120,20 @@ def test_a_test_only_axis_added_in_one_row_reaches_id_runner_and_parquet(monkeyp
     assert table.column("test_only_knob").to_pylist() == [3]
 
 
+def test_an_unused_bool_axis_value_is_refused_as_the_yaml_spells_it(monkeypatch):
+    """A framework without an axis refuses a value other than its default, quoting it as
+    the study wrote it: true, not Python's True."""
+    row = axes.Axis("test_only_switch", bool, False, frameworks=("pytorch",),
+                    refuse_unused=True, since=3)
+    monkeypatch.setattr(axes, "TABLE", (*axes.TABLE, row))
+    monkeypatch.setitem(axes._BY_NAME, row.name, row)
+    grid = {"framework": "mxnet", "model": "resnet18", "test_only_switch": True}
+    with pytest.raises(study.ConfigError) as info:
+        study.expand_config({"studies": {"s": {"grid": grid}}})
+    assert str(info.value) == ("study 's': test_only_switch: mxnet has no test_only_switch "
+                               "true (pair mxnet/true; only pytorch cells take it)")
+
+
 def test_flags_decode_what_they_encode():
     flag = axes.Flag("--forward_only", "bool", values={"training": False, "inference": True})
     assert flag.encode("inference") == ["--forward_only=true"]

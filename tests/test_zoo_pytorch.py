@@ -8,14 +8,17 @@ real forward pass.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
+import torchvision
 from published_counts import TORCHVISION_PUBLISHED
 
 from dlbench import models
 from dlbench.models import llm as L
 from dlbench.pytorch import zoo
-from dlbench.pytorch.zoo import transformers
+from dlbench.pytorch.zoo import torchvision_models, transformers
 
 
 def conv(cin: int, cout: int, kernel: int | tuple[int, int], bias: bool = True) -> int:
@@ -124,6 +127,35 @@ PYTORCH_MODELS = models.for_framework("pytorch")
 
 def test_every_pytorch_model_has_an_expected_count() -> None:
     assert set(PYTORCH_MODELS) == set(EXPECTED_PARAMETERS)
+
+
+# The specs torchvision builds: the constructor each names is the only record of which
+# torchvision function that is, so a missing or misspelt one shows here, not when a cell runs.
+TORCHVISION_SPECS = [
+    spec for spec in map(models.get, PYTORCH_MODELS)
+    if spec.builders["pytorch"] == f"{torchvision_models.__name__}:build"
+]
+
+
+def test_every_torchvision_spec_names_a_constructor_torchvision_has() -> None:
+    assert TORCHVISION_SPECS
+    unbuildable = {spec.name: spec.torchvision for spec in TORCHVISION_SPECS
+                   if not spec.torchvision or not hasattr(torchvision.models, spec.torchvision)}
+    assert unbuildable == {}
+
+
+@pytest.mark.parametrize("constructor, message", [
+    ("", "model resnet18: its catalog spec names no torchvision constructor "
+         "(ModelSpec.torchvision)"),
+    ("resnet17", f"model resnet18: torchvision {torchvision.__version__} has no model "
+                 f"constructor 'resnet17'"),
+])
+def test_torchvision_refuses_a_spec_without_a_constructor_in_one_line(
+        constructor: str, message: str) -> None:
+    spec = dataclasses.replace(models.get("resnet18"), torchvision=constructor)
+    with pytest.raises(ValueError) as info:
+        torchvision_models.build(spec, {})
+    assert str(info.value) == message
 
 
 def _meta_input(built: zoo.BuiltModel, batch: int) -> torch.Tensor:

@@ -686,6 +686,14 @@ def check_value(axis: Axis, value: Any) -> None:
                                    f"(valid: {', '.join(map(str, axis.choices))})")
 
 
+def _as_written(value: Any, *, quoted: bool = False) -> str:
+    """A value as a study's YAML spells it, so that a message quotes what its reader wrote:
+    true/false, not Python's True/False; a string in quotes where ``quoted``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if quoted else str(value)
+
+
 def check(kind: str, params: Mapping[str, Any]) -> None:
     """Types, bounds and valid values of every axis of a cell (raises AxisError); a value
     on an axis the cell does not use (a synthetic cell's data_backend) is checked as any
@@ -698,8 +706,9 @@ def check(kind: str, params: Mapping[str, Any]) -> None:
         check_value(axis, value)
         if axis.refuse_unused and not used and value != axis.default:
             framework = params.get("framework")
-            raise AxisError(axis.name, f"{framework} has no {axis.name} {value!r} (pair "
-                                       f"{framework}/{value}; only "
+            raise AxisError(axis.name, f"{framework} has no {axis.name} "
+                                       f"{_as_written(value, quoted=True)} (pair "
+                                       f"{framework}/{_as_written(value)}; only "
                                        f"{', '.join(axis.frameworks or ())} cells take it)")
         problem = axis.form(value) if used and axis.form is not None else None
         if problem:

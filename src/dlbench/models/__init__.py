@@ -49,6 +49,9 @@ class ModelSpec:
     # What reports call it (DLBS's ``exp.model_title``: "ResNet50", "AlexNetOWT"); the
     # name where none is given.
     title: str = ""
+    # The torchvision.models constructor that builds it when its PyTorch builder is _TV
+    # ("alexnet" for alexnet_owt); "" for every other model.
+    torchvision: str = ""
 
     @property
     def model_title(self) -> str:
@@ -76,9 +79,14 @@ class ModelSpec:
         return {**self.default_opts, **overrides}
 
 
-def _image(name: str, size: int, *, builders: dict[str, str], desc: str = "") -> ModelSpec:
-    return ModelSpec(name, (3, size, size), 1000, "image", builders, {}, desc,
-                     title=DLBS_TITLES.get(name, ""))
+def _image(name: str, size: int, *, builders: dict[str, str], desc: str = "",
+           title: str | None = None, torchvision: str = "") -> ModelSpec:
+    """An ImageNet-shaped model (3 x size x size, 1000 classes); its title is DLBS's unless
+    one is given."""
+    if title is None:
+        title = DLBS_TITLES.get(name, "")
+    return ModelSpec(name, (3, size, size), 1000, "image", builders, {}, desc, title=title,
+                     torchvision=torchvision)
 
 
 # DLBS's titles of its models (its backends print them as ``__exp.model_title__``, and its
@@ -104,14 +112,21 @@ _TV_MX = {"pytorch": _TV, "mxnet": _MX}
 CATALOG: tuple[ModelSpec, ...] = (
     # DLBS's image models; input sizes as DLBS feeds them.
     _image("alexnet", 227, builders={"pytorch": _DLBS, "mxnet": _MX}, desc="AlexNet (DLBS)"),
-    _image("alexnet_owt", 224, builders=_TV_MX, desc="AlexNet, one weird trick"),
-    _image("googlenet", 224, builders=_TV_MX, desc="GoogLeNet / Inception v1"),
-    _image("inception3", 299, builders=_TV_MX, desc="Inception v3"),
+    # torchvision's AlexNet is the "one weird trick" variant.
+    _image("alexnet_owt", 224, builders=_TV_MX, desc="AlexNet, one weird trick",
+           torchvision="alexnet"),
+    _image("googlenet", 224, builders=_TV_MX, desc="GoogLeNet / Inception v1",
+           torchvision="googlenet"),
+    _image("inception3", 299, builders=_TV_MX, desc="Inception v3", torchvision="inception_v3"),
     _image("inception4", 299, builders={"pytorch": _DLBS}, desc="Inception v4"),
     _image("overfeat", 231, builders={"pytorch": _DLBS}, desc="OverFeat (fast)"),
-    *(_image(f"vgg{d}", 224, builders=_TV_MX, desc=f"VGG-{d}") for d in (11, 13, 16, 19)),
-    *(_image(f"resnet{d}", 224, builders=_TV_MX, desc=f"ResNet-{d}") for d in (18, 34, 50, 101, 152)),
-    *(_image(f"resnet{d}", 224, builders={"pytorch": _DLBS}, desc=f"ResNet-{d}") for d in (200, 269)),
+    # VGG without batch norm, as DLBS benchmarks it.
+    *(_image(f"vgg{d}", 224, builders=_TV_MX, desc=f"VGG-{d}", torchvision=f"vgg{d}")
+      for d in (11, 13, 16, 19)),
+    *(_image(f"resnet{d}", 224, builders=_TV_MX, desc=f"ResNet-{d}", torchvision=f"resnet{d}")
+      for d in (18, 34, 50, 101, 152)),
+    *(_image(f"resnet{d}", 224, builders={"pytorch": _DLBS}, desc=f"ResNet-{d}")
+      for d in (200, 269)),
     ModelSpec("deep_mnist", (784,), 10, "features", {"pytorch": _DLBS, "mxnet": _MX}, {},
               "DLBS's DeepMNIST: five FC layers (2500, 2000, 1500, 1000, 500)",
               title=DLBS_TITLES["deep_mnist"]),
