@@ -52,6 +52,8 @@ FILE_FAULTS = [
     ("syntax.json", b'{"torch.add": {', "not JSON (Expecting property name enclosed in double "
                                         "quotes at line 1, column 16)"),
     ("two_documents.json", b'{"a": 1}\n{"b": 2}', "not JSON (Extra data at line 2, column 1)"),
+    ("unterminated.json", b'{"a": "b', "not JSON (Unterminated string starting at line 1, "
+                                          "column 7)"),
     ("deep_arrays.json", b"[" * 100_000 + b"]" * 100_000,
      "nested more than 64 levels deep, not an op config"),
     ("deep_objects.json", b'{"a":' * 100_000 + b"1" + b"}" * 100_000,

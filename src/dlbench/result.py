@@ -143,13 +143,20 @@ def write(result: dict[str, Any], path: str | os.PathLike[str]) -> None:
     write_atomic(path, json.dumps(result, indent=1, sort_keys=False, allow_nan=False) + "\n")
 
 
+def json_problem(exc: json.JSONDecodeError) -> str:
+    """Where and why text is not JSON, in words: "Extra data at line 2, column 1". Some of
+    json's messages end in "at" themselves ("Unterminated string starting at")."""
+    at = " " if exc.msg.endswith(" at") else " at "
+    return f"{exc.msg}{at}line {exc.lineno}, column {exc.colno}"
+
+
 def loads(text: str | bytes, where: str | os.PathLike[str]) -> dict[str, Any]:
     """A result document from its text; ValueError (a UnicodeDecodeError for bytes that
     are not UTF-8) naming ``where`` when it is not one."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}: not a JSON result file ({exc.msg} at line {exc.lineno})") from None
+        raise ValueError(f"{where}: not a JSON result file ({json_problem(exc)})") from None
     if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(f"{where}: not a dlbench result of schema version {SCHEMA_VERSION}")
     return data

@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from dlbench.cellrun import CellError
+from dlbench.result import json_problem
 
 MAX_BYTES = 64 * 1024 * 1024
 MAX_DEPTH = 64
@@ -108,8 +109,7 @@ def _parse(data: bytes, name: str, hook: _Duplicates) -> Any:
     try:
         return json.loads(text, object_pairs_hook=hook)
     except json.JSONDecodeError as exc:
-        raise CellError(f"config {name}: not JSON ({exc.msg} at line {exc.lineno}, "
-                        f"column {exc.colno})") from None
+        raise CellError(f"config {name}: not JSON ({json_problem(exc)})") from None
     except RecursionError:
         raise CellError(f"config {name}: nested more than {MAX_DEPTH} levels deep, "
                         "not an op config") from None
