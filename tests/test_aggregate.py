@@ -1,4 +1,5 @@
 
+import datetime
 import json
 from pathlib import Path
 
@@ -41,6 +42,31 @@ def test_rows_per_measurement_and_failed_cells_keep_a_row(tmp_path):
     assert ok["times_s"] == [0.1, 0.2] and ok["gpu_model"] == "H200"
     assert json.loads(ok["environment"])["hostname"] == "h"
     assert csv.read_text().count("\n") == 5  # header + 4 rows
+
+
+def test_times_are_utc_timestamps_and_fields_carry_unit_and_description(tmp_path):
+    """started_at/finished_at were ISO text, to be parsed by every reader before a filter
+    or a subtraction; each field names its unit and meaning (docs/columns.md)."""
+    a = write_cell(tmp_path / "a.json")
+    res = json.loads(a.read_text())
+    res["started_at"] = "2026-11-29T10:49:37.158+01:00"  # another offset: the same instant
+    res["finished_at"] = "2026-11-29T09:49:38"  # none: UTC, the records' clock
+    a.write_text(json.dumps(res))
+    aggregate.write([a], tmp_path / "t.parquet", tmp_path / "t.csv")
+    table = pq.read_table(tmp_path / "t.parquet")
+    (row,) = table.to_pylist()
+    utc = datetime.timezone.utc
+    assert row["started_at"] == datetime.datetime(2026, 11, 29, 9, 49, 37, 158000, tzinfo=utc)
+    assert row["finished_at"] == datetime.datetime(2026, 11, 29, 9, 49, 38, tzinfo=utc)
+    frame = pd.read_csv(tmp_path / "t.csv", parse_dates=["started_at"])
+    assert frame.started_at[0] == pd.Timestamp("2026-11-29T09:49:37.158Z")
+    gbps = table.schema.field("gbps").metadata
+    assert gbps[b"unit"] == b"GB/s" and b"per second" in gbps[b"description"]
+    res["started_at"] = "yesterday"
+    a.write_text(json.dumps(res))
+    (bad,) = aggregate.build_table([a]).to_pylist()
+    assert bad["status"] == "failed"
+    assert "field started_at: not an ISO 8601 time: 'yesterday'" in bad["error"]
 
 
 def test_cli_turns_a_bad_result_file_into_a_failed_row_naming_it(tmp_path, capsys):
@@ -137,7 +163,7 @@ def test_by_hand_files_are_never_moved_and_each_bad_one_is_a_failed_row_in_one_l
     lines = capsys.readouterr().err.splitlines()
     assert lines == [
         f"dlbench.aggregate: invalid result file {param}: not a JSON result file "
-        "(Extra data at line 2)",
+        "(Extra data at line 2, column 1)",
         f"dlbench.aggregate: invalid result file {missing}: cannot be read "
         "(No such file or directory)"]
 

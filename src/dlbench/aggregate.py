@@ -13,6 +13,7 @@ dlbench.aggregate``) nothing is moved: the files are the user's.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import sys
 from collections.abc import Collection, Iterable
@@ -22,7 +23,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dlbench import atomic, axes, drift, efficiency, kinds, run_to_run, stages, systems
+from dlbench import (
+    atomic,
+    axes,
+    drift,
+    efficiency,
+    kinds,
+    run_to_run,
+    stages,
+    systems,
+    table_columns,
+)
 from dlbench import result as R
 from dlbench.atomic import writing
 from dlbench.stats import SUMMARY_KEYS
@@ -113,6 +124,23 @@ def link_values(extra: dict[str, Any]) -> dict[str, Any]:
             "pct_of_link": extra.get("pct_of_link")}
 
 
+# When a cell's record started and finished: a timestamp in UTC, to filter and subtract as
+# one (the result file's ISO 8601 text, with its offset).
+TIMESTAMP = pa.timestamp("ms", tz="UTC")
+
+
+def utc_time(text: str | None, field: str) -> _dt.datetime | None:
+    """A result's ISO 8601 time as an aware datetime (one without an offset is UTC, the
+    clock every record is written in); ValueError names the field."""
+    if text is None:
+        return None
+    try:
+        moment = _dt.datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"field {field}: not an ISO 8601 time: {text!r}") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=_dt.timezone.utc)
+
+
 def build_schema() -> pa.Schema:
     """The table's columns (a function: its cell columns follow the axis table)."""
     return pa.schema(
@@ -157,7 +185,7 @@ def build_schema() -> pa.Schema:
             *EXECUTION_COLUMNS,
             *MONITOR_COLUMNS,
             ("wall_time_s", pa.float64()), *STAGE_COLUMNS,
-            ("started_at", pa.string()), ("finished_at", pa.string()),
+            ("started_at", TIMESTAMP), ("finished_at", TIMESTAMP),
             *ENV_COLUMNS,
             ("times_s", pa.list_(pa.float64())),
             ("environment", pa.string()),  # JSON
@@ -171,7 +199,17 @@ def build_schema() -> pa.Schema:
 # the report) can tell a table of another layout from a damaged one.
 TABLE_VERSION = 1
 TABLE_VERSION_KEY = b"dlbench.table_version"
-SCHEMA = build_schema().with_metadata({TABLE_VERSION_KEY: str(TABLE_VERSION).encode()})
+
+
+def described(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with each field's unit and description in its metadata
+    (dlbench.table_columns, also docs/columns.md)."""
+    return pa.schema([field.with_metadata(table_columns.field_metadata(field.name))
+                      for field in schema])
+
+
+SCHEMA = described(build_schema()).with_metadata(
+    {TABLE_VERSION_KEY: str(TABLE_VERSION).encode()})
 UNSTABLE_CV_KEY = b"dlbench.unstable_cv"
 
 
@@ -264,8 +302,8 @@ def rows_of(res: dict[str, Any], source: str) -> list[dict[str, Any]]:
         "model_opts": _json(cell.get("model_opts")),
         "wall_time_s": res.get("wall_time_s"),
         **{f"wall_{name}_s": (res.get("stages_s") or {}).get(name) for name in stages.NAMES},
-        "started_at": res.get("started_at"),
-        "finished_at": res.get("finished_at"),
+        "started_at": utc_time(res.get("started_at"), "started_at"),
+        "finished_at": utc_time(res.get("finished_at"), "finished_at"),
         **{name: env.get(name) for name, _ in ENV_COLUMNS},
         "gpu_model": gpu_model(env, cell),
         # The ISA features as one comma-separated string: easy to filter on in a table.
