@@ -1194,6 +1194,7 @@ def test_two_processes_sweep_sizes_and_record_both_bandwidths(tmp_path, monkeypa
     assert [m["bytes_per_iteration"] for m in res["measurements"]] == [1024, 8192, 65536]
     for m in res["measurements"]:
         assert m["pass"] == "collective" and m["iterations"] == 3
+        assert m["throughput_unit"] == "operations/s"  # of a window: not iterations
         assert m["gbps"] == pytest.approx(m["bytes_per_iteration"] / m["time_s"]["median"] / 1e9)
         assert m["extra"]["bus_gbps"] == pytest.approx(m["gbps"] * 0.5)
         assert m["extra"]["validated"] is True  # --c 1: each size's data checked

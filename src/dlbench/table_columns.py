@@ -60,8 +60,9 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "throughput": ("throughput_unit", "items_per_iteration over time_median_s: this run's "
                                       "rate at its median iteration"),
     "throughput_unit": ("", "the unit of throughput and cell_throughput: samples/s, "
-                            "images/s (MXNet), tokens/s, shots/s; iterations/s for op, "
-                            "calibration and comms rows (a collective's: operations/s)"),
+                            "images/s (MXNet), tokens/s, shots/s; iterations/s for op and "
+                            "calibration rows, operations/s for comms rows (one collective "
+                            "or point-to-point operation of a window)"),
     # Across the cell's repeats (dlbench.run_to_run): the same on each ok repeat's row
     "repeats": ("", "how many ok runs of the cell measured this measurement; null in rows "
                     "that are not ok"),

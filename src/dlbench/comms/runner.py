@@ -417,12 +417,13 @@ def run(args: argparse.Namespace, res: dict[str, Any]) -> None:
                 own, computing = test.overlapped.times(iterations) if test.overlapped \
                     else (test.device_timed.times(iterations) if test.device_timed
                           else loop.times_s, None)
-                # One operation's time: an iteration's, shared among those it issued.
+                # One operation's time: an iteration's, shared among those it issued (its
+                # rate is operations/s: a non-blocking iteration issues a window of them).
                 times = [t / test.per_iteration
                          for t in distributed.slowest_rank_times(own, device)]
                 m = R.measurement(
                     name=S.measurement_name(args.collective, size), op_name=args.collective, pass_=test.pass_,
-                    times_s=times, items_per_iteration=1.0, throughput_unit="iterations/s",
+                    times_s=times, items_per_iteration=1.0, throughput_unit="operations/s",
                     bytes_per_iteration=float(size * test.messages), extra={"elements": count})
                 if test.pass_ == "latency":  # a ping-pong's bytes over time is no bandwidth
                     m["gbps"] = None
