@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dlbench import aggregate
@@ -67,6 +68,21 @@ def test_times_are_utc_timestamps_and_fields_carry_unit_and_description(tmp_path
     (bad,) = aggregate.build_table([a]).to_pylist()
     assert bad["status"] == "failed"
     assert "field started_at: not an ISO 8601 time: 'yesterday'" in bad["error"]
+
+
+def test_a_table_written_with_text_times_is_read_with_timestamps(tmp_path):
+    """A table of an earlier release held its times as ISO 8601 text: the report and
+    dlbench compare read it (aggregate.read_table) as a table of this one."""
+    new = aggregate.build_table([write_cell(tmp_path / "a.json")])
+    index = new.schema.get_field_index("started_at")
+    text = [new.column(index)[0].as_py().isoformat(timespec="milliseconds")]
+    old = new.set_column(index, "started_at", pa.array(text, type=pa.string()))
+    pq.write_table(old, tmp_path / "old.parquet")
+    read = aggregate.read_table(tmp_path / "old.parquet", ["status"])
+    assert read.schema.field("started_at").type == aggregate.TIMESTAMP
+    assert read.column("started_at").to_pylist() == new.column("started_at").to_pylist()
+    merged = pa.concat_tables([read, new], promote_options="default")
+    assert merged.num_rows == 2
 
 
 def test_cli_turns_a_bad_result_file_into_a_failed_row_naming_it(tmp_path, capsys):

@@ -314,12 +314,24 @@ def test_a_file_given_twice_is_one_run_and_a_copy_of_a_run_is_refused(tmp_path, 
     monkeypatch.chdir(tmp_path)
     table = aggregate.build_table([a, Path("results/s/cells/./A.json")])
     assert table.column("repeats").to_pylist() == [1]
-    copy = write_json(tmp_path / "kept" / "A.json", result("A"))
+    copy = tmp_path / "kept" / "A.json"
+    copy.parent.mkdir()
+    copy.write_bytes(a.read_bytes())
     assert aggregate.main([str(a), str(copy), "--parquet", str(tmp_path / "t.parquet")]) == 1
     (line,) = capsys.readouterr().err.splitlines()
-    assert line == (f"dlbench.aggregate: {a} and {copy} are both the result of cell A (repeat "
-                    "0, study s): give one of them")
+    started = json.loads(a.read_text())["started_at"]
+    assert line == (f"dlbench.aggregate: {a} and {copy} are both the result of one run of cell "
+                    f"A (repeat 0, study s, started {started}): give one of them")
     assert not (tmp_path / "t.parquet").exists()
+    # Another run of the cell (another checkout's repeat 0) is a run of its own, and an
+    # unreadable file beside them no run at all.
+    other = {**result("A"), "started_at": "2020-01-01T00:00:00.000+00:00"}
+    again = write_json(tmp_path / "other" / "A.json", other)
+    broken = tmp_path / "broken" / "A.json"
+    broken.parent.mkdir()
+    broken.write_text("{")
+    table = aggregate.build_table([a, again, broken])
+    assert table.column("repeats").to_pylist()[:2] == [2, 2]
 
 
 def test_two_software_stacks_under_one_label_stop_the_script_in_one_line(tmp_path,

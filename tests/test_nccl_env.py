@@ -51,6 +51,12 @@ def test_a_path_is_refused_where_nccl_reads_no_data_file():
         "NCCL_TOPO_FILE may be (a path elsewhere may name a library NCCL loads)")
 
 
+def test_address_ranges_and_exact_interface_names_are_no_paths():
+    assert nccl_env.parse("NCCL_IB_ADDR_RANGE=10.1.0.0/16,fd00::/8 NCCL_SOCKET_IFNAME==eth0"
+                          ) == {"NCCL_IB_ADDR_RANGE": "10.1.0.0/16,fd00::/8",
+                                "NCCL_SOCKET_IFNAME": "=eth0"}
+
+
 def test_a_topology_file_nccl_reads_as_data_is_taken():
     assert nccl_env.parse("NCCL_TOPO_FILE=/etc/nccl/topo.xml NCCL_GRAPH_FILE=/etc/g.xml") == {
         "NCCL_TOPO_FILE": "/etc/nccl/topo.xml", "NCCL_GRAPH_FILE": "/etc/g.xml"}

@@ -235,7 +235,31 @@ def read_table(path: str | Path, required: Iterable[str]) -> pa.Table:
     if missing:
         raise TableError(f"{path}: column '{missing[0]}' is missing (not a dlbench aggregate "
                          "table)")
+    return with_timestamps(table)
+
+
+TIME_COLUMNS = ("started_at", "finished_at")
+
+
+def with_timestamps(table: pa.Table) -> pa.Table:
+    """A table whose times are ISO 8601 text (written before they were timestamps) with
+    them as TIMESTAMP, as a table of this release has them; a time that is no ISO 8601
+    text is null (the row keeps its figures)."""
+    for name in TIME_COLUMNS:
+        index = table.schema.get_field_index(name)
+        if index < 0 or not pa.types.is_string(table.schema.field(index).type):
+            continue
+        times = [_time_or_none(text) for text in table.column(index).to_pylist()]
+        field = table.schema.field(index).with_type(TIMESTAMP)
+        table = table.set_column(index, field, pa.array(times, type=TIMESTAMP))
     return table
+
+
+def _time_or_none(text: str | None) -> _dt.datetime | None:
+    try:
+        return utc_time(text, "")
+    except ValueError:
+        return None
 
 
 def with_every_column(frame: Any) -> list[str]:
@@ -570,20 +594,24 @@ def unique_paths(paths: Iterable[str | Path]) -> list[str | Path]:
 
 
 def check_one_file_per_run(files: list[tuple[str | Path, list[dict[str, Any]]]]) -> None:
-    """One file per run of a cell (system, study, cell and repeat), else DuplicateResult
-    naming both: a copy of a result beside its original."""
+    """One file per run of a cell (system, study, cell, repeat and start time), else
+    DuplicateResult naming both: a copy of a result beside its original."""
     first: dict[tuple, str] = {}
     for path, rows in files:
-        if not rows or rows[0].get("cell_id") is None:
-            continue  # an unreadable file's row: no identity to hold twice
+        # An unreadable file's row has no start time: it is no run to count twice. Two runs
+        # of a cell made apart (two checkouts, each a repeat 0) started at other times.
+        if not rows or rows[0].get("started_at") is None:
+            continue
         row = rows[0]
-        key = (row.get("system"), row.get("study"), row["cell_id"], row.get("repeat"))
+        key = (row.get("system"), row.get("study"), row.get("cell_id"), row.get("repeat"),
+               row["started_at"])
         if key in first:
             system = f", system {row['system']}" if row.get("system") else ""
-            raise DuplicateResult(
-                f"{first[key]} and {path} are both the result of cell {row['cell_id']} "
-                f"(repeat {row.get('repeat')}, study {row.get('study')}{system}): give one "
-                "of them")
+            started = row["started_at"].isoformat(timespec="milliseconds")
+            raise DuplicateResult(" ".join(  # one line, whatever the names hold
+                f"{first[key]} and {path} are both the result of one run of cell "
+                f"{row.get('cell_id')} (repeat {row.get('repeat')}, study {row.get('study')}"
+                f"{system}, started {started}): give one of them".split()))
         first[key] = str(path)
 
 

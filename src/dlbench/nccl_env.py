@@ -22,8 +22,11 @@ import re
 
 _NAME = re.compile(r"NCCL_[A-Z0-9_]+")
 # Letters, digits and what NCCL's values hold: lists (,), ranges and interfaces (^eth,
-# mlx5_0:1), sizes (4M), paths (/tmp/nccl.topo.xml).
-_VALUE = re.compile(r"[A-Za-z0-9_.,:/^+-]+")
+# =eth0 for an exact name, mlx5_0:1), sizes (4M), paths (/tmp/nccl.topo.xml), address
+# ranges (192.168.0.0/16).
+_VALUE = re.compile(r"=?[A-Za-z0-9_.,:/^+-]+")
+# Address ranges in CIDR form, one or a list (NCCL_IB_ADDR_RANGE): a '/' that is no path.
+_CIDRS = re.compile(r"[0-9A-Fa-f.:]+/\d{1,3}(,[0-9A-Fa-f.:]+/\d{1,3})*")
 # Names that load code or write files (see the module's docstring).
 _REFUSED = re.compile(r"NCCL_\w*_PLUGIN|NCCL_\w*_LIB|NCCL_\w*DUMP\w*|NCCL_DEBUG_FILE|"
                       r"NCCL_CONF_FILE")
@@ -44,7 +47,7 @@ def parse(text: str) -> dict[str, str]:
         if not _VALUE.fullmatch(value):
             raise ValueError(f"{name}'s value {value!r} holds a character NCCL's settings "
                              "do not use")
-        if "/" in value and name not in _PATHS:
+        if "/" in value and name not in _PATHS and not _CIDRS.fullmatch(value):
             raise ValueError(f"{name}'s value {value!r} is a path, which only "
                              f"{' and '.join(sorted(_PATHS))} may be (a path elsewhere may "
                              "name a library NCCL loads)")

@@ -96,7 +96,7 @@ COLUMNS: dict[str, tuple[str, str]] = {
     # Work and rates
     "precision_native": ("", "whether the cell's precision is native on its device (false: "
                              "emulated); null where not known or not recorded (op, "
-                             "calibration, comms)"),
+                             "calibration, comms, llm_inference)"),
     "parameters": ("", "the model's parameter count; null for other kinds"),
     "phi": ("", "ParaDnn FC models only: Φ, the weights with biases excluded"),
     "phi_tflops": ("TFLOP/s", "ParaDnn FC models only: ParaDnn's 6·Φ·items (2·Φ for "

@@ -63,7 +63,8 @@ def input_path_problem(path: str) -> str | None:
     be a job's input; None when it can. Snakemake reads {name} in an input's path as a
     wildcard to fill from the job's, with no escape, and would stop the whole run."""
     if "{" in path or "}" in path:
-        return (f"{path}: a brace in the path of a file a job reads is a wildcard to "
+        shown = path if path.isprintable() else repr(path)  # one line, whatever it holds
+        return (f"{shown}: a brace in the path of a file a job reads is a wildcard to "
                 "Snakemake: rename the file or folder")
     return None
 
