@@ -33,9 +33,11 @@ BASE_TIME, NEW_TIME, BASE_OTHER, NEW_OTHER = range(4)
 # Cells bootstrapped together: bounds memory to about CHUNK x resamples floats per array.
 CHUNK = 512
 # Summaries: (group name, kind of cell, column), each a geometric mean per value.
+# "scale" is a model cell's num_gpus (and num_nodes): a change at 8 GPUs only, a scaling
+# regression, is not averaged away among the 1-GPU cells of its model.
 GROUPS = (("model", "model", "model"), ("precision", "model", "precision"),
-          ("phase", "model", "phase"), ("operator", "op", "op_name"),
-          ("collective", "comms", "collective"))
+          ("phase", "model", "phase"), ("scale", "model", "scale"),
+          ("operator", "op", "op_name"), ("collective", "comms", "collective"))
 
 
 @dataclass(frozen=True)
@@ -476,16 +478,32 @@ def _summary_row(group: str, value: str, cells: pd.DataFrame) -> dict[str, objec
             "slower": int((verdict == SLOWER).sum()), "same": int((verdict == SAME).sum())}
 
 
+def _scale(gpus: object, nodes: object) -> str:
+    """num_gpus=8, or num_gpus=8 num_nodes=2, as the cells' labels spell them."""
+    def whole(value: object) -> int | None:
+        number = pd.to_numeric(value, errors="coerce")
+        return None if pd.isna(number) else int(number)
+
+    text = f"num_gpus={whole(gpus)}"
+    return text if whole(nodes) in (None, 1) else f"{text} num_nodes={whole(nodes)}"
+
+
 def summaries(cells: pd.DataFrame) -> pd.DataFrame:
     """Geometric means of the throughput ratios of the compared cells: of all of them, per
-    model, precision and phase of model cells, per operator of operator cells and per
-    collective of collective cells (all their message sizes)."""
+    model, precision, phase and scale (num_gpus, num_nodes) of model cells, per operator
+    of operator cells and per collective of collective cells (all their message sizes)."""
     compared = cells[cells["verdict"].isin([FASTER, SLOWER, SAME])
                      & np.isfinite(cells["throughput_ratio"].astype(float))]
     rows = [_summary_row("all", "all cells", compared)] if len(compared) else []
     for group, kind, column in GROUPS:
         part = compared[compared["kind"] == kind]
-        values = part[column].fillna("(none)").astype(str)
+        if column == "scale":  # a table older than num_nodes: one node
+            nodes = part["num_nodes"] if "num_nodes" in part else pd.Series(1, part.index)
+            values = pd.Series([_scale(g, n) for g, n in zip(part["num_gpus"], nodes,
+                                                            strict=True)],
+                               index=part.index, dtype=object)
+        else:
+            values = part[column].fillna("(none)").astype(str)
         if column == "collective":  # a point-to-point cell's tests are apart: latency, ...
             values = pd.Series([measured_label(c, p) for c, p in zip(values, part["pass"],
                                                                   strict=True)],
