@@ -577,6 +577,141 @@ def test_gpu_efficiency_and_cpu_speed_up_share_a_chart_in_rows_of_their_own(tmp_
     assert "GPUs or processes" in [c.title for c in figure.table.columns]
 
 
+def failed_doc(doc: dict, status: str = "failed") -> dict:
+    """``doc``'s cell without a result (a crash, or out of memory)."""
+    doc["measurements"] = []
+    return R.finish(doc, status, "boom")
+
+
+def test_a_node_scaling_study_is_measured_against_its_smallest_n(tmp_path):
+    """8 GPUs on 1, 2 and 4 nodes (docs/clusters.md's study) has no 1-GPU cell: it was
+    left out of the scaling view without a word. Its baseline is n = 8, said in the y
+    title, the caption and a column."""
+    docs = [model_doc("float32", 1.0, num_gpus=8, num_nodes=n, throughput=x)
+            for n, x in ((1, 800.0), (2, 1440.0), (4, 2560.0))]
+    frame = table(tmp_path, docs)
+    weak = scaling_charts.scaling_frame(frame).query("scaling == 'weak'").set_index("num_gpus")
+    assert weak.speedup.to_dict() == pytest.approx({8: 1.0, 16: 1.8, 32: 3.2})
+    assert weak.efficiency.to_dict() == pytest.approx({8: 1.0, 16: 0.9, 32: 0.8})
+    assert set(weak.n0) == {8} and weak.ideal.to_dict() == pytest.approx({8: 1, 16: 2, 32: 4})
+    figure = scaling_charts.scaling_figure(frame)
+    lines = figure.chart.to_dict()["spec"]["layer"][0]
+    assert lines["encoding"]["y"]["title"] == "efficiency 8 X(n) / (n X(8))"
+    assert "baseline: 8 GPUs" in figure.caption and "n / n0" in figure.caption
+    assert "baseline (GPUs)" in [c.title for c in figure.table.columns]
+
+
+def test_a_series_whose_first_cells_failed_starts_at_its_next_n_and_says_so(tmp_path):
+    """Its 1-GPU cell out of memory, a series of 1, 2 and 4 GPUs is measured against 2; a
+    series left with one result, and a model at one GPU count, are named, not dropped."""
+    docs = [failed_doc(model_doc("float32", 1.0, num_gpus=1, throughput=1000.0), "oom")]
+    docs += [model_doc("float32", 1.0, num_gpus=n, throughput=x)
+             for n, x in ((2, 1800.0), (4, 3240.0))]
+    docs += [failed_doc(model_doc("float32", 1.0, num_gpus=1, throughput=9.0, model="vgg16")),
+             model_doc("float32", 1.0, num_gpus=2, throughput=9.0, model="vgg16"),
+             model_doc("float32", 1.0, num_gpus=8, batch=8, throughput=9.0, model="alexnet")]
+    frame = table(tmp_path, docs)
+    weak = scaling_charts.scaling_frame(frame).query("scaling == 'weak'").set_index("num_gpus")
+    assert weak.efficiency.to_dict() == pytest.approx({2: 1.0, 4: 0.9})
+    assert set(weak.model) == {"resnet50"}
+    notes = scaling_charts.scaling_notes(frame)
+    assert notes == [
+        "resnet50 · batch size 64 (weak): no result at n = 1 (oom); measured against n = 2.",
+        "vgg16 · batch size 64 (weak): not drawn, a result at n = 2 only; none at n = 1 "
+        "(failed).",
+        "alexnet: not drawn, a result at n = 8 only."]
+    assert all(note in scaling_charts.scaling_figure(frame).caption for note in notes)
+
+
+def test_nothing_to_draw_still_says_which_series_lost_their_cells(tmp_path):
+    docs = [failed_doc(model_doc("float32", 1.0, num_gpus=1)),
+            model_doc("float32", 1.0, num_gpus=2, throughput=1800.0)]
+    assert scaling_charts.scaling_figure(table(tmp_path, docs)) == (
+        '<p class="note">resnet50 · batch size 64 (weak): not drawn, a result at n = 2 only; '
+        "none at n = 1 (failed).</p>")
+
+
+def test_a_cpu_cell_counts_one_device_per_node():
+    """The processes of a node share its CPU; two nodes are two CPUs (a 2-node CPU cell
+    read 187 % of one CPU's measured ceiling)."""
+    assert efficiency.devices({"device": "cpu", "num_gpus": 2, "num_nodes": 2}) == 2
+    assert efficiency.devices({"device": "cpu", "num_gpus": 4}) == 1
+    assert efficiency.devices({"device": "cpu", "num_gpus": 4, "num_nodes": float("nan")}) == 1
+    assert efficiency.devices({"device": "gpu", "num_gpus": 4, "num_nodes": 2}) == 8
+    row = {"kind": "model", "device": "cpu", "num_gpus": 1, "num_nodes": 2, "tflops": 0.15,
+           "precision": "float32", "cpu_model": "AMD EPYC 9654", "system": "sysA"}
+    calibration = {"kind": "calibration", "status": "ok", "op_name": "gemm", "tflops": 0.08,
+                   "device": "cpu", "cpu_model": "AMD EPYC 9654", "system": "sysA",
+                   "extra": '{"precision": "float32"}'}
+    efficiency.add_columns([row, calibration])
+    assert row["pct_of_measured"] == pytest.approx(100 * 0.075 / 0.08)
+
+
+def test_cpu_processes_across_nodes_add_devices_and_within_one_share_it(tmp_path):
+    """One process on each of 2 nodes is two CPUs: an efficiency against one; two
+    processes on one node still share its CPU: a speed-up alone."""
+    across = [model_doc("float32", 0.01, device="cpu", num_gpus=1, num_nodes=n, throughput=x)
+              for n, x in ((1, 256.0), (2, 486.4))]
+    frame = table(tmp_path / "across", across)
+    data = scaling_charts.scaling_frame(frame).query("scaling == 'weak'").set_index("num_gpus")
+    assert data.efficiency.to_dict() == pytest.approx({1: 1.0, 2: 0.95})
+    assert data.devices.to_dict() == {1: 1, 2: 2}
+    spec = scaling_charts.scaling_figure(frame).chart.to_dict()
+    assert spec["spec"]["layer"][0]["encoding"]["x"]["title"] == "processes (one CPU per node)"
+    both = scaling_charts.scaling_frame(table(tmp_path / "both", across + cpu_scaling_docs()))
+    shared = both[(both.scaling == "weak") & (both.batch_size == 16)]
+    assert shared.efficiency.isna().all() and not shared.per_device.any()
+
+
+def unsteady(frame: pd.DataFrame, n: int, low: float, high: float,
+             unstable: bool = False) -> pd.DataFrame:
+    """``frame`` with the n-GPU cells' time interval and unstable flag set (as repeats
+    that disagree leave them)."""
+    at = frame["num_gpus"] == n
+    frame.loc[at, ["cell_time_ci_low_s", "cell_time_ci_high_s"]] = (low, high)
+    frame.loc[at, "unstable"] = unstable
+    return frame
+
+
+def test_a_speed_up_carries_its_cells_intervals_and_their_instability(tmp_path):
+    """A baseline whose runs disagree (CV 117 %) made a 'speed-up 1.81' with no spread
+    and no flag: the interval is the ratio of opposite ends, whiskered, and the point is
+    ringed where its cell or its baseline is unstable."""
+    docs = [model_doc("float32", 1.0, num_gpus=n, throughput=x)
+            for n, x in ((1, 1000.0), (2, 1800.0))]
+    frame = table(tmp_path, docs)
+    frame = unsteady(unsteady(frame, 1, 0.05, 0.08, unstable=True), 2, 0.06, 0.075)
+    data = scaling_charts.scaling_frame(frame).query("scaling == 'weak'").set_index("num_gpus")
+    # items: 64 per GPU; X = items / time, the ends from the other end of the time
+    assert data.speedup_low[2] == pytest.approx((128 / 0.075) / (64 / 0.05))
+    assert data.speedup_high[2] == pytest.approx((128 / 0.06) / (64 / 0.08))
+    assert pd.isna(data.speedup_low[1])  # the baseline against itself: 1 by definition
+    assert data.unstable.to_dict() == {1: True, 2: True}
+    figure = scaling_charts.scaling_figure(frame)
+    layers = figure.chart.to_dict()["spec"]["layer"]
+    marks = [(lay["mark"]["type"] if isinstance(lay["mark"], dict) else lay["mark"])
+             for lay in layers]
+    assert marks == ["line", "rule", "point", "rule"]
+    assert layers[1]["encoding"]["y"]["field"] == "y_low"
+    assert layers[2]["mark"]["color"] == "#d64545" and "Ringed" in figure.caption
+    titles = [c.title for c in figure.table.columns]
+    assert {"speed-up 95 % CI from", "speed-up 95 % CI to", "unstable"} <= set(titles)
+
+
+def test_cpu_scaling_says_the_threads_of_each_process(tmp_path):
+    """1 process of 2 threads and 2 processes of 1 are the same cores spent differently."""
+    docs = cpu_scaling_docs()
+    for doc in docs:
+        doc["environment"]["library_flags"] = {"num_threads": 2 // doc["cell"]["num_gpus"]}
+    figure = scaling_charts.scaling_figure(table(tmp_path, docs))
+    assert "threads per process" in [c.title for c in figure.table.columns]
+    data = scaling_charts.scaling_frame(table(tmp_path, docs)).query("scaling == 'weak'")
+    assert data.set_index("num_gpus").threads.to_dict() == {1: 2, 2: 1}
+    gpu = [model_doc("float32", 1.0, num_gpus=n, throughput=x) for n, x in ((1, 9.0), (2, 9.0))]
+    assert "threads per process" not in [
+        c.title for c in scaling_charts.scaling_figure(table(tmp_path / "g", gpu)).table.columns]
+
+
 def test_the_model_efficiency_table_counts_a_cpu_cells_processes_not_gpus(tmp_path):
     docs = [model_doc("float32", 0.02, device="cpu", num_gpus=2),
             calibration_doc({"float32": 0.1}, 20.0, device="cpu")]

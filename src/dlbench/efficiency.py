@@ -99,18 +99,18 @@ def measured_ceilings(rows: Iterable[dict[str, Any]]
 
 def device_per_process(row: Mapping[str, Any]) -> bool:
     """Whether each process of the row's cell has a device of its own (a GPU each), so that
-    adding processes adds devices; off GPU a cell's processes share the one CPU."""
+    adding processes adds devices; off GPU the processes of a node share its one CPU."""
     return row.get("device") == "gpu"
 
 
 def devices(row: Mapping[str, Any]) -> int:
-    """How many GPUs a row's FLOP/s and bytes add up over: a data-parallel model cell
+    """How many devices a row's FLOP/s and bytes add up over: a data-parallel model cell
     counts the work of all its ranks, while a ceiling (a datasheet's, a calibration's) is
-    one device's. 1 off GPU, where a cell's processes share the CPU the ceiling measured."""
-    if not device_per_process(row):
-        return 1
+    one device's. A GPU cell's GPUs on all its nodes; a CPU cell's nodes, one CPU each,
+    which that node's processes share (the CPU the ceiling measured)."""
+    keys = ("num_gpus", "num_nodes") if device_per_process(row) else ("num_nodes",)
     count = 1
-    for key in ("num_gpus", "num_nodes"):
+    for key in keys:
         value = row.get(key)
         # numbers.Real: a table's numpy integers too
         if isinstance(value, numbers.Real) and not isinstance(value, bool) \
