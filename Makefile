@@ -52,7 +52,7 @@ lint: setup
 bench: environments
 	$(BIN)/python benchmarks/harness_overhead.py --out results/benchmarks/harness_overhead.json
 	$(BIN)/python benchmarks/op_timing.py --out results/benchmarks/op_timing.json
-	$(BIN)/python benchmarks/monitor_overhead.py --output results/benchmarks/monitor_overhead.json
+	$(BIN)/python benchmarks/monitor_overhead.py --out results/benchmarks/monitor_overhead.json
 	$(BIN)/python benchmarks/monitor_pss.py --out results/benchmarks/monitor_pss.json
 	$(BIN)/python benchmarks/data_loaders.py --out results/benchmarks/data_loaders.json
 	$(BIN)/python benchmarks/compare_honesty.py --out results/benchmarks/compare_honesty.json

@@ -20,7 +20,6 @@ import argparse
 import itertools
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,9 @@ import pandas as pd
 from dlbench import study, systems, workflow_support
 from dlbench.compare import Settings, Side, compare, compare_sides
 from dlbench.compare.inputs import read_folder
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_common, from anywhere
+from _common import positive_int, provenance  # noqa: E402
 
 GRID = {"framework": "pytorch", "device": "cpu", "num_warmup_batches": 3,
         "num_batches": 20, "batch_size": 4}
@@ -55,10 +57,19 @@ def run_study(results: Path, label: str, threads: int | None) -> float:
     start = time.perf_counter()
     for cell in cells():
         output = workflow_support.result_path(cell, label).relative_to(systems.RESULTS)
-        subprocess.run([sys.executable, "-m", "dlbench.launch", "--cell", cell.to_json(),
-                        "--output", str(results / output), "--monitor_interval_ms", "0"],
-                       check=True, env=env, capture_output=True)
+        proc = subprocess.run([sys.executable, "-m", "dlbench.launch", "--cell", cell.to_json(),
+                               "--output", str(results / output), "--monitor_interval_ms", "0"],
+                              env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(cell_failure(cell.id, label, proc.returncode, proc.stderr))
     return time.perf_counter() - start
+
+
+def cell_failure(cell_id: str, label: str, rc: int, stderr: str) -> str:
+    """One line: which cell failed in which run, and the last thing it said."""
+    lines = stderr.strip().splitlines()
+    return (f"compare_honesty: cell {cell_id} of run {label} failed (exit {rc}): "
+            f"{lines[-1] if lines else 'no output on stderr'}")
 
 
 def verdicts(base: Path | pd.DataFrame, new: Path | pd.DataFrame) -> pd.DataFrame:
@@ -84,15 +95,25 @@ def rate(frames: list[pd.DataFrame], wanted: tuple[str, ...]) -> dict[str, float
             "rate": hits / len(table) if len(table) else float("nan")}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=6, help="ordinary runs (A/A), at least 4")
-    parser.add_argument("--slow-runs", type=int, default=2,
-                        help="runs with OMP_NUM_THREADS=1")
-    parser.add_argument("--out", type=Path, default=Path("results/benchmarks/compare_honesty.json"))
-    args = parser.parse_args()
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=6, help="ordinary runs (A/A), at least 4")
+    p.add_argument("--slow-runs", type=positive_int, default=2,
+                   help="runs with OMP_NUM_THREADS=1 (at least 1: the detection rate)")
+    p.add_argument("--out", type=Path, default=Path("results/benchmarks/compare_honesty.json"))
+    return p
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = parser()
+    args = p.parse_args(argv)
     if args.runs < 4:
-        parser.error("--runs: at least 4 (two halves of two repeats)")
+        p.error("argument --runs: at least 4 (two halves of two repeats)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     with tempfile.TemporaryDirectory() as tmp:
         results = Path(tmp) / "results"
         walls = {}
@@ -118,8 +139,7 @@ def main() -> None:
     detection_repeats = [f[f["label"].isin(slowed)] for f in slowdown_repeats]
     report = {
         "benchmark": "compare_honesty",
-        "machine": {"cpu": platform.processor() or platform.machine(),
-                    "cores": os.cpu_count(), "python": platform.python_version()},
+        **provenance(),
         "cells": [f"{m} {p} bs{GRID['batch_size']}" for m, p in CELLS],
         "runs": args.runs, "slow_runs": args.slow_runs, "threshold": threshold,
         "wall_s": walls,
@@ -141,7 +161,8 @@ def main() -> None:
     print("A/A single:", {k: v for k, v in report["aa_single_runs"].items()
                           if k != "flagged_cells"})
     print("A/A repeats:", {k: v for k, v in report["aa_repeats"].items() if k != "cells"})
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

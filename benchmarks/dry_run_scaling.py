@@ -17,9 +17,8 @@ the median (1.0: dlbench costs nothing on top).
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,9 @@ import time
 from pathlib import Path
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_common, from anywhere
+from _common import positive_int, provenance  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = ["resnet18", "resnet50", "resnet101", "alexnet", "vgg16", "googlenet",
@@ -108,11 +110,15 @@ def dry_run(workdir: Path, args: list[str]) -> tuple[float, str]:
     return elapsed, proc.stdout + proc.stderr
 
 
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    p.add_argument("--rounds", type=positive_int, default=3)
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     times: dict[str, list[float]] = {name: [] for name in VARIANTS}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -151,8 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_dlbench_over_hand_written": med["dlbench"] / med["hand_written"],
         "ratio_hand_written_over_bare": med["hand_written"] / med["bare"],
         "ratio_over_hand_written_per_round": per_round("hand_written"),
-        "machine": {"python": platform.python_version(), "processor": platform.processor(),
-                    "cpu_count": os.cpu_count()},
+        **provenance(), "snakemake": importlib.metadata.version("snakemake"),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

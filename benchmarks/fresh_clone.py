@@ -8,7 +8,8 @@ both environments; pip's cache is used as on any machine that installed before),
 ``make run`` (the default study and its report), and with ``--test`` also ``make test``.
 It records each command's wall time, the cells' own wall times from the Parquet (sum, and
 the part in emulated precisions), the number of cells per status, the CPU and its
-capability, and the Python that ran ``make``. Exits non-zero when a command fails.
+capability, and the Python that ran ``make`` (``make_python``). Exits non-zero when a
+command fails; the clone is removed then too (unless ``--keep``), its logs stay beside it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ sys.path.insert(0, str(REPO / "src"))
 from dlbench import cpu  # noqa: E402
 from dlbench.result import write_atomic  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_common, from anywhere
+from _common import provenance  # noqa: E402
+
 
 def timed(cmd: list[str], cwd: Path, log: Path, env: dict[str, str]) -> tuple[float, int]:
     start = time.perf_counter()
@@ -50,31 +54,63 @@ def cell_times(parquet: Path, python: Path) -> dict[str, object]:
         " 'emulated_cells': len(emu), 'emulated_wall_s': float(emu.wall_time_s.fillna(0).sum()),"
         " 'statuses': t.status.value_counts().to_dict()}))\n")
     out = subprocess.run([str(python), "-c", code, str(parquet)], capture_output=True,
-                         text=True, check=True)
+                         text=True)
+    if out.returncode != 0:  # the timings already taken are still worth their JSON
+        lines = out.stderr.strip().splitlines()
+        return {"error": f"reading {parquet.name} failed (exit {out.returncode}): "
+                         f"{lines[-1] if lines else 'no output on stderr'}"}
     return json.loads(out.stdout)
 
 
-def main(argv: list[str] | None = None) -> int:
+def python_version(python: str) -> str | None:
+    """The version ``python`` reports, or None where it does not run."""
+    if shutil.which(python) is None:
+        return None
+    proc = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def parse(argv: list[str] | None) -> tuple[argparse.Namespace, str]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
     parser.add_argument("--python", default="python3", help="the PYTHON make uses")
     parser.add_argument("--test", action="store_true", help="also time make test")
     parser.add_argument("--keep", action="store_true", help="keep the clone")
     args = parser.parse_args(argv)
+    version = python_version(args.python)
+    if version is None:  # before the clone, not minutes into make
+        parser.error(f"argument --python: {args.python} is not a Python interpreter that runs "
+                     "here (give a name on PATH or a path to an executable)")
+    return args, version
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, python = parse(argv)
     folder = Path(tempfile.mkdtemp(prefix="dlbench-fresh-"))
     clone = folder / "dlbench"
+    failed = True
+    try:
+        failed = measure(args, python, folder, clone)
+    finally:
+        if not args.keep:
+            # The clone holds two environments (GBs); a failure's logs are kept beside it.
+            shutil.rmtree(clone if failed else folder, ignore_errors=True)
+    return 1 if failed else 0
+
+
+def measure(args: argparse.Namespace, python: str, folder: Path, clone: Path) -> bool:
+    """Clones, times each step and writes the JSON; True where a step failed."""
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
     if (REPO.parent / "shared").is_dir():  # CI's layout: shared/ beside the clone
         (folder / "shared").symlink_to(REPO.parent / "shared")
     env = {**os.environ, "PYTHON": args.python}
-    python = subprocess.run([args.python, "-c", "import platform; print(platform.python_version())"],
-                            capture_output=True, text=True, check=True).stdout.strip()
     info = cpu.this_cpu()
     report: dict[str, object] = {
-        "benchmark": "fresh_clone", "commit": subprocess.run(
+        "benchmark": "fresh_clone", **provenance(), "commit": subprocess.run(
             ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
             text=True).stdout.strip(),
-        "python": f"{args.python} ({python})", "machine": platform.machine(),
+        "make_python": f"{args.python} ({python})", "machine": platform.machine(),
         "cpu": info.as_dict() if info else None, "cpus": os.cpu_count(), "steps": {}}
     steps = [("setup", ["make", f"PYTHON={args.python}", "environments"]),
              ("run", ["make", f"PYTHON={args.python}", "run"])]
@@ -96,9 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     report["mxnet"] = unavailable.read_text().strip() if unavailable.exists() else "built"
     write_atomic(args.out, json.dumps(report, indent=1) + "\n")
     print(json.dumps(report, indent=1))
-    if not args.keep and not failed:
-        shutil.rmtree(folder, ignore_errors=True)
-    return 1 if failed else 0
+    return failed
 
 
 if __name__ == "__main__":

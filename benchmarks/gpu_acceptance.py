@@ -13,7 +13,9 @@ seconds are spent; the checks left without figures are skipped, saying so. Write
 ``DIR/gpu_acceptance.json`` (every figure, every command), ``DIR/summary.md`` (one line per
 check: figure and verdict) and ``DIR/gpu_acceptance.tar.gz`` (all it wrote: results, logs,
 profiles, the report). Exit code: 0 all
-passed (or skipped for a stated reason), 1 a check failed, 2 no CUDA device (one line).
+passed (or skipped for a stated reason), 1 a check failed or no command ran at all (the
+budget too short for one: a "measurements" check says so), 2 no CUDA device (one line)
+or a bad flag (an ``--only`` name that matches no command, a budget not above 0).
 ``--dry`` builds every command line and checks it against the runner's own parser,
 measures nothing (it writes the plan, ``plan.json``, to ``--out``), and exits 0: CI runs
 it, so the script cannot rot between GPU sessions.
@@ -28,9 +30,11 @@ verdict to ``verdicts.checks_of``.
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -45,6 +49,7 @@ from typing import Any
 # The check's parts live beside this script (benchmarks/gpu_check), found from anywhere.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _common import positive_float, provenance  # noqa: E402
 from gpu_check.parts import part_honesty, part_llm_bare, part_timer  # noqa: E402
 from gpu_check.plan import Plan, build_plan, check_plan_parses  # noqa: E402
 from gpu_check.settings import (  # noqa: E402
@@ -123,6 +128,8 @@ def run_all(plan: Plan, gpus: int, budget: float, only: tuple[str, ...] | None =
     checks = checks_of(results, plan.commands, plan.out, gpus, not_run)
     if interim:
         interim(_with_timings(list(checks), timings))
+    if all(t["rc"] is None for t in timings.values()):
+        checks.append(nothing_ran(not_run))
     cells = sorted(str(plan.cells / f"{name}.json") for name in timings
                    if name not in not_run and (plan.cells / f"{name}.json").is_file())
     if not cells:  # only parts that write no cell ran (--only honesty): nothing to table
@@ -141,6 +148,29 @@ def run_all(plan: Plan, gpus: int, budget: float, only: tuple[str, ...] | None =
                             "altair is not installed here (carry it as a wheel)" if rc == 0
                             else f"aggregate rc {rc}"))
     return _with_timings(checks, timings)
+
+
+def nothing_ran(not_run: dict[str, str]) -> Check:
+    """A call that started no command measured nothing: every skip above is then no
+    pass, and the exit code must say so."""
+    reasons = sorted(set(not_run.values()))
+    return Check("measurements", "fail", "no command ran in this call ("
+                 + "; ".join(reasons) + f"; each needs at least {MIN_SLOT} s of the budget)")
+
+
+def runnable(plan: Plan) -> list[str]:
+    """The names ``--only`` may select (the aggregate and the report follow any run)."""
+    return [name for name in plan.commands if name not in ("aggregate", "report")]
+
+
+def unmatched(only: tuple[str, ...] | None, plan: Plan) -> str | None:
+    """One line naming the ``--only`` prefixes no command of ``plan`` starts with."""
+    names = runnable(plan)
+    missing = [prefix for prefix in only or () if not any(n.startswith(prefix) for n in names)]
+    if not missing:
+        return None
+    return (f"argument --only: {', '.join(missing)} matches no command here; the commands: "
+            + ", ".join(names))
 
 
 def _with_timings(checks: list[Check], timings: dict[str, Any]) -> list[Check]:
@@ -197,13 +227,30 @@ def cuda_device() -> tuple[str | None, int]:
     return name, count
 
 
-def main(argv: list[str] | None = None) -> int:
+@functools.cache
+def software() -> dict[str, Any]:
+    """torch, its CUDA and cuDNN (from a child, as ``cuda_device``) and the driver (NVML,
+    which makes no CUDA context), for the top of gpu_acceptance.json."""
+    probe = ("import torch, json; c = torch.backends.cudnn; print(json.dumps({"
+             "'torch': torch.__version__, 'cuda': torch.version.cuda, "
+             "'cudnn': c.version() if c.is_available() else None}))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    try:
+        facts = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        facts = {"torch": None, "cuda": None, "cudnn": None}
+    from dlbench.environment import gpus_from_nvml
+
+    return {**facts, "gpu_driver": gpus_from_nvml().get("gpu_driver")}
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("results/gpu-check"))
     p.add_argument("--dry", action="store_true",
                    help="build and check the plan (written to --out as plan.json, with the "
                         "operator configs it names); measure nothing")
-    p.add_argument("--budget", type=float, default=BUDGET_S, metavar="SECONDS",
+    p.add_argument("--budget", type=positive_float, default=BUDGET_S, metavar="SECONDS",
                    help=f"run the checks in order until this is spent (default {BUDGET_S}); "
                         "the rest are skipped, saying so")
     p.add_argument("--only", type=lambda v: tuple(filter(None, v.split(","))), default=None,
@@ -212,35 +259,43 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--autotune", action="store_true",
                    help="also inductor-max-autotune (its autotuning takes minutes)")
     p.add_argument("--part", choices=("honesty", "timer", "llm_bare"), help=argparse.SUPPRESS)
+    return p
+
+
+PARTS = {"honesty": part_honesty, "timer": part_timer, "llm_bare": part_llm_bare}
+
+
+def dry(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+    plan = build_plan(args.out, sys.executable, gpus=2, autotune=True)
+    if problem := unmatched(args.only, plan):
+        p.error(problem)
+    try:  # the runners' own parsers, which import torch
+        problems = check_plan_parses(plan)
+    except ImportError as exc:
+        print(f"gpu_acceptance: --dry checks the commands with the runners' parsers, "
+              f"which need torch: {exc} (run it with the interpreter that has torch)",
+              file=sys.stderr)
+        return 2
+    (args.out / "plan.json").write_text(json.dumps(plan.commands, indent=1))
+    for name, cmd in plan.commands.items():
+        print(f"{name}: {shlex.join(cmd)}")  # quoted: each line pastes into a shell
+    if problems:
+        print("gpu_acceptance: commands the runners refuse: " + "; ".join(problems),
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     args = p.parse_args(argv)
     sys.path.insert(0, str(SRC))
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.part == "honesty":
-        part_honesty(args.out)
-        return 0
-    if args.part == "timer":
-        part_timer(args.out)
-        return 0
-    if args.part == "llm_bare":
-        part_llm_bare(args.out)
+    if args.part:
+        PARTS[args.part](args.out)
         return 0
     if args.dry:
-        plan = build_plan(args.out, sys.executable, gpus=2, autotune=True)
-        try:  # the runners' own parsers, which import torch
-            problems = check_plan_parses(plan)
-        except ImportError as exc:
-            print(f"gpu_acceptance: --dry checks the commands with the runners' parsers, "
-                  f"which need torch: {exc} (run it with the interpreter that has torch)",
-                  file=sys.stderr)
-            return 2
-        (args.out / "plan.json").write_text(json.dumps(plan.commands, indent=1))
-        for name, cmd in plan.commands.items():
-            print(f"{name}: {' '.join(cmd)}")
-        if problems:
-            print("gpu_acceptance: commands the runners refuse: " + "; ".join(problems),
-                  file=sys.stderr)
-            return 1
-        return 0
+        return dry(args, p)
     try:
         device, count = cuda_device()
     except NoTorch as exc:
@@ -251,10 +306,13 @@ def main(argv: list[str] | None = None) -> int:
               "where one is, or add --dry to check the plan)", file=sys.stderr)
         return 2
     plan = build_plan(args.out, sys.executable, count, args.autotune)
+    if problem := unmatched(args.only, plan):
+        p.error(problem)
     start = time.perf_counter()
+    made = {**provenance(), **software()}
 
     def write(checks: list[Check]) -> str:
-        report = {"device": device, "gpus": count,
+        report = {**made, "device": device, "gpus": count,
                   "seconds": round(time.perf_counter() - start), "budget_s": args.budget,
                   "checks": [asdict(c) for c in checks], "commands": plan.commands}
         (args.out / "gpu_acceptance.json").write_text(

@@ -28,6 +28,9 @@ from typing import Any
 
 from dlbench import monitor
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_common, from anywhere
+from _common import positive_float, positive_int, provenance  # noqa: E402
+
 # The parent touches every page of its buffer (a fresh one is the kernel's shared zero
 # page until written), forks children that touch nothing, says "up" and waits for its
 # stdin to close; so do the children, so no process outlives the benchmark.
@@ -86,13 +89,17 @@ def measure(tree: monitor.ProcessTree, rounds: int) -> dict[str, Any]:
             "pss_sum_bytes": last[True].pss_bytes, "pss_unread": tree.pss_unread}
 
 
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    p.add_argument("--resident-gib", type=positive_float, default=2.0)
+    p.add_argument("--children", type=int, default=4)
+    p.add_argument("--rounds", type=positive_int, default=30, help="samples of each kind")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
-    parser.add_argument("--resident-gib", type=float, default=2.0)
-    parser.add_argument("--children", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=30, help="samples of each kind")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     load_before = os.getloadavg()
     proc = start_tree(int(args.resident_gib * 2**30), args.children)
     try:
@@ -114,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         # How often the monitor reads this tree's PSS (it paces itself: monitor.PSS_SHARE)
         "pss_share": monitor.PSS_SHARE,
         "seconds_between_pss_reads": pss_ms / 1000.0 / monitor.PSS_SHARE,
-        "machine": {"python": platform.python_version(), "kernel": platform.release(),
-                    "cpu_count": os.cpu_count(), "loadavg_before": load_before,
+        **provenance(),
+        "machine": {"kernel": platform.release(), "loadavg_before": load_before,
                     "loadavg_after": os.getloadavg()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -17,10 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,9 @@ import torch.utils.benchmark as tb
 
 from dlbench.ops import grammar, registry
 from dlbench.ops.timing import ExecOptions, Executor
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_common, from anywhere
+from _common import positive_float, positive_int, provenance  # noqa: E402
 
 
 def tensor(*shape: int, dtype: str = "float", **extra: Any) -> dict[str, Any]:
@@ -74,18 +75,23 @@ def timer_ms(op, args, kwargs, min_run_time: float) -> float:
     return timer.blocked_autorange(min_run_time=min_run_time).median * 1e3
 
 
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="results/benchmarks/op_timing.json")
+    p.add_argument("--rounds", type=positive_int, default=21, help="alternating rounds per case")
+    p.add_argument("--iterations", type=positive_int, default=30,
+                   help="our measured calls per round")
+    p.add_argument("--nice", type=int, default=-20,
+                   help="niceness increment for this process (negative needs root)")
+    p.add_argument("--min-run-time", type=positive_float, default=0.1,
+                   help="Timer.blocked_autorange seconds per round")
+    p.add_argument("--threads", type=positive_int, default=1,
+                   help="torch threads for both (1 keeps a shared machine's load out)")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/benchmarks/op_timing.json")
-    parser.add_argument("--rounds", type=int, default=21, help="alternating rounds per case")
-    parser.add_argument("--iterations", type=int, default=30, help="our measured calls per round")
-    parser.add_argument("--nice", type=int, default=-20,
-                        help="niceness increment for this process (negative needs root)")
-    parser.add_argument("--min-run-time", type=float, default=0.1,
-                        help="Timer.blocked_autorange seconds per round")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads for both (1 keeps a shared machine's load out)")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         niceness = os.nice(args.nice)
     except PermissionError:
@@ -117,9 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:36s} ours {cases[-1]['ours_median_ms']:9.4f} ms  "
               f"Timer {cases[-1]['timer_median_ms']:9.4f} ms  ratio {ratio:.4f}")
     report = {
-        "benchmark": "op_timing", "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "host": platform.node(), "python": platform.python_version(),
-        "torch": torch.__version__, "threads": args.threads, "niceness": niceness, "rounds": args.rounds,
+        "benchmark": "op_timing", **provenance(),
+        "threads": args.threads, "niceness": niceness, "rounds": args.rounds,
         "iterations_per_round": args.iterations, "timer_min_run_time_s": args.min_run_time,
         "baseline": "torch.utils.benchmark.Timer.blocked_autorange median",
         "ratio": "median over rounds of ours/Timer (paired, interleaved rounds)",

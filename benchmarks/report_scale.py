@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
-import platform
 import re
 import shutil
 import statistics
@@ -31,6 +29,9 @@ import pyarrow.parquet as pq
 from dlbench import aggregate, efficiency, run_to_run
 from dlbench import result as R
 from dlbench.report import export, render
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_common, from anywhere
+from _common import positive_int, provenance  # noqa: E402
 
 MODELS = ["resnet18", "resnet50", "resnet101", "alexnet", "vgg16", "googlenet",
           "inception3", "deep_mnist", "bert_base", "acoustic_model"]
@@ -146,14 +147,30 @@ def chromium_check(index: Path, profile: Path) -> dict:
             "drawn": drawn, "failed": failed, "all_drawn": drawn == names}
 
 
+def new_folder(text: str) -> Path:
+    """An argparse type: a folder this run may fill, refused where it already holds
+    something (a report copied over it would mix with, or replace, what is there)."""
+    path = Path(text)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise argparse.ArgumentTypeError(f"{text} already exists and is not an empty folder; "
+                                         "name a new one")
+    return path
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    p.add_argument("--rounds", type=positive_int, default=3,
+                   help="renders timed (median reported)")
+    p.add_argument("--cells-scale", type=positive_int, default=1,
+                   help="keep every n-th model and batch size (1: the 10,000 cells)")
+    p.add_argument("--keep", type=new_folder,
+                   help="leave the last report in this folder (a new or empty one)")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
-    parser.add_argument("--rounds", type=int, default=3, help="renders timed (median reported)")
-    parser.add_argument("--cells-scale", type=int, default=1,
-                        help="keep every n-th model and batch size (1: the 10,000 cells)")
-    parser.add_argument("--keep", type=Path, help="leave the last report in this folder")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         parquet, cells = write_table(root, grid_of(args.cells_scale))
@@ -170,8 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         size = index.stat().st_size
         browser = chromium_check(index, root / "chromium")
         if args.keep:
-            shutil.rmtree(args.keep, ignore_errors=True)
-            shutil.copytree(outdir, args.keep)
+            shutil.copytree(outdir, args.keep, dirs_exist_ok=True)
             shutil.copy(parquet, args.keep / parquet.name)
     median = statistics.median(seconds)
     report = {
@@ -181,8 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         "targets": TARGETS, "chromium": browser,
         "meets_targets": (median < TARGETS["render_s"] and size <= TARGETS["index_bytes"]
                           and browser.get("all_drawn", False)),
-        "machine": {"python": platform.python_version(), "processor": platform.processor(),
-                    "cpu_count": os.cpu_count()},
+        **provenance(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

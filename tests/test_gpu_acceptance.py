@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -37,6 +38,9 @@ def test_dry_mode_builds_every_command_and_the_runners_accept_them(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     plan = json.loads((tmp_path / "plan.json").read_text())
+    for line in proc.stdout.splitlines():  # each printed command pastes into a shell as is
+        name, _, command = line.partition(": ")
+        assert shlex.split(command) == plan[name], name
     for name in ("resnet50_training_float32", "resnet50_inference_bfloat16",
                  "resnet50_training_tf32", "resnet50_training_bfloat16_inductor",
                  "resnet50_training_bfloat16_cudagraphs",
@@ -724,3 +728,59 @@ def test_ours_far_faster_than_the_reference_fails_as_time_left_out(tmp_path):
     assert matmul(1.40, 1.41) == "pass"
     assert matmul(0.20, 1.41) == "fail"  # seven times the Timer's speed: not measured
     assert matmul(1.50, 1.41) == "fail"
+
+
+@pytest.fixture
+def fake_gpu(gpu_acceptance, monkeypatch):
+    """A stand-in device: the run path's flags and outcome without a GPU."""
+    monkeypatch.setattr(gpu_acceptance, "cuda_device", lambda: ("FAKE GPU", 1))
+    monkeypatch.setattr(gpu_acceptance, "software", lambda: {"torch": "x", "cuda": None,
+                                                             "cudnn": None, "gpu_driver": None},
+                        raising=False)
+    return gpu_acceptance
+
+
+@pytest.mark.parametrize(("argv", "flag", "said"), [
+    (["--only", "honsty"], "--only", "honsty matches no command here; the commands: "),
+    (["--only", "honesty,llm_sreve"], "--only", "llm_sreve matches no command"),
+    (["--dry", "--only", "honsty"], "--only", "honsty matches no command here"),
+    (["--budget", "0"], "--budget", "must be a number > 0, got '0'"),
+    (["--budget", "-5"], "--budget", "must be a number > 0, got '-5'"),
+])
+def test_a_bad_flag_is_refused_in_one_line_before_anything_runs(fake_gpu, tmp_path, capsys,
+                                                                 argv, flag, said):
+    with pytest.raises(SystemExit) as exc:
+        fake_gpu.main(["--out", str(tmp_path), *argv])
+    assert exc.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and f"argument {flag}: {said}" in errors[0], errors
+    if flag == "--only":
+        assert "honesty" in errors[0].split("the commands: ")[1]  # the valid names, listed
+    assert not (tmp_path / "logs").exists()
+
+
+def test_a_call_that_runs_no_command_fails_saying_why(fake_gpu, tmp_path, capsys):
+    """A budget shorter than one command's slot: every check is a skip, but nothing was
+    measured, so the call fails (exit 1) with a check saying so."""
+    assert fake_gpu.main(["--out", str(tmp_path), "--budget", "1"]) == 1
+    report = json.loads((tmp_path / "gpu_acceptance.json").read_text())
+    (nothing,) = [c for c in report["checks"] if c["name"] == "measurements"]
+    assert nothing["verdict"] == "fail"
+    assert nothing["figure"].startswith("no command ran in this call (" + settings.BUDGET_SPENT)
+    assert "1 failed." in (tmp_path / "summary.md").read_text()
+    assert {"created_utc", "host", "cpu_model", "torch", "cuda", "gpu_driver"} <= set(report)
+
+
+def test_the_parts_record_every_round_and_alternate_which_goes_first():
+    from gpu_check import parts
+
+    calls = []
+    ours = iter([100.0, 90.0, 110.0])
+    bare = iter([100.0, 100.0, 100.0])
+    rounds = parts.alternate(lambda: calls.append("ours") or next(ours),
+                             lambda: calls.append("bare") or next(bare), 3)
+    assert calls == ["ours", "bare", "bare", "ours", "ours", "bare"]
+    figures = parts.spread([r[0] for r in rounds], [r[1] for r in rounds], "samples_per_s")
+    assert figures["runner_rounds_samples_per_s"] == [100.0, 90.0, 110.0]
+    assert figures["round_ratios"] == [1.0, 0.9, 1.1]
+    assert figures["ratio_spread"] == [0.9, 1.1] and figures["paired_median_ratio"] == 1.0

@@ -19,6 +19,32 @@ from gpu_check.settings import (
 )
 
 
+def alternate(ours: Callable[[], Any], bare: Callable[[], Any], rounds: int
+              ) -> list[tuple[Any, Any]]:
+    """(ours, bare) per round, which goes first alternating, so that neither always runs
+    on the warmer (or the more throttled) GPU."""
+    pairs = []
+    for rnd in range(rounds):
+        if rnd % 2 == 0:
+            a = ours()
+            pairs.append((a, bare()))
+        else:
+            b = bare()
+            pairs.append((ours(), b))
+    return pairs
+
+
+def spread(ours: list[float], bare: list[float], unit: str) -> dict[str, Any]:
+    """Every round's figures, each round's ratio and their range, beside the medians the
+    verdicts read: a median of two or three rounds says nothing of how far they were apart.
+    """
+    ratios = [o / b for o, b in zip(ours, bare, strict=True)]
+    return {f"runner_rounds_{unit}": ours, f"bare_rounds_{unit}": bare,
+            "round_ratios": ratios, "paired_median_ratio": statistics.median(ratios),
+            "ratio_spread": [min(ratios), max(ratios)],
+            "order": "runner first in even rounds, bare first in odd ones"}
+
+
 def part_honesty(out: Path) -> None:
     """The runner in this process with CUDA events around each of its steps, and a bare
     loop on the same model, alternating (ResNet-50 bf16 training, batch 128)."""
@@ -76,20 +102,19 @@ def part_honesty(out: Path) -> None:
                 times.append(time.perf_counter() - start)
         return 128 / statistics.median(times)
 
-    rounds = []
-    for rnd in range(3):
-        first, second = (ours, bare) if rnd % 2 == 0 else (bare, ours)
-        a, b = first(), second()
-        rounds.append((a, b) if first is ours else (b, a))
-    runner_tput = statistics.median(r[0][0] for r in rounds)
-    bare_tput = statistics.median(r[1] for r in rounds)
+    rounds = alternate(ours, bare, 3)
+    runner_rounds = [r[0][0] for r in rounds]
+    bare_rounds = [r[1] for r in rounds]
+    runner_tput = statistics.median(runner_rounds)
+    bare_tput = statistics.median(bare_rounds)
     times_ms = [t * 1e3 for t in rounds[-1][0][1]]
     events_ms = rounds[-1][0][2]
     runner_med, events_med = statistics.median(times_ms), statistics.median(events_ms)
     (out / "honesty.json").write_text(json.dumps({
         "runner_samples_per_s": runner_tput, "bare_samples_per_s": bare_tput,
-        "bare_ratio": runner_tput / bare_tput, "runner_median_ms": runner_med,
-        "events_median_ms": events_med,
+        "bare_ratio": runner_tput / bare_tput,
+        **spread(runner_rounds, bare_rounds, "samples_per_s"),
+        "runner_median_ms": runner_med, "events_median_ms": events_med,
         "events_disagreement": abs(runner_med - events_med) / events_med,
         "runner_times_ms": times_ms, "events_ms": events_ms}, indent=1))
 
@@ -142,13 +167,15 @@ def part_llm_bare(out: Path) -> None:
         torch.cuda.empty_cache()
         return batch * tokens / statistics.median(times)
 
-    rounds = [(ours(), bare()) if rnd % 2 == 0 else tuple(reversed((bare(), ours())))
-              for rnd in range(2)]
-    runner_tput = statistics.median(r[0] for r in rounds)
-    bare_tput = statistics.median(r[1] for r in rounds)
+    rounds = alternate(ours, bare, 2)
+    runner_rounds = [r[0] for r in rounds]
+    bare_rounds = [r[1] for r in rounds]
+    runner_tput = statistics.median(runner_rounds)
+    bare_tput = statistics.median(bare_rounds)
     (out / "llm_bare.json").write_text(json.dumps({
         "runner_tokens_per_s": runner_tput, "bare_tokens_per_s": bare_tput,
-        "ratio": runner_tput / bare_tput}, indent=1))
+        "ratio": runner_tput / bare_tput,
+        **spread(runner_rounds, bare_rounds, "tokens_per_s")}, indent=1))
 
 
 def part_timer(out: Path) -> None:

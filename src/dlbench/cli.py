@@ -44,6 +44,17 @@ def at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def above_zero(text: str) -> float:
+    """An argparse type: a finite number above 0 (seconds, milliseconds, a budget)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
 def whole_numbers(minimum: int) -> Callable[[str], tuple[int, ...]]:
     """An argparse type: comma-separated whole numbers of ``minimum`` or more."""
     def parse(text: str) -> tuple[int, ...]:

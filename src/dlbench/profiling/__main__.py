@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
-from dlbench import subproc
+from dlbench import cli, subproc
 from dlbench.profiling import registry, run
 from dlbench.profiling.base import Profiler
 from dlbench.profiling.config import ProfilingConfigError, settings
@@ -33,15 +32,6 @@ def _json(text: str) -> dict:
         raise argparse.ArgumentTypeError("must be a JSON object")
     return value
 
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
-    return value
 
 
 def _cell_problem(cell: dict) -> str | None:
@@ -82,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         job.add_argument("--settings", type=_json, default={},
                          help="the tool's settings as JSON (profiling.tools.<tool>)")
         job.add_argument("--record-failure", action="store_true", help=record_help)
-        job.add_argument("--timeout_s", type=_seconds, default=None,
+        job.add_argument("--timeout_s", type=cli.above_zero, default=None,
                          help="stop each profiled run after this many seconds (the workflow "
                               "gives the study's timeout_s)")
     done = sub.add_parser("finish", help="tables and DIR/profile.json of a captured profile")
