@@ -125,6 +125,8 @@ def measure(args: argparse.Namespace, python: str, folder: Path, clone: Path) ->
         if name == "run" and rc == 0:
             report["cells"] = cell_times(clone / "results" / "benchmarks.parquet",
                                          clone / ".venv" / "bin" / "python")
+            # the step timings are kept (the JSON below), and the exit code says it failed
+            failed = failed or "error" in report["cells"]
         if rc != 0:
             failed = True
             break

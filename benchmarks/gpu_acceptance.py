@@ -244,6 +244,14 @@ def software() -> dict[str, Any]:
     return {**facts, "gpu_driver": gpus_from_nvml().get("gpu_driver")}
 
 
+def names(text: str) -> tuple[str, ...]:
+    """An argparse type: comma-separated name prefixes, at least one."""
+    found = tuple(filter(None, (name.strip() for name in text.split(","))))
+    if not found:
+        raise argparse.ArgumentTypeError(f"names no command: {text!r}")
+    return found
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("results/gpu-check"))
@@ -253,7 +261,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=positive_float, default=BUDGET_S, metavar="SECONDS",
                    help=f"run the checks in order until this is spent (default {BUDGET_S}); "
                         "the rest are skipped, saying so")
-    p.add_argument("--only", type=lambda v: tuple(filter(None, v.split(","))), default=None,
+    p.add_argument("--only", type=names, default=None,
                    metavar="PREFIX,...", help="run only the commands whose names start so "
                    "(e.g. honesty,llm_); the other checks are skipped, saying so")
     p.add_argument("--autotune", action="store_true",

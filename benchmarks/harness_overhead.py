@@ -31,7 +31,7 @@ from dlbench import result as R
 from dlbench.pytorch import runner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_common, from anywhere
-from _common import positive_int, provenance  # noqa: E402
+from _common import at_least, positive_int, provenance  # noqa: E402
 
 
 def bare_loop(model_name: str, batch: int, forward_only: bool, warmup: int, measured: int,
@@ -121,7 +121,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--models", nargs="+", default=["resnet18"])
     p.add_argument("--batch_size", type=positive_int, default=8)
     p.add_argument("--rounds", type=positive_int, default=5)
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--warmup", type=at_least(0), default=2)
     p.add_argument("--measured", type=positive_int, default=8)
     p.add_argument("--compile", nargs="+", default=["eager", "inductor"],
                    choices=["eager", "inductor"], help="execution modes to compare")

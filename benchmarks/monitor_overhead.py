@@ -30,7 +30,7 @@ from dlbench import result as R
 from dlbench.pytorch import runner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_common, from anywhere
-from _common import positive_float, positive_int, provenance  # noqa: E402
+from _common import at_least, positive_float, positive_int, provenance  # noqa: E402
 
 TARGET_PERCENT = 1.0
 
@@ -62,7 +62,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="deep_mnist")
     p.add_argument("--batch_size", type=positive_int, default=16)
     p.add_argument("--num_batches", type=positive_int, default=40)
-    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--warmup", type=at_least(0), default=5)
     p.add_argument("--rounds", type=positive_int, default=5)
     p.add_argument("--interval_ms", type=positive_float, default=monitor.DEFAULT_INTERVAL_MS,
                    help="the monitor's sampling interval on the 'on' side")

@@ -29,7 +29,7 @@ from typing import Any
 from dlbench import monitor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/_common, from anywhere
-from _common import positive_float, positive_int, provenance  # noqa: E402
+from _common import at_least, positive_float, positive_int, provenance  # noqa: E402
 
 # The parent touches every page of its buffer (a fresh one is the kernel's shared zero
 # page until written), forks children that touch nothing, says "up" and waits for its
@@ -93,7 +93,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True, help="JSON file to write")
     p.add_argument("--resident-gib", type=positive_float, default=2.0)
-    p.add_argument("--children", type=int, default=4)
+    p.add_argument("--children", type=at_least(0), default=4)
     p.add_argument("--rounds", type=positive_int, default=30, help="samples of each kind")
     return p
 

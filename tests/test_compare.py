@@ -208,7 +208,7 @@ def test_sides_run_in_other_cpusets_and_partitions_list_it_among_what_differs(tm
 def test_a_change_at_one_scale_only_has_a_summary_of_its_own(tmp_path):
     """Slower with 2 processes only: the model's geometric mean halves it among the 1- and
     2-process cells, the scale's summary shows it whole."""
-    for gpus, nodes, slow in ((1, 1, 1.0), (2, 1, 1.5), (2, 2, 1.0)):
+    for gpus, nodes, slow in ((1, 1, 1.0), (2, 1, 1.5), (2, 2, 1.0), (16, 1, 1.0)):
         cell = {**model_cell(), "num_gpus": gpus, "num_nodes": nodes}
         write_result(tmp_path / "a", "x", cell, noisy(0.1, seed=gpus + nodes))
         write_result(tmp_path / "b", "x", cell, noisy(0.1 * slow, seed=10 + gpus + nodes))
@@ -219,7 +219,10 @@ def test_a_change_at_one_scale_only_has_a_summary_of_its_own(tmp_path):
                                                                                   rel=0.03)
     assert summary.loc[("scale", "num_gpus=1"), "same"] == 1
     assert summary.loc[("scale", "num_gpus=2 num_nodes=2"), "same"] == 1
-    assert summary.loc[("model", "resnet18"), "cells"] == 3
+    assert summary.loc[("model", "resnet18"), "cells"] == 4
+    # in numbers' order: 2 before 16
+    assert list(summary.loc["scale"].index) == ["num_gpus=1", "num_gpus=2",
+                                               "num_gpus=2 num_nodes=2", "num_gpus=16"]
 
 
 def test_two_runs_of_the_same_distribution_are_judged_the_same(tmp_path):

@@ -629,6 +629,27 @@ def test_nothing_to_draw_still_says_which_series_lost_their_cells(tmp_path):
     assert scaling_charts.scaling_figure(table(tmp_path, docs)) == (
         '<p class="note">resnet50 · batch size 64 (weak): not drawn, a result at n = 2 only; '
         "none at n = 1 (failed).</p>")
+    # every cell failed: still said, not a silent absence of the section
+    docs = [failed_doc(model_doc("float32", 1.0, num_gpus=n)) for n in (1, 2)]
+    assert scaling_charts.scaling_figure(table(tmp_path / "all", docs)) == (
+        '<p class="note">resnet50 · batch size 64 (weak): not drawn, no result; none at '
+        "n = 1 (failed), n = 2 (failed).</p>")
+
+
+def test_the_title_and_caption_say_what_is_drawn(tmp_path):
+    """CPU nodes beside processes sharing a CPU are no GPUs; single runs have no interval,
+    so no whiskers are spoken of; an ok cell without a rate is said as such."""
+    across = [model_doc("float32", 0.01, device="cpu", num_gpus=1, num_nodes=n, throughput=x)
+              for n, x in ((1, 256.0), (2, 486.4))]
+    figure = scaling_charts.scaling_figure(table(tmp_path, across + cpu_scaling_docs()))
+    assert figure.title == "Scaling across CPU nodes, and across processes sharing one CPU"
+    assert "Whiskers" not in figure.caption
+    docs = [model_doc("float32", 1.0, num_gpus=n, throughput=x)
+            for n, x in ((1, 1000.0), (2, 1800.0), (4, 3200.0))]
+    frame = table(tmp_path / "nan", docs)
+    frame.loc[frame["num_gpus"] == 2, ["throughput", "cell_throughput"]] = float("nan")
+    assert scaling_charts.scaling_notes(frame) == [
+        "resnet50 · batch size 64 (weak): no result at n = 2 (no throughput)."]
 
 
 def test_a_cpu_cell_counts_one_device_per_node():

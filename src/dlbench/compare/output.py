@@ -46,7 +46,9 @@ VERDICT_COLOURS = {"faster": "#3b9c57", "slower": "#d64545", "same": "#9aa5b1"}
 CARD_CLASS = {"faster": "status-ok", "slower": "status-failed", "same": "",
               "base only": "status-oom", "new only": "status-oom", "not compared": "status-skipped"}
 GROUP_TITLES = {"all": "All", "model": "Per model", "precision": "Per precision (model cells)",
-                "phase": "Per phase (model cells)", "operator": "Per operator",
+                "phase": "Per phase (model cells)",
+                "scale": "Per scale (model cells: num_gpus, num_nodes)",
+                "operator": "Per operator",
                 "collective": "Per collective"}
 
 
@@ -334,9 +336,9 @@ def geomean_figure(summary: pd.DataFrame) -> Figure | None:
                                 header=alt.Header(labelAngle=0, labelAlign="left")))
              .resolve_scale(y="independent"))
     return Figure("geomeans", "Geometric means",
-                  "Throughput NEW/BASE per model, precision and phase of model cells, per "
-                  "operator of operator cells and per collective of collective cells (all "
-                  "their message sizes).", style.styled(chart))
+                  "Throughput NEW/BASE per model, precision, phase and scale of model cells, "
+                  "per operator of operator cells and per collective of collective cells "
+                  "(all their message sizes).", style.styled(chart))
 
 
 # -- HTML ----------------------------------------------------------------------------------

@@ -478,14 +478,16 @@ def _summary_row(group: str, value: str, cells: pd.DataFrame) -> dict[str, objec
             "slower": int((verdict == SLOWER).sum()), "same": int((verdict == SAME).sum())}
 
 
-def _scale(gpus: object, nodes: object) -> str:
-    """num_gpus=8, or num_gpus=8 num_nodes=2, as the cells' labels spell them."""
-    def whole(value: object) -> int | None:
+def _scale(gpus: object, nodes: object) -> tuple[str, tuple[int, int]]:
+    """num_gpus=8, or num_gpus=8 num_nodes=2, as the cells' labels spell them, and the
+    numbers to order them by."""
+    def whole(value: object, missing: int) -> int:
         number = pd.to_numeric(value, errors="coerce")
-        return None if pd.isna(number) else int(number)
+        return missing if pd.isna(number) else int(number)
 
-    text = f"num_gpus={whole(gpus)}"
-    return text if whole(nodes) in (None, 1) else f"{text} num_nodes={whole(nodes)}"
+    key = (whole(gpus, 0), whole(nodes, 1))
+    text = f"num_gpus={key[0]}"
+    return (text if key[1] == 1 else f"{text} num_nodes={key[1]}"), key
 
 
 def summaries(cells: pd.DataFrame) -> pd.DataFrame:
@@ -499,16 +501,17 @@ def summaries(cells: pd.DataFrame) -> pd.DataFrame:
         part = compared[compared["kind"] == kind]
         if column == "scale":  # a table older than num_nodes: one node
             nodes = part["num_nodes"] if "num_nodes" in part else pd.Series(1, part.index)
-            values = pd.Series([_scale(g, n) for g, n in zip(part["num_gpus"], nodes,
-                                                            strict=True)],
-                               index=part.index, dtype=object)
+            scales = [_scale(g, n) for g, n in zip(part["num_gpus"], nodes, strict=True)]
+            values = pd.Series([text for text, _ in scales], index=part.index, dtype=object)
+            order = [text for text, _ in sorted(set(scales), key=lambda s: s[1])]  # 2 < 16
         else:
             values = part[column].fillna("(none)").astype(str)
+            order = None
         if column == "collective":  # a point-to-point cell's tests are apart: latency, ...
             values = pd.Series([measured_label(c, p) for c, p in zip(values, part["pass"],
                                                                   strict=True)],
                                index=part.index, dtype=object)
-        for value, cells_of in part.groupby(values, sort=True):
-            rows.append(_summary_row(group, str(value), cells_of))
+        for value in order or sorted(set(values)):
+            rows.append(_summary_row(group, str(value), part[values == value]))
     return pd.DataFrame(rows, columns=["group", "value", "cells", "geomean_ratio", "min_ratio",
                                        "max_ratio", "faster", "slower", "same"])

@@ -183,10 +183,11 @@ def _scaling(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return data, rows
 
 
-def scaling_frame(frame: pd.DataFrame) -> pd.DataFrame:
+def scaling_frame(frame: pd.DataFrame,
+                  scaled: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> pd.DataFrame:
     """One row per (series, scaling kind, n) with speed-up and efficiency against the
-    series' baseline n0."""
-    data, _ = _scaling(frame)
+    series' baseline n0 (``scaled``: ``_scaling(frame)`` where already made)."""
+    data, _ = scaled or _scaling(frame)
     if data.empty:
         return data
     others = [a for a in encodings.model_axes() if a in data and a not in ("system", "num_gpus")]
@@ -207,8 +208,9 @@ def _n_list(values: pd.Series) -> str:
 def _failures(rows: pd.DataFrame) -> str:
     """'n = 1 (failed), n = 4 (oom)': the cells without a result, by n."""
     found = rows.drop_duplicates(["num_gpus", "status"]).sort_values("num_gpus")
-    return ", ".join(f"n = {n} ({s})" for n, s in zip(found["num_gpus"], found["status"],
-                                                        strict=True))
+    # an ok cell here measured no throughput (a result without a rate)
+    status = found["status"].replace({"ok": "no throughput"})
+    return ", ".join(f"n = {n} ({s})" for n, s in zip(found["num_gpus"], status, strict=True))
 
 
 def _name(rows: pd.DataFrame, named: list[str]) -> str:
@@ -268,18 +270,22 @@ def _short_of(data: pd.DataFrame, missing: pd.DataFrame, keys: list[str]) -> lis
     return notes
 
 
-def scaling_notes(frame: pd.DataFrame) -> list[str]:
+def scaling_notes(frame: pd.DataFrame,
+                  scaled: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> list[str]:
     """What the chart leaves out or measures from a later baseline, one line each: a
     model setting with no series of two results (one n only, or its other cells without a
-    result), and a series missing a cell (then measured from its next n)."""
-    data, rows = _scaling(frame)
-    if rows.empty:
-        return []
+    result: all of them, too), and a series missing a cell (then measured from its next
+    n)."""
+    data, rows = scaled or _scaling(frame)
     missing = _unusable(frame, rows)
-    if pd.concat([rows["num_gpus"], missing.get("num_gpus", pd.Series())]).nunique() < 2:
+    if rows.empty and missing.empty:
+        return []
+    found = [part["num_gpus"] for part in (rows, missing) if "num_gpus" in part]
+    if pd.concat(found).nunique() < 2:
         return []  # nothing here scales
     # a cell without a result has no measurement: matched on the rest of its keys
-    keys = [k for k in _series_keys(rows) if k not in MEASUREMENT_KEYS]
+    keys = [k for k in _series_keys(missing if rows.empty else rows)
+            if k not in MEASUREMENT_KEYS]
     both = pd.concat([rows.assign(ok=True), missing.assign(ok=False)], ignore_index=True)
     drawn = set() if data.empty else set(data["cell"])
     # the drawn series first, then what was not drawn
@@ -354,10 +360,13 @@ def _caption(data: pd.DataFrame, kinds: list[bool], notes: list[str]) -> str:
         text += (" The processes of a CPU node share its cores (one device, as "
                  "dlbench.efficiency counts it): their series show the speed-up over "
                  "their baseline, with no perfect-scaling line.")
-    text += (" Whiskers: the speed-up's interval from the two cells' 95 % intervals "
-             "(opposite ends)" + (f", cut at {WHISKER_CAP:g} times the row's largest point"
-                                  " (the table has them whole)" if data["cut"].any() else "")
-             + ".")
+    if data["y_low"].notna().any():
+        measure = {(True,): "efficiency's", (False,): "speed-up's"}.get(
+            tuple(sorted(set(kinds))), "efficiency's or speed-up's")
+        text += (f" Whiskers: the {measure} interval from the two cells' 95 % intervals "
+                 "(opposite ends)"
+                 + (f", cut at {WHISKER_CAP:g} times the row's largest point (the table has "
+                    "them whole)" if data["cut"].any() else "") + ".")
     if data["unstable"].any():
         text += (" Ringed points are unstable: their cell's or their baseline's runs differ "
                  "by more than the unstable_cv threshold.")
@@ -370,7 +379,10 @@ def _title(data: pd.DataFrame, kinds: list[bool]) -> str:
             DEVICE_NAMES[d] for d in DEVICE_NAMES if d in set(data["device"]))
     if kinds == [False]:
         return "Speed-up across processes sharing one CPU"
-    return "Scaling across GPUs, and across processes sharing one CPU"
+    adding = set(data.loc[data["per_device"], "device"])
+    return ("Scaling across " + " and ".join(DEVICE_NAMES[d] for d in DEVICE_NAMES
+                                             if d in adding)
+            + ", and across processes sharing one CPU")
 
 
 def _lines(base: alt.Chart, data: pd.DataFrame, kinds: list[bool],
@@ -442,8 +454,9 @@ def _note_html(notes: list[str]) -> str:
 def scaling_figure(frame: pd.DataFrame) -> Figure | str | None:
     """The scaling chart and its table; where no series can be drawn but some cells were
     meant to scale, the note saying why (as HTML); None where nothing scales."""
-    data = scaling_frame(frame)
-    notes = scaling_notes(frame)
+    scaled = _scaling(frame)
+    data = scaling_frame(frame, scaled)
+    notes = scaling_notes(frame, scaled)
     if data.empty:
         return _note_html(notes) or None
     kinds = _kinds(data)
