@@ -374,16 +374,24 @@ def test_recordio_converts_in_the_mxnet_interpreter_given(source, tmp_path):
 
 # --- a conversion stopped by SIGTERM ------------------------------------------------------------
 
-@pytest.mark.parametrize("workers", ["1", "2"])
-def test_a_conversion_ended_by_sigterm_leaves_no_temporary_folder(tmp_path, workers):
+def _blocking_stop_signals() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
+
+
+@pytest.mark.parametrize(("workers", "started"), [("1", None), ("2", None),
+                                                  ("1", _blocking_stop_signals)])
+def test_a_conversion_ended_by_sigterm_leaves_no_temporary_folder(tmp_path, workers, started):
     """Slurm ends a job at its time limit (and Snakemake a stopped one) by SIGTERM: the
     half-written temporary folder beside the output is removed, the output never appears,
-    and the exit code says the signal (128 + 15)."""
+    and the exit code says the signal (128 + 15). Also when its parent started it with the
+    stop signals blocked (a child inherits the mask): they stayed pending, and the
+    conversion ran to its end."""
     out = tmp_path / "images"
     proc = subprocess.Popen(
         [sys.executable, "-m", "dlbench.datasets", "synthetic", "--out", str(out),
          "--classes", "40", "--images-per-class", "200", "--image-size", "128",
-         "--workers", workers], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+         "--workers", workers], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=started)
     try:
         deadline = time.monotonic() + 60
         while not any(p.is_dir() and any(p.iterdir()) for p in tmp_path.glob(".images.*.tmp")):

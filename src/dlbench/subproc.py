@@ -268,9 +268,11 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 def stop_signals_handled(handler: Callable[[int, Any], None]
                          ) -> Iterator[dict[int, Any]]:
     """``handler`` for STOP_SIGNALS inside the block, the previous handlers after it (the
-    block is given them). A signal ignored (``nohup``) stays ignored. Outside the main
-    thread, which alone may set handlers (Python's rule), the block runs with the handlers
-    as they are."""
+    block is given them). A signal ignored (``nohup``) stays ignored. The signals handled
+    are unblocked inside the block, the previous mask restored after it: a process started
+    with them blocked (a child inherits its parent's mask) kept a stop pending and ran on.
+    Outside the main thread, which alone may set handlers (Python's rule), the block runs
+    with the handlers as they are."""
     if threading.current_thread() is not threading.main_thread():
         yield {}
         return
@@ -278,9 +280,12 @@ def stop_signals_handled(handler: Callable[[int, Any], None]
     previous = {sig: old for sig, old in previous.items() if old is not signal.SIG_IGN}
     for sig in previous:
         signal.signal(sig, handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, previous) if previous else None
     try:
         yield dict(previous)
     finally:
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for sig, old in previous.items():
             signal.signal(sig, old)
 
