@@ -209,7 +209,7 @@ def _failures(rows: pd.DataFrame) -> str:
     """'n = 1 (failed), n = 4 (oom)': the cells without a result, by n."""
     found = rows.drop_duplicates(["num_gpus", "status"]).sort_values("num_gpus")
     # an ok cell here measured no throughput (a result without a rate)
-    status = found["status"].replace({"ok": "no throughput"})
+    status = found["status"].where(found["status"] != "ok", "no throughput")
     return ", ".join(f"n = {n} ({s})" for n, s in zip(found["num_gpus"], status, strict=True))
 
 
