@@ -374,11 +374,22 @@ def test_recordio_converts_in_the_mxnet_interpreter_given(source, tmp_path):
 
 # --- a conversion stopped by SIGTERM ------------------------------------------------------------
 
+def _as_a_job_starts() -> None:
+    """The stop signals as a scheduler's job gets them, by their default action: not as
+    this test process may hold them after earlier tests (one ignored is inherited, and a
+    process keeps a stop it inherits ignored ignored, as nohup expects)."""
+    for stop in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGHUP})
+
+
 def _blocking_stop_signals() -> None:
+    _as_a_job_starts()
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
 
 
-@pytest.mark.parametrize(("workers", "started"), [("1", None), ("2", None),
+@pytest.mark.parametrize(("workers", "started"), [("1", _as_a_job_starts),
+                                                  ("2", _as_a_job_starts),
                                                   ("1", _blocking_stop_signals)])
 def test_a_conversion_ended_by_sigterm_leaves_no_temporary_folder(tmp_path, workers, started):
     """Slurm ends a job at its time limit (and Snakemake a stopped one) by SIGTERM: the
